@@ -1,0 +1,89 @@
+"""make demo: build a small real SIF image, install it with eb and the SingularityContainer easyblock,
+load the module with Lmod and use the container the way a LUMI user would."""
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / 'tests'))
+
+from harness import CONTAINER_PYTHON, Installation, demo_easyconfig, run  # noqa: E402
+from sifimage import make_test_sif  # noqa: E402
+
+def step(text):
+    print('\n\033[1m== %s\033[0m' % text, flush=True)
+
+
+def show(inst, script):
+    """Run commands in a shell with the module loaded, echoing each like a terminal session."""
+    lines = ['echo %s; %s' % (shlex.quote('$ ' + line), line) for line in script.strip().splitlines()]
+    out = inst.shell('module load Demo/1.0\n' + '\n'.join(lines))
+    print(out.stdout.rstrip())
+
+
+def build_wheel(workdir):
+    """A tiny local wheel, written as the zip file it is: the pip requirement installed at install time."""
+    wheels = workdir / 'wheels'
+    wheels.mkdir()
+    files = {
+        'lumi_demo_greeting/__init__.py': 'def hello():\n    return "hello from the venv"\n',
+        'lumi_demo_greeting-1.0.dist-info/METADATA': 'Metadata-Version: 2.1\nName: lumi-demo-greeting\nVersion: 1.0\n',
+        'lumi_demo_greeting-1.0.dist-info/WHEEL': 'Wheel-Version: 1.0\nGenerator: demo\nRoot-Is-Purelib: true\n'
+                                                  'Tag: py3-none-any\n',
+    }
+    files['lumi_demo_greeting-1.0.dist-info/RECORD'] = ''.join('%s,,\n' % name for name in files) + \
+        'lumi_demo_greeting-1.0.dist-info/RECORD,,\n'
+    with zipfile.ZipFile(wheels / 'lumi_demo_greeting-1.0-py3-none-any.whl', 'w') as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+    return wheels
+
+
+def main():
+    work = Path(tempfile.mkdtemp(prefix='lumi-container-demo-'))
+    step('Building a small real SIF image (mksquashfs + siftool)')
+    sif = make_test_sif(work / 'demo.sif', CONTAINER_PYTHON)
+    print(run(['siftool', 'list', str(sif)]).stdout.rstrip())
+
+    step('Installing it with eb and the SingularityContainer easyblock (EasyBuild 5, Lmod)')
+    inst = Installation(work / 'eb')
+    shutil.copy(sif, inst.sources / 'demo.sif')
+    wheels = build_wheel(work)
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
+        container_bind=['/tmp'], wrapped_commands=['python', 'pip'],
+        pip_requirements=['lumi-demo-greeting'],
+        pip_install_options=['--no-index', '--find-links=%s' % wheels]))
+    print(ec.read_text())
+    inst.eb(ec)
+    installdir = inst.installdir('Demo', '1.0')
+    print('installed in %s:' % installdir)
+    print('  ' + '  '.join(sorted(p.name for p in installdir.iterdir())))
+
+    step('module load Demo/1.0: the variables a job script uses')
+    show(inst, '''
+echo "SIF=$SIF"
+echo "RUNSCRIPTS=$RUNSCRIPTS"
+echo "SINGULARITY_BINDPATH=$SINGULARITY_BINDPATH"
+echo "SINGULARITYENV_PREPEND_PATH=$SINGULARITYENV_PREPEND_PATH"
+''')
+
+    step('Running in the container: start-shell, the python wrapper, singularity exec')
+    show(inst, '''
+start-shell -c 'echo "in the container: VIRTUAL_ENV=$VIRTUAL_ENV"; command -v python'
+python -c 'import sys, lumi_demo_greeting; print(lumi_demo_greeting.hello(), "with Python", sys.version.split()[0])'
+python -c 'import sys; print(sys.argv[1:])' "an argument with spaces" '$HOME' '*'
+singularity exec "$SIF" get-master 'nid[005000-005003]'
+touch /tmp/x-demo && singularity exec "$SIF" touch /user-software/x || echo "/user-software is read-only (SquashFS)"
+''')
+    print('\nAll done. The install is in %s (remove it when you are finished).' % work)
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except (subprocess.CalledProcessError, AssertionError) as err:
+        sys.exit('demo failed: %s' % err)

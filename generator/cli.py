@@ -1,0 +1,136 @@
+"""Command line interface of generate-ec.
+
+Exit codes: 0 success, 1 ``--check`` found out-of-date or missing files, 2 validation or usage error.
+"""
+
+import argparse
+import difflib
+import os
+import sys
+
+from generator import __version__
+from generator.render import render, style_problems
+from generator.spec import Issue, load_specs
+
+EXIT_OK = 0
+EXIT_DIFFERENT = 1
+EXIT_ERROR = 2
+
+PROG = 'generate-ec'
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description='Generate versioned SingularityContainer easyconfigs from YAML specs. Without -o, files go to '
+                    'easyconfigs/<first letter>/<name>/ below the current directory.',
+    )
+    parser.add_argument('specs', nargs='+', metavar='SPEC.yaml', help='spec file(s) to generate easyconfigs from')
+    parser.add_argument('-o', '--outdir', metavar='OUTDIR',
+                        help='write all easyconfigs into OUTDIR (default: easyconfigs/<letter>/<name>/)')
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument('--check', action='store_true',
+                      help='write nothing; show a diff and exit 1 if any easyconfig is missing or out of date')
+    mode.add_argument('--list', action='store_true', help='print the easyconfig file names only; write nothing')
+    parser.add_argument('--version', action='version', version='%(prog)s ' + __version__)
+    return parser
+
+
+def _read(path):
+    try:
+        with open(path, encoding='utf-8', newline='') as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return ''
+
+
+def _write(path, text):
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    tmp = path + '.tmp-generate-ec'
+    with open(tmp, 'w', encoding='utf-8', newline='') as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def generate(specs, outdir=None):
+    """Render all containers of ``specs``; return ([(path, text)], [Issue])."""
+    outputs, issues = [], []
+    targets = {}
+    for spec in specs:
+        directory = outdir if outdir is not None else spec.default_outdir
+        for container in spec.containers:
+            text = render(spec, container)
+            path = os.path.join(directory, container.filename)
+            for number, problem in style_problems(text):
+                issues.append(Issue(spec.source, container.line, container.path,
+                                    'generated %s line %d: %s' % (container.filename, number, problem)))
+            key = os.path.normpath(path)
+            if key in targets:
+                other_spec, other_container = targets[key]
+                issues.append(Issue(spec.source, container.line, container.path,
+                                    'would produce the same file %s as %s in %s'
+                                    % (path, other_container.path, other_spec.source)))
+                continue
+            targets[key] = (spec, container)
+            outputs.append((path, text))
+    return outputs, issues
+
+
+def main(argv=None):
+    """Run generate-ec; return the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as err:  # --help/--version (0) or usage error (2)
+        return err.code if isinstance(err.code, int) else EXIT_ERROR
+
+    specs, issues = load_specs(args.specs)
+    if not issues:
+        outputs, issues = generate(specs, args.outdir)
+    if issues:
+        for issue in issues:
+            print(str(issue), file=sys.stderr)
+        print('%s: %d error(s), nothing written' % (PROG, len(issues)), file=sys.stderr)
+        return EXIT_ERROR
+
+    if args.list:
+        for path, _ in outputs:
+            print(os.path.basename(path))
+        return EXIT_OK
+
+    if args.check:
+        stale = 0
+        for path, text in outputs:
+            current = _read(path)
+            if current == text:
+                continue
+            stale += 1
+            old = [] if current is None else current.splitlines(keepends=True)
+            fromfile = path + (' (missing)' if current is None else '')
+            diff = difflib.unified_diff(old, text.splitlines(keepends=True), fromfile=fromfile,
+                                        tofile=path + ' (generated)')
+            for line in diff:
+                sys.stdout.write(line if line.endswith('\n') else line + '\n\\ No newline at end of file\n')
+        if stale:
+            print('%s: %d of %d easyconfig(s) missing or out of date' % (PROG, stale, len(outputs)),
+                  file=sys.stderr)
+            return EXIT_DIFFERENT
+        return EXIT_OK
+
+    for path, text in outputs:
+        try:
+            if _read(path) != text:
+                _write(path, text)
+        except OSError as err:
+            print('%s: cannot write %s: %s' % (PROG, path, err.strerror or err), file=sys.stderr)
+            return EXIT_ERROR
+        print(path)
+    return EXIT_OK
+
+
+if __name__ == '__main__':  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,625 @@
+"""Loading and validation of generate-ec YAML specs.
+
+A spec describes one software name (e.g. PyTorch) and a list of container images; every image becomes one
+easyconfig.  Loading never raises for user errors: all problems are collected as :class:`Issue` objects so the
+command line can report every one of them (with file, line and key path) before anything is written.
+"""
+
+import datetime
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import yaml
+
+# ---------------------------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem found in a spec: ``<file>:<line>: <path>: <message>``."""
+
+    file: str
+    line: int
+    path: str
+    message: str
+    column: Optional[int] = None
+
+    def __str__(self):
+        if self.column is not None:
+            return '%s:%d:%d: %s' % (self.file, self.line, self.column, self.message)
+        if not self.line:
+            return '%s: %s' % (self.file, self.message)
+        if self.path:
+            return '%s:%d: %s: %s' % (self.file, self.line, self.path, self.message)
+        return '%s:%d: %s' % (self.file, self.line, self.message)
+
+
+def format_path(path):
+    """('containers', 1, 'date') -> 'containers[1].date'; () -> '(top level)'."""
+    out = ''
+    for part in path:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += '[%d]' % part
+        else:
+            out += ('.' if out else '') + str(part)
+    return out or '(top level)'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data model
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Container:
+    """One fully resolved container entry (defaults merged in, built-in defaults applied)."""
+
+    name: str
+    version: str
+    date: str
+    dockerhash: Optional[str]
+    python: str
+    rocm: str
+    variant: str
+    venv: str
+    container_init: str
+    bind: List[str]
+    env: Dict[str, str]
+    wrapped_commands: List[str]
+    pip_requirements: List[str]
+    components: Dict[str, str]
+    sif: str
+    checksum: Optional[str] = None
+    pip_install_options: Optional[List[str]] = None
+    squash_user_software: Optional[bool] = None
+    central_sif_dir: Optional[str] = None
+    python_check: Optional[bool] = None
+    index: int = 0
+    line: int = 1
+
+    @property
+    def versionsuffix(self):
+        suffix = '-rocm-%s-python-%s-singularity' % (self.rocm, self.python)
+        if self.variant:
+            suffix += '-' + self.variant
+        return suffix + '-' + self.date
+
+    @property
+    def filename(self):
+        return '%s-%s%s.eb' % (self.name, self.version, self.versionsuffix)
+
+    @property
+    def path(self):
+        return format_path(('containers', self.index))
+
+
+@dataclass
+class Spec:
+    """A validated spec file."""
+
+    source: str
+    name: str
+    homepage: str
+    description: str
+    moduleclass: str
+    containers: List[Container] = field(default_factory=list)
+
+    @property
+    def source_name(self):
+        return os.path.basename(self.source)
+
+    @property
+    def default_outdir(self):
+        return os.path.join('easyconfigs', self.name[0].lower(), self.name)
+
+
+def default_sif_name(name, version, rocm, python, dockerhash):
+    lname = name.lower()
+    return 'lumi-%s-rocm-%s-python-%s-%s-v%s-dockerhash-%s.sif' % (lname, rocm, python, lname, version, dockerhash)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# YAML loading with line numbers
+# ---------------------------------------------------------------------------------------------------------------
+
+_MERGE_TAG = 'tag:yaml.org,2002:merge'
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader that remembers explicitly duplicated mapping keys (plain SafeLoader silently keeps the last)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.duplicate_key_nodes = set()
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
+                    ident = (key_node.tag, key_node.value)
+                    if ident in seen:
+                        self.duplicate_key_nodes.add(id(key_node))
+                    seen.add(ident)
+        return super().construct_mapping(node, deep=deep)
+
+
+class SourceMap:
+    """Line numbers (1-based) and raw scalar text for every key path of a loaded document."""
+
+    def __init__(self):
+        self.value_lines = {}
+        self.key_lines = {}
+        self.raw = {}
+        self.duplicates = []  # list of (path, line)
+
+    def line(self, path):
+        """Line of the value at ``path`` (falls back to the closest known ancestor)."""
+        path = tuple(path)
+        while path:
+            if path in self.value_lines:
+                return self.value_lines[path]
+            path = path[:-1]
+        return self.value_lines.get((), 1)
+
+    def key_line(self, path):
+        """Line of the key naming ``path`` (for mapping entries), else the value line."""
+        path = tuple(path)
+        return self.key_lines.get(path) or self.line(path)
+
+
+def _walk(loader, node, path, smap, ancestors):
+    if id(node) in ancestors:  # recursive alias; nothing sensible to record
+        return
+    smap.value_lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.ScalarNode):
+        smap.raw.setdefault(path, node.value)
+    elif isinstance(node, yaml.MappingNode):
+        ancestors = ancestors | {id(node)}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            try:
+                key = loader.construct_object(key_node, deep=True)
+            except yaml.YAMLError:  # pragma: no cover - the document constructed fine already
+                key = key_node.value
+            kpath = path + (key,)
+            if id(key_node) in loader.duplicate_key_nodes:
+                smap.duplicates.append((kpath, key_node.start_mark.line + 1))
+            smap.key_lines[kpath] = key_node.start_mark.line + 1
+            _walk(loader, value_node, kpath, smap, ancestors)
+    elif isinstance(node, yaml.SequenceNode):
+        ancestors = ancestors | {id(node)}
+        for i, item in enumerate(node.value):
+            _walk(loader, item, path + (i,), smap, ancestors)
+
+
+class LoadError(Exception):
+    """Spec file could not be read or parsed; ``issue`` holds the message."""
+
+    def __init__(self, issue):
+        super().__init__(str(issue))
+        self.issue = issue
+
+
+def load_yaml(path):
+    """Safe-load ``path``; return (data, SourceMap). Raise LoadError for unreadable files or invalid YAML."""
+    try:
+        with open(path, 'rb') as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        raise LoadError(Issue(path, 0, '', 'no such spec file')) from None
+    except OSError as err:
+        raise LoadError(Issue(path, 0, '', 'cannot read spec file: %s' % (err.strerror or err))) from None
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as err:
+        raise LoadError(Issue(path, 0, '', 'cannot read spec file: not UTF-8 (%s)' % err.reason)) from None
+
+    loader = _LineLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+        smap = SourceMap()
+        if node is not None:
+            _walk(loader, node, (), smap, frozenset())
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        problem = err.problem or err.context or 'cannot parse'
+        if err.problem and err.context:
+            problem = '%s %s' % (err.context, err.problem)
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        raise LoadError(Issue(path, line, '', 'invalid YAML: %s' % problem, column=col)) from None
+    except yaml.YAMLError as err:
+        raise LoadError(Issue(path, 1, '', 'invalid YAML: %s' % err, column=1)) from None
+    finally:
+        loader.dispose()
+    return data, smap
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------------------------
+
+TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'containers')
+TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
+
+CONTAINER_ONLY_KEYS = ('version', 'date', 'dockerhash', 'sif', 'checksum')
+SHARED_KEYS = (
+    'python', 'rocm', 'variant', 'venv', 'container_init', 'bind', 'env', 'wrapped_commands',
+    'pip_requirements', 'components', 'pip_install_options', 'squash_user_software', 'central_sif_dir',
+    'python_check',
+)
+CONTAINER_KEYS = CONTAINER_ONLY_KEYS + SHARED_KEYS
+DEFAULT_KEYS = SHARED_KEYS
+
+# built-in values for optional keys; None means "not emitted unless given"
+BUILTIN_DEFAULTS = {
+    'variant': '',
+    'container_init': '',
+    'bind': [],
+    'env': {},
+    'wrapped_commands': [],
+    'pip_requirements': [],
+    'components': {},
+}
+
+VERSION_RE = re.compile(r'^\d+(\.\d+)*([.+-][0-9A-Za-z]+)*$')
+PYTHON_RE = re.compile(r'^\d+\.\d+(\.\d+)?$')
+DATE_RE = re.compile(r'^\d{8}$')
+DOCKERHASH_RE = re.compile(r'^[0-9a-f]{12}$')
+SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
+NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.+-]*$')
+VARIANT_RE = re.compile(r'^([A-Za-z0-9][A-Za-z0-9_.+-]*)?$')
+VENV_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.-]*$')
+COMMAND_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.+-]*$')
+ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+MODULECLASS_RE = re.compile(r'^[a-z][a-z0-9_]*$')
+HOMEPAGE_RE = re.compile(r'^https?://\S+$')
+CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
+
+
+def _kind(value):
+    if value is None:
+        return 'null (an empty value)'
+    if isinstance(value, bool):
+        return 'a boolean'
+    if isinstance(value, int):
+        return 'an integer'
+    if isinstance(value, float):
+        return 'a float'
+    if isinstance(value, str):
+        return 'a string'
+    if isinstance(value, list):
+        return 'a list'
+    if isinstance(value, dict):
+        return 'a mapping'
+    if isinstance(value, datetime.datetime):
+        return 'a timestamp'
+    if isinstance(value, datetime.date):
+        return 'a date'
+    return 'a %s' % type(value).__name__
+
+
+class _Checker:
+    """Collects issues for one spec file."""
+
+    def __init__(self, source, smap):
+        self.source = source
+        self.smap = smap
+        self.issues = []
+
+    # -- reporting
+    def error(self, path, message, line=None, key_line=False):
+        if line is None:
+            line = self.smap.key_line(path) if key_line else self.smap.line(path)
+        self.issues.append(Issue(self.source, line, format_path(path), message))
+
+    # -- scalar checks; each returns True when the value is acceptable
+    def string(self, path, value, allow_empty=False):
+        if isinstance(value, str):
+            if not allow_empty and not value.strip():
+                self.error(path, 'must not be empty')
+                return False
+            return True
+        raw = self.smap.raw.get(tuple(path))
+        if raw is not None and value is not None and not isinstance(value, (list, dict)):
+            reads = _kind(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                reads += ' %r' % value
+            self.error(path, 'must be a string, quote it: "%s" (unquoted, YAML reads it as %s)' % (raw, reads))
+        else:
+            self.error(path, 'must be a string, got %s' % _kind(value))
+        return False
+
+    def matching(self, path, value, regex, what, allow_empty=False):
+        if not self.string(path, value, allow_empty=allow_empty):
+            return False
+        if not regex.match(value):
+            self.error(path, '%r is not %s' % (value, what))
+            return False
+        return True
+
+    def boolean(self, path, value):
+        if isinstance(value, bool):
+            return True
+        self.error(path, 'must be true or false, got %s' % _kind(value))
+        return False
+
+    def string_list(self, path, value, item_check=None, unique=False):
+        if not isinstance(value, list):
+            self.error(path, 'must be a list of strings, got %s' % _kind(value))
+            return False
+        ok = True
+        seen = {}
+        for i, item in enumerate(value):
+            ipath = tuple(path) + (i,)
+            if item_check is not None:
+                good = item_check(ipath, item)
+            else:
+                good = self.string(ipath, item)
+            ok = ok and good
+            if good and unique:
+                if item in seen:
+                    self.error(ipath, '%r is listed twice (also at index %d)' % (item, seen[item]))
+                    ok = False
+                else:
+                    seen[item] = i
+        return ok
+
+    def string_map(self, path, value, key_re, key_what, value_check):
+        if not isinstance(value, dict):
+            self.error(path, 'must be a mapping, got %s' % _kind(value))
+            return False
+        ok = True
+        for key, item in value.items():
+            kpath = tuple(path) + (key,)
+            if not isinstance(key, str) or not key_re.match(key):
+                self.error(kpath, '%r is not %s' % (key if isinstance(key, str) else str(key), key_what),
+                           key_line=True)
+                ok = False
+            ok = value_check(kpath, item) and ok
+        return ok
+
+    def unknown_keys(self, path, mapping, allowed, forbidden_hint=None):
+        ok = True
+        for key in mapping:
+            if key in allowed:
+                continue
+            kpath = tuple(path) + (key,)
+            skey = str(key)
+            if forbidden_hint and key in forbidden_hint:
+                msg = forbidden_hint[key]
+            else:
+                msg = 'unknown key %r' % skey
+                close = difflib.get_close_matches(skey, allowed, n=1)
+                if close:
+                    msg += " (did you mean '%s'?)" % close[0]
+                else:
+                    msg += ' (allowed: %s)' % ', '.join(sorted(allowed))
+            self.error(kpath, msg, key_line=True)
+            ok = False
+        return ok
+
+    # -- field validators -------------------------------------------------------------------------------------
+    def field(self, path, key, value):
+        """Validate one container/defaults field; return True when fine."""
+        p = tuple(path)
+        if key == 'version':
+            return self.matching(p, value, VERSION_RE, 'a valid version (e.g. 2.7.1)')
+        if key == 'rocm':
+            return self.matching(p, value, VERSION_RE, 'a valid ROCm version (e.g. 6.2.4)')
+        if key == 'python':
+            return self.matching(p, value, PYTHON_RE, 'a valid Python version (e.g. 3.12)')
+        if key == 'date':
+            if not self.matching(p, value, DATE_RE, 'YYYYMMDD'):
+                return False
+            try:
+                datetime.datetime.strptime(value, '%Y%m%d')
+            except ValueError:
+                self.error(p, '%r is not a valid date' % value)
+                return False
+            return True
+        if key == 'dockerhash':
+            return self.matching(p, value, DOCKERHASH_RE, '12 lowercase hex digits')
+        if key == 'checksum':
+            return self.matching(p, value, SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')
+        if key == 'sif':
+            if not self.string(p, value):
+                return False
+            if '/' in value or not value.endswith('.sif') or CONTROL_RE.search(value) or value != value.strip():
+                self.error(p, '%r is not a plain file name ending in .sif' % value)
+                return False
+            return True
+        if key == 'variant':
+            return self.matching(p, value, VARIANT_RE, 'a valid variant (letters, digits, _.+-; may be empty)',
+                                 allow_empty=True)
+        if key == 'venv':
+            return self.matching(p, value, VENV_RE, 'a valid virtual environment name')
+        if key == 'container_init':
+            return self.string(p, value, allow_empty=True)
+        if key == 'central_sif_dir':
+            if not self.string(p, value):
+                return False
+            if not value.startswith('/'):
+                self.error(p, '%r is not an absolute path' % value)
+                return False
+            return True
+        if key in ('squash_user_software', 'python_check'):
+            return self.boolean(p, value)
+        if key == 'bind':
+            def bind_item(ipath, item):
+                if not self.string(ipath, item):
+                    return False
+                if re.search(r'[\s,]', item):
+                    self.error(ipath, '%r must not contain whitespace or commas' % item)
+                    return False
+                return True
+            return self.string_list(p, value, bind_item, unique=True)
+        if key == 'wrapped_commands':
+            return self.string_list(p, value, lambda ip, it: self.matching(ip, it, COMMAND_RE, 'a command name'),
+                                    unique=True)
+        if key in ('pip_requirements', 'pip_install_options'):
+            return self.string_list(p, value, unique=(key == 'pip_requirements'))
+        if key == 'env':
+            return self.string_map(p, value, ENV_NAME_RE, 'a valid environment variable name',
+                                   lambda kp, v: self.string(kp, v, allow_empty=True))
+        if key == 'components':
+            return self.string_map(p, value, NAME_RE, 'a valid component name',
+                                   lambda kp, v: self.matching(kp, v, VERSION_RE, 'a valid version'))
+        raise AssertionError('no validator for %s' % key)  # pragma: no cover
+
+
+def load_spec(source):
+    """Load and validate one spec file.
+
+    Returns ``(spec, issues)``; ``spec`` is None when there are issues.  Unreadable files and invalid YAML are
+    reported as a single issue as well.
+    """
+    try:
+        data, smap = load_yaml(source)
+    except LoadError as err:
+        return None, [err.issue]
+
+    chk = _Checker(source, smap)
+    for dpath, dline in smap.duplicates:
+        chk.error(dpath, 'duplicate key %r' % str(dpath[-1]), line=dline)
+
+    if not isinstance(data, dict):
+        chk.error((), 'the spec must be a mapping with keys %s, got %s' % (', '.join(TOP_REQUIRED), _kind(data)))
+        return None, chk.issues
+
+    chk.unknown_keys((), data, TOP_KEYS, {
+        'toolchain': "unknown key 'toolchain' (the toolchain is always SYSTEM)",
+    })
+    for key in TOP_REQUIRED:
+        if key not in data:
+            chk.error((key,), 'missing required key', line=smap.line(()))
+
+    name = data.get('name')
+    name_ok = 'name' in data and chk.matching(('name',), name, NAME_RE, 'a valid software name')
+    if 'homepage' in data:
+        chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL')
+    if 'description' in data and chk.string(('description',), data['description']):
+        if CONTROL_RE.search(data['description']):
+            chk.error(('description',), 'must not contain tabs or control characters')
+    moduleclass = data.get('moduleclass', 'devel')
+    if 'moduleclass' in data:
+        chk.matching(('moduleclass',), moduleclass, MODULECLASS_RE, 'a valid module class (e.g. devel)')
+
+    # defaults
+    defaults = {}
+    if 'defaults' in data:
+        raw_defaults = data['defaults']
+        if raw_defaults is None:
+            raw_defaults = {}
+        if not isinstance(raw_defaults, dict):
+            chk.error(('defaults',), 'must be a mapping, got %s' % _kind(raw_defaults))
+        else:
+            hints = {k: '%r is not allowed in defaults (set it per container)' % k for k in CONTAINER_ONLY_KEYS}
+            chk.unknown_keys(('defaults',), raw_defaults, DEFAULT_KEYS, hints)
+            for key, value in raw_defaults.items():
+                if key in DEFAULT_KEYS:
+                    defaults[key] = value if chk.field(('defaults', key), key, value) else _INVALID
+
+    # containers
+    containers = []
+    raw_containers = data.get('containers')
+    if 'containers' in data:
+        if not isinstance(raw_containers, list):
+            chk.error(('containers',), 'must be a non-empty list of container entries, got %s'
+                      % _kind(raw_containers))
+            raw_containers = []
+        elif not raw_containers:
+            chk.error(('containers',), 'must be a non-empty list of container entries')
+    else:
+        raw_containers = []
+
+    seen_files = {}
+    for index, entry in enumerate(raw_containers):
+        cpath = ('containers', index)
+        if not isinstance(entry, dict):
+            chk.error(cpath, 'must be a mapping, got %s' % _kind(entry))
+            continue
+        before = len(chk.issues)
+        chk.unknown_keys(cpath, entry, CONTAINER_KEYS)
+        values = dict(BUILTIN_DEFAULTS)
+        values.update(defaults)
+        for key, value in entry.items():
+            if key in CONTAINER_KEYS and chk.field(cpath + (key,), key, value):
+                values[key] = value
+            elif key in CONTAINER_KEYS:
+                values[key] = _INVALID
+        required = ['version', 'date', 'python', 'rocm']
+        if 'sif' not in entry:
+            required.insert(2, 'dockerhash')
+        for key in required:
+            if key not in values:
+                where = 'set it in the container entry' if key in CONTAINER_ONLY_KEYS else \
+                    'set it in the container entry or in defaults'
+                chk.error(cpath + (key,), 'missing required key (%s)' % where, line=smap.line(cpath))
+        if len(chk.issues) != before or not name_ok or _INVALID in values.values():
+            continue
+        sif = values.get('sif')
+        if sif is None:
+            sif = default_sif_name(name, values['version'], values['rocm'], values['python'], values['dockerhash'])
+        cont = Container(
+            name=name,
+            version=values['version'],
+            date=values['date'],
+            dockerhash=values.get('dockerhash'),
+            python=values['python'],
+            rocm=values['rocm'],
+            variant=values['variant'],
+            venv=values.get('venv', name.lower()),
+            container_init=values['container_init'],
+            bind=list(values['bind']),
+            env=dict(values['env']),
+            wrapped_commands=list(values['wrapped_commands']),
+            pip_requirements=list(values['pip_requirements']),
+            components=dict(values['components']),
+            sif=sif,
+            checksum=values.get('checksum'),
+            pip_install_options=values.get('pip_install_options'),
+            squash_user_software=values.get('squash_user_software'),
+            central_sif_dir=values.get('central_sif_dir'),
+            python_check=values.get('python_check'),
+            index=index,
+            line=smap.line(cpath),
+        )
+        if cont.filename in seen_files:
+            chk.error(cpath, 'would produce the same file %s as %s'
+                      % (cont.filename, format_path(('containers', seen_files[cont.filename]))))
+            continue
+        seen_files[cont.filename] = index
+        containers.append(cont)
+
+    if chk.issues:
+        return None, sorted(chk.issues, key=lambda issue: issue.line)
+    spec = Spec(source=source, name=name, homepage=data['homepage'], description=data['description'],
+                moduleclass=moduleclass, containers=containers)
+    return spec, []
+
+
+class _Invalid:
+    def __repr__(self):  # pragma: no cover
+        return '<invalid>'
+
+
+_INVALID = _Invalid()
+
+
+def load_specs(sources):
+    """Load several spec files; return (specs, issues) with issues from all of them."""
+    specs, issues = [], []
+    for source in sources:
+        spec, found = load_spec(source)
+        issues.extend(found)
+        if spec is not None:
+            specs.append(spec)
+    return specs, issues

@@ -1,0 +1,42 @@
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pytest  # noqa: E402
+
+from harness import CONTAINER_PYTHON, Installation, demo_easyconfig, require_tools  # noqa: E402
+from sifimage import make_test_sif  # noqa: E402
+
+
+@pytest.fixture(scope='session')
+def demo_sif(tmp_path_factory):
+    """A real SIF image whose Python is ready on PATH (images from 2025 on)."""
+    require_tools('mksquashfs', 'siftool')
+    path = tmp_path_factory.mktemp('images') / 'demo.sif'
+    return make_test_sif(path, CONTAINER_PYTHON, env={'DEMO_IMAGE_VAR': 'from-image'})
+
+
+@pytest.fixture(scope='session')
+def conda_sif(tmp_path_factory):
+    """A real SIF image whose Python needs conda activation first (images before 2025)."""
+    require_tools('mksquashfs', 'siftool')
+    path = tmp_path_factory.mktemp('images') / 'conda.sif'
+    return make_test_sif(path, CONTAINER_PYTHON, conda=True)
+
+
+def install_demo(root, sif, eb_version='5', syntax='Lua', **params):
+    """Install the demo easyconfig with the given parameters; return (Installation, installdir)."""
+    inst = Installation(root, eb_version=eb_version, syntax=syntax)
+    (inst.sources / 'demo.sif').write_bytes(Path(sif).read_bytes())
+    params.setdefault('wrapped_commands', ['python', 'python3', 'pip'])
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(**params))
+    inst.eb(ec, '--robot-paths=' + str(ec.parent))
+    return inst, inst.installdir('Demo', '1.0')
+
+
+@pytest.fixture(scope='module')
+def demo_install(tmp_path_factory, demo_sif):
+    """The demo image installed once with EasyBuild 5 and Lua modules."""
+    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    return install_demo(tmp_path_factory.mktemp('demo'), demo_sif, container_env={'DEMO_VAR': 'a b $c'})

@@ -1,0 +1,134 @@
+"""Real parts for the tests: EasyBuild installs, Lmod shells, the singularity stand-in, test images."""
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
+STANDIN_DIR = REPO / 'tests' / 'standin'
+TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
+EB_VENVS = {'5': TOOLS / 'eb5', '4.9': TOOLS / 'eb49'}
+LMOD_CMD = '/usr/share/lmod/lmod/libexec/lmod'
+LMOD_INIT = '/usr/share/lmod/lmod/init/bash'
+IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
+
+# The image's Python: the real interpreter behind the one running the tests (not a venv's).
+CONTAINER_PYTHON = os.path.realpath(getattr(sys, '_base_executable', sys.executable))
+CONTAINER_PYTHON_VERSION = '%d.%d' % sys.version_info[:2]
+
+
+def require(condition, what):
+    """Skip when a tool is missing, but fail in CI, where every tool must be there."""
+    if not condition:
+        if IN_CI:
+            pytest.fail('%s is missing; in CI this is a failure (run make test to install it)' % what)
+        pytest.skip('%s is missing (make test installs it)' % what)
+
+
+def require_tools(*tools):
+    for tool in tools:
+        require(shutil.which(tool), tool)
+
+
+def require_eb(version):
+    require((EB_VENVS[version] / 'bin' / 'eb').exists(), 'EasyBuild %s in %s' % (version, EB_VENVS[version]))
+    require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
+
+
+def base_env(extra_path=()):
+    """The environment for eb and module commands: Lmod, the stand-in runtime first on PATH unless a real one."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('EASYBUILD_', 'SINGULARITY', 'APPTAINER', 'LMOD', '__LMOD', '_LMFILES_',
+                                'LOADEDMODULES', 'MODULEPATH', 'SIF', 'RUNSCRIPTS', 'CONTAINERROOT'))}
+    path = list(extra_path)
+    if not (shutil.which('singularity') or shutil.which('apptainer')):
+        path.append(str(STANDIN_DIR))
+    env['PATH'] = os.pathsep.join(path + [env.get('PATH', '/usr/bin:/bin')])
+    env['LMOD_CMD'] = LMOD_CMD
+    env['EASYBUILD_MODULES_TOOL'] = 'Lmod'
+    env['EASYBUILD_ALLOW_USE_AS_ROOT_AND_ACCEPT_CONSEQUENCES'] = '1'
+    return env
+
+
+def run(cmd, env=None, check=True, cwd=None, timeout=900, input=None):
+    """Run a command (list, or a bash script as str); return the CompletedProcess with text output."""
+    if isinstance(cmd, str):
+        cmd = ['bash', '-c', cmd]
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input)
+    if check and proc.returncode != 0:
+        raise AssertionError('command failed (%s): %s\nstdout:\n%s\nstderr:\n%s' % (
+            proc.returncode, cmd, proc.stdout[-6000:], proc.stderr[-6000:]))
+    return proc
+
+
+class Installation:
+    """An EasyBuild prefix with sources, where easyconfigs get installed with this project's easyblock."""
+
+    def __init__(self, root, eb_version='5', syntax='Lua'):
+        require_eb(eb_version)
+        self.root = Path(root)
+        self.prefix = self.root / 'prefix'
+        self.sources = self.root / 'sources'
+        self.sources.mkdir(parents=True, exist_ok=True)
+        self.eb_version = eb_version
+        self.syntax = syntax
+
+    def env(self, **extra):
+        env = base_env()
+        venv = EB_VENVS[self.eb_version]
+        env.update({
+            'EB_PYTHON': str(venv / 'bin' / 'python'),
+            'EASYBUILD_PREFIX': str(self.prefix),
+            'EASYBUILD_SOURCEPATH': str(self.sources),
+            'EASYBUILD_BUILDPATH': str(self.root / 'build'),
+            'EASYBUILD_MODULE_SYNTAX': self.syntax,
+            'EASYBUILD_INCLUDE_EASYBLOCKS': str(EASYBLOCK),
+            'EASYBUILD_TMPDIR': str(self.root / 'tmp'),
+        })
+        env.update(extra)
+        return env
+
+    def eb(self, *args, check=True, env=None):
+        cmd = [str(EB_VENVS[self.eb_version] / 'bin' / 'eb')] + [str(a) for a in args]
+        return run(cmd, env=env or self.env(), check=check)
+
+    def write_easyconfig(self, filename, text):
+        path = self.root / 'easyconfigs' / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+        return path
+
+    def installdir(self, name, version):
+        return self.prefix / 'software' / name / version
+
+    def shell(self, script, check=True, env=None, pre=''):
+        """Run a bash script with Lmod initialised and this prefix's modules on MODULEPATH."""
+        full = 'source %s\n%s\nmodule use %s\n%s' % (LMOD_INIT, pre, shlex.quote(str(self.prefix / 'modules' / 'all')),
+                                                      script)
+        return run(['bash', '-c', full], env=env or base_env(), check=check)
+
+
+def demo_easyconfig(name='Demo', version='1.0', suffix='', sif='demo.sif', **params):
+    """An easyconfig for the test image; params become easyconfig parameters (repr'd)."""
+    lines = [
+        "easyblock = 'SingularityContainer'",
+        "name = %r" % name,
+        "version = %r" % version,
+        "versionsuffix = %r" % suffix,
+        "homepage = 'https://example.org/'",
+        "description = 'A test container'",
+        "toolchain = SYSTEM",
+        "sources = [%r]" % sif,
+        "moduleclass = 'devel'",
+    ]
+    params.setdefault('container_bind', ['/tmp'])
+    params.setdefault('container_python_version', CONTAINER_PYTHON_VERSION)
+    for key, value in params.items():
+        lines.append('%s = %r' % (key, value))
+    return '\n'.join(lines) + '\n'

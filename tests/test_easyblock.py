@@ -1,0 +1,266 @@
+"""The SingularityContainer easyblock with real EasyBuild (5.x and 4.9.4), real Lmod and real SIF images."""
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import install_demo
+from harness import (CONTAINER_PYTHON_VERSION, EASYBLOCK, IN_CI, REPO, Installation, base_env, demo_easyconfig, run,
+                     require_tools)
+
+ARGS = ['a b', "it's", '"quoted"', '$HOME', '*', '', 'back\\slash', '`date`']
+SHOW_ARGS = 'import json, sys; print(json.dumps(sys.argv[1:]))'
+
+
+def module_env(inst, script, pre='', check=True):
+    """Run script after 'module load Demo' and return its output."""
+    return inst.shell('module load Demo/1.0\n' + script, pre=pre, check=check)
+
+
+@pytest.mark.parametrize('eb_version,syntax', [('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua'), ('4.9', 'Tcl')])
+def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
+    """module load sets exactly the contract, on top of the user's binds; unload gives the user's values back."""
+    require_tools('proot', 'squashfuse')
+    inst, idir = install_demo(tmp_path, demo_sif, eb_version=eb_version, syntax=syntax,
+                              container_env={'DEMO_VAR': 'a b $c'})
+    names = ['SIF', 'SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'RUNSCRIPTSDEMO', 'SINGULARITY_BINDPATH',
+             'SINGULARITYENV_PREPEND_PATH', 'SINGULARITYENV_VIRTUAL_ENV', 'SINGULARITYENV_DEMO_VAR']
+    # the host's Python by its full path: python3 itself is a wrapper once the module is loaded
+    dump = '%s -c %s' % (shlex.quote(sys.executable), shlex.quote('import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))'
+                                                         % names))
+    # Lmod 8.6 evaluates pushenv of a Tcl modulefile twice on a reload (module load of a loaded module),
+    # so the reload is checked for Lua modules, LUMI's syntax.
+    reload = 'module load Demo/1.0\n' if syntax == 'Lua' else ''
+    out = inst.shell('export SINGULARITY_BINDPATH=/user/own\nmodule load Demo/1.0\n%s\nwhich start-shell\n'
+                     '%s%s\nmodule unload Demo/1.0\n%s\n' % (dump, reload, dump, dump)).stdout
+    loaded, reloaded, unloaded = [json.loads(line) for line in out.splitlines() if line.startswith('{')]
+    sif = str(idir / 'demo.sif')
+    assert loaded == {
+        'SIF': sif, 'SIFDEMO': sif, 'CONTAINERROOT': str(idir),
+        'RUNSCRIPTS': str(idir / 'runscripts'), 'RUNSCRIPTSDEMO': str(idir / 'runscripts'),
+        'SINGULARITY_BINDPATH': '/user/own,/tmp,%s/runscripts:/runscripts,%s/user-software:/user-software' % (
+            idir, idir),
+        'SINGULARITYENV_PREPEND_PATH': '/runscripts:/user-software/venv/demo/bin',
+        'SINGULARITYENV_VIRTUAL_ENV': '/user-software/venv/demo',
+        'SINGULARITYENV_DEMO_VAR': 'a b $c',
+    }
+    assert str(idir / 'bin' / 'start-shell') in out
+    assert reloaded == loaded
+    if syntax == 'Lua':
+        assert unloaded == dict({k: None for k in names}, SINGULARITY_BINDPATH='/user/own')
+    else:
+        # Known limitation: Lmod 8.6 does not reliably pop pushenv values of Tcl modulefiles on unload.
+        assert unloaded['SIF'] is None and unloaded['CONTAINERROOT'] is None
+
+    help_text = inst.shell('module help Demo/1.0 2>&1').stdout
+    for word in ['SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'SINGULARITY_BINDPATH', 'start-shell', 'make-squashfs',
+                 'unmake-squashfs', 'conda-python-distributed']:
+        assert word in help_text
+
+
+def test_wrappers_pass_arguments_and_status(demo_install):
+    inst, idir = demo_install
+    script = 'python -c %s %s' % (shlex.quote(SHOW_ARGS), ' '.join(shlex.quote(a) for a in ARGS))
+    out = module_env(inst, script).stdout
+    assert json.loads(out.splitlines()[-1]) == ARGS
+    status = module_env(inst, 'python -c "import sys; sys.exit(7)"', check=False)
+    assert status.returncode == 7
+
+
+def test_python_in_container_is_the_venv(demo_install):
+    inst, idir = demo_install
+    out = module_env(inst, 'python -c "import sys, os; print(sys.prefix); print(os.environ[\'DEMO_VAR\'])"\n'
+                           'singularity exec "$SIF" python -c "import sys; print(sys.prefix)"\n'
+                           'start-shell -c "command -v python; echo \\$VIRTUAL_ENV; echo \\$DEMO_IMAGE_VAR"\n').stdout
+    assert out.split() == ['/user-software/venv/demo', 'a', 'b', '$c', '/user-software/venv/demo',
+                           '/user-software/venv/demo/bin/python', '/user-software/venv/demo', 'from-image']
+
+
+def test_start_shell_and_runscripts(demo_install):
+    inst, idir = demo_install
+    out = module_env(inst, 'start-shell -c \'echo "$0|$1|$2"\' zero "one two" three\n'
+                           'singularity exec "$SIF" conda-python-simple -c "print(6 * 7)"\n'
+                           'singularity exec "$SIF" get-master "nid[005000-005003]-ib,x1"\n'
+                           'list-packages --format=freeze | grep -c pip\n').stdout.split('\n')
+    assert out[0] == 'zero|one two|three'
+    assert out[1] == '42'
+    assert out[2] == 'nid005000-ib'
+    assert int(out[3]) >= 1
+
+
+def test_wrapper_errors(demo_install):
+    inst, idir = demo_install
+    wrapper = str(idir / 'bin' / 'python')
+    proc = run([wrapper, '-c', 'pass'], env=base_env(), check=False)
+    assert proc.returncode != 0
+    assert "module Demo/1.0 is not loaded; run 'module load Demo/1.0' first" in proc.stderr
+
+    proc = module_env(inst, 'singularity exec "$SIF" %s -c pass' % shlex.quote(wrapper), check=False)
+    assert proc.returncode != 0
+    assert 'already running inside a container' in proc.stderr
+
+    proc = module_env(inst, 'SIFDEMO=/nonexistent/x.sif python -c pass', check=False)
+    assert proc.returncode != 0
+    assert 'container image /nonexistent/x.sif not found' in proc.stderr
+
+
+def test_sif_fallback_to_central_dir(tmp_path, demo_sif):
+    require_tools('proot', 'squashfuse')
+    inst, idir = install_demo(tmp_path, demo_sif)
+    central = tmp_path / 'repo' / 'easybuild-sif-images'
+    central.mkdir(parents=True)
+    shutil.copy(idir / 'demo.sif', central / 'demo.sif')
+    (idir / 'demo.sif').unlink()
+
+    env = base_env()
+    env['LUMI_CONTAINER_REPOSITORY_ROOT'] = str(tmp_path / 'repo')
+    out = inst.shell('module load Demo/1.0\necho "SIF=$SIF"\npython -c "print(1 + 1)"', env=env).stdout
+    assert 'SIF=%s' % (central / 'demo.sif') in out
+    assert out.strip().endswith('2')
+
+    (central / 'demo.sif').unlink()
+    proc = inst.shell('export SINGULARITY_BINDPATH=/mine\nmodule load Demo/1.0\necho "rc=$? SIF=${SIF:-unset}"\n'
+                      'echo "binds=$SINGULARITY_BINDPATH"', env=env, check=False)
+    assert 'the container image demo.sif is neither in %s nor in %s' % (idir, central) in ' '.join(proc.stderr.split())
+    assert 'rc=1 SIF=unset' in proc.stdout
+    assert 'binds=/mine' in proc.stdout
+
+
+def test_sif_fallback_from_easyconfig_parameter(tmp_path, demo_sif):
+    require_tools('proot', 'squashfuse')
+    central = tmp_path / 'central'
+    central.mkdir()
+    inst, idir = install_demo(tmp_path / 'i', demo_sif, central_sif_dir=str(central), syntax='Tcl')
+    os.replace(idir / 'demo.sif', central / 'demo.sif')
+    out = inst.shell('module load Demo/1.0\necho "SIF=$SIF"\nmodule unload Demo/1.0\necho "after=${SIF:-unset}"')
+    assert 'SIF=%s' % (central / 'demo.sif') in out.stdout
+    assert 'after=unset' in out.stdout
+
+
+@pytest.mark.parametrize('content,expected', [
+    (b'version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n', 'Git LFS pointer'),
+    (b'<!DOCTYPE html><html><body>404 Not Found</body></html>' * 4, 'HTML page'),
+    (b'garbage', 'only 7 bytes long'),
+    (None, 'truncated'),
+])
+def test_source_that_is_not_a_sif(tmp_path, demo_sif, content, expected):
+    inst = Installation(tmp_path)
+    data = Path(demo_sif).read_bytes()
+    (inst.sources / 'demo.sif').write_bytes(data[:len(data) // 2] if content is None else content)
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig())
+    proc = inst.eb(ec, check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert 'The source %s is not a usable container image' % (inst.sources / 'demo.sif') in out
+    assert expected in out
+    assert not (inst.installdir('Demo', '1.0') / 'demo.sif').exists()
+    assert (inst.sources / 'demo.sif').read_bytes() == (data[:len(data) // 2] if content is None else content)
+
+
+def test_missing_source(tmp_path):
+    inst = Installation(tmp_path)
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig())
+    proc = inst.eb(ec, check=False)
+    assert proc.returncode != 0
+    assert "Couldn't find file demo.sif anywhere" in proc.stdout + proc.stderr
+
+
+def test_make_and_unmake_squashfs(tmp_path, demo_sif):
+    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    inst, idir = install_demo(tmp_path, demo_sif)
+    make, unmake = str(idir / 'bin' / 'make-squashfs'), str(idir / 'bin' / 'unmake-squashfs')
+    (idir / 'user-software' / 'marker').write_text('mine')
+
+    proc = run([make], env=dict(base_env(), SLURM_CPUS_PER_TASK='2'))
+    assert 'with 2 processors' in proc.stdout and 'Reload the module (module load Demo/1.0)' in proc.stdout
+    assert (idir / 'user-software.squashfs').is_file()
+    assert not list(idir.glob('*.tmp.*'))
+
+    # Refuses to overwrite the SquashFS file
+    proc = run([make], env=base_env(), check=False)
+    assert proc.returncode != 0 and 'user-software.squashfs already exists' in proc.stderr
+
+    # The module now binds the SquashFS image read-only
+    out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
+                     'singularity exec "$SIF" cat /user-software/marker\n'
+                     'singularity exec "$SIF" touch /user-software/new || echo write-failed').stdout
+    assert '%s/user-software.squashfs:/user-software:image-src=/' % idir in out
+    assert 'mine' in out and 'write-failed' in out
+
+    # unmake-squashfs refuses to overwrite the directory, and recreates it when it is gone
+    proc = run([unmake], env=base_env(), check=False)
+    assert proc.returncode != 0 and 'user-software already exists' in proc.stderr
+    shutil.rmtree(idir / 'user-software')
+    proc = run([unmake], env=base_env())
+    assert (idir / 'user-software' / 'marker').read_text() == 'mine'
+    assert (idir / 'user-software' / 'venv' / 'demo' / 'bin' / 'python').is_symlink()
+
+    # Nothing to pack: a clear error
+    shutil.rmtree(idir / 'user-software')
+    (idir / 'user-software.squashfs').unlink()
+    proc = run([make], env=base_env(), check=False)
+    assert proc.returncode != 0 and 'there is no %s/user-software to pack' % idir in proc.stderr
+
+
+def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, demo_sif):
+    require_tools('proot', 'squashfuse')
+    inst, idir = install_demo(tmp_path, demo_sif)
+    fake = tmp_path / 'fakebin'
+    fake.mkdir()
+    (fake / 'mksquashfs').write_text('#!/bin/sh\necho partial > "$2"\necho "mksquashfs: disk full" >&2\nexit 1\n')
+    (fake / 'mksquashfs').chmod(0o755)
+    env = base_env([str(fake)])
+    proc = run([str(idir / 'bin' / 'make-squashfs')], env=env, check=False)
+    assert proc.returncode != 0
+    assert 'mksquashfs failed; nothing was changed' in proc.stderr
+    assert 'Created' not in proc.stdout
+    assert not (idir / 'user-software.squashfs').exists()
+    assert not list(idir.glob('user-software.squashfs*'))
+    assert (idir / 'user-software' / 'venv' / 'demo' / 'bin' / 'python').is_symlink()
+
+
+def test_scripts_pass_shellcheck(demo_install):
+    require_tools('shellcheck')
+    inst, idir = demo_install
+    scripts = [p for p in list((idir / 'bin').iterdir()) + list((idir / 'runscripts').iterdir())
+               if p.name != 'get-master']
+    proc = run(['shellcheck', '-x'] + [str(p) for p in scripts], check=False)
+    assert proc.returncode == 0, proc.stdout
+    for script in scripts:
+        run(['bash', '-n', str(script)])
+    assert (idir / 'runscripts' / 'get-master').read_text().startswith('#!/usr/bin/env python3')
+
+
+def test_avail_easyconfig_params(tmp_path):
+    inst = Installation(tmp_path)
+    out = inst.eb('--avail-easyconfig-params', '--easyblock', 'SingularityContainer').stdout
+    for param in ['container_bind', 'container_env', 'container_venv', 'wrapped_commands', 'central_sif_dir',
+                  'container_init', 'pip_requirements', 'pip_install_options', 'squash_user_software']:
+        assert param in out
+
+
+def test_extended_dry_run_runs_no_container(tmp_path, demo_sif):
+    inst = Installation(tmp_path)
+    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['six']))
+    env = inst.env(PATH='/nonexistent:' + base_env()['PATH'].replace(str(REPO / 'tests' / 'standin'), '/none'))
+    proc = inst.eb(ec, '-x', env=env)
+    out = proc.stdout + proc.stderr
+    assert 'Creating the virtual environment /user-software/venv/demo in the container' in out
+    assert 'Installing the pip requirements' in out
+    assert not inst.installdir('Demo', '1.0').exists()
+
+
+def test_easyblock_imports_only_easybuild_and_stdlib():
+    import ast
+    tree = ast.parse(EASYBLOCK.read_text())
+    modules = {alias.name.split('.')[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for alias in node.names}
+    modules |= {node.module.split('.')[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    import sys
+    assert modules <= set(sys.stdlib_module_names) | {'easybuild'}, modules

@@ -1,0 +1,701 @@
+"""Tests for generate-ec (the ``generator`` package): YAML spec -> SingularityContainer easyconfigs.
+
+Regenerate the golden files after an intended output change with
+    GENERATOR_UPDATE_GOLDEN=1 python3 -m pytest -q tests/test_generator.py -k golden
+"""
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from generator.cli import main  # noqa: E402
+from generator.render import render  # noqa: E402
+from generator.spec import load_spec  # noqa: E402
+
+DATA = os.path.join(REPO, 'tests', 'data', 'generator')
+GOLDEN = os.path.join(DATA, 'golden')
+PYTORCH_SPEC = os.path.join(DATA, 'PyTorch.yaml')
+OVERRIDES_SPEC = os.path.join(DATA, 'overrides.yaml')
+SPECS = {'PyTorch': PYTORCH_SPEC, 'overrides': OVERRIDES_SPEC}
+
+PYTORCH_FILES = [
+    'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-exampleVenv-20250827.eb',
+    'PyTorch-2.3.1-rocm-6.0.3-python-3.12-singularity-exampleVenv-20240923.eb',
+]
+
+
+def run(argv, capsys):
+    """Run main(argv); return (exit code, stdout, stderr)."""
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def read_bytes(path):
+    with open(path, 'rb') as handle:
+        return handle.read()
+
+
+def tree(directory):
+    """{relative path: bytes} of all files below directory."""
+    result = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            result[os.path.relpath(path, directory)] = read_bytes(path)
+    return result
+
+
+def assigned_values(source):
+    """Top-level ``name = <literal>`` assignments of an easyconfig (literal values only) plus ``toolchain``."""
+    values = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target = node.targets[0].id
+            if isinstance(node.value, ast.Name):
+                values[target] = ('NAME', node.value.id)
+            else:
+                values[target] = ast.literal_eval(node.value)
+    return values
+
+
+def check_easyconfig(path):
+    """Checks every generated easyconfig must pass; returns the assigned values."""
+    data = read_bytes(path)
+    text = data.decode('utf-8')
+    assert text.endswith('\n') and not text.endswith('\n\n')
+    for number, line in enumerate(text.split('\n')[:-1], 1):
+        assert len(line) <= 120, '%s:%d too long' % (path, number)
+        assert line == line.rstrip(), '%s:%d trailing whitespace' % (path, number)
+        assert '\t' not in line
+    compile(text, path, 'exec')
+    values = assigned_values(text)
+    assert values['easyblock'] == 'SingularityContainer'
+    assert values['toolchain'] == ('NAME', 'SYSTEM')
+    expected_name = '%s-%s%s.eb' % (values['name'], values['version'], values['versionsuffix'])
+    assert os.path.basename(path) == expected_name
+    return values
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Golden files
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('key', sorted(SPECS))
+def test_golden(key, tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    code, out, err = run([SPECS[key], '-o', str(outdir)], capsys)
+    assert code == 0, err
+    golden_dir = os.path.join(GOLDEN, key)
+    if os.environ.get('GENERATOR_UPDATE_GOLDEN'):
+        shutil.rmtree(golden_dir, ignore_errors=True)
+        shutil.copytree(str(outdir), golden_dir)
+    assert tree(str(outdir)) == tree(golden_dir)
+    assert sorted(out.splitlines()) == sorted(os.path.join(str(outdir), name) for name in os.listdir(golden_dir))
+
+
+def test_golden_file_names():
+    assert sorted(os.listdir(os.path.join(GOLDEN, 'PyTorch'))) == sorted(PYTORCH_FILES)
+    assert sorted(os.listdir(os.path.join(GOLDEN, 'overrides'))) == sorted([
+        'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb',
+        'PyTorch-2.6.0-rocm-6.2.4-python-3.11-singularity-exampleVenv-20250301.eb',
+        'PyTorch-2.3.1-rocm-6.0.3-python-3.12-singularity-20240923.eb',
+    ])
+
+
+def golden_files():
+    return sorted(os.path.join(root, name) for root, _, names in os.walk(GOLDEN) for name in names)
+
+
+@pytest.mark.parametrize('path', golden_files(), ids=os.path.basename)
+def test_golden_files_are_valid_easyconfigs(path):
+    check_easyconfig(path)
+
+
+def test_golden_files_pass_pycodestyle():
+    pycodestyle = pytest.importorskip('pycodestyle')
+    guide = pycodestyle.StyleGuide(max_line_length=120, quiet=True)
+    assert guide.check_files(golden_files()).total_errors == 0
+
+
+def test_pytorch_values():
+    path = os.path.join(GOLDEN, 'PyTorch', PYTORCH_FILES[0])
+    values = check_easyconfig(path)
+    assert values['name'] == 'PyTorch'
+    assert values['version'] == '2.7.1'
+    assert values['versionsuffix'] == '-rocm-6.2.4-python-3.12-singularity-exampleVenv-20250827'
+    assert values['homepage'] == 'https://pytorch.org/'
+    assert values['sources'] == ['lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif']
+    assert 'checksums' not in values
+    assert values['container_python_version'] == '3.12'
+    assert values['container_venv'] == 'pytorch'
+    assert 'container_init' not in values  # empty in the spec
+    assert values['container_bind'][0] == '/var/spool/slurmd' and len(values['container_bind']) == 9
+    assert list(values['container_env'].items()) == [('NCCL_SOCKET_IFNAME', 'hsn'), ('NCCL_NET_GDR_LEVEL', '3')]
+    assert values['wrapped_commands'][-1] == 'ray' and len(values['wrapped_commands']) == 10
+    assert list(values['container_components']) == ['DeepSpeed', 'flash-attention', 'transformers']
+    assert values['pip_requirements'] == ['torchmetrics', 'pytorch-lightning']
+    assert values['moduleclass'] == 'devel'
+    for absent in ('pip_install_options', 'squash_user_software', 'central_sif_dir', 'container_python_check'):
+        assert absent not in values
+    assert values['description'] == textwrap.dedent("""
+        PyTorch with torchaudio, torchdata and torchvision, in a LUMI container.
+
+        Container image: lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1-dockerhash-0d479e852886.sif
+        (PyTorch 2.7.1, ROCm 6.2.4, Python 3.12), with DeepSpeed 0.17.4, flash-attention 2.7.3, transformers 4.55.3.
+        The pip requirements torchmetrics and pytorch-lightning are installed in the virtual environment
+        /user-software/venv/pytorch.
+        """)
+    text = read_bytes(path).decode()
+    assert text.startswith('# Generated by generate-ec from PyTorch.yaml; edit the spec, not this file.\n')
+
+    old = check_easyconfig(os.path.join(GOLDEN, 'PyTorch', PYTORCH_FILES[1]))
+    assert old['container_init'] == 'source /opt/miniconda3/bin/activate pytorch'
+    assert old['container_components'] == {}
+    assert 'with' not in old['description'].split('Container image:')[1].split('\n')[2]
+
+
+def test_overrides_values():
+    directory = os.path.join(GOLDEN, 'overrides')
+    new = check_easyconfig(os.path.join(directory, 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb'))
+    assert new['checksums'] == ['0123456789abcdef' * 4]
+    assert new['pip_install_options'] == ['--no-build-isolation']
+    assert new['squash_user_software'] is True
+    assert new['central_sif_dir'] == '/appl/local/containers/sif-images'
+    assert new['container_bind'] == ['/pfs', '/scratch']
+    assert new['moduleclass'] == 'ai'
+    assert 'The pip requirement torchmetrics is installed' in new['description']
+    assert new['whatis'] == ['Description: PyTorch in a LUMI container; "overrides" test with \'quotes\' and a '
+                             'back\\slash.']
+    assert 'back\\slash.\n' in new['description']
+
+    mid = check_easyconfig(os.path.join(directory,
+                                        'PyTorch-2.6.0-rocm-6.2.4-python-3.11-singularity-exampleVenv-20250301.eb'))
+    assert mid['sources'] == ['lumi-pytorch-custom.sif']
+    assert mid['container_python_version'] == '3.11'
+    assert mid['container_bind'] == ['/flash']  # overrides replace, they do not merge
+    assert mid['container_env'] == {}
+    assert mid['container_python_check'] is False
+    assert mid['container_components'] == {'transformers': '4.48.0'}
+    assert 'pip_install_options' not in mid and 'squash_user_software' not in mid
+    assert mid['central_sif_dir'] == '/appl/local/containers/sif-images'  # from defaults
+
+    old = check_easyconfig(os.path.join(directory, 'PyTorch-2.3.1-rocm-6.0.3-python-3.12-singularity-20240923.eb'))
+    assert old['container_init'] == 'source /opt/miniconda3/bin/activate pytorch'
+    assert old['sources'] == ['lumi-pytorch-rocm-6.0.3-python-3.12-pytorch-v2.3.1-dockerhash-2c1c14cafd28.sif']
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Output modes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_deterministic(tmp_path, capsys):
+    for run_dir in ('a', 'b'):
+        code, _, err = run([PYTORCH_SPEC, OVERRIDES_SPEC, '-o', str(tmp_path / run_dir)], capsys)
+        assert code == 0, err
+    first, second = tree(str(tmp_path / 'a')), tree(str(tmp_path / 'b'))
+    assert first == second and len(first) == 5
+    spec, issues = load_spec(PYTORCH_SPEC)
+    assert not issues
+    assert render(spec, spec.containers[0]) == render(spec, spec.containers[0])
+
+
+def test_default_outdir(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run([PYTORCH_SPEC], capsys)
+    assert code == 0, err
+    expected = [os.path.join('easyconfigs', 'p', 'PyTorch', name) for name in PYTORCH_FILES]
+    assert out.splitlines() == expected
+    for path in expected:
+        assert read_bytes(path) == read_bytes(os.path.join(GOLDEN, 'PyTorch', os.path.basename(path)))
+
+
+def test_rerun_keeps_unchanged_files(tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    assert run([PYTORCH_SPEC, '-o', str(outdir)], capsys)[0] == 0
+    target = outdir / PYTORCH_FILES[0]
+    os.utime(str(target), (1000, 1000))
+    assert run([PYTORCH_SPEC, '-o', str(outdir)], capsys)[0] == 0
+    assert os.stat(str(target)).st_mtime == 1000
+    assert sorted(os.listdir(str(outdir))) == sorted(PYTORCH_FILES)  # no temporary files left
+
+
+def test_list(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(['--list', PYTORCH_SPEC], capsys)
+    assert code == 0
+    assert out.splitlines() == PYTORCH_FILES
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_check_in_sync(tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    shutil.copytree(os.path.join(GOLDEN, 'PyTorch'), str(outdir))
+    before = tree(str(outdir))
+    code, out, err = run(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    assert (code, out) == (0, '')
+    assert tree(str(outdir)) == before
+
+
+def test_check_missing(tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    code, out, err = run(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    assert code == 1
+    assert not outdir.exists()
+    for name in PYTORCH_FILES:
+        assert '--- %s (missing)\n' % os.path.join(str(outdir), name) in out
+        assert '+++ %s (generated)\n' % os.path.join(str(outdir), name) in out
+    assert "+version = '2.7.1'\n" in out
+    assert '2 of 2 easyconfig(s) missing or out of date' in err
+
+
+def test_check_differs(tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    shutil.copytree(os.path.join(GOLDEN, 'PyTorch'), str(outdir))
+    stale = outdir / PYTORCH_FILES[0]
+    stale.write_bytes(stale.read_bytes().replace(b"'hsn'", b"'ib0'"))
+    before = tree(str(outdir))
+    code, out, err = run(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    assert code == 1
+    assert "-    'NCCL_SOCKET_IFNAME': 'ib0',\n+    'NCCL_SOCKET_IFNAME': 'hsn',\n" in out
+    assert PYTORCH_FILES[0] in out and PYTORCH_FILES[1] not in out
+    assert out.startswith('--- ')
+    assert tree(str(outdir)) == before
+    assert '1 of 2 easyconfig(s) missing or out of date' in err
+
+
+def test_check_and_list_are_exclusive(capsys):
+    code, _, err = run(['--check', '--list', PYTORCH_SPEC], capsys)
+    assert code == 2
+    assert 'not allowed with' in err
+
+
+def test_usage_errors(capsys):
+    assert run([], capsys)[0] == 2
+    assert run(['--bogus', PYTORCH_SPEC], capsys)[0] == 2
+    assert run(['--help'], capsys)[0] == 0
+
+
+def test_python_m_generator(tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    outdir = tmp_path / 'out'
+    proc = subprocess.run([sys.executable, '-m', 'generator', PYTORCH_SPEC, '-o', str(outdir)], cwd=str(tmp_path),
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert tree(str(outdir)) == tree(os.path.join(GOLDEN, 'PyTorch'))
+    proc = subprocess.run([sys.executable, '-m', 'generator', '--check', PYTORCH_SPEC, '-o', str(outdir)],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (0, '')
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('name: [\n')
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'bad.yaml', '-o', str(tmp_path / 'none')],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith('bad.yaml:2:1: invalid YAML: ')
+    assert 'Traceback' not in proc.stderr
+    assert not (tmp_path / 'none').exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------------------------
+
+BASE = """\
+name: PyTorch
+homepage: https://pytorch.org/
+description: Test spec.
+defaults:
+  python: "3.12"
+  rocm: "6.2.4"
+  venv: pytorch
+containers:
+  - version: "2.7.1"
+    date: "20250827"
+    dockerhash: 0d479e852886
+"""
+# line numbers in BASE:      1 name, 2 homepage, 3 description, 4 defaults, 5 python, 6 rocm, 7 venv,
+#                            8 containers, 9 version, 10 date, 11 dockerhash; appended lines start at 12
+
+
+def spec_text(replace=(), append=''):
+    text = BASE
+    for old, new in replace:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text + append
+
+
+def run_spec(tmp_path, monkeypatch, capsys, text, name='spec.yaml'):
+    monkeypatch.chdir(tmp_path)
+    with open(name, 'w', encoding='utf-8') as handle:
+        handle.write(text)
+    code, out, err = run([name, '-o', 'out'], capsys)
+    return code, out, err
+
+
+def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, spec_text())
+    assert code == 0, err
+    name = 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb'
+    assert out == os.path.join('out', name) + '\n'
+    values = check_easyconfig(os.path.join('out', name))
+    assert values['container_bind'] == [] and values['container_env'] == {} and values['pip_requirements'] == []
+    assert 'Container image: lumi-pytorch' in values['description']
+    assert 'pip requirement' not in values['description']
+
+
+ERROR_CASES = {
+    'date-format': (
+        dict(replace=[('date: "20250827"', 'date: "2025-08-27"')]),
+        ["spec.yaml:10: containers[0].date: '2025-08-27' is not YYYYMMDD"]),
+    'date-unreal': (
+        dict(replace=[('date: "20250827"', 'date: "20250230"')]),
+        ["spec.yaml:10: containers[0].date: '20250230' is not a valid date"]),
+    'date-unquoted-int': (
+        dict(replace=[('date: "20250827"', 'date: 20250827')]),
+        ['spec.yaml:10: containers[0].date: must be a string, quote it: "20250827" '
+         '(unquoted, YAML reads it as an integer 20250827)']),
+    'date-yaml-date': (
+        dict(replace=[('date: "20250827"', 'date: 2025-08-27')]),
+        ['spec.yaml:10: containers[0].date: must be a string, quote it: "2025-08-27" '
+         '(unquoted, YAML reads it as a date)']),
+    'version-float': (
+        dict(replace=[('version: "2.7.1"', 'version: 2.10')]),
+        ['spec.yaml:9: containers[0].version: must be a string, quote it: "2.10" '
+         '(unquoted, YAML reads it as a float 2.1)']),
+    'python-float': (
+        dict(replace=[('python: "3.12"', 'python: 3.12')]),
+        ['spec.yaml:5: defaults.python: must be a string, quote it: "3.12" (unquoted, YAML reads it as a float 3.12)']),
+    'version-malformed': (
+        dict(replace=[('version: "2.7.1"', 'version: "v2.7.1"')]),
+        ["spec.yaml:9: containers[0].version: 'v2.7.1' is not a valid version (e.g. 2.7.1)"]),
+    'version-space': (
+        dict(replace=[('version: "2.7.1"', 'version: "2.7.1 beta"')]),
+        ["spec.yaml:9: containers[0].version: '2.7.1 beta' is not a valid version (e.g. 2.7.1)"]),
+    'version-trailing-dot': (
+        dict(replace=[('version: "2.7.1"', 'version: "2.7."')]),
+        ["spec.yaml:9: containers[0].version: '2.7.' is not a valid version (e.g. 2.7.1)"]),
+    'rocm-malformed': (
+        dict(replace=[('rocm: "6.2.4"', 'rocm: "6.2..4"')]),
+        ["spec.yaml:6: defaults.rocm: '6.2..4' is not a valid ROCm version (e.g. 6.2.4)"]),
+    'python-malformed': (
+        dict(replace=[('python: "3.12"', 'python: "3"')]),
+        ["spec.yaml:5: defaults.python: '3' is not a valid Python version (e.g. 3.12)"]),
+    'dockerhash-upper': (
+        dict(replace=[('dockerhash: 0d479e852886', 'dockerhash: 0D479E852886')]),
+        ["spec.yaml:11: containers[0].dockerhash: '0D479E852886' is not 12 lowercase hex digits"]),
+    'dockerhash-short': (
+        dict(replace=[('dockerhash: 0d479e852886', 'dockerhash: "0d479e85288"')]),
+        ["spec.yaml:11: containers[0].dockerhash: '0d479e85288' is not 12 lowercase hex digits"]),
+    'dockerhash-int': (
+        dict(replace=[('dockerhash: 0d479e852886', 'dockerhash: 123456789012')]),
+        ['spec.yaml:11: containers[0].dockerhash: must be a string, quote it: "123456789012" '
+         '(unquoted, YAML reads it as an integer 123456789012)']),
+    'unknown-container-key': (
+        dict(replace=[('dockerhash: 0d479e852886', 'dokerhash: 0d479e852886')]),
+        ['spec.yaml:9: containers[0].dockerhash: missing required key (set it in the container entry)',
+         "spec.yaml:11: containers[0].dokerhash: unknown key 'dokerhash' (did you mean 'dockerhash'?)"]),
+    'unknown-top-key': (
+        dict(replace=[('description:', 'descripton:')]),
+        ['spec.yaml:1: description: missing required key',
+         "spec.yaml:3: descripton: unknown key 'descripton' (did you mean 'description'?)"]),
+    'unknown-key-no-match': (
+        dict(append='    zzz: 1\n'),
+        ["spec.yaml:12: containers[0].zzz: unknown key 'zzz' (allowed: bind, central_sif_dir, checksum, components, "
+         'container_init, date, dockerhash, env, pip_install_options, pip_requirements, python, python_check, '
+         'rocm, sif, squash_user_software, variant, venv, version, wrapped_commands)']),
+    'unknown-defaults-key': (
+        dict(replace=[('  venv: pytorch', '  venvv: pytorch')]),
+        ["spec.yaml:7: defaults.venvv: unknown key 'venvv' (did you mean 'venv'?)"]),
+    'toolchain': (
+        dict(append='toolchain: foss\n'),
+        ["spec.yaml:12: toolchain: unknown key 'toolchain' (the toolchain is always SYSTEM)"]),
+    'container-only-key-in-defaults': (
+        dict(replace=[('  venv: pytorch', '  date: "20250827"')]),
+        ["spec.yaml:7: defaults.date: 'date' is not allowed in defaults (set it per container)"]),
+    'missing-top-keys': (
+        dict(replace=[('name: PyTorch\n', ''), ('homepage: https://pytorch.org/\n', '')]),
+        ['spec.yaml:1: name: missing required key', 'spec.yaml:1: homepage: missing required key']),
+    'missing-containers': (
+        dict(replace=[('containers:\n  - version: "2.7.1"\n    date: "20250827"\n    dockerhash: 0d479e852886\n',
+                       '')]),
+        ['spec.yaml:1: containers: missing required key']),
+    'missing-python': (
+        dict(replace=[('  python: "3.12"\n', '')]),
+        ['spec.yaml:8: containers[0].python: missing required key (set it in the container entry or in defaults)']),
+    'missing-version-and-date': (
+        dict(replace=[('  - version: "2.7.1"\n    date: "20250827"\n    dockerhash', '  - dockerhash')]),
+        ['spec.yaml:9: containers[0].version: missing required key (set it in the container entry)',
+         'spec.yaml:9: containers[0].date: missing required key (set it in the container entry)']),
+    'empty-containers': (
+        dict(replace=[('containers:\n  - version: "2.7.1"\n    date: "20250827"\n    dockerhash: 0d479e852886\n',
+                       'containers: []\n')]),
+        ['spec.yaml:8: containers: must be a non-empty list of container entries']),
+    'containers-not-a-list': (
+        dict(replace=[('containers:\n  - version: "2.7.1"\n    date: "20250827"\n    dockerhash: 0d479e852886\n',
+                       'containers: {version: "2.7.1"}\n')]),
+        ['spec.yaml:8: containers: must be a non-empty list of container entries, got a mapping']),
+    'container-not-a-mapping': (
+        dict(append='  - "2.8.0"\n'),
+        ['spec.yaml:12: containers[1]: must be a mapping, got a string']),
+    'duplicate-file-name': (
+        dict(append='  - version: "2.7.1"\n    date: "20250827"\n    dockerhash: 0123456789ab\n'),
+        ['spec.yaml:12: containers[1]: would produce the same file '
+         'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb as containers[0]']),
+    'duplicate-key': (
+        dict(append='    date: "20250828"\n'),
+        ["spec.yaml:12: containers[0].date: duplicate key 'date'"]),
+    'bind-not-a-list': (
+        dict(replace=[('  venv: pytorch', '  bind: /pfs')]),
+        ['spec.yaml:7: defaults.bind: must be a list of strings, got a string']),
+    'bind-item-not-a-string': (
+        dict(replace=[('  venv: pytorch', '  bind: [/pfs, {a: b}]')]),
+        ['spec.yaml:7: defaults.bind[1]: must be a string, got a mapping']),
+    'bind-duplicate': (
+        dict(replace=[('  venv: pytorch', '  bind: [/pfs, /pfs]')]),
+        ["spec.yaml:7: defaults.bind[1]: '/pfs' is listed twice (also at index 0)"]),
+    'env-not-a-mapping': (
+        dict(append='    env: [A=1]\n'),
+        ['spec.yaml:12: containers[0].env: must be a mapping, got a list']),
+    'env-bad-name': (
+        dict(append='    env:\n      OK: "1"\n      1BAD: x\n      BAD-NAME: y\n'),
+        ["spec.yaml:14: containers[0].env.1BAD: '1BAD' is not a valid environment variable name",
+         "spec.yaml:15: containers[0].env.BAD-NAME: 'BAD-NAME' is not a valid environment variable name"]),
+    'env-value-int': (
+        dict(append='    env: {NCCL_NET_GDR_LEVEL: 3}\n'),
+        ['spec.yaml:12: containers[0].env.NCCL_NET_GDR_LEVEL: must be a string, quote it: "3" '
+         '(unquoted, YAML reads it as an integer 3)']),
+    'venv-list': (
+        dict(replace=[('  venv: pytorch', '  venv: [pytorch]')]),
+        ['spec.yaml:7: defaults.venv: must be a string, got a list']),
+    'bool-field': (
+        dict(append='    squash_user_software: "yes"\n    python_check: 1\n'),
+        ['spec.yaml:12: containers[0].squash_user_software: must be true or false, got a string',
+         'spec.yaml:13: containers[0].python_check: must be true or false, got an integer']),
+    'components-not-a-mapping': (
+        dict(append='    components: [DeepSpeed]\n'),
+        ['spec.yaml:12: containers[0].components: must be a mapping, got a list']),
+    'component-version-float': (
+        dict(append='    components: {DeepSpeed: 0.17}\n'),
+        ['spec.yaml:12: containers[0].components.DeepSpeed: must be a string, quote it: "0.17" '
+         '(unquoted, YAML reads it as a float 0.17)']),
+    'wrapped-command-bad': (
+        dict(append='    wrapped_commands: [python, /usr/bin/env]\n'),
+        ["spec.yaml:12: containers[0].wrapped_commands[1]: '/usr/bin/env' is not a command name"]),
+    'pip-requirements-string': (
+        dict(append='    pip_requirements: torchmetrics\n'),
+        ['spec.yaml:12: containers[0].pip_requirements: must be a list of strings, got a string']),
+    'checksum-bad': (
+        dict(append='    checksum: "abc"\n'),
+        ["spec.yaml:12: containers[0].checksum: 'abc' is not a sha256 checksum (64 lowercase hex digits)"]),
+    'sif-with-directory': (
+        dict(append='    sif: /appl/images/x.sif\n'),
+        ["spec.yaml:12: containers[0].sif: '/appl/images/x.sif' is not a plain file name ending in .sif"]),
+    'central-sif-dir-relative': (
+        dict(append='    central_sif_dir: images\n'),
+        ["spec.yaml:12: containers[0].central_sif_dir: 'images' is not an absolute path"]),
+    'variant-bad': (
+        dict(append='    variant: "my venv"\n'),
+        ["spec.yaml:12: containers[0].variant: 'my venv' is not a valid variant "
+         '(letters, digits, _.+-; may be empty)']),
+    'name-bad': (
+        dict(replace=[('name: PyTorch', 'name: "Py Torch"')]),
+        ["spec.yaml:1: name: 'Py Torch' is not a valid software name"]),
+    'homepage-bad': (
+        dict(replace=[('homepage: https://pytorch.org/', 'homepage: pytorch.org')]),
+        ["spec.yaml:2: homepage: 'pytorch.org' is not an http(s) URL"]),
+    'description-empty': (
+        dict(replace=[('description: Test spec.', 'description: ""')]),
+        ['spec.yaml:3: description: must not be empty']),
+    'moduleclass-bad': (
+        dict(append='moduleclass: [devel]\n'),
+        ['spec.yaml:12: moduleclass: must be a string, got a list']),
+    'defaults-not-a-mapping': (
+        dict(replace=[('defaults:\n  python: "3.12"\n  rocm: "6.2.4"\n  venv: pytorch\n', 'defaults: [x]\n')],
+             append='    python: "3.12"\n    rocm: "6.2.4"\n'),
+        ['spec.yaml:4: defaults: must be a mapping, got a list']),
+}
+
+
+@pytest.mark.parametrize('case', sorted(ERROR_CASES))
+def test_validation_errors(case, tmp_path, monkeypatch, capsys):
+    kwargs, expected = ERROR_CASES[case]
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, spec_text(**kwargs))
+    assert code == 2
+    assert out == ''
+    lines = err.splitlines()
+    assert lines[:-1] == expected
+    assert lines[-1] == 'generate-ec: %d error(s), nothing written' % len(expected)
+    assert not os.path.exists('out')
+
+
+def test_all_errors_collected_and_nothing_written(tmp_path, monkeypatch, capsys):
+    text = spec_text(replace=[('date: "20250827"', 'date: "2025-08-27"'),
+                              ('dockerhash: 0d479e852886', 'dockerhash: nothex'),
+                              ('python: "3.12"', 'python: 3.12')],
+                     append='    bogus: 1\n')
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'spec.yaml').write_text(text)
+    # a second, valid spec on the same command line must not be written either
+    code, out, err = run(['spec.yaml', PYTORCH_SPEC, '-o', 'out'], capsys)
+    assert code == 2
+    lines = err.splitlines()
+    assert lines[:3] == [
+        'spec.yaml:5: defaults.python: must be a string, quote it: "3.12" (unquoted, YAML reads it as a float 3.12)',
+        "spec.yaml:10: containers[0].date: '2025-08-27' is not YYYYMMDD",
+        "spec.yaml:11: containers[0].dockerhash: 'nothex' is not 12 lowercase hex digits",
+    ]
+    assert lines[3].startswith("spec.yaml:12: containers[0].bogus: unknown key 'bogus'")
+    assert lines[4:] == ['generate-ec: 4 error(s), nothing written']
+    assert os.listdir(str(tmp_path)) == ['spec.yaml']
+
+
+def test_path_as_given_on_command_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    os.mkdir('specs')
+    with open(os.path.join('specs', 'PyTorch.yaml'), 'w') as handle:
+        handle.write(spec_text(replace=[('date: "20250827"', 'date: "2025827"')]))
+    code, _, err = run(['./specs/PyTorch.yaml', '-o', 'out'], capsys)
+    assert code == 2
+    assert err.splitlines()[0] == "./specs/PyTorch.yaml:10: containers[0].date: '2025827' is not YYYYMMDD"
+
+
+def test_defaults_error_reported_once(tmp_path, monkeypatch, capsys):
+    # an invalid default must not additionally produce "missing required key" for every container
+    text = spec_text(replace=[('rocm: "6.2.4"', 'rocm: 6.2')],
+                     append='  - version: "2.6.0"\n    date: "20250301"\n    dockerhash: 0123456789ab\n')
+    code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 2
+    assert err.splitlines() == [
+        'spec.yaml:6: defaults.rocm: must be a string, quote it: "6.2" (unquoted, YAML reads it as a float 6.2)',
+        'generate-ec: 1 error(s), nothing written',
+    ]
+
+
+def test_sif_makes_dockerhash_optional(tmp_path, monkeypatch, capsys):
+    text = spec_text(replace=[('    dockerhash: 0d479e852886\n', '    sif: my-image.sif\n')])
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    values = check_easyconfig(out.strip())
+    assert values['sources'] == ['my-image.sif']
+
+
+@pytest.mark.parametrize('text, line_col', [
+    ('name: PyTorch\ncontainers:\n  - version: [1,\n    date: x\n', None),
+    ('name: PyTorch\n\tfoo: 1\n', '2:1'),
+    ('name: PyTorch\nhomepage: "unterminated\n', None),
+    ('name: *undefined\n', '1:7'),
+    ('a: 1\n- b\n', None),
+])
+def test_invalid_yaml(text, line_col, tmp_path, monkeypatch, capsys):
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 2
+    first = err.splitlines()[0]
+    assert re.match(r'^spec\.yaml:\d+:\d+: invalid YAML: \S', first), first
+    if line_col:
+        assert first.startswith('spec.yaml:%s: invalid YAML: ' % line_col), first
+    assert 'Traceback' not in err
+    assert not os.path.exists('out')
+
+
+def test_missing_spec_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(['missing.yaml', PYTORCH_SPEC, '-o', 'out'], capsys)
+    assert code == 2
+    assert err.splitlines()[0] == 'missing.yaml: no such spec file'
+    assert not os.path.exists('out')
+
+
+def test_empty_and_scalar_spec(tmp_path, monkeypatch, capsys):
+    for text, kind in (('', 'null (an empty value)'), ('just a string\n', 'a string'), ('- a\n', 'a list')):
+        code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
+        assert code == 2
+        assert err.splitlines()[0] == ('spec.yaml:1: (top level): the spec must be a mapping with keys name, '
+                                       'homepage, description, containers, got %s' % kind)
+
+
+def test_yaml_is_loaded_safely(tmp_path, monkeypatch, capsys):
+    text = spec_text(append='    env: !!python/object/apply:os.system ["echo pwned"]\n')
+    code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 2
+    assert err.startswith('spec.yaml:12:') and 'invalid YAML' in err
+
+
+def test_same_output_from_two_specs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'one.yaml').write_text(spec_text())
+    (tmp_path / 'two.yaml').write_text(spec_text(replace=[('dockerhash: 0d479e852886', 'dockerhash: 0123456789ab')]))
+    code, _, err = run(['one.yaml', 'two.yaml', '-o', 'out'], capsys)
+    assert code == 2
+    assert err.splitlines()[0] == (
+        'two.yaml:9: containers[0]: would produce the same file '
+        + os.path.join('out', 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb')
+        + ' as containers[0] in one.yaml')
+    assert not os.path.exists('out')
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Escaping, wrapping and style of unusual values
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_escaping_and_wrapping(tmp_path, monkeypatch, capsys):
+    long_words = ' '.join('word%d' % i for i in range(60))
+    text = textwrap.dedent('''\
+        name: PyTorch
+        homepage: https://pytorch.org/
+        description: |
+          Tricky \'\'\' and """ quotes, a trailing backslash \\
+          and %s.
+        defaults:
+          python: "3.12"
+          rocm: "6.2.4"
+          container_init: "source \\"/opt/x y\\"; echo 'hi'\\tthere"
+          bind: [/pfs, "/a/very/long/path/%s"]
+          env: {QUOTE: "it's \\"x\\"", BACKSLASH: "a\\\\b", EMPTY: ""}
+          wrapped_commands: [%s]
+          pip_requirements: ["pkg @ git+https://example.org/repo.git", "torch>=2.0"]
+          pip_install_options: ["--extra-index-url=https://example.org/simple", --no-deps]
+          components: {DeepSpeed: "0.17.4"}
+        containers:
+          - version: "2.7.1+rocm6.2.4"
+            date: "20250827"
+            dockerhash: 0d479e852886
+        ''') % (long_words, 'x' * 80, ', '.join('cmd%d' % i for i in range(40)))
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    path = out.strip()
+    values = check_easyconfig(path)
+    assert values['description'].startswith('\nTricky \'\'\' and """ quotes, a trailing backslash \\\nand word0 ')
+    assert values['whatis'] == ['Description: Tricky \'\'\' and """ quotes, a trailing backslash \\ and '
+                                + long_words + '.']
+    assert values['container_init'] == 'source "/opt/x y"; echo \'hi\'\tthere'
+    assert values['container_bind'] == ['/pfs', '/a/very/long/path/' + 'x' * 80]
+    assert values['container_env'] == {'QUOTE': 'it\'s "x"', 'BACKSLASH': 'a\\b', 'EMPTY': ''}
+    assert values['wrapped_commands'] == ['cmd%d' % i for i in range(40)]
+    assert values['pip_requirements'] == ['pkg @ git+https://example.org/repo.git', 'torch>=2.0']
+    assert values['pip_install_options'] == ['--extra-index-url=https://example.org/simple', '--no-deps']
+    assert values['version'] == '2.7.1+rocm6.2.4'
+    pycodestyle = pytest.importorskip('pycodestyle')
+    assert pycodestyle.StyleGuide(max_line_length=120, quiet=True).check_files([path]).total_errors == 0
+
+
+def test_unwrappable_line_is_an_error(tmp_path, monkeypatch, capsys):
+    text = spec_text(append='    variant: %s\n' % ('v' * 100))
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 2
+    assert re.match(r'^spec\.yaml:9: containers\[0\]: generated PyTorch-2\.7\.1-\S+\.eb line 6: '
+                    r'line longer than 120 characters$', err.splitlines()[0]), err
+    assert not os.path.exists('out')

@@ -1,0 +1,263 @@
+"""Tests for the singularity stand-in (tests/standin/singularity) and the SIF
+image helper (tests/sifimage.py)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sifimage  # noqa: E402
+
+STANDIN_DIR = Path(__file__).resolve().parent / "standin"
+TOOLS = ("proot", "squashfuse", "mksquashfs", "siftool", "umount")
+PYTHON = os.path.realpath(sys._base_executable)  # a base interpreter, not a venv's
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tools():
+    missing = [t for t in TOOLS if not shutil.which(t)]
+    if not os.path.exists("/dev/fuse"):
+        missing.append("/dev/fuse")
+    if missing:
+        msg = f"required tools missing: {', '.join(missing)}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)  # CI must not silently skip
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def sif(tmp_path_factory):
+    d = tmp_path_factory.mktemp("img")
+    return sifimage.make_test_sif(d / "plain.sif", PYTHON,
+                                  env={"GREETING": "hello 'image' $HOME \"x\""})
+
+
+@pytest.fixture(scope="module")
+def conda_sif(tmp_path_factory):
+    d = tmp_path_factory.mktemp("img")
+    return sifimage.make_test_sif(d / "conda.sif", PYTHON, conda=True)
+
+
+@pytest.fixture
+def run(tmp_path):
+    """Run the stand-in with a private TMPDIR; afterwards nothing may stay mounted."""
+    tmpdir = tmp_path / "standin-tmp"
+    tmpdir.mkdir()
+
+    def _run(*args, env=None, **kw):
+        e = {k: v for k, v in os.environ.items()
+             if not k.startswith(("SINGULARITY", "APPTAINER"))}
+        e.update(PATH=f"{STANDIN_DIR}{os.pathsep}{os.environ['PATH']}", TMPDIR=str(tmpdir))
+        e.update(env or {})
+        return subprocess.run(["singularity", *map(str, args)], env=e, capture_output=True,
+                              text=True, timeout=60, **kw)
+
+    yield _run
+    mounts = Path("/proc/mounts").read_text()
+    assert str(tmpdir) not in mounts, "stand-in left mounts behind"
+    assert not list(tmpdir.iterdir()), "stand-in left temp dirs behind"
+
+
+def test_version(run):
+    r = run("--version")
+    assert r.returncode == 0
+    assert r.stdout.strip() == "singularity-standin version 3.11.0 (test stand-in)"
+
+
+def test_sif_layout_matches_siftool(sif):
+    out = subprocess.run(["siftool", "list", str(sif)], capture_output=True, text=True).stdout
+    offset = sifimage.sif_partition_offset(sif)
+    assert f"|{offset}-" in out and "Squashfs" in out
+
+
+def test_env_script_is_sourced(run, sif):
+    r = run("exec", sif, "sh", "-c", 'printf %s "$GREETING"')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "hello 'image' $HOME \"x\""
+
+
+def test_arguments_round_trip(run, sif):
+    args = ["a b", '"dq"', "'sq'", "$HOME", "*", "", "back\\slash", "new\nline", "-c"]
+    r = run("exec", sif, "python", "-c",
+            "import sys,json; print(json.dumps(sys.argv[1:]))", *args)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == args
+
+
+def test_python_from_image(run, sif):
+    r = run("exec", sif, "sh", "-c", "command -v python; command -v python3; command -v pip")
+    assert r.stdout.split() == ["/opt/container/bin/python", "/opt/container/bin/python3",
+                                "/opt/container/bin/pip"]
+
+
+def test_exit_status(run, sif):
+    assert run("exec", sif, "sh", "-c", "exit 7").returncode == 7
+    assert run("exec", sif, "sh", "-c", "kill -TERM $$").returncode == 128 + 15
+
+
+def test_command_not_found(run, sif):
+    r = run("exec", sif, "no-such-command-xyz")
+    assert r.returncode == 255
+    assert 'FATAL: "no-such-command-xyz": executable file not found in $PATH' in r.stderr
+
+
+def test_singularityenv_overrides_image(run, sif):
+    val = "over 'ride' $x \"y\" *"
+    r = run("exec", sif, "sh", "-c", 'printf "%s|" "$GREETING" "$FOO"; env',
+            env={"SINGULARITYENV_GREETING": val, "SINGULARITYENV_FOO": "bar"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{val}|bar|")
+    assert "SINGULARITYENV_" not in r.stdout and "__SI_" not in r.stdout
+
+
+def test_prepend_append_path(run, sif):
+    r = run("exec", sif, "sh", "-c", 'echo "$PATH"',
+            env={"SINGULARITYENV_PREPEND_PATH": "/first/bin",
+                 "SINGULARITYENV_APPEND_PATH": "/last/bin"})
+    path = r.stdout.strip().split(":")
+    assert path[0] == "/first/bin" and path[-1] == "/last/bin"
+    assert "/opt/container/bin" in path
+
+
+def test_host_path_not_passed(run, sif, tmp_path):
+    # Like real Singularity (PATH is in AlwaysOmitKeys): the host PATH is dropped.
+    r = run("exec", sif, "sh", "-c", 'echo "$PATH"',
+            env={"PATH": f"{STANDIN_DIR}:/host/only/bin:{os.environ['PATH']}"})
+    assert "/host/only/bin" not in r.stdout and str(STANDIN_DIR) not in r.stdout
+
+
+def test_cleanenv(run, sif):
+    r = run("exec", "--cleanenv", sif, "sh", "-c", 'echo "${HOSTVAR:-unset} $FOO $GREETING"',
+            env={"HOSTVAR": "leak", "SINGULARITYENV_FOO": "kept"})
+    assert r.stdout.split()[:2] == ["unset", "kept"]
+
+
+def test_pwd(run, sif, tmp_path):
+    assert run("exec", sif, "pwd", cwd=tmp_path).stdout.strip() == str(tmp_path)
+    assert run("exec", "--pwd", "/etc", sif, "pwd").stdout.strip() == "/etc"
+
+
+def test_container_metadata(run, sif):
+    r = run("exec", sif, "sh", "-c",
+            'ls /.singularity.d; echo "$SINGULARITY_CONTAINER $SINGULARITY_NAME"')
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert "env" in lines and "labels.json" in lines
+    assert f"{sif} {sif.name}" in lines
+
+
+def test_dir_binds(run, sif, tmp_path):
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text(name)
+    r = run("exec", "-B", f"{tmp_path}/b:/bound/b,{tmp_path}/c:/bound/c:ro",
+            sif, "sh", "-c", "cat /bound/a/f /bound/b/f /bound/c/f; echo w > /bound/b/new",
+            env={"SINGULARITY_BINDPATH": f"{tmp_path}/a:/bound/a"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "abc"
+    assert (tmp_path / "b" / "new").read_text() == "w\n"  # rw bind writes through
+
+
+def test_later_bind_wins(run, sif, tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text(name)
+    r = run("exec", "--bind", f"{tmp_path}/b:/x", sif, "cat", "/x/f",
+            env={"SINGULARITY_BIND": f"{tmp_path}/a:/x"})
+    assert r.stdout == "b"
+
+
+def test_squashfs_image_src_bind(run, sif, tmp_path):
+    src = tmp_path / "sw"
+    (src / "bin").mkdir(parents=True)
+    (src / "bin" / "tool").write_text("in squashfs\n")
+    img = tmp_path / "sw.squashfs"
+    subprocess.run(["mksquashfs", src, img, "-noappend", "-quiet", "-all-root"], check=True)
+    r = run("exec", "-B", f"{img}:/user-software:image-src=/", sif, "sh", "-c",
+            "cat /user-software/bin/tool; touch /user-software/x && echo WRITABLE")
+    assert r.stdout == "in squashfs\n"
+    assert "WRITABLE" not in r.stdout and "Read-only" in r.stderr
+    r = run("exec", "-B", f"{img}:/sub:ro,image-src=/bin", sif, "cat", "/sub/tool")
+    assert r.stdout == "in squashfs\n"
+
+
+def test_missing_bind_source(run, sif, tmp_path):
+    r = run("exec", "-B", f"{tmp_path}/nope:/data", sif, "true")
+    assert r.returncode == 255
+    assert (f"FATAL: container creation failed: mount {tmp_path}/nope->/data error: while "
+            f"mounting {tmp_path}/nope: mount source {tmp_path}/nope doesn't exist") in r.stderr
+
+
+def test_bad_images(run, tmp_path):
+    (tmp_path / "junk.sif").write_text("not a sif\n" * 20)
+    r = run("exec", tmp_path / "junk.sif", "true")
+    assert r.returncode == 255
+    assert f"FATAL: could not open image {tmp_path}/junk.sif: image format not recognized" \
+        in r.stderr
+    r = run("exec", tmp_path / "missing.sif", "true")
+    assert r.returncode == 255
+    assert f"could not open image {tmp_path}/missing.sif: no such file or directory" in r.stderr
+
+
+def test_unknown_flag(run, sif):
+    r = run("exec", "--frobnicate", sif, "true")
+    assert r.returncode == 255 and "FATAL: unknown flag: --frobnicate" in r.stderr
+
+
+def test_shell(run, sif):
+    r = run("shell", sif, input='echo "$0 $GREETING"; exit 3\n')
+    assert r.returncode == 3
+    assert r.stdout.startswith("/bin/bash hello")
+    assert run("shell", "--shell", "/bin/sh", sif, "-c", "echo $0").stdout == "/bin/sh\n"
+
+
+def test_conda_image(run, conda_sif):
+    r = run("exec", conda_sif, "bash", "-c",
+            'command -v python || echo "no python"; echo "$WITH_CONDA"; '
+            "source /opt/miniconda3/bin/activate pytorch && command -v python "
+            '&& echo "$CONDA_PREFIX $CONDA_DEFAULT_ENV"')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "no python", "source /opt/miniconda3/bin/activate pytorch",
+        "/opt/miniconda3/envs/pytorch/bin/python",
+        "/opt/miniconda3/envs/pytorch pytorch"]
+    r = run("exec", conda_sif, "bash", "-c", '$WITH_CONDA && python -c "print(6*7)"')
+    assert r.stdout == "42\n"
+
+
+def test_conda_wrong_env(run, conda_sif):
+    r = run("exec", conda_sif, "bash", "-c", "source /opt/miniconda3/bin/activate nope")
+    assert r.returncode == 1
+    assert "EnvironmentNameNotFound: Could not find conda environment: nope" in r.stderr
+
+
+def test_sigterm_forwarded_and_cleaned_up(run, sif, tmp_path):
+    # `run` checks afterwards that the mount and temp dir are gone.
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SINGULARITY")}
+    e.update(PATH=f"{STANDIN_DIR}{os.pathsep}{os.environ['PATH']}",
+             TMPDIR=str(tmp_path / "standin-tmp"))
+    p = subprocess.Popen(["singularity", "exec", str(sif), "sh", "-c", "echo up; sleep 30"],
+                         env=e, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "up\n"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 128 + signal.SIGTERM
+    assert time.monotonic() - t0 < 10
+    p.stdout.close()
+
+
+def test_concurrent_runs(run, sif, tmp_path):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SINGULARITY")}
+    e.update(PATH=f"{STANDIN_DIR}{os.pathsep}{os.environ['PATH']}",
+             TMPDIR=str(tmp_path / "standin-tmp"))  # `run` checks it afterwards
+    procs = [subprocess.Popen(["singularity", "exec", str(sif), "sh", "-c",
+                               f"sleep 0.5; echo {i}"], env=e, stdout=subprocess.PIPE, text=True)
+             for i in range(3)]
+    assert [p.communicate(timeout=60)[0] for p in procs] == ["0\n", "1\n", "2\n"]
+    assert all(p.returncode == 0 for p in procs)
