@@ -224,7 +224,7 @@ die() {
 """
 
 CONTAINER_PREAMBLE = """
-if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d ]; then
+if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
     die "already running inside a container; this command starts the container itself and would nest it"
 fi
 sif="${%(sif_var)s:-}"

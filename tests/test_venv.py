@@ -1,0 +1,156 @@
+"""Pip requirements in the container's virtual environment, the SquashFS image, and reinstalls that keep
+the user's software."""
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import install_demo
+from harness import Installation, demo_easyconfig, require_tools
+
+
+def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', broken=False):
+    """A minimal pure-Python wheel, written directly as the zip file it is."""
+    module = name.replace('-', '_')
+    dist_info = '%s-%s.dist-info' % (module, version)
+    metadata = 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' % (name, version)
+    metadata += ''.join('Requires-Dist: %s\n' % req for req in requires)
+    files = {'%s/__init__.py' % module: code, '%s/METADATA' % dist_info: metadata,
+             '%s/WHEEL' % dist_info: 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'}
+    if broken:
+        files.pop('%s/METADATA' % dist_info)
+    files['%s/RECORD' % dist_info] = ''.join('%s,,\n' % f for f in files) + '%s/RECORD,,\n' % dist_info
+    path = Path(wheels) / ('%s-%s-py3-none-any.whl' % (module, version))
+    with zipfile.ZipFile(path, 'w') as whl:
+        for fname, text in files.items():
+            whl.writestr(fname, text)
+    return path
+
+
+@pytest.fixture(scope='module')
+def wheelhouse(tmp_path_factory):
+    wheels = tmp_path_factory.mktemp('wheels')
+    write_wheel(wheels, 'lumi-base', code='NAME = "base"\n')
+    write_wheel(wheels, 'lumi-top', requires=['lumi-base'], code='from lumi_base import NAME\nTOP = NAME + "+top"\n')
+    write_wheel(wheels, 'lumi-later', code='LATER = True\n')
+    return wheels
+
+
+def options(wheels):
+    return ['--no-index', '--find-links=%s' % wheels]
+
+
+@pytest.fixture(scope='module')
+def venv_install(tmp_path_factory, demo_sif, wheelhouse):
+    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    return install_demo(tmp_path_factory.mktemp('venv'), demo_sif, pip_requirements=['lumi-top'],
+                        pip_install_options=options(wheelhouse))
+
+
+def test_requirements_installed_and_squashed(venv_install):
+    inst, idir = venv_install
+    assert (idir / 'user-software.squashfs').is_file()
+    assert not (idir / 'user-software').exists()
+    out = inst.shell('module load Demo/1.0\npython -c "import lumi_top; print(lumi_top.TOP)"\n'
+                     'singularity exec "$SIF" python -c "import lumi_base; print(lumi_base.__file__)"\n'
+                     'singularity exec "$SIF" touch /user-software/x 2>/dev/null || echo read-only').stdout.split()
+    assert out[0] == 'base+top' and out[2] == 'read-only'
+    assert out[1].startswith('/user-software/venv/demo/lib/python')
+    assert out[1].endswith('/site-packages/lumi_base/__init__.py')
+
+
+def test_manual_procedure_of_the_user_guide(venv_install, wheelhouse):
+    """unmake-squashfs, remove the squashfs, reload, pip install, make-squashfs, reload: both import."""
+    inst, idir = venv_install
+    out = inst.shell('module load Demo/1.0\nunmake-squashfs\nrm "$CONTAINERROOT/user-software.squashfs"\n'
+                     'module load Demo/1.0\npip install -q --no-index --find-links=%s lumi-later\n'
+                     'make-squashfs\nmodule load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
+                     'python -c "import lumi_top, lumi_later; print(lumi_top.TOP, lumi_later.LATER)"' % wheelhouse)
+    assert 'user-software.squashfs:/user-software:image-src=/' in out.stdout
+    assert out.stdout.strip().endswith('base+top True')
+
+
+def test_bad_requirement_fails_with_pips_message(tmp_path, demo_sif, wheelhouse):
+    require_tools('proot', 'squashfuse')
+    with pytest.raises(AssertionError) as err:
+        install_demo(tmp_path, demo_sif, pip_requirements=['lumi-does-not-exist'],
+                     pip_install_options=options(wheelhouse))
+    text = str(err.value)
+    assert 'Installing the pip requirements in /user-software/venv/demo failed' in text
+    assert 'No matching distribution found for lumi-does-not-exist' in text
+
+
+def test_broken_wheel_fails(tmp_path, demo_sif):
+    require_tools('proot', 'squashfuse')
+    wheels = tmp_path / 'wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-broken', broken=True)
+    with pytest.raises(AssertionError) as err:
+        install_demo(tmp_path / 'i', demo_sif, pip_requirements=['lumi-broken'], pip_install_options=options(wheels))
+    assert 'Installing the pip requirements in /user-software/venv/demo failed' in str(err.value)
+
+
+def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse):
+    require_tools('proot', 'squashfuse')
+    lines = ['lumi-base ; python_version >= "3"  # a comment with $HOME and `false` and \'quotes\'',
+             '# only a comment: $(false)']
+    inst, idir = install_demo(tmp_path, demo_sif, pip_requirements=lines, pip_install_options=options(wheelhouse),
+                              squash_user_software=False)
+    assert (idir / 'user-software' / 'requirements.txt').read_text() == '\n'.join(lines) + '\n'
+    out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH"\npython -c "import lumi_base"').stdout
+    assert '%s/user-software:/user-software' % idir in out
+    assert not (idir / 'user-software.squashfs').exists()
+
+
+def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse):
+    require_tools('proot', 'squashfuse')
+    fake = tmp_path / 'fakebin'
+    fake.mkdir()
+    (fake / 'mksquashfs').write_text('#!/bin/sh\necho partial > "$2"\necho "mksquashfs: no space left" >&2\nexit 1\n')
+    (fake / 'mksquashfs').chmod(0o755)
+    inst = Installation(tmp_path / 'i')
+    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-base'],
+                                                              pip_install_options=options(wheelhouse)))
+    env = inst.env()
+    env['PATH'] = '%s:%s' % (fake, env['PATH'])
+    proc = inst.eb(ec, check=False, env=env)
+    assert proc.returncode != 0
+    assert 'mksquashfs failed; nothing was changed' in proc.stdout + proc.stderr
+    idir = inst.installdir('Demo', '1.0')
+    assert not list(idir.glob('user-software.squashfs*'))
+    assert (idir / 'user-software' / 'venv' / 'demo' / 'lib').is_dir()
+
+
+def test_reinstall_keeps_users_squashfs(tmp_path, demo_sif, wheelhouse):
+    require_tools('proot', 'squashfuse', 'mksquashfs')
+    inst, idir = install_demo(tmp_path, demo_sif, pip_requirements=['lumi-base'],
+                              pip_install_options=options(wheelhouse))
+    before = (idir / 'user-software.squashfs').read_bytes()
+    ec = inst.root / 'easyconfigs' / 'Demo-1.0.eb'
+    proc = inst.eb(ec, '--rebuild')
+    backups = list(idir.parent.glob('1.0.user-software.squashfs.backup-*'))
+    assert len(backups) == 1
+    assert backups[0].read_bytes() == before
+    out = proc.stdout + proc.stderr
+    assert 'was moved to %s' % backups[0] in out
+    assert 'mv %s %s' % (backups[0], idir / 'user-software.squashfs') in out
+    assert (idir / 'user-software.squashfs').is_file()
+
+
+def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse):
+    require_tools('proot', 'squashfuse')
+    init = 'source /opt/miniconda3/bin/activate pytorch'
+    inst, idir = install_demo(tmp_path, conda_sif, container_init=init, pip_requirements=['lumi-base'],
+                              pip_install_options=options(wheelhouse))
+    out = inst.shell('module load Demo/1.0\npython -c "import lumi_base, os; print(os.environ[\'CONDA_DEFAULT_ENV\'])"'
+                     '\nstart-shell -c "echo \\$CONDA_PREFIX"').stdout.split()
+    assert out == ['pytorch', '/opt/miniconda3/envs/pytorch']
+
+    bad = Installation(tmp_path / 'bad')
+    (bad.sources / 'demo.sif').write_bytes(Path(conda_sif).read_bytes())
+    ec = bad.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_init='source /opt/miniconda3/bin/activate nope'))
+    proc = bad.eb(ec, check=False)
+    assert proc.returncode != 0
+    assert 'container_init failed' in proc.stdout + proc.stderr
+    assert 'Could not find conda environment: nope' in proc.stdout + proc.stderr
