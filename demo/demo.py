@@ -5,13 +5,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / 'tests'))
 
-from harness import CONTAINER_PYTHON, Installation, demo_easyconfig, run  # noqa: E402
+from harness import CONTAINER_PYTHON, Installation, demo_easyconfig, run, write_wheel  # noqa: E402
 from sifimage import make_test_sif  # noqa: E402
 
 def step(text):
@@ -26,20 +25,10 @@ def show(inst, script):
 
 
 def build_wheel(workdir):
-    """A tiny local wheel, written as the zip file it is: the pip requirement installed at install time."""
+    """A tiny local wheel: the pip requirement installed in the container's venv at install time."""
     wheels = workdir / 'wheels'
     wheels.mkdir()
-    files = {
-        'lumi_demo_greeting/__init__.py': 'def hello():\n    return "hello from the venv"\n',
-        'lumi_demo_greeting-1.0.dist-info/METADATA': 'Metadata-Version: 2.1\nName: lumi-demo-greeting\nVersion: 1.0\n',
-        'lumi_demo_greeting-1.0.dist-info/WHEEL': 'Wheel-Version: 1.0\nGenerator: demo\nRoot-Is-Purelib: true\n'
-                                                  'Tag: py3-none-any\n',
-    }
-    files['lumi_demo_greeting-1.0.dist-info/RECORD'] = ''.join('%s,,\n' % name for name in files) + \
-        'lumi_demo_greeting-1.0.dist-info/RECORD,,\n'
-    with zipfile.ZipFile(wheels / 'lumi_demo_greeting-1.0-py3-none-any.whl', 'w') as wheel:
-        for name, text in files.items():
-            wheel.writestr(name, text)
+    write_wheel(wheels, 'lumi-demo-greeting', code='def hello():\n    return "hello from the venv"\n')
     return wheels
 
 

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,21 @@ def demo_easyconfig(name='Demo', version='1.0', suffix='', sif='demo.sif', **par
     for key, value in params.items():
         lines.append('%s = %r' % (key, value))
     return '\n'.join(lines) + '\n'
+
+
+def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', broken=False):
+    """A minimal pure-Python wheel, written directly as the zip file it is."""
+    module = name.replace('-', '_')
+    dist_info = '%s-%s.dist-info' % (module, version)
+    metadata = 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' % (name, version)
+    metadata += ''.join('Requires-Dist: %s\n' % req for req in requires)
+    files = {'%s/__init__.py' % module: code, '%s/METADATA' % dist_info: metadata,
+             '%s/WHEEL' % dist_info: 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'}
+    if broken:
+        files.pop('%s/METADATA' % dist_info)
+    files['%s/RECORD' % dist_info] = ''.join('%s,,\n' % f for f in files) + '%s/RECORD,,\n' % dist_info
+    path = Path(wheels) / ('%s-%s-py3-none-any.whl' % (module, version))
+    with zipfile.ZipFile(path, 'w') as whl:
+        for fname, text in files.items():
+            whl.writestr(fname, text)
+    return path
