@@ -1,15 +1,19 @@
 # make demo: the main job, on a fresh Debian 12 machine (as root).  make test: the whole test suite.
-# Everything needed is installed here, idempotently: Debian packages, EasyBuild 5.x and 4.9.4, a test venv.
+# Everything needed is installed here, idempotently: Debian packages, EasyBuild 5.x and 4.9.4, a test venv,
+# and torch for the test image of the distributed tests (a CPU build pip takes from local disk).
 TOOLS ?= /opt/lumi-container-tools
 PY := $(TOOLS)/venv/bin/python
-APT_PACKAGES := lmod squashfs-tools squashfuse proot siftool shellcheck python3 python3-venv python3-pip
+APT_PACKAGES := lmod squashfs-tools squashfuse proot siftool shellcheck python3 python3-venv python3-pip \
+		slurm-wlm munge
 PYTHON ?= python3
+TORCH_VERSION := 2.13.0
 
 .PHONY: setup test demo generate check-easyconfigs clean-tools
 
-setup: $(TOOLS)/apt.stamp $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp
+setup: $(TOOLS)/apt.stamp $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp \
+	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp
 
-$(TOOLS)/apt.stamp:
+$(TOOLS)/apt.stamp: Makefile
 	dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null)
 	mkdir -p $(TOOLS) && touch $@
@@ -28,9 +32,17 @@ $(TOOLS)/venv/setup.stamp: setup.cfg setup.py
 	$(TOOLS)/venv/bin/pip install -q .
 	touch $@
 
+# Installed with --target: the tests copy this tree into a SIF image, where PYTHONPATH points to it.
+$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp:
+	rm -rf $(TOOLS)/torch-$(TORCH_VERSION)
+	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(TOOLS)/torch-$(TORCH_VERSION) \
+	  torch==$(TORCH_VERSION) 2>&1 | grep -v -e '^WARNING: Location' -e 'as the .root. user' || true
+	test -d $(TOOLS)/torch-$(TORCH_VERSION)/torch
+	touch $@
+
 test: setup
 	$(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
-	LUMI_CT_TOOLS=$(TOOLS) $(PY) -m pytest -ra tests
+	LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra tests
 
 demo: setup
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) demo/demo.py

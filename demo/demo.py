@@ -13,6 +13,7 @@ sys.path.insert(0, str(REPO / 'tests'))
 from harness import CONTAINER_PYTHON, Installation, demo_easyconfig, run, write_wheel  # noqa: E402
 from sifimage import make_test_sif  # noqa: E402
 
+
 def step(text):
     print('\n\033[1m== %s\033[0m' % text, flush=True)
 

@@ -5,8 +5,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
 
-from harness import CONTAINER_PYTHON, Installation, demo_easyconfig, require_tools  # noqa: E402
+from harness import CONTAINER_PYTHON, TORCH_SITE, Installation, demo_easyconfig, require, require_tools  # noqa: E402
 from sifimage import make_test_sif  # noqa: E402
+from slurmcluster import DAEMONS, SlurmCluster  # noqa: E402
 
 
 @pytest.fixture(scope='session')
@@ -23,6 +24,25 @@ def conda_sif(tmp_path_factory):
     require_tools('mksquashfs', 'siftool')
     path = tmp_path_factory.mktemp('images') / 'conda.sif'
     return make_test_sif(path, CONTAINER_PYTHON, conda=True)
+
+
+@pytest.fixture(scope='session')
+def torch_sif(tmp_path_factory):
+    """A real SIF image with torch (CPU build) in its Python, like LUMI's PyTorch images."""
+    require_tools('mksquashfs', 'siftool')
+    require((Path(TORCH_SITE) / 'torch').is_dir(), 'torch installed in %s' % TORCH_SITE)
+    path = tmp_path_factory.mktemp('images') / 'pytorch.sif'
+    site = '/opt/container/lib/torch-site-packages'
+    return make_test_sif(path, CONTAINER_PYTHON, trees={site: TORCH_SITE}, comp='lz4', env={'PYTHONPATH': site})
+
+
+@pytest.fixture(scope='session')
+def slurm():
+    """A real one-node Slurm cluster (munged, slurmctld, slurmd), stopped at the end of the session."""
+    require_tools(*DAEMONS)
+    cluster = SlurmCluster().start()
+    yield cluster
+    cluster.stop()
 
 
 def install_demo(root, sif, eb_version='5', syntax='Lua', **params):

@@ -15,6 +15,8 @@ EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
 STANDIN_DIR = REPO / 'tests' / 'standin'
 TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
 EB_VENVS = {'5': TOOLS / 'eb5', '4.9': TOOLS / 'eb49'}
+# torch installed with pip --target by make setup, copied into the test image of the distributed tests.
+TORCH_SITE = os.environ.get('LUMI_CT_TORCH', str(TOOLS / 'torch-2.13.0'))
 LMOD_CMD = '/usr/share/lmod/lmod/libexec/lmod'
 LMOD_INIT = '/usr/share/lmod/lmod/init/bash'
 IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
@@ -110,8 +112,8 @@ class Installation:
 
     def shell(self, script, check=True, env=None, pre=''):
         """Run a bash script with Lmod initialised and this prefix's modules on MODULEPATH."""
-        full = 'source %s\n%s\nmodule use %s\n%s' % (LMOD_INIT, pre, shlex.quote(str(self.prefix / 'modules' / 'all')),
-                                                      script)
+        modules = shlex.quote(str(self.prefix / 'modules' / 'all'))
+        full = 'source %s\n%s\nmodule use %s\n%s' % (LMOD_INIT, pre, modules, script)
         return run(['bash', '-c', full], env=env or base_env(), check=check)
 
 

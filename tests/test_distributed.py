@@ -1,0 +1,191 @@
+"""The distributed runscripts under a real one-node Slurm: get-master, conda-python-distributed, torch.distributed."""
+import re
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import LMOD_INIT, Installation, demo_easyconfig, run
+
+HOSTLISTS = [
+    ('nid005000', 'nid005000'),
+    ('nid005000,nid005001', 'nid005000'),
+    ('nid[005000-005003]', 'nid005000'),
+    ('nid[005000-005003,005007]', 'nid005000'),
+    ('nid[005007,005000-005003]', 'nid005007'),
+    ('nid[5-7,9]', 'nid5'),
+    ('node[01-04]', 'node01'),
+    ('node[099-101]', 'node099'),
+    ('rack[1-2]-node[01-04]', 'rack1-node01'),
+    ('nid[005000-005003]-ib', 'nid005000-ib'),
+    ('nid[005000]', 'nid005000'),
+    ('nid[005000]-ib,uan01', 'nid005000-ib'),
+    ('login1,nid[005000-005003]', 'login1'),
+    ('x[2,4]y[1-3]z', 'x2y1z'),
+]
+
+# One rank per task: gloo all_reduce, then a few steps of DistributedDataParallel from different initial
+# parameters and different data per rank; DDP must leave every rank with the same, trained parameters.
+DDP_CHECK = '''\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([float(rank + 1)])
+dist.all_reduce(total)
+if rank == 0:
+    print("all_reduce sum %d expected %d" % (total.item(), world * (world + 1) // 2), flush=True)
+
+torch.manual_seed(rank)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+ddp = DistributedDataParallel(model)
+before = torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
+optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
+for step in range(5):
+    x = torch.randn(32, 8)
+    loss = (ddp(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+after = torch.cat([p.detach().flatten() for p in model.parameters()])
+gathered = [torch.zeros_like(after) for _ in range(world)]
+dist.all_gather(gathered, after)
+print("rank %d of %d: local rank %s of %s, master %s:%s, trained %s" % (
+    rank, world, os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"], os.environ["MASTER_ADDR"],
+    os.environ["MASTER_PORT"], not torch.equal(before, after)), flush=True)
+if rank == 0:
+    print("DDP parameters identical on all ranks:", all(torch.equal(gathered[0], g) for g in gathered), flush=True)
+dist.destroy_process_group()
+'''
+
+
+@pytest.fixture(scope='module')
+def pytorch(tmp_path_factory, torch_sif):
+    """The torch image installed with eb as PyTorch/2.13.0, its sanity check importing torch."""
+    root = tmp_path_factory.mktemp('pytorch')
+    inst = Installation(root)
+    (inst.sources / 'pytorch.sif').write_bytes(Path(torch_sif).read_bytes())
+    ec = inst.write_easyconfig('PyTorch-2.13.0.eb', demo_easyconfig(
+        name='PyTorch', version='2.13.0', sif='pytorch.sif', container_components={'torch': '2.13.0+cpu'}))
+    inst.eb(ec)
+    (root / 'ddp_check.py').write_text(DDP_CHECK)
+    return inst, root
+
+
+def get_master(pytorch, *args, env=None):
+    inst, _ = pytorch
+    script = inst.installdir('PyTorch', '2.13.0') / 'runscripts' / 'get-master'
+    return run(['python3', str(script), *args], check=False, env=env)
+
+
+@pytest.mark.parametrize('hostlist,first', HOSTLISTS)
+def test_get_master_parses_slurm_hostlists(pytorch, slurm, hostlist, first):
+    assert get_master(pytorch, hostlist).stdout == first + '\n'
+    # The real Slurm agrees on the first host; Debian 12's Slurm 22.05 knows no text after a bracket.
+    proc = run(['scontrol', 'show', 'hostnames', hostlist], env=slurm.env())
+    if re.search(r'\][^,\[]', hostlist) and 'Invalid hostlist' in proc.stderr:
+        return
+    assert proc.stdout.split()[0] == first, proc.stderr
+
+
+def test_get_master_reads_slurm_variables(pytorch):
+    env = {'PATH': '/usr/bin:/bin', 'SLURM_NODELIST': 'b[1-2]'}
+    assert get_master(pytorch, env=env).stdout == 'b1\n'
+    env['SLURM_JOB_NODELIST'] = 'a[7-8]'
+    assert get_master(pytorch, env=env).stdout == 'a7\n'
+
+
+@pytest.mark.parametrize('args,message', [
+    ((), 'no host list: pass one as argument or run in a Slurm job'),
+    (('nid[1-2',), "cannot parse host list 'nid[1-2': unbalanced brackets"),
+    (('nid[a-b]',), "cannot parse host list 'nid[a-b]'"),
+])
+def test_get_master_errors(pytorch, args, message):
+    proc = get_master(pytorch, *args, env={'PATH': '/usr/bin:/bin'})
+    assert proc.returncode == 1 and proc.stdout == ''
+    assert message in proc.stderr
+
+
+def test_distributed_outside_slurm_fails_clearly(pytorch):
+    inst, root = pytorch
+    proc = inst.shell('module load PyTorch/2.13.0\ncd %s\n'
+                      'singularity exec "$SIFPYTORCH" conda-python-distributed -u ddp_check.py' % root, check=False)
+    assert proc.returncode == 1
+    assert 'not running as a Slurm task (SLURM_PROCID is not set)' in proc.stderr
+    assert 'Rank' not in proc.stdout
+
+
+def check_ddp_output(out):
+    """Check the output of ddp_check.py on two ranks; return the master port."""
+    assert 'all_reduce sum 3 expected 3' in out, out
+    assert 'DDP parameters identical on all ranks: True' in out, out
+    ranks = re.findall(r'rank (\d) of 2: local rank (\d) of 2, master (\S+):(\d+), trained True', out)
+    assert sorted(r[0] for r in ranks) == ['0', '1'], out
+    assert all(r[0] == r[1] for r in ranks), out  # one node: local rank == rank
+    assert len({(r[2], r[3]) for r in ranks}) == 1, out  # one master for both
+    return int(ranks[0][3])
+
+
+def test_srun_two_ranks_all_reduce_and_ddp(pytorch, slurm):
+    inst, root = pytorch
+    proc = inst.shell('module load PyTorch/2.13.0\ncd %s\n'
+                      'srun -n 2 singularity exec "$SIFPYTORCH" conda-python-distributed -u ddp_check.py' % root,
+                      env=slurm.env(inst.env()), check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + slurm.log('slurmd.log')
+    port = check_ddp_output(proc.stdout)
+    # The runscript's own report: one line per rank with host, CPUs, GPU and master.
+    assert len(re.findall(r'^Rank [01] on \S+: CPUs [0-9,-]+, GPU [01], master \S+:%d$' % port,
+                          proc.stdout, re.M)) == 2, proc.stdout
+
+
+JOB_SCRIPT = '''\
+#!/bin/bash
+#SBATCH --ntasks=2
+#SBATCH --oversubscribe
+#SBATCH --output={out}
+source {lmod_init}
+module use {modules}
+module load PyTorch/2.13.0
+# Start only when the other job runs too, so that their job steps overlap.
+touch {barrier}/$SLURM_JOB_ID
+for i in $(seq 600); do [ "$(ls {barrier} | wc -l)" -ge 2 ] && break; sleep 0.1; done
+srun singularity exec "$SIFPYTORCH" conda-python-distributed -u {root}/ddp_check.py
+'''
+
+
+def test_two_concurrent_jobs_do_not_collide(pytorch, slurm):
+    inst, root = pytorch
+    barrier = root / 'barrier'
+    barrier.mkdir()
+    env = slurm.env(inst.env())
+    jobs = []
+    for name in ('a', 'b'):
+        script = root / ('job-%s.sh' % name)
+        script.write_text(JOB_SCRIPT.format(out=root / ('job-%s.out' % name), lmod_init=LMOD_INIT, barrier=barrier,
+                                            modules=inst.prefix / 'modules' / 'all', root=root))
+        out = run(['sbatch', '--parsable', str(script)], env=env, cwd=root).stdout
+        jobs.append((out.strip().split(';')[0], root / ('job-%s.out' % name)))
+    deadline = time.monotonic() + 600
+    while run(['squeue', '-h', '-j', ','.join(j for j, _ in jobs)], env=env, check=False).stdout.strip():
+        assert time.monotonic() < deadline, 'jobs did not finish in 10 minutes'
+        time.sleep(1)
+    ports = []
+    for job, out in jobs:
+        state = run(['scontrol', 'show', 'job', job], env=env).stdout
+        assert 'JobState=COMPLETED' in state and 'ExitCode=0:0' in state, state + out.read_text()
+        ports.append(check_ddp_output(out.read_text()))
+    assert len(set(ports)) == 2, ports
+    assert len(list(barrier.iterdir())) == 2
+
+
+def test_conda_python_simple_needs_no_slurm(pytorch):
+    inst, root = pytorch
+    out = inst.shell('module load PyTorch/2.13.0\n'
+                     'singularity exec "$SIFPYTORCH" conda-python-simple -c '
+                     '"import torch; print(torch.__version__, torch.distributed.is_available())"').stdout
+    assert out == '2.13.0+cpu True\n'
