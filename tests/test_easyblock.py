@@ -31,13 +31,11 @@ def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
     names = ['SIF', 'SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'RUNSCRIPTSDEMO', 'SINGULARITY_BINDPATH',
              'SINGULARITYENV_PREPEND_PATH', 'SINGULARITYENV_VIRTUAL_ENV', 'SINGULARITYENV_DEMO_VAR']
     # the host's Python by its full path: python3 itself is a wrapper once the module is loaded
-    dump = '%s -c %s' % (shlex.quote(sys.executable), shlex.quote('import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))'
-                                                         % names))
-    # Lmod 8.6 evaluates pushenv of a Tcl modulefile twice on a reload (module load of a loaded module),
-    # so the reload is checked for Lua modules, LUMI's syntax.
-    reload = 'module load Demo/1.0\n' if syntax == 'Lua' else ''
+    dump = '%s -c %s' % (shlex.quote(sys.executable), shlex.quote(
+        'import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))' % names))
+    # The reload (module load of a loaded module) must not add the binds twice.
     out = inst.shell('export SINGULARITY_BINDPATH=/user/own\nmodule load Demo/1.0\n%s\nwhich start-shell\n'
-                     '%s%s\nmodule unload Demo/1.0\n%s\n' % (dump, reload, dump, dump)).stdout
+                     'module load Demo/1.0\n%s\nmodule unload Demo/1.0\n%s\n' % (dump, dump, dump)).stdout
     loaded, reloaded, unloaded = [json.loads(line) for line in out.splitlines() if line.startswith('{')]
     sif = str(idir / 'demo.sif')
     assert loaded == {
@@ -51,11 +49,14 @@ def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
     }
     assert str(idir / 'bin' / 'start-shell') in out
     assert reloaded == loaded
-    if syntax == 'Lua':
-        assert unloaded == dict({k: None for k in names}, SINGULARITY_BINDPATH='/user/own')
-    else:
-        # Known limitation: Lmod 8.6 does not reliably pop pushenv values of Tcl modulefiles on unload.
-        assert unloaded['SIF'] is None and unloaded['CONTAINERROOT'] is None
+    assert unloaded == dict({k: None for k in names}, SINGULARITY_BINDPATH='/user/own')
+
+    # Without binds of the user's, unload unsets SINGULARITY_BINDPATH; the user's SINGULARITYENV_ value is back.
+    out = inst.shell('export SINGULARITYENV_DEMO_VAR=mine\nmodule load Demo/1.0\nmodule load Demo/1.0\n%s\n'
+                     'module unload Demo/1.0\n%s\n' % (dump, dump)).stdout
+    reloaded, unloaded = [json.loads(line) for line in out.splitlines() if line.startswith('{')]
+    assert reloaded == dict(loaded, SINGULARITY_BINDPATH=loaded['SINGULARITY_BINDPATH'][len('/user/own,'):])
+    assert unloaded == dict({k: None for k in names}, SINGULARITYENV_DEMO_VAR='mine')
 
     help_text = inst.shell('module help Demo/1.0 2>&1').stdout
     for word in ['SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'SINGULARITY_BINDPATH', 'start-shell', 'make-squashfs',

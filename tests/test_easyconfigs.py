@@ -1,21 +1,30 @@
-"""The shipped easyconfigs: in sync with their spec, clean for eb --check-style, parsed by eb --dry-run."""
+"""The shipped easyconfigs: in sync with their spec, clean for eb --check-style, parsed by eb --dry-run,
+and installed for real from the shipped spec."""
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from harness import REPO, Installation, require, run
+from harness import CONTAINER_PYTHON, CONTAINER_PYTHON_VERSION, REPO, Installation, require, require_tools, run
+from harness import write_wheel
+from sifimage import make_test_sif
 
 EC_DIR = REPO / 'easyconfigs' / 'p' / 'PyTorch'
 EASYCONFIGS = sorted(EC_DIR.glob('*.eb'))
 
 
-def test_easyconfigs_match_their_spec():
-    # the console script installed beside the Python running the tests (make test's venv), else on PATH
+def generate_ec_command():
+    """The console script installed beside the Python running the tests (make test's venv), else on PATH."""
     beside = Path(sys.executable).parent / 'generate-ec'
-    generate_ec = str(beside) if beside.exists() else shutil.which('generate-ec')
-    require(generate_ec, 'the generate-ec console script (pip install .)')
+    path = str(beside) if beside.exists() else shutil.which('generate-ec')
+    require(path, 'the generate-ec console script (pip install .)')
+    return path
+
+
+def test_easyconfigs_match_their_spec():
+    generate_ec = generate_ec_command()
     proc = run([generate_ec, '--check', '-o', '.', 'PyTorch.yaml'], cwd=EC_DIR, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = run([generate_ec, '--list', 'PyTorch.yaml'], cwd=EC_DIR).stdout.split()
@@ -35,3 +44,49 @@ def test_check_style_and_dry_run(tmp_path, eb_version):
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out
         assert 'PyTorch/%s' % ec.name[len('PyTorch-'):-len('.eb')] in out
+
+
+def test_generated_easyconfig_installs_and_works(tmp_path):
+    """The shipped spec's exampleVenv entry, adapted only to this machine, generated and installed with eb.
+
+    Adapted: the Python version (the test image's), the binds (LUMI's file systems do not exist here) and
+    pip's options (local wheels, no network). The image is a real SIF with the components' metadata, named
+    as the spec names it; the requirements torchmetrics and pytorch-lightning are stand-in wheels.
+    """
+    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs', 'siftool')
+    spec = yaml.safe_load((EC_DIR / 'PyTorch.yaml').read_text())
+    wheels = tmp_path / 'wheels'
+    wheels.mkdir()
+    for requirement in spec['defaults']['pip_requirements']:
+        write_wheel(wheels, requirement, code='GENERATED = True\n')
+    spec['defaults'].update(
+        python=CONTAINER_PYTHON_VERSION, bind=['/tmp'], pip_install_options=['--no-index', '--find-links=%s' % wheels],
+        wrapped_commands=[cmd.replace(spec['defaults']['python'], CONTAINER_PYTHON_VERSION)
+                          for cmd in spec['defaults']['wrapped_commands']])
+    entry = next(c for c in spec['containers'] if c['version'] == '2.7.1' and 'variant' not in c)
+    spec['containers'] = [entry]
+    (tmp_path / 'spec.yaml').write_text(yaml.safe_dump(spec))
+    run([generate_ec_command(), '-o', str(tmp_path / 'ecs'), str(tmp_path / 'spec.yaml')])
+    suffix = '-rocm-6.2.4-python-%s-singularity-exampleVenv-20250827' % CONTAINER_PYTHON_VERSION
+    ec = tmp_path / 'ecs' / ('PyTorch-2.7.1%s.eb' % suffix)
+    assert [p.name for p in (tmp_path / 'ecs').iterdir()] == [ec.name]
+
+    # The image: the spec's components as installed distributions, found through PYTHONPATH.
+    dists = tmp_path / 'dists'
+    for name, version in entry['components'].items():
+        info = dists / ('%s-%s.dist-info' % (name.replace('-', '_'), version))
+        info.mkdir(parents=True)
+        (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: %s\nVersion: %s\n' % (name, version))
+    inst = Installation(tmp_path / 'install')
+    sif_name = 'lumi-pytorch-rocm-6.2.4-python-%s-pytorch-v2.7.1-dockerhash-0d479e852886.sif' % (
+        CONTAINER_PYTHON_VERSION)
+    make_test_sif(inst.sources / sif_name, CONTAINER_PYTHON, trees={'/opt/components': dists},
+                  env={'PYTHONPATH': '/opt/components'})
+    inst.eb(ec)
+
+    idir = inst.installdir('PyTorch', '2.7.1' + suffix)
+    assert (idir / sif_name).is_file() and (idir / 'user-software.squashfs').is_file()
+    out = inst.shell('module load PyTorch/2.7.1%s\necho "$SIFPYTORCH $SINGULARITYENV_NCCL_SOCKET_IFNAME"\n'
+                     'python -c "import torchmetrics, pytorch_lightning; print(torchmetrics.GENERATED)"\n'
+                     'list-packages --format=freeze | grep -i -e deepspeed -e torchmetrics' % suffix).stdout
+    assert out.splitlines() == ['%s hsn' % (idir / sif_name), 'True', 'DeepSpeed==0.17.4', 'torchmetrics==1.0']

@@ -147,7 +147,7 @@ def test_pytorch_values():
     assert list(values['container_components']) == ['DeepSpeed', 'flash-attention', 'transformers']
     assert values['pip_requirements'] == ['torchmetrics', 'pytorch-lightning']
     assert values['moduleclass'] == 'devel'
-    for absent in ('pip_install_options', 'squash_user_software', 'central_sif_dir', 'container_python_check'):
+    for absent in ('pip_install_options', 'squash_user_software', 'central_sif_dir'):
         assert absent not in values
     assert values['description'] == textwrap.dedent("""
         PyTorch with torchaudio, torchdata and torchvision, in a LUMI container.
@@ -183,10 +183,10 @@ def test_overrides_values():
     mid = check_easyconfig(os.path.join(directory,
                                         'PyTorch-2.6.0-rocm-6.2.4-python-3.11-singularity-exampleVenv-20250301.eb'))
     assert mid['sources'] == ['lumi-pytorch-custom.sif']
-    assert mid['container_python_version'] == '3.11'
+    assert mid['container_python_version'] is None  # python_check: false
+    assert mid['versionsuffix'].startswith('-rocm-6.2.4-python-3.11-')
     assert mid['container_bind'] == ['/flash']  # overrides replace, they do not merge
     assert mid['container_env'] == {}
-    assert mid['container_python_check'] is False
     assert mid['container_components'] == {'transformers': '4.48.0'}
     assert 'pip_install_options' not in mid and 'squash_user_software' not in mid
     assert mid['central_sif_dir'] == '/appl/local/containers/sif-images'  # from defaults

@@ -161,6 +161,25 @@ pushenv("SINGULARITY_BINDPATH", binds)
 
 TCL_MODULE_LOGIC = """
 # SingularityContainer: the image, the bind list and the container environment
+# pushenv that also gives the old value back on unload under Lmod 8.6. Lmod runs Tcl modulefiles in its own
+# process, and its Tcl pushenv writes the new value into the environment before Lmod saves the old value
+# (TACC/Lmod#584), so the unload would keep the new value. Putting the old value back right after pushenv
+# lets Lmod save the right one. pushenv's stack is all that sets a value on unload in Lmod 8.6 (setenv
+# unsets, unsetenv does nothing). Only under Lmod: Environment Modules keeps its own stack and exports ::env.
+proc singularitycontainer_pushenv {var val} {
+    set had_value [info exists ::env($var)]
+    if { $had_value } {
+        set old_value $::env($var)
+    }
+    pushenv $var $val
+    if { [info exists ::env(LMOD_VERSION_MAJOR)] } {
+        if { $had_value } {
+            set ::env($var) $old_value
+        } elseif { [info exists ::env($var)] } {
+            unset ::env($var)
+        }
+    }
+}
 set installdir %(installdir)s
 set sif_name %(sif_name)s
 set sif [file join $installdir $sif_name]
@@ -196,17 +215,19 @@ if { [file isfile [file join $installdir %(us_squashfs)s]] } {
 # On a reload, leave out what this module added before, so that it is not added twice.
 set user_binds [expr {[info exists ::env(SINGULARITY_BINDPATH)] ? $::env(SINGULARITY_BINDPATH) : ""}]
 foreach added_before [list [expr {[info exists ::env(%(binds_var_bare)s)] ? $::env(%(binds_var_bare)s) : ""}] $binds] {
-    if { $added_before ne "" && $user_binds eq $added_before } {
+    set n [string length $added_before]
+    if { $n > 0 && $user_binds eq $added_before } {
         set user_binds ""
-    } elseif { $added_before ne "" && [string range $user_binds end-[string length $added_before] end] eq ",$added_before" } {
-        set user_binds [string range $user_binds 0 end-[expr {[string length $added_before] + 1}]]
+    } elseif { $n > 0 && [string range $user_binds end-$n end] eq ",$added_before" } {
+        set user_binds [string range $user_binds 0 end-[expr {$n + 1}]]
     }
 }
 setenv %(binds_var)s $binds
 if { $user_binds ne "" } {
     set binds "$user_binds,$binds"
 }
-pushenv SINGULARITY_BINDPATH $binds
+# As in Lua, unload restores the value from before the load: changes made meanwhile are not kept.
+singularitycontainer_pushenv SINGULARITY_BINDPATH $binds
 %(container_env)s
 """
 
@@ -229,7 +250,8 @@ if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singula
 fi
 sif="${%(sif_var)s:-}"
 [ -n "$sif" ] || die "module %(mod_name)s is not loaded; run 'module load %(mod_name)s' first"
-[ -f "$sif" ] || die "container image $sif not found; reload the module (module load %(mod_name)s) or reinstall it with eb"
+[ -f "$sif" ] || die "container image $sif not found;" \
+    "reload the module (module load %(mod_name)s) or reinstall it with eb"
 runtime=$(command -v singularity || command -v apptainer) || die "neither singularity nor apptainer is on PATH"
 """
 
@@ -275,7 +297,8 @@ trap 'rm -f "$tmp"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 echo "Packing $dir into $squashfs with $cpus processors..."
-mksquashfs "$dir" "$tmp" -noappend -no-progress -quiet -processors "$cpus" || die "mksquashfs failed; nothing was changed"
+mksquashfs "$dir" "$tmp" -noappend -no-progress -quiet -processors "$cpus" ||
+    die "mksquashfs failed; nothing was changed"
 mv "$tmp" "$squashfs"
 trap - EXIT
 echo "Created $squashfs."
@@ -417,7 +440,6 @@ Usage: get-master [HOSTLIST]   (default: $SLURM_JOB_NODELIST, else $SLURM_NODELI
 Written by EasyBuild's SingularityContainer easyblock; scontrol is not available in the container,
 so the host list syntax is parsed here: nid[005000-005003,005007], rack[1-2]-node[01-04], nid[005000]-ib.
 """
-import json
 import os
 import re
 import sys
@@ -662,7 +684,10 @@ class SingularityContainer(EasyBlock):
     def write_scripts(self):
         """Write bin/ (commands for outside the container) and runscripts/ (seen as /runscripts inside)."""
         values = self.script_values()
-        header = lambda script, purpose: SCRIPT_HEADER % dict(values, script=script, purpose=purpose)
+
+        def header(script, purpose):
+            return SCRIPT_HEADER % dict(values, script=script, purpose=purpose)
+
         preamble = CONTAINER_PREAMBLE % values
         scripts = {
             'bin/start-shell': header('start-shell', 'start bash in the container') + preamble +
@@ -721,9 +746,12 @@ class SingularityContainer(EasyBlock):
             output, exit_code = run_cmd(cmd, log_ok=False, log_all=False, simple=False, trace=False)
         self.log.info("Output of %s (exit code %s):\n%s", what, exit_code, output)
         if exit_code:
-            tail = '\n'.join(output.rstrip().splitlines()[-ERROR_TAIL_LINES:])
-            raise EasyBuildError("%s failed (exit code %s). Command: %s\nLast lines of its output:\n%s",
-                                 what, exit_code, cmd, tail)
+            lines = [line for line in output.rstrip().splitlines() if line.strip()] or ['(no output)']
+            # EasyBuild 4.9 shows only the first 300 characters of an error: the cause goes first.
+            errors = [line for line in lines if re.match(r'\s*(error|fatal|\S+: error)\b', line, re.I)]
+            raise EasyBuildError("%s failed (exit code %s): %s\nLast lines of its output (all of it is in the "
+                                 "log):\n%s\nCommand: %s", what, exit_code, (errors or lines)[-1].strip(),
+                                 '\n'.join(lines[-ERROR_TAIL_LINES:]), cmd)
         return output
 
     def container_runtime(self):
@@ -817,7 +845,8 @@ class SingularityContainer(EasyBlock):
         quote = lua_str if lua else tcl_str
         env_lines = []
         for key, value in self.container_environment():
-            env_lines.append(('pushenv(%s, %s)' if lua else 'pushenv %s %s') % (quote(key), quote(value)))
+            env_lines.append(('pushenv(%s, %s)' if lua else 'singularitycontainer_pushenv %s %s')
+                             % (quote(key), quote(value)))
         central = self.cfg['central_sif_dir'] or ''
         values = {
             'installdir': quote(self.installdir),
@@ -859,7 +888,7 @@ class SingularityContainer(EasyBlock):
             self.log.warning("%s not found: container checks skipped", self.installed_sif())
 
         return super(SingularityContainer, self).sanity_check_step(custom_paths=custom_paths,
-                                                                    custom_commands=custom_commands)
+                                                                   custom_commands=custom_commands)
 
     def container_check_command(self):
         """Shell command checking in the container: the Python version, the components, the requirements."""
