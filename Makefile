@@ -8,7 +8,7 @@ APT_PACKAGES := lmod squashfs-tools squashfuse proot siftool shellcheck python3 
 PYTHON ?= python3
 TORCH_VERSION := 2.13.0
 
-.PHONY: setup test demo generate check-easyconfigs clean-tools
+.PHONY: setup test demo bench generate check-easyconfigs clean-tools
 
 setup: $(TOOLS)/apt.stamp $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp \
 	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp
@@ -46,6 +46,11 @@ test: setup
 
 demo: setup
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) demo/demo.py
+
+# Benchmarks (not part of make test, which runs them once in a quick mode): a table, and JSON with
+# make bench BENCH_ARGS="--json bench.json --markdown".
+bench: setup
+	LUMI_CT_TOOLS=$(TOOLS) $(PY) benchmarks/run.py $(BENCH_ARGS)
 
 # Maintainers: regenerate the easyconfigs from their spec, or check that they are in sync.
 generate: setup

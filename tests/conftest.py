@@ -26,14 +26,28 @@ def conda_sif(tmp_path_factory):
     return make_test_sif(path, CONTAINER_PYTHON, conda=True)
 
 
+TORCH_IN_CONTAINER = '/opt/torch-site-packages'
+
+
 @pytest.fixture(scope='session')
 def torch_sif(tmp_path_factory):
-    """A real SIF image with torch (CPU build) in its Python, like LUMI's PyTorch images."""
+    """A real SIF image whose Python finds torch (CPU build) at TORCH_IN_CONTAINER, like LUMI's PyTorch images.
+
+    The torch tree is bound there from the host (torch_bind()) rather than packed into the image: with four
+    ranks importing torch at once, squashfuse in this machine's sandbox now and then failed lookups of files
+    that exist (ModuleNotFoundError), while binds of host directories did not.
+    """
     require_tools('mksquashfs', 'siftool')
     require((Path(TORCH_SITE) / 'torch').is_dir(), 'torch installed in %s' % TORCH_SITE)
+    empty = tmp_path_factory.mktemp('torch-mount-point')
     path = tmp_path_factory.mktemp('images') / 'pytorch.sif'
-    site = '/opt/container/lib/torch-site-packages'
-    return make_test_sif(path, CONTAINER_PYTHON, trees={site: TORCH_SITE}, comp='lz4', env={'PYTHONPATH': site})
+    return make_test_sif(path, CONTAINER_PYTHON, trees={TORCH_IN_CONTAINER: empty},
+                         env={'PYTHONPATH': TORCH_IN_CONTAINER})
+
+
+def torch_bind():
+    """The container_bind entry that puts the host's torch where the torch_sif image looks for it."""
+    return '%s:%s' % (TORCH_SITE, TORCH_IN_CONTAINER)
 
 
 @pytest.fixture(scope='session')

@@ -5,6 +5,7 @@ spool directories; stop() kills all three and removes the directory, so nothing 
 """
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -19,6 +20,7 @@ MUNGE_KEY = '/etc/munge/munge.key'
 
 SLURM_CONF = """\
 ClusterName=lumi-ct-test
+FirstJobId={first_job_id}
 SlurmctldHost={host}
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
@@ -77,6 +79,8 @@ class SlurmCluster:
             (self.root / 'state').mkdir()
             (self.root / 'spool').mkdir()
             self.conf.write_text(SLURM_CONF.format(
+                # Job ids (and so the ranks' MASTER_PORT) differ from those of other test clusters on this host.
+                first_job_id=random.randrange(1000, 10 ** 6),
                 host=self.host, cpus=self.cpus, root=self.root, ctld_port=_free_port(),
                 slurmd_port=_free_port(), munge_socket=self.munge_dir / 'munge.socket'))
             self._daemon('slurmctld', ['slurmctld', '-D', '-c', '-f', str(self.conf)])

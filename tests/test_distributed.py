@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import torch_bind
 from harness import LMOD_INIT, Installation, demo_easyconfig, run
 
 HOSTLISTS = [
@@ -71,7 +72,8 @@ def pytorch(tmp_path_factory, torch_sif):
     inst = Installation(root)
     (inst.sources / 'pytorch.sif').write_bytes(Path(torch_sif).read_bytes())
     ec = inst.write_easyconfig('PyTorch-2.13.0.eb', demo_easyconfig(
-        name='PyTorch', version='2.13.0', sif='pytorch.sif', container_components={'torch': '2.13.0+cpu'}))
+        name='PyTorch', version='2.13.0', sif='pytorch.sif', container_components={'torch': '2.13.0+cpu'},
+        container_bind=['/tmp', torch_bind()]))
     inst.eb(ec)
     (root / 'ddp_check.py').write_text(DDP_CHECK)
     return inst, root

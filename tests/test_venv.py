@@ -89,6 +89,12 @@ def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, e
     out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH"\npython -c "import lumi_base"').stdout
     assert '%s/user-software:/user-software' % idir in out
     assert not (idir / 'user-software.squashfs').exists()
+    # The image's pip serves the venv (no copy of it), through scripts that run it with the venv's Python.
+    venv = idir / 'user-software' / 'venv' / 'demo'
+    assert not list(venv.glob('lib/python*/site-packages/pip'))
+    assert (venv / 'bin' / 'pip').read_text().endswith('exec "$(dirname "$0")/python" -m pip "$@"\n')
+    out = inst.shell('module load Demo/1.0\npip --version\npip list --format=freeze').stdout
+    assert out.startswith('pip ') and 'lumi-base==1.0' in out.splitlines()
 
 
 def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, eb_version):

@@ -1,0 +1,51 @@
+"""make bench, in quick mode: the runner completes and reports every benchmark with numeric figures.
+
+No timing is asserted: the figures depend on the machine, and tiny sizes say nothing about the goals.
+"""
+import json
+import math
+import subprocess
+import sys
+
+from harness import REPO, require_eb, require_tools
+
+RUNNER = REPO / 'benchmarks' / 'run.py'
+BENCHMARKS = ['install', 'squash', 'wrapper', 'module_load', 'generator']
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def test_quick_benchmarks_report_all_figures(tmp_path):
+    require_tools('mksquashfs', 'unsquashfs', 'siftool', 'squashfuse', 'proot')
+    require_eb('5')
+    out = tmp_path / 'bench.json'
+    work = tmp_path / 'work'
+    proc = subprocess.run([sys.executable, str(RUNNER), '--quick', '--json', str(out), '--workdir', str(work)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, 'benchmarks/run.py --quick failed:\n%s\n%s' % (proc.stdout[-3000:],
+                                                                                proc.stderr[-6000:])
+    result = json.loads(out.read_text())
+    assert [bench['name'] for bench in result['benchmarks']] == BENCHMARKS
+    for bench in result['benchmarks']:
+        assert bench['figures'], bench['name']
+        for fig in bench['figures']:
+            where = '%s: %s' % (bench['name'], fig['label'])
+            assert all(is_number(fig[key]) for key in ('median', 'min', 'max')), where
+            assert fig['values'] and all(is_number(value) for value in fig['values']), where
+            if 'goal' in fig:
+                assert is_number(fig['goal']['limit']) and isinstance(fig['pass'], bool), where
+    for bench in result['benchmarks']:
+        assert bench['title'] in proc.stdout
+
+    # The scratch dir is gone, and nothing is left mounted below the work dir.
+    assert [p.name for p in work.iterdir()] in ([], ['cache'])
+    with open('/proc/self/mountinfo') as handle:
+        assert str(work) not in handle.read()
+
+    # The same results as a Markdown table, without measuring again.
+    md = subprocess.run([sys.executable, str(RUNNER), '--from-json', str(out), '--markdown'],
+                        capture_output=True, text=True, timeout=60)
+    assert md.returncode == 0, md.stderr
+    assert md.stdout.startswith('Measured ') and '| Benchmark | Figure | Median |' in md.stdout
