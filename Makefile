@@ -32,7 +32,7 @@ $(TOOLS)/venv/setup.stamp: setup.cfg setup.py
 	$(TOOLS)/venv/bin/pip install -q .
 	touch $@
 
-# Installed with --target: the tests copy this tree into a SIF image, where PYTHONPATH points to it.
+# Installed with --target: the distributed tests bind this tree into a test image, whose PYTHONPATH points to it.
 $(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp:
 	rm -rf $(TOOLS)/torch-$(TORCH_VERSION)
 	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(TOOLS)/torch-$(TORCH_VERSION) \
