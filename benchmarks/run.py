@@ -485,6 +485,18 @@ def shell_env(inst, script):
     return dict(item.split('=', 1) for item in out.split('\0') if '=' in item)
 
 
+def timed_pair(ctx, name, cmds, env):
+    """Per run, the mean milliseconds of each of two short commands, taking turns; {key: [ms per run]}."""
+    first, second = cmds
+
+    def one_run(index):
+        order = dict((key, cmds[key]) for key in rotated(list(cmds), index))
+        means = mean_time(order, env, ctx.scratch, ctx.settings.inner)
+        return {first: means[first] * 1000, second: means[second] * 1000}
+
+    return repeat(ctx.settings, name, one_run)
+
+
 def bench_wrapper(ctx):
     s = ctx.settings
     inst, idir = ctx.squashed_install()
@@ -493,13 +505,8 @@ def bench_wrapper(ctx):
     cmds = {'wrapper': [str(idir / 'bin' / 'python'), '-c', 'pass'],
             'direct': [runtime, 'exec', env['SIF'], 'python', '-c', 'pass']}
 
-    def one_run(index):
-        order = dict((name, cmds[name]) for name in rotated(list(cmds), index))
-        means = mean_time(order, env, ctx.scratch, s.inner)
-        return {'wrapper': means['wrapper'] * 1000, 'direct': means['direct'] * 1000,
-                'overhead': (means['wrapper'] - means['direct']) * 1000}
-
-    v = repeat(s, 'wrapper', one_run)
+    v = timed_pair(ctx, 'wrapper', cmds, env)
+    v['overhead'] = [wrapper - direct for wrapper, direct in zip(v['wrapper'], v['direct'])]
     return {
         'name': 'wrapper',
         'title': 'Wrapper start-up (python -c pass)',
@@ -551,13 +558,8 @@ def bench_module_load(ctx):
         if 'SIF=' not in out.stdout:
             raise BenchError('%s does not set SIF:\n%s\n%s' % (' '.join(cmd), tail(out.stdout), tail(out.stderr)))
 
-    def one_run(index):
-        order = dict((name, cmds[name]) for name in rotated(list(cmds), index))
-        means = mean_time(order, env, ctx.scratch, s.inner)
-        return {'generated': means['generated'] * 1000, 'plain': means['plain'] * 1000,
-                'ratio': means['generated'] / means['plain']}
-
-    v = repeat(s, 'module_load', one_run)
+    v = timed_pair(ctx, 'module_load', cmds, env)
+    v['ratio'] = [generated / plain for generated, plain in zip(v['generated'], v['plain'])]
     return {
         'name': 'module_load',
         'title': 'Module load ($LMOD_CMD bash load)',
