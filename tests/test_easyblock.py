@@ -1,4 +1,5 @@
 """The SingularityContainer easyblock with real EasyBuild (5.x and 4.9.4), real Lmod and real SIF images."""
+import hashlib
 import json
 import os
 import shlex
@@ -161,6 +162,29 @@ def test_source_that_is_not_a_sif(tmp_path, demo_sif, content, expected):
     assert expected in out
     assert not (inst.installdir('Demo', '1.0') / 'demo.sif').exists()
     assert (inst.sources / 'demo.sif').read_bytes() == (data[:len(data) // 2] if content is None else content)
+
+
+@pytest.mark.parametrize('eb_version', ['5', '4.9'])
+def test_checksum_is_verified_once(tmp_path, demo_sif, eb_version):
+    """A wrong checksum stops the install before anything is copied; the right one installs. The image is read
+    for the verification only, not also for log lines (EasyBuild 4.9 would read it twice more)."""
+    require_tools('proot', 'squashfuse')
+    inst = Installation(tmp_path, eb_version=eb_version)
+    data = Path(demo_sif).read_bytes()
+    (inst.sources / 'demo.sif').write_bytes(data)
+    wrong = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(checksums=['0' * 64]))
+    proc = inst.eb(wrong, check=False)
+    assert proc.returncode != 0
+    assert 'Checksum verification for %s' % (inst.sources / 'demo.sif') in proc.stdout + proc.stderr
+    assert not (inst.installdir('Demo', '1.0') / 'demo.sif').exists()
+
+    right = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(checksums=[hashlib.sha256(data).hexdigest()]))
+    inst.eb(right)
+    assert (inst.installdir('Demo', '1.0') / 'demo.sif').read_bytes() == data
+    log = next((inst.installdir('Demo', '1.0') / 'easybuild').glob('easybuild-Demo-1.0-*.log')).read_text()
+    assert 'Checksum verification for %s using %s passed' % (inst.sources / 'demo.sif',
+                                                             hashlib.sha256(data).hexdigest()) in log
+    assert 'checksum for %s' % (inst.sources / 'demo.sif') not in log  # fetch_step's log-only checksums
 
 
 def test_missing_source(tmp_path):
