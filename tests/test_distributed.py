@@ -61,6 +61,9 @@ print("rank %d of %d: local rank %s of %s, master %s:%s, trained %s" % (
     os.environ["MASTER_PORT"], not torch.equal(before, after)), flush=True)
 if rank == 0:
     print("DDP parameters identical on all ranks:", all(torch.equal(gathered[0], g) for g in gathered), flush=True)
+# Tear down together: rank 0 holds the rendezvous store, and leaving while another rank still talks to it
+# aborted rank 0 now and then ("terminate called without an active exception").
+dist.barrier()
 dist.destroy_process_group()
 '''
 
