@@ -1,7 +1,9 @@
 """The distributed runscripts under a real one-node Slurm: get-master, conda-python-distributed, torch.distributed."""
+import json
+import os
+import pwd
 import re
-import subprocess
-import textwrap
+import shutil
 import time
 from pathlib import Path
 
@@ -79,7 +81,10 @@ def pytorch(tmp_path_factory, torch_sif):
         container_bind=['/tmp', torch_bind()]))
     inst.eb(ec)
     (root / 'ddp_check.py').write_text(DDP_CHECK)
-    return inst, root
+    caches = set(Path('/tmp').glob('*-miopen-cache-*'))
+    yield inst, root
+    for cache in set(Path('/tmp').glob('*-miopen-cache-*')) - caches:  # the jobs' MIOpen caches, kept by design
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def get_master(pytorch, *args, env=None):
@@ -194,3 +199,58 @@ def test_conda_python_simple_needs_no_slurm(pytorch):
                      'singularity exec "$SIFPYTORCH" conda-python-simple -c '
                      '"import torch; print(torch.__version__, torch.distributed.is_available())"').stdout
     assert out == '2.13.0+cpu True\n'
+
+
+SHOW_ENV = '''\
+import json, os
+names = ["SLURM_JOB_ID", "SLURM_STEP_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+         "LOCAL_WORLD_SIZE", "ROCR_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "NCCL_NET_GDR_LEVEL",
+         "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR"]
+print("ENV " + json.dumps({name: os.environ.get(name) for name in names}), flush=True)
+'''
+
+
+def srun_show_env(pytorch, slurm, setup=''):
+    """srun -n 2 conda-python-distributed show_env.py; the environment each rank saw, by rank, and the output."""
+    inst, root = pytorch
+    (root / 'show_env.py').write_text(SHOW_ENV)
+    proc = inst.shell('module load PyTorch/2.13.0\n%s\ncd %s\n'
+                      'srun -n 2 singularity exec "$SIFPYTORCH" conda-python-distributed show_env.py' % (setup, root),
+                      env=slurm.env(inst.env()))
+    ranks = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith('ENV ')]
+    return {int(env['RANK']): env for env in ranks}, proc.stdout
+
+
+def test_distributed_environment_defaults(pytorch, slurm):
+    ranks, out = srun_show_env(pytorch, slurm)
+    assert sorted(ranks) == [0, 1], out
+    job, step = int(ranks[0]['SLURM_JOB_ID']), int(ranks[0]['SLURM_STEP_ID'])
+    for rank, env in ranks.items():
+        assert env['MASTER_ADDR'] == slurm.host
+        assert env['MASTER_PORT'] == str(10000 + (job * 16 + step) % 22000)
+        assert (env['WORLD_SIZE'], env['LOCAL_RANK'], env['LOCAL_WORLD_SIZE']) == ('2', str(rank), '2')
+        assert env['ROCR_VISIBLE_DEVICES'] == str(rank)
+        assert (env['NCCL_SOCKET_IFNAME'], env['NCCL_NET_GDR_LEVEL']) == ('hsn', '3')
+        # One MIOpen cache per user, job and node, in /tmp; still there after the job step (nobody deletes it).
+        assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '/tmp/%s-miopen-cache-%d-0' % (
+            os.environ.get('USER') or pwd.getpwuid(os.getuid()).pw_name, job)
+        assert os.path.isdir(env['MIOPEN_USER_DB_PATH'])
+    shutil.rmtree(ranks[0]['MIOPEN_USER_DB_PATH'])
+
+
+def test_distributed_environment_keeps_user_choices(pytorch, slurm, tmp_path):
+    fakebin = tmp_path / 'fakebin'
+    fakebin.mkdir()
+    (fakebin / 'rocm-smi').write_text('#!/bin/sh\necho "rocm-smi ran on rank $SLURM_PROCID"\n')
+    (fakebin / 'rocm-smi').chmod(0o755)
+    ranks, out = srun_show_env(pytorch, slurm, setup=(
+        'export MASTER_PORT=23456 ROCR_VISIBLE_DEVICES=4,5 NCCL_SOCKET_IFNAME=lo MIOPEN_USER_DB_PATH=%s/miopen\n'
+        'export SINGULARITYENV_APPEND_PATH=%s' % (tmp_path, fakebin)))
+    assert sorted(ranks) == [0, 1], out
+    for rank, env in ranks.items():
+        assert env['MASTER_PORT'] == '23456'
+        assert env['ROCR_VISIBLE_DEVICES'] == str(4 + rank)  # the local rank's entry of the user's list
+        assert (env['NCCL_SOCKET_IFNAME'], env['NCCL_NET_GDR_LEVEL']) == ('lo', '3')
+        assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '%s/miopen' % tmp_path
+    # rocm-smi runs once per node, on local rank 0, when the container has it.
+    assert re.findall('rocm-smi ran on rank .', out) == ['rocm-smi ran on rank 0'], out
