@@ -7,7 +7,7 @@ import pytest  # noqa: E402
 
 from harness import CONTAINER_PYTHON, TORCH_SITE, Installation, demo_easyconfig, require, require_tools  # noqa: E402
 from sifimage import make_test_sif  # noqa: E402
-from slurmcluster import DAEMONS, SlurmCluster  # noqa: E402
+from slurmcluster import SLURM_COMMANDS, SlurmCluster  # noqa: E402
 
 
 @pytest.fixture(scope='session')
@@ -53,7 +53,7 @@ def torch_bind():
 @pytest.fixture(scope='session')
 def slurm():
     """A real one-node Slurm cluster (munged, slurmctld, slurmd), stopped at the end of the session."""
-    require_tools(*DAEMONS)
+    require_tools(*SLURM_COMMANDS)
     cluster = SlurmCluster().start()
     yield cluster
     cluster.stop()

@@ -15,7 +15,7 @@ EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
 STANDIN_DIR = REPO / 'tests' / 'standin'
 TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
 EB_VENVS = {'5': TOOLS / 'eb5', '4.9': TOOLS / 'eb49'}
-# torch installed with pip --target by make setup, copied into the test image of the distributed tests.
+# torch installed with pip --target by make setup, bound into the test image of the distributed tests.
 TORCH_SITE = os.environ.get('LUMI_CT_TORCH', str(TOOLS / 'torch-2.13.0'))
 LMOD_CMD = '/usr/share/lmod/lmod/libexec/lmod'
 LMOD_INIT = '/usr/share/lmod/lmod/init/bash'

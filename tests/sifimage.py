@@ -37,18 +37,15 @@ def _run(cmd):
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout}")
 
 
-def build_sif(rootfs: Path, sif: Path, comp: str = "gzip") -> Path:
-    """Pack directory `rootfs` into a SIF file at `sif` (overwritten).
-
-    comp is mksquashfs's compressor: lz4 packs a tree as big as torch's in seconds, gzip takes minutes.
-    """
+def build_sif(rootfs: Path, sif: Path) -> Path:
+    """Pack directory `rootfs` into a SIF file at `sif` (overwritten)."""
     sif = Path(sif)
     if sif.exists():
         sif.unlink()
     fd, sqfs = tempfile.mkstemp(suffix=".sqfs", dir=sif.parent)
     os.close(fd)
     try:
-        _run(["mksquashfs", rootfs, sqfs, "-noappend", "-quiet", "-all-root", "-comp", comp])
+        _run(["mksquashfs", rootfs, sqfs, "-noappend", "-quiet", "-all-root"])
         _run(["siftool", "new", sif])
         _run(["siftool", "add", "--datatype", "4", "--partfs", "1", "--parttype", "2",
               "--partarch", "2", sif, sqfs])
@@ -101,19 +98,18 @@ def make_test_rootfs(root: Path, python: str, *, conda: bool = False,
     return root
 
 
-def make_test_sif(dest: Path, python: str, *, trees: dict | None = None, comp: str = "gzip",
-                  **kw) -> Path:
+def make_test_sif(dest: Path, python: str, *, trees: dict | None = None, **kw) -> Path:
     """make_test_rootfs() in a temp dir + build_sif() to `dest`.
 
     `trees` maps absolute paths in the image to host directories copied there
-    (e.g. a site-packages tree with torch, found through PYTHONPATH in `env`).
+    (e.g. distributions' metadata, found through PYTHONPATH in `env`).
     """
     dest = Path(dest)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         root = make_test_rootfs(Path(tmp) / "rootfs", python, **kw)
         for target, source in (trees or {}).items():
             shutil.copytree(source, root / target.lstrip("/"), symlinks=True)
-        return build_sif(root, dest, comp=comp)
+        return build_sif(root, dest)
 
 
 def sif_partition_offset(path) -> int:

@@ -13,9 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ['SlurmCluster', 'DAEMONS']
+__all__ = ['SlurmCluster', 'SLURM_COMMANDS']
 
-DAEMONS = ('munged', 'slurmctld', 'slurmd', 'srun', 'sbatch', 'scontrol', 'squeue', 'sinfo')
+# The daemons and the commands this module and the tests run.
+SLURM_COMMANDS = ('munged', 'slurmctld', 'slurmd', 'srun', 'sbatch', 'scontrol', 'squeue', 'sinfo', 'scancel')
 MUNGE_KEY = '/etc/munge/munge.key'
 
 SLURM_CONF = """\

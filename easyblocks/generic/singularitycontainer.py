@@ -488,20 +488,20 @@ if __name__ == '__main__':
     sys.exit(main(sys.argv))
 '''
 
-# Create the venv in the container. An image with pip serves the venv through the system site packages, with
-# small pip scripts that run it with the venv's Python (so packages go into the venv): no copy of pip, which is
-# about 1000 files and seconds of install time on Lustre for every install.
+# Create the venv in the container. An image with pip serves the venv through the system site packages
+# (add_pip_scripts): no copy of pip, which is about 1000 files and seconds of install time on Lustre.
 CREATE_VENV = """\
 if python -c 'import pip' >/dev/null 2>&1; then
     python -m venv --system-site-packages --without-pip %(venv)s
-    for pip in pip pip3 "pip$(python -c 'import sys; print("%%d.%%d" %% sys.version_info[:2])')"; do
-        printf '#!/bin/sh\\n# The image'"'"'s pip, run by this virtual environment'"'"'s Python.\\n%%s\\n' \\
-            'exec "$(dirname "$0")/python" -m pip "$@"' > %(venv)s/bin/$pip
-        chmod +x %(venv)s/bin/$pip
-    done
 else
     python -m venv --system-site-packages %(venv)s
 fi
+"""
+
+# bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
+VENV_PIP_SCRIPT = """#!/bin/sh
+# The image's pip, run by this virtual environment's Python.
+exec "$(dirname "$0")/python" -m pip "$@"
 """
 
 # Run by the sanity check in the container, with the checks as JSON in argv[1]. No single quotes in it,
@@ -800,6 +800,21 @@ class SingularityContainer(EasyBlock):
         script = self.init_shell_code() + CREATE_VENV % {'venv': self.container_venv}
         self.run_in_container(script, "Creating the virtual environment %s in the container" % self.container_venv,
                               extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
+        self.add_pip_scripts()
+
+    def add_pip_scripts(self):
+        """Give a venv created without pip the commands pip, pip3 and pip3.X, running the image's pip."""
+        venv = os.path.join(self.installdir, USER_SOFTWARE, 'venv', self.venv_name)
+        if self.dry_run or os.path.exists(os.path.join(venv, 'bin', 'pip')):
+            return
+        # pyvenv.cfg, written by venv, has 'version = 3.12.4': the Python in the image
+        with open(os.path.join(venv, 'pyvenv.cfg')) as cfg:
+            version = re.search(r'^version\s*=\s*(\d+)\.(\d+)', cfg.read(), re.M)
+        names = ['pip', 'pip3'] + (['pip%s.%s' % version.groups()] if version else [])
+        for name in names:
+            path = os.path.join(venv, 'bin', name)
+            write_file(path, VENV_PIP_SCRIPT)
+            adjust_permissions(path, 0o755, add=True)
 
     def install_requirements(self):
         """Install pip_requirements in the virtual environment, from a requirements file written here."""
