@@ -242,7 +242,9 @@ def test_sigterm_forwarded_and_cleaned_up(run, sif, tmp_path):
     e = {k: v for k, v in os.environ.items() if not k.startswith("SINGULARITY")}
     e.update(PATH=f"{STANDIN_DIR}{os.pathsep}{os.environ['PATH']}",
              TMPDIR=str(tmp_path / "standin-tmp"))
-    p = subprocess.Popen(["singularity", "exec", str(sif), "sh", "-c", "echo up; sleep 30"],
+    # exec: no fork after "up". A SIGTERM that lands while sh forks sleep can miss the new process in this
+    # sandbox (gVisor + ptrace), and proot then waits 30 s for the orphaned sleep.
+    p = subprocess.Popen(["singularity", "exec", str(sif), "sh", "-c", "echo up; exec sleep 30"],
                          env=e, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "up\n"
     t0 = time.monotonic()
