@@ -43,6 +43,14 @@ SIF_MAGIC_OFFSET = 32
 SIF_HEADER_SIZE = 128
 # dataoff and datalen (little-endian int64) in the SIF global header: the file must reach dataoff + datalen
 SIF_DATA_FIELDS_OFFSET = 112
+# dtotal, descoff and desclen: the number of data object descriptors, where they are and how long
+SIF_DESCRIPTOR_FIELDS_OFFSET = 88
+# In a descriptor: datatype (int32), used (bool), 3 ids (uint32) and the object's offset (int64); at 201 the
+# partition's fstype and parttype (int32 each). A root file system is datatype 0x4004, SquashFS (1), of type
+# PrimSys (2) or System (1).
+SIF_DESCRIPTOR_FORMAT = '<iBIIIq'
+SIF_PARTITION_EXTRA_OFFSET = 201
+SIF_PARTITION_DATATYPE, SIF_FS_SQUASHFS, SIF_PARTTYPES_SYSTEM = 0x4004, 1, (2, 1)
 
 USER_SOFTWARE = 'user-software'
 USER_SOFTWARE_SQUASHFS = 'user-software.squashfs'
@@ -80,6 +88,28 @@ def sif_problem(path):
         return "it is only %d bytes long, too short for a SIF image (truncated or empty?)" % size
     return "there is no %s at byte %d (found %r), so it is not a SIF image" % (
         SIF_MAGIC.decode(), SIF_MAGIC_OFFSET, head[SIF_MAGIC_OFFSET:SIF_MAGIC_OFFSET + len(SIF_MAGIC)])
+
+
+def sif_partition_offset(path):
+    """Byte offset of the image's root file system (its SquashFS system partition) in a SIF file."""
+    with open(path, 'rb') as handle:
+        head = handle.read(SIF_HEADER_SIZE)
+        if len(head) < SIF_HEADER_SIZE or head[SIF_MAGIC_OFFSET:SIF_MAGIC_OFFSET + len(SIF_MAGIC)] != SIF_MAGIC:
+            raise ValueError("%s is not a SIF image" % path)
+        total, descoff, desclen = struct.unpack_from('<qqq', head, SIF_DESCRIPTOR_FIELDS_OFFSET)
+        handle.seek(descoff)
+        descriptors = handle.read(desclen)
+    size = desclen // total if total else 0
+    partitions = []
+    for start in range(0, total * size, size):
+        datatype, used, _, _, _, offset = struct.unpack_from(SIF_DESCRIPTOR_FORMAT, descriptors, start)
+        fstype, parttype = struct.unpack_from('<ii', descriptors, start + SIF_PARTITION_EXTRA_OFFSET)
+        if used and datatype == SIF_PARTITION_DATATYPE and fstype == SIF_FS_SQUASHFS and \
+                parttype in SIF_PARTTYPES_SYSTEM:
+            partitions.append((SIF_PARTTYPES_SYSTEM.index(parttype), offset))
+    if not partitions:
+        raise ValueError("%s has no SquashFS system partition" % path)
+    return min(partitions)[1]
 
 
 def requirement_names(requirement_lines):
