@@ -70,6 +70,10 @@ dist.destroy_process_group()
 '''
 
 
+# As in the shipped easyconfigs: RCCL on the Slingshot interfaces, as defaults that a user's export overrides
+RCCL_DEFAULTS = {'NCCL_SOCKET_IFNAME': 'hsn', 'NCCL_NET_GDR_LEVEL': '3'}
+
+
 @pytest.fixture(scope='module')
 def pytorch(tmp_path_factory, torch_sif):
     """The torch image installed with eb as PyTorch/2.13.0, its sanity check importing torch."""
@@ -78,7 +82,7 @@ def pytorch(tmp_path_factory, torch_sif):
     (inst.sources / 'pytorch.sif').write_bytes(Path(torch_sif).read_bytes())
     ec = inst.write_easyconfig('PyTorch-2.13.0.eb', demo_easyconfig(
         name='PyTorch', version='2.13.0', sif='pytorch.sif', container_components={'torch': '2.13.0+cpu'},
-        container_bind=['/tmp', torch_bind()]))
+        container_bind=['/tmp', torch_bind()], container_env_defaults=RCCL_DEFAULTS))
     inst.eb(ec)
     (root / 'ddp_check.py').write_text(DDP_CHECK)
     caches = set(Path('/tmp').glob('*-miopen-cache-*'))

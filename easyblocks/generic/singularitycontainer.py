@@ -18,11 +18,12 @@ import re
 import shlex
 import shutil
 import struct
+import tempfile
 import time
 
 from easybuild.framework.easyblock import EasyBlock
 from easybuild.framework.easyconfig import CUSTOM
-from easybuild.tools.build_log import EasyBuildError, print_msg, print_warning
+from easybuild.tools.build_log import EasyBuildError, print_warning
 from easybuild.tools.filetools import adjust_permissions, convert_name, copy_file, mkdir, remove_dir, write_file
 
 try:
@@ -37,6 +38,10 @@ LUMI_BIND_PATHS = ['/var/spool/slurmd', '/opt/cray', '/usr/lib64/libcxi.so.1', '
                    '/project', '/flash', '/appl']
 LUMI_CENTRAL_SIF_SUBDIR = 'easybuild-sif-images'
 LUMI_CENTRAL_SIF_DEFAULT = '/appl/local/containers/easybuild-sif-images'
+# Modules of LUMI's whose binds would collide with this module's
+LUMI_BINDING_MODULES = ['singularity-AI-bindings', 'lumi-aif-singularity-bindings']
+# Lmod family of these modules: loading a second one swaps out the first
+MODULE_FAMILY = 'SingularityContainer'
 
 SIF_MAGIC = b'SIF_MAGIC'
 SIF_MAGIC_OFFSET = 32
@@ -56,10 +61,19 @@ USER_SOFTWARE = 'user-software'
 USER_SOFTWARE_SQUASHFS = 'user-software.squashfs'
 CONTAINER_USER_SOFTWARE = '/user-software'
 CONTAINER_RUNSCRIPTS = '/runscripts'
+# What the install found out about the image's Python, for people and tools (the venv has its own copy)
+IMAGE_PYTHON_JSON = 'image-python.json'
+# Module in the venv's site-packages (and the .pth file importing it) that adds the image's packages
+IMAGE_PACKAGES_MODULE = 'singularitycontainer_image_packages'
+CONTAINER_ENTRIES = ('exec', 'run')
 
 # lines of a failing command's output quoted in the error message
 ERROR_TAIL_LINES = 25
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# SIF files
+# ---------------------------------------------------------------------------------------------------------------
 
 def sif_problem(path):
     """Return None if path looks like a complete SIF image, else a description of what it is instead."""
@@ -113,209 +127,368 @@ def sif_partition_offset(path):
 
 
 def requirement_names(requirement_lines):
-    """Distribution names of the requirement lines (options, URLs, comments and blank lines have none)."""
-    names = []
+    """Distribution names of the requirement lines, each once (options, URLs and comments have none)."""
+    names, seen = [], set()
     for line in requirement_lines:
         line = re.sub(r'(^|\s)#.*$', '', line).strip()
         match = re.match(r'^([A-Za-z0-9][A-Za-z0-9._-]*)', line)
         if line and not line.startswith('-') and match:
-            names.append(match.group(1))
+            key = re.sub(r'[-_.]+', '-', match.group(1)).lower()  # PEP 503: the same project
+            if key not in seen:
+                seen.add(key)
+                names.append(match.group(1))
     return names
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Text: quoting user text for each language, and filling templates
+# ---------------------------------------------------------------------------------------------------------------
+
+def sh_str(value):
+    """Quote a string as one bash word that is taken literally."""
+    return shlex.quote(value)
 
 
 def lua_str(value):
     """Quote a string as a Lua string literal."""
-    escaped = value.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+    escaped = value.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n').replace('\r', '\\r')
     return '"%s"' % escaped
 
 
 def tcl_str(value):
     """Quote a string as a Tcl word that is taken literally."""
-    return '"%s"' % re.sub(r'([\\"$\[\]{}])', r'\\\1', value).replace('\n', '\\n')
+    escaped = re.sub(r'([\\"$\[\]{}])', r'\\\1', value).replace('\n', '\\n').replace('\r', '\\r')
+    return '"%s"' % escaped
 
 
-# The module's load-time logic, one template per module syntax. The bind list is set with pushenv on
-# top of the user's own value: Lmod's path functions would drop the '/' of 'image-src=/', and pushenv
-# restores the user's value exactly on unload.
-LUA_MODULE_LOGIC = """
--- SingularityContainer: the image, the bind list and the container environment
-local installdir = %(installdir)s
-local sif_name = %(sif_name)s
-local sif = pathJoin(installdir, sif_name)
+PLACEHOLDER = re.compile(r'@([a-z][a-z0-9_]*)@')
+
+
+def fill_template(template, **values):
+    """The template with each @name@ replaced by values[name], which must be quoted for the template's language
+    already. A placeholder without a value, or a value without a placeholder, is an error."""
+    used = set()
+
+    def substitute(match):
+        name = match.group(1)
+        if name not in values:
+            raise EasyBuildError("Template placeholder @%s@ has no value", name)
+        used.add(name)
+        return values[name]
+
+    text = PLACEHOLDER.sub(substitute, template)
+    unused = sorted(set(values) - used)
+    if unused:
+        raise EasyBuildError("Template has no placeholder for %s", ', '.join('@%s@' % name for name in unused))
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The module: the same logic in Lua and Tcl. Every variable it changes gets back exactly the value it had before
+# the load (pushenv), and Lmod's memory of that value is dropped when this module unloads (see restorable_env).
+# ---------------------------------------------------------------------------------------------------------------
+
+LUA_MODULE_LOGIC = r'''
+-- SingularityContainer: the image, the bind list and the environment in the container
+family(@family@)
+@conflicts@
+local installdir = @installdir@
+local sif_name = @sif_name@
+local suffix = @suffix@
+
+-- Sets name to value like pushenv, so that unloading gives back exactly the value from before the load. Lmod keeps
+-- that value base64-encoded on a stack, __LMOD_STACK_<name>, which outlives the module: it would give a later unload
+-- the value of an earlier load. So the load puts the current value on the stack itself when the stack does not
+-- start with it, and the unload drops the stack when only that value is left.
+local function lmod_base64(text)
+    local digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    local encoded = {}
+    for i = 1, #text, 3 do
+        local a, b, c = text:byte(i, i + 2)
+        local bits = a * 65536 + (b or 0) * 256 + (c or 0)
+        for j = 3, 0, -1 do
+            local digit = math.floor(bits / 64 ^ j) % 64 + 1
+            encoded[#encoded + 1] = digits:sub(digit, digit)
+        end
+        if not c then encoded[#encoded] = "=" end
+        if not b then encoded[#encoded - 1] = "=" end
+    end
+    return table.concat(encoded)
+end
+local function restorable_env(name, value)
+    local stack_name = "__LMOD_STACK_" .. name
+    local stack, current = os.getenv(stack_name) or "", os.getenv(name)
+    if mode() == "load" and current == nil and stack ~= "" then
+        unsetenv(stack_name)
+    elseif mode() == "load" and current ~= nil and (stack == "" or stack:match("^[^:]*") ~= lmod_base64(current)) then
+        setenv(stack_name, lmod_base64(current))
+    end
+    pushenv(name, value)
+    local _, separators = stack:gsub(":", "")
+    if mode() == "unload" and separators == 1 then
+        setenv(stack_name, "")
+    end
+end
+
+-- The image: the copy in the install dir (or the central image it links to), else the central copy.
+local sif = @sif_path@
 if not isFile(sif) then
-    local central_dir = %(central_sif_dir)s
+    local central_dir = @central_sif_dir@
     if central_dir == "" then
         local repo_root = os.getenv("LUMI_CONTAINER_REPOSITORY_ROOT") or ""
         if repo_root ~= "" then
-            central_dir = pathJoin(repo_root, %(central_subdir)s)
+            central_dir = pathJoin(repo_root, @central_subdir@)
         else
-            central_dir = %(central_default)s
+            central_dir = @central_default@
         end
     end
     local central_sif = pathJoin(central_dir, sif_name)
     if isFile(central_sif) then
         sif = central_sif
     elseif mode() == "load" then
-        LmodError(%(mod_name)s .. ": the container image " .. sif_name .. " is neither in " .. installdir ..
-                  " nor in " .. central_dir .. ". Reinstall the module with eb, or restore the image.")
+        local sif_dir = sif:match("^(.*)/[^/]*$")
+        local where = sif_dir == central_dir and ("in " .. central_dir) or
+                      ("neither in " .. sif_dir .. " nor in " .. central_dir)
+        LmodError(@mod_name@ .. ": the container image " .. sif_name .. " is " .. where ..
+                  ". Reinstall the module with eb, or restore the image.")
     end
 end
 setenv("SIF", sif)
-setenv(%(sif_var)s, sif)
+setenv("SIF" .. suffix, sif)
 setenv("CONTAINERROOT", installdir)
 setenv("RUNSCRIPTS", pathJoin(installdir, "runscripts"))
-setenv(%(runscripts_var)s, pathJoin(installdir, "runscripts"))
+setenv("RUNSCRIPTS" .. suffix, pathJoin(installdir, "runscripts"))
 
-local binds = %(binds)s
-if isFile(pathJoin(installdir, %(us_squashfs)s)) then
-    binds = binds .. "," .. pathJoin(installdir, %(us_squashfs)s) .. ":%(c_us)s:image-src=/"
-elseif isDir(pathJoin(installdir, %(us_dir)s)) then
-    binds = binds .. "," .. pathJoin(installdir, %(us_dir)s) .. ":%(c_us)s"
+-- Binds: the user's own, then the easyconfig's, the run scripts and the user software. Apptainer reads its own
+-- names first, so they get the same values.
+local binds = @binds@
+if isFile(pathJoin(installdir, @us_squashfs@)) then
+    binds = binds .. "," .. pathJoin(installdir, @us_squashfs@) .. ":/user-software:image-src=/"
+elseif isDir(pathJoin(installdir, @us_dir@)) then
+    binds = binds .. "," .. pathJoin(installdir, @us_dir@) .. ":/user-software"
 end
--- On a reload, leave out what this module added before, so that it is not added twice.
-local user_binds = os.getenv("SINGULARITY_BINDPATH") or ""
-for _, added_before in ipairs({os.getenv(%(binds_var)s) or "", binds}) do
-    if added_before ~= "" and user_binds == added_before then
-        user_binds = ""
-    elseif added_before ~= "" and user_binds:sub(-#added_before - 1) == "," .. added_before then
-        user_binds = user_binds:sub(1, -#added_before - 2)
+local function with_user_value(name, ours)
+    local user = os.getenv(name) or ""
+    return user == "" and ours or (user .. "," .. ours)
+end
+local apptainer_user_binds = os.getenv("APPTAINER_BINDPATH") or os.getenv("SINGULARITY_BINDPATH") or ""
+restorable_env("SINGULARITY_BINDPATH", with_user_value("SINGULARITY_BINDPATH", binds))
+restorable_env("APPTAINER_BINDPATH", apptainer_user_binds == "" and binds or (apptainer_user_binds .. "," .. binds))
+
+-- The environment in the container
+local prepend = @prepend_path@
+local user_prepend = os.getenv("SINGULARITYENV_PREPEND_PATH") or ""
+restorable_env("SINGULARITYENV_PREPEND_PATH", user_prepend == "" and prepend or (prepend .. ":" .. user_prepend))
+restorable_env("APPTAINERENV_PREPEND_PATH", user_prepend == "" and prepend or (prepend .. ":" .. user_prepend))
+for _, item in ipairs(@container_env@) do
+    restorable_env("SINGULARITYENV_" .. item[1], item[2])
+    restorable_env("APPTAINERENV_" .. item[1], item[2])
+end
+
+-- Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
+-- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
+local defaults_set = "SINGULARITYCONTAINER_DEFAULTS_" .. suffix
+local set_before = " " .. (os.getenv(defaults_set) or "") .. " "
+local set_now = {}
+for _, item in ipairs(@env_defaults@) do
+    if mode() == "unload" then
+        if set_before:find(" " .. item[1] .. " ", 1, true) then
+            restorable_env(item[1], item[2])
+        end
+    elseif os.getenv(item[1]) == nil then
+        restorable_env(item[1], item[2])
+        set_now[#set_now + 1] = item[1]
     end
 end
-setenv(%(binds_var)s, binds)
-if user_binds ~= "" then
-    binds = user_binds .. "," .. binds
+if mode() == "unload" or #set_now > 0 then
+    setenv(defaults_set, table.concat(set_now, " "))
 end
-pushenv("SINGULARITY_BINDPATH", binds)
-%(container_env)s
-"""
+'''
 
-TCL_MODULE_LOGIC = """
-# SingularityContainer: the image, the bind list and the container environment
-# pushenv that also gives the old value back on unload under Lmod 8.6. Lmod runs Tcl modulefiles in its own
-# process, and its Tcl pushenv writes the new value into the environment before Lmod saves the old value
-# (TACC/Lmod#584), so the unload would keep the new value. Putting the old value back right after pushenv
-# lets Lmod save the right one. pushenv's stack is all that sets a value on unload in Lmod 8.6 (setenv
-# unsets, unsetenv does nothing). Only under Lmod: Environment Modules keeps its own stack and exports ::env.
-proc singularitycontainer_pushenv {var val} {
-    set had_value [info exists ::env($var)]
+TCL_MODULE_LOGIC = r'''
+# SingularityContainer: the image, the bind list and the environment in the container
+family @family@
+@conflicts@
+set installdir @installdir@
+set sif_name @sif_name@
+set suffix @suffix@
+
+# Sets name to value like pushenv, so that unloading gives back exactly the value from before the load. Lmod keeps
+# that value base64-encoded on a stack, __LMOD_STACK_<name>, which outlives the module: it would give a later unload
+# the value of an earlier load. So the load puts the current value on the stack itself when the stack does not
+# start with it, and the unload drops the stack when only that value is left. Lmod runs Tcl modulefiles in its own
+# process, and its Tcl pushenv writes the new value into the environment before Lmod saves the old one
+# (TACC/Lmod#584): putting the old value back right after pushenv lets Lmod save the right one. All this only under
+# Lmod: Environment Modules keeps a stack of its own.
+proc user_value {name} {
+    return [expr {[info exists ::env($name)] ? $::env($name) : ""}]
+}
+proc lmod_base64 {text} {
+    return [string map {+ - / _} [binary encode base64 [encoding convertto utf-8 $text]]]
+}
+proc restorable_env {name value} {
+    set lmod [info exists ::env(LMOD_VERSION_MAJOR)]
+    set stack_name __LMOD_STACK_$name
+    set stack [user_value $stack_name]
+    set had_value [info exists ::env($name)]
     if { $had_value } {
-        set old_value $::env($var)
+        set old_value $::env($name)
     }
-    pushenv $var $val
-    if { [info exists ::env(LMOD_VERSION_MAJOR)] } {
-        if { $had_value } {
-            set ::env($var) $old_value
-        } elseif { [info exists ::env($var)] } {
-            unset ::env($var)
+    if { $lmod && [module-info mode load] } {
+        if { !$had_value && $stack ne "" } {
+            unsetenv $stack_name
+        } elseif { $had_value && ($stack eq "" || [lindex [split $stack :] 0] ne [lmod_base64 $old_value]) } {
+            setenv $stack_name [lmod_base64 $old_value]
         }
     }
+    pushenv $name $value
+    if { !$lmod } {
+        return
+    }
+    if { $had_value } {
+        set ::env($name) $old_value
+    } elseif { [info exists ::env($name)] } {
+        unset ::env($name)
+    }
+    if { [module-info mode unload] && [llength [split $stack :]] == 2 } {
+        setenv $stack_name ""
+    }
 }
-set installdir %(installdir)s
-set sif_name %(sif_name)s
-set sif [file join $installdir $sif_name]
+
+# The image: the copy in the install dir (or the central image it links to), else the central copy.
+set sif @sif_path@
 if { ![file isfile $sif] } {
-    set central_dir %(central_sif_dir)s
+    set central_dir @central_sif_dir@
     if { $central_dir eq "" } {
-        if { [info exists ::env(LUMI_CONTAINER_REPOSITORY_ROOT)] && $::env(LUMI_CONTAINER_REPOSITORY_ROOT) ne "" } {
-            set central_dir [file join $::env(LUMI_CONTAINER_REPOSITORY_ROOT) %(central_subdir)s]
+        if { [user_value LUMI_CONTAINER_REPOSITORY_ROOT] ne "" } {
+            set central_dir [file join $::env(LUMI_CONTAINER_REPOSITORY_ROOT) @central_subdir@]
         } else {
-            set central_dir %(central_default)s
+            set central_dir @central_default@
         }
     }
     set central_sif [file join $central_dir $sif_name]
     if { [file isfile $central_sif] } {
         set sif $central_sif
     } elseif { [module-info mode load] } {
-        error "%(mod_name_bare)s: the container image $sif_name is neither in $installdir nor in $central_dir.\
+        set sif_dir [file dirname $sif]
+        set where [expr {$sif_dir eq $central_dir ? "in $central_dir" : "neither in $sif_dir nor in $central_dir"}]
+        error "@mod_name_text@: the container image $sif_name is $where.\
  Reinstall the module with eb, or restore the image."
     }
 }
 setenv SIF $sif
-setenv %(sif_var)s $sif
+setenv SIF$suffix $sif
 setenv CONTAINERROOT $installdir
 setenv RUNSCRIPTS [file join $installdir runscripts]
-setenv %(runscripts_var)s [file join $installdir runscripts]
+setenv RUNSCRIPTS$suffix [file join $installdir runscripts]
 
-set binds %(binds)s
-if { [file isfile [file join $installdir %(us_squashfs)s]] } {
-    append binds ",[file join $installdir %(us_squashfs)s]:%(c_us)s:image-src=/"
-} elseif { [file isdirectory [file join $installdir %(us_dir)s]] } {
-    append binds ",[file join $installdir %(us_dir)s]:%(c_us)s"
+# Binds: the user's own, then the easyconfig's, the run scripts and the user software. Apptainer reads its own
+# names first, so they get the same values.
+set binds @binds@
+if { [file isfile [file join $installdir @us_squashfs@]] } {
+    append binds ",[file join $installdir @us_squashfs@]:/user-software:image-src=/"
+} elseif { [file isdirectory [file join $installdir @us_dir@]] } {
+    append binds ",[file join $installdir @us_dir@]:/user-software"
 }
-# On a reload, leave out what this module added before, so that it is not added twice.
-set user_binds [expr {[info exists ::env(SINGULARITY_BINDPATH)] ? $::env(SINGULARITY_BINDPATH) : ""}]
-foreach added_before [list [expr {[info exists ::env(%(binds_var_bare)s)] ? $::env(%(binds_var_bare)s) : ""}] $binds] {
-    set n [string length $added_before]
-    if { $n > 0 && $user_binds eq $added_before } {
-        set user_binds ""
-    } elseif { $n > 0 && [string range $user_binds end-$n end] eq ",$added_before" } {
-        set user_binds [string range $user_binds 0 end-[expr {$n + 1}]]
+proc with_user_value {user ours} {
+    return [expr {$user eq "" ? $ours : "$user,$ours"}]
+}
+set apptainer_user_binds [user_value APPTAINER_BINDPATH]
+if { $apptainer_user_binds eq "" } {
+    set apptainer_user_binds [user_value SINGULARITY_BINDPATH]
+}
+restorable_env SINGULARITY_BINDPATH [with_user_value [user_value SINGULARITY_BINDPATH] $binds]
+restorable_env APPTAINER_BINDPATH [with_user_value $apptainer_user_binds $binds]
+
+# The environment in the container
+set prepend @prepend_path@
+set user_prepend [user_value SINGULARITYENV_PREPEND_PATH]
+set prepend [expr {$user_prepend eq "" ? $prepend : "$prepend:$user_prepend"}]
+restorable_env SINGULARITYENV_PREPEND_PATH $prepend
+restorable_env APPTAINERENV_PREPEND_PATH $prepend
+foreach {key value} @container_env@ {
+    restorable_env SINGULARITYENV_$key $value
+    restorable_env APPTAINERENV_$key $value
+}
+
+# Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
+# that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
+set defaults_set SINGULARITYCONTAINER_DEFAULTS_$suffix
+set set_before [split [user_value $defaults_set]]
+set set_now {}
+foreach {key value} @env_defaults@ {
+    if { [module-info mode unload] } {
+        if { [lsearch -exact $set_before $key] >= 0 } {
+            restorable_env $key $value
+        }
+    } elseif { ![info exists ::env($key)] } {
+        restorable_env $key $value
+        lappend set_now $key
     }
 }
-setenv %(binds_var)s $binds
-if { $user_binds ne "" } {
-    set binds "$user_binds,$binds"
+if { [module-info mode unload] || [llength $set_now] > 0 } {
+    setenv $defaults_set [join $set_now " "]
 }
-# As in Lua, unload restores the value from before the load: changes made meanwhile are not kept.
-singularitycontainer_pushenv SINGULARITY_BINDPATH $binds
-%(container_env)s
-"""
+'''
 
-# Shared start of the scripts in bin/ that start the container: refuse to nest containers, and find
-# the module's image and the runtime.
-SCRIPT_HEADER = """#!/bin/bash
-# %(script)s: %(purpose)s
-# Written by EasyBuild's SingularityContainer easyblock for module %(mod_name)s.
+# ---------------------------------------------------------------------------------------------------------------
+# Scripts in bin/ (run on the host) and runscripts/ (seen as /runscripts in the container). Each template reads like
+# the file it becomes; @header@ is SCRIPT_HEADER, and user text arrives quoted (sh_str).
+# ---------------------------------------------------------------------------------------------------------------
+
+SCRIPT_HEADER = r'''#!/bin/bash
+# @name@: @purpose@
+# Written by EasyBuild's SingularityContainer easyblock for module @module@.
 set -euo pipefail
+module=@module_word@
 
 die() {
-    echo "%(script)s: error: $*" >&2
+    echo "@name@: error: $*" >&2
     exit 1
-}
-"""
+}'''
 
-CONTAINER_PREAMBLE = """
+# start-shell, list-packages and the wrappers: start the container with the module's image and runtime.
+LAUNCHER = r'''@header@
+
 if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
     die "already running inside a container; this command starts the container itself and would nest it"
 fi
-sif="${%(sif_var)s:-}"
-[ -n "$sif" ] || die "module %(mod_name)s is not loaded; run 'module load %(mod_name)s' first"
-[ -f "$sif" ] || die "container image $sif not found;" \
-    "reload the module (module load %(mod_name)s) or reinstall it with eb"
+sif="${@sif_var@:-}"
+[ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
+[ -f "$sif" ] || die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
 runtime=$(command -v singularity || command -v apptainer) || die "neither singularity nor apptainer is on PATH"
-"""
+# A runtime that is a script (#!/usr/bin/env python3, say) finds this module's wrappers first on PATH: it would
+# start a wrapper, which starts the runtime again, for ever.
+if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
+    die "$runtime started $SINGULARITYCONTAINER_LAUNCHED_BY, which started $0: a loop. The runtime runs a command" \
+        "found on PATH, and this module puts its wrappers there: make the runtime call its interpreter by full path"
+fi
+export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
+@launch@
+'''
 
-WRAPPER_DIRECT = """
-exec "$runtime" exec "$sif" %(command)s "$@"
-"""
-
-# Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv.
-WRAPPER_WITH_INIT = """
-exec "$runtime" exec "$sif" /bin/bash -c 'source %(c_runscripts)s/init-conda-venv && exec "$@"' %(command)s \\
-    %(command)s "$@"
-"""
-
-START_SHELL_BODY = """
+LAUNCH_START_SHELL = r'''
 # With no arguments an interactive shell, else bash with these arguments (e.g. -c 'pip list'); either way
 # init-conda-venv has prepared the image's environment and activated the virtual environment first.
 if [ "$#" -eq 0 ]; then
-    exec "$runtime" exec "$sif" /bin/bash --rcfile %(c_runscripts)s/init-conda-venv -i
+    exec "$runtime" @entry@ "$sif" /bin/bash --rcfile /runscripts/init-conda-venv -i
 fi
-SINGULARITYENV_BASH_ENV=%(c_runscripts)s/init-conda-venv exec "$runtime" exec "$sif" /bin/bash "$@"
-"""
+export SINGULARITYENV_BASH_ENV=/runscripts/init-conda-venv APPTAINERENV_BASH_ENV=/runscripts/init-conda-venv
+exec "$runtime" @entry@ "$sif" /bin/bash "$@"'''
 
-LIST_PACKAGES_BODY = """
-exec "$runtime" exec "$sif" %(c_runscripts)s/list-packages "$@"
-"""
+LAUNCH_COMMAND = r'''exec "$runtime" @entry@ "$sif" @command@ "$@"'''
 
-# make-squashfs and unmake-squashfs work on the install dir they live in, module loaded or not.
-INSTALLDIR_PREAMBLE = """
+# Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv.
+LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
+    /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"'''
+
+MAKE_SQUASHFS = r'''@header@
+
+# Works on the install dir it lives in, module loaded or not.
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
-dir="$root/%(us_dir)s"
-squashfs="$root/%(us_squashfs)s"
-"""
+dir="$root/user-software"
+squashfs="$root/user-software.squashfs"
 
-MAKE_SQUASHFS_BODY = """
 [ ! -e "$squashfs" ] || die "$squashfs already exists; remove it (or run unmake-squashfs and remove it) first"
 [ -d "$dir" ] || die "there is no $dir to pack"
 command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
@@ -332,11 +505,17 @@ mksquashfs "$dir" "$tmp" -noappend -no-progress -quiet -processors "$cpus" ||
 mv "$tmp" "$squashfs"
 trap - EXIT
 echo "Created $squashfs."
-echo "Reload the module (module load %(mod_name)s) to use it as %(c_us)s (read-only)."
+echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."
-"""
+'''
 
-UNMAKE_SQUASHFS_BODY = """
+UNMAKE_SQUASHFS = r'''@header@
+
+# Works on the install dir it lives in, module loaded or not.
+root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+dir="$root/user-software"
+squashfs="$root/user-software.squashfs"
+
 [ -f "$squashfs" ] || die "there is no $squashfs to unpack"
 [ ! -e "$dir" ] || die "$dir already exists; move it away first, it is not overwritten"
 command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
@@ -347,76 +526,107 @@ unsquashfs -no-progress -quiet -dest "$tmp" "$squashfs" >/dev/null || die "unsqu
 mv "$tmp" "$dir"
 trap - EXIT
 echo "Unpacked $squashfs into $dir."
-echo "To install into it, remove $squashfs and reload the module (module load %(mod_name)s):"
-echo "as long as the SquashFS file exists, it is what the container sees as %(c_us)s."
-"""
+echo "To install into it, remove $squashfs and reload the module (module load $module):"
+echo "as long as the SquashFS file exists, it is what the container sees as /user-software."
+'''
 
-RUNSCRIPT_INIT = """# shellcheck shell=bash
+RUNSCRIPT_INIT = r'''# shellcheck shell=bash
 # init-conda-venv: source this in the container to prepare the image's own Python environment and
-# activate the virtual environment %(c_venv)s.
-# Written by EasyBuild's SingularityContainer easyblock for module %(mod_name)s.
+# activate the virtual environment @venv@.
+# Written by EasyBuild's SingularityContainer easyblock for module @module@.
 # No 'set -e' here: this file is sourced into interactive shells.
 
 # start-shell passes this file as BASH_ENV; nested bash processes need not read it again.
 unset BASH_ENV
 
-if ! { %(container_init)s
+if ! { @container_init@
 }; then
-    echo "init-conda-venv: error: the container initialisation failed: %(container_init_msg)s" >&2
+    echo "init-conda-venv: error: the container initialisation failed:" @container_init_word@ >&2
     # shellcheck disable=SC2317  # exit is reached when the file is run instead of sourced
     return 1 2>/dev/null || exit 1
 fi
-if [ -f %(c_venv)s/bin/activate ]; then
+if [ -f @venv@/bin/activate ]; then
     # shellcheck disable=SC1091
-    source %(c_venv)s/bin/activate || { echo "init-conda-venv: error: cannot activate %(c_venv)s" >&2; return 1; }
+    source @venv@/bin/activate || { echo "init-conda-venv: error: cannot activate @venv@" >&2; return 1; }
 fi
-"""
+'''
 
-RUNSCRIPT_PYTHON_SIMPLE = """#!/bin/bash
+RUNSCRIPT_PYTHON_SIMPLE = r'''#!/bin/bash
 # conda-python-simple: run python in the container, with the image's environment and the virtual
 # environment ready; all arguments go to python. For single-task runs.
-# Written by EasyBuild's SingularityContainer easyblock for module %(mod_name)s.
+# Written by EasyBuild's SingularityContainer easyblock for module @module@.
 # shellcheck disable=SC1091
-source %(c_runscripts)s/init-conda-venv || exit 1
+source /runscripts/init-conda-venv || exit 1
 exec python "$@"
-"""
+'''
 
-RUNSCRIPT_LIST_PACKAGES = """#!/bin/bash
+RUNSCRIPT_LIST_PACKAGES = r'''#!/bin/bash
 # list-packages: list the Python packages visible in the container (image and virtual environment).
-# Written by EasyBuild's SingularityContainer easyblock for module %(mod_name)s.
+# Written by EasyBuild's SingularityContainer easyblock for module @module@.
 # shellcheck disable=SC1091
-source %(c_runscripts)s/init-conda-venv || exit 1
+source /runscripts/init-conda-venv || exit 1
 exec python -m pip list "$@"
-"""
+'''
 
-RUNSCRIPT_PYTHON_DISTRIBUTED = """#!/bin/bash
-# conda-python-distributed: run python as one rank of a torch.distributed job, one rank per Slurm task:
-#   srun singularity exec $SIF conda-python-distributed -u train.py
-# Written by EasyBuild's SingularityContainer easyblock for module %(mod_name)s.
+# Sourced by conda-python-distributed and torchrun-distributed: one definition of the master, the port and the
+# per-node set-up. Needs SLURM_PROCID, which srun sets in each task.
+RUNSCRIPT_DISTRIBUTED_ENV = r'''# shellcheck shell=bash
+# distributed-env: source this in a Slurm task in the container to set up a torch.distributed job: the image's
+# environment and the virtual environment, MASTER_ADDR, MASTER_PORT and the MIOpen cache.
+# Written by EasyBuild's SingularityContainer easyblock for module @module@.
 #
-# MASTER_PORT, unless set by the user, is 10000 + (SLURM_JOB_ID * 16 + SLURM_STEP_ID) %% 22000: in
+# MASTER_PORT, unless set by the user, is 10000 + (SLURM_JOB_ID * 16 + SLURM_STEP_ID) % 22000: in
 # 10000-31999 (below Linux's ephemeral ports), distinct for concurrent jobs and job steps on a node
 # unless their job ids are a multiple of 1375 apart or a job runs more than 16 steps at once.
 
+die() {
+    echo "${0##*/}: error: $*" >&2
+    exit 1
+}
 if [ -z "${SLURM_PROCID:-}" ]; then
-    echo "conda-python-distributed: error: not running as a Slurm task (SLURM_PROCID is not set)." >&2
-    echo "Start it with srun, e.g.: srun singularity exec \\$SIF conda-python-distributed -u train.py" >&2
+    echo "${0##*/}: error: not running as a Slurm task (SLURM_PROCID is not set)." >&2
+    echo "Start it with srun, e.g.: srun singularity exec \$SIF ${0##*/} -u train.py" >&2
     exit 1
 fi
+[ -n "${SLURM_LOCALID:-}" ] || die "SLURM_LOCALID is not set, but SLURM_PROCID is: start it with srun, not by hand"
 # shellcheck disable=SC1091
-source %(c_runscripts)s/init-conda-venv || exit 1
+source /runscripts/init-conda-venv || exit 1
 set -euo pipefail
+
+if [ "$SLURM_LOCALID" -eq 0 ] && command -v rocm-smi >/dev/null 2>&1; then
+    rocm-smi || echo "${0##*/}: warning: rocm-smi failed" >&2
+fi
+
+# MIOpen's caches cannot live on Lustre (no file locking): one directory per user, job and node in /tmp.
+# Every rank creates it (mkdir -p is safe when racing) and none deletes it, as other ranks may use it.
+export MIOPEN_USER_DB_PATH="${MIOPEN_USER_DB_PATH:-/tmp/$(id -un)-miopen-cache-${SLURM_JOB_ID:-0}-${SLURM_NODEID:-0}}"
+export MIOPEN_CUSTOM_CACHE_DIR="${MIOPEN_CUSTOM_CACHE_DIR:-$MIOPEN_USER_DB_PATH}"
+mkdir -p "$MIOPEN_USER_DB_PATH" "$MIOPEN_CUSTOM_CACHE_DIR"
+
+if [ -z "${MASTER_ADDR:-}" ]; then
+    MASTER_ADDR=$(/runscripts/get-master) || die "cannot tell the master host from the job's node list (see above)"
+fi
+export MASTER_ADDR
+export MASTER_PORT="${MASTER_PORT:-$((10000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 22000))}"
+'''
+
+RUNSCRIPT_PYTHON_DISTRIBUTED = r'''#!/bin/bash
+# conda-python-distributed: run python as one rank of a torch.distributed job, one rank per Slurm task:
+#   srun singularity exec $SIF conda-python-distributed -u train.py
+# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# shellcheck disable=SC1091
+source /runscripts/distributed-env
 
 # The number of tasks on this node, from Slurm's compressed list such as '2(x3),1'.
 tasks_on_this_node() {
     local list="${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-1}}" node="${SLURM_NODEID:-0}" item count repeat
     local IFS=,
     for item in $list; do
-        count="${item%%(*}"
+        count="${item%(*}"
         repeat=1
         if [[ "$item" == *"(x"* ]]; then
             repeat="${item#*(x}"
-            repeat="${repeat%%)}"
+            repeat="${repeat%)}"
         fi
         if [ "$node" -lt "$repeat" ]; then
             echo "$count"
@@ -427,43 +637,59 @@ tasks_on_this_node() {
     echo 1
 }
 
-if [ "${SLURM_LOCALID:-0}" -eq 0 ] && command -v rocm-smi >/dev/null 2>&1; then
-    rocm-smi || echo "conda-python-distributed: warning: rocm-smi failed" >&2
-fi
-
-# MIOpen's caches cannot live on Lustre (no file locking): one directory per user, job and node in /tmp.
-# Every rank creates it (mkdir -p is safe when racing) and none deletes it, as other ranks may use it.
-export MIOPEN_USER_DB_PATH="${MIOPEN_USER_DB_PATH:-/tmp/$(id -un)-miopen-cache-${SLURM_JOB_ID:-0}-${SLURM_NODEID:-0}}"
-export MIOPEN_CUSTOM_CACHE_DIR="${MIOPEN_CUSTOM_CACHE_DIR:-$MIOPEN_USER_DB_PATH}"
-mkdir -p "$MIOPEN_USER_DB_PATH" "$MIOPEN_CUSTOM_CACHE_DIR"
-
-# RCCL must use the Slingshot interfaces, not the management network.
-export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-hsn}"
-export NCCL_NET_GDR_LEVEL="${NCCL_NET_GDR_LEVEL:-3}"
-
 # One GPU per rank: the local rank's GPU, or the local rank's entry if several GPUs are visible.
 if [ -z "${ROCR_VISIBLE_DEVICES:-}" ]; then
     export ROCR_VISIBLE_DEVICES="$SLURM_LOCALID"
 elif [[ "$ROCR_VISIBLE_DEVICES" == *,* ]]; then
     IFS=, read -r -a gpus <<< "$ROCR_VISIBLE_DEVICES"
-    export ROCR_VISIBLE_DEVICES="${gpus[$((SLURM_LOCALID %% ${#gpus[@]}))]}"
+    export ROCR_VISIBLE_DEVICES="${gpus[$((SLURM_LOCALID % ${#gpus[@]}))]}"
 fi
 
-export MASTER_ADDR="${MASTER_ADDR:-$(%(c_runscripts)s/get-master)}"
-export MASTER_PORT="${MASTER_PORT:-$((10000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) %% 22000))}"
 export WORLD_SIZE="${SLURM_NTASKS:-${SLURM_NPROCS:-1}}"
 export RANK="$SLURM_PROCID"
-export LOCAL_RANK="${SLURM_LOCALID:-0}"
+export LOCAL_RANK="$SLURM_LOCALID"
 export LOCAL_WORLD_SIZE="${SLURM_NTASKS_PER_NODE:-$(tasks_on_this_node)}"
 
 affinity=$(grep -s Cpus_allowed_list /proc/self/status | cut -f2)
-echo "Rank $RANK on $(hostname): CPUs ${affinity:-unknown}, GPU $ROCR_VISIBLE_DEVICES," \\
+echo "Rank $RANK on $(hostname): CPUs ${affinity:-unknown}, GPU $ROCR_VISIBLE_DEVICES," \
      "master $MASTER_ADDR:$MASTER_PORT"
 
 exec python "$@"
-"""
+'''
 
-RUNSCRIPT_GET_MASTER = '''#!/usr/bin/env python3
+RUNSCRIPT_TORCHRUN_DISTRIBUTED = r'''#!/bin/bash
+# torchrun-distributed: start torch.distributed.run (torchrun) as the one Slurm task of a node; it starts one
+# process per GPU of the node and they meet at the master host:
+#   srun --ntasks-per-node=1 singularity exec $SIF torchrun-distributed [torchrun options] train.py [args]
+# The processes per node are the node's GPUs (SLURM_GPUS_ON_NODE, else ROCR_VISIBLE_DEVICES), else 1; a
+# --nproc-per-node=N among the torchrun options overrides that.
+# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# shellcheck disable=SC1091
+source /runscripts/distributed-env
+
+nodes="${SLURM_STEP_NUM_NODES:-${SLURM_JOB_NUM_NODES:-1}}"
+tasks="${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-1}}"
+[ "$tasks" = "$nodes" ] || die "this job step runs $tasks tasks on $nodes nodes, but torchrun-distributed needs" \
+    "one task per node (srun --ntasks-per-node=1); for one task per GPU use conda-python-distributed"
+
+if [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
+    nproc="$SLURM_GPUS_ON_NODE" source_of_nproc=SLURM_GPUS_ON_NODE
+elif [ -n "${ROCR_VISIBLE_DEVICES:-}" ]; then
+    IFS=, read -r -a gpus <<< "$ROCR_VISIBLE_DEVICES"
+    nproc="${#gpus[@]}" source_of_nproc=ROCR_VISIBLE_DEVICES
+else
+    nproc=1 source_of_nproc="no GPUs in the job"
+fi
+
+echo "Node $SLURM_NODEID of $nodes ($(hostname)): torchrun with $nproc processes per node ($source_of_nproc)" \
+     "unless the options say otherwise, rendezvous at $MASTER_ADDR:$MASTER_PORT"
+
+exec python -m torch.distributed.run --nnodes="$nodes" --nproc-per-node="$nproc" --rdzv-backend=c10d \
+    --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="${SLURM_JOB_ID:-0}.${SLURM_STEP_ID:-0}" "$@"
+'''
+
+# Plain Python, run as the file it is (the tests import it too): no placeholders.
+RUNSCRIPT_GET_MASTER = r'''#!/usr/bin/env python3
 """get-master: print the first host of a Slurm host list, the master of a torch.distributed job.
 
 Usage: get-master [HOSTLIST]   (default: $SLURM_JOB_NODELIST, else $SLURM_NODELIST)
@@ -473,6 +699,19 @@ so the host list syntax is parsed here: nid[005000-005003,005007], rack[1-2]-nod
 import os
 import re
 import sys
+
+HOST_CHARACTERS = re.compile(r'[A-Za-z0-9._-]*')
+
+
+def first_of_range(ranges):
+    """The first number of a bracket's ranges such as '005000-005003,005007'."""
+    first = ranges.split(',')[0]
+    low, dash, high = first.partition('-')
+    if not re.fullmatch(r'[0-9]+', low) or (dash and not re.fullmatch(r'[0-9]+', high)):
+        raise ValueError("'%s' is not a number range" % ranges)
+    if dash and int(high) < int(low):
+        raise ValueError("the range '%s' runs backwards" % first)
+    return low
 
 
 def first_host(hostlist):
@@ -487,15 +726,8 @@ def first_host(hostlist):
             break
     if depth != 0:
         raise ValueError("unbalanced brackets")
-
-    def first_of_range(match):
-        first = match.group(1).split(',')[0].split('-')[0]
-        if not re.fullmatch(r'[0-9]+', first):
-            raise ValueError("'%s' is not a number range" % match.group(1))
-        return first
-
-    host = re.sub(r'\\[([^\\]]*)\\]', first_of_range, hostlist.strip())
-    if not host or '[' in host or ']' in host:
+    host = re.sub(r'\[([^\]]*)\]', lambda match: first_of_range(match.group(1)), hostlist)
+    if not host or not HOST_CHARACTERS.fullmatch(host):
         raise ValueError("no host name")
     return host
 
@@ -504,12 +736,12 @@ def main(argv):
     hostlist = argv[1] if len(argv) > 1 else os.environ.get('SLURM_JOB_NODELIST') or os.environ.get('SLURM_NODELIST')
     if not hostlist:
         sys.stderr.write("get-master: error: no host list: pass one as argument or run in a Slurm job "
-                         "(SLURM_JOB_NODELIST and SLURM_NODELIST are not set)\\n")
+                         "(SLURM_JOB_NODELIST and SLURM_NODELIST are not set)\n")
         return 1
     try:
         print(first_host(hostlist))
     except ValueError as err:
-        sys.stderr.write("get-master: error: cannot parse host list '%s': %s\\n" % (hostlist, err))
+        sys.stderr.write("get-master: error: cannot parse host list %r: %s\n" % (hostlist, err))
         return 1
     return 0
 
@@ -518,27 +750,98 @@ if __name__ == '__main__':
     sys.exit(main(sys.argv))
 '''
 
-# Create the venv in the container. An image with pip serves the venv through the system site packages
+# The scripts the easyblock writes, one row each: the install dir's file, what it is for (also in the module's
+# help), how the sanity check checks it, and its template. The wrappers of wrapped_commands come on top.
+SCRIPTS = [
+    # path, purpose, kind, template
+    ('bin/start-shell', 'start bash in the container', 'bash', LAUNCHER),
+    ('bin/list-packages', 'list the Python packages in the container', 'bash', LAUNCHER),
+    ('bin/make-squashfs', 'pack user-software/ into user-software.squashfs', 'bash', MAKE_SQUASHFS),
+    ('bin/unmake-squashfs', 'unpack user-software.squashfs into user-software/', 'bash', UNMAKE_SQUASHFS),
+    ('runscripts/init-conda-venv', 'prepare the image\'s Python and activate the virtual environment (source it)',
+     'bash', RUNSCRIPT_INIT),
+    ('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE),
+    ('runscripts/conda-python-distributed', 'python as one rank of torch.distributed, with srun, one task per GPU',
+     'bash', RUNSCRIPT_PYTHON_DISTRIBUTED),
+    ('runscripts/torchrun-distributed', 'torchrun, with srun, one task per node', 'bash',
+     RUNSCRIPT_TORCHRUN_DISTRIBUTED),
+    ('runscripts/distributed-env', 'the set-up both of them share (source it)', 'bash', RUNSCRIPT_DISTRIBUTED_ENV),
+    ('runscripts/get-master', 'print the first host of the Slurm job', 'python', RUNSCRIPT_GET_MASTER),
+    ('runscripts/list-packages', 'list the Python packages', 'bash', RUNSCRIPT_LIST_PACKAGES),
+]
+
+# ---------------------------------------------------------------------------------------------------------------
+# The virtual environment /user-software/venv/<name>, made at install time on top of the image's Python, whatever
+# that is: Python on PATH, a conda environment (after container_init) or a venv of its own such as /opt/venv.
+# ---------------------------------------------------------------------------------------------------------------
+
+# Run by the image's Python in the container before the venv exists: where its packages are. Not its standard
+# library; PYTHONPATH entries count (LAIF images point it to /opt/venv). Printed as one JSON line.
+DETECT_IMAGE_PYTHON = r'''
+import importlib.util, json, os, sys, sysconfig
+stdlib = {os.path.normpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
+stdlib |= {os.path.join(path, "lib-dynload") for path in stdlib}
+package_dirs = []
+for entry in sys.path:
+    path = os.path.normpath(entry) if entry else ""
+    if os.path.isabs(path) and os.path.isdir(path) and path not in package_dirs and path not in stdlib:
+        package_dirs.append(path)
+kind = "venv" if sys.prefix != sys.base_prefix else \
+    "conda" if os.path.isdir(os.path.join(sys.prefix, "conda-meta")) else "system"
+print("IMAGE-PYTHON " + json.dumps({
+    "version": "%d.%d" % sys.version_info[:2], "executable": sys.executable, "prefix": sys.prefix,
+    "kind": kind, "package_dirs": package_dirs, "pip": importlib.util.find_spec("pip") is not None}))
+'''
+
+# The venv does not use --system-site-packages: for an image whose Python is a venv that would be the wrong
+# packages. IMAGE_PACKAGES_MODULE adds the image's package dirs instead. An image with pip serves the venv
 # (add_pip_scripts): no copy of pip, which is about 1000 files and seconds of install time on Lustre.
-CREATE_VENV = """\
+CREATE_VENV = r'''python -c @detect@
 if python -c 'import pip' >/dev/null 2>&1; then
-    python -m venv --system-site-packages --without-pip %(venv)s
+    python -m venv --without-pip @venv@
 else
-    python -m venv --system-site-packages %(venv)s
+    python -m venv @venv@
 fi
+'''
+
+# In the venv's site-packages, imported by a .pth file at every start of its Python.
+IMAGE_PACKAGES = r'''"""The container image's Python packages, seen from the virtual environment that holds this file.
+
+Written by EasyBuild's SingularityContainer easyblock for module @module@. Python imports it at start-up
+(@module_name@.pth). It puts the image's package directories (found when the module was installed) after this
+environment's own site-packages, so that every package of the image can be imported and pip counts it as
+installed, while a package installed here wins over the image's copy, also over one on the image's PYTHONPATH.
 """
+import os
+import sys
+
+IMAGE_PACKAGE_DIRS = @package_dirs@
+
+
+def arrange(path, own, image_dirs):
+    """path with own moved before the first of image_dirs, and the missing image_dirs added after it."""
+    path = [entry for entry in path if os.path.normpath(entry or '.') != own]
+    normalised = [os.path.normpath(entry) if entry else entry for entry in path]
+    first_image = min([normalised.index(d) for d in image_dirs if d in normalised] or [len(path)])
+    missing = [d for d in image_dirs if d not in normalised]
+    return path[:first_image] + [own] + path[first_image:] + missing
+
+
+sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), IMAGE_PACKAGE_DIRS)
+'''
 
 # bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
-VENV_PIP_SCRIPT = """#!/bin/sh
+VENV_PIP_SCRIPT = r'''#!/bin/sh
 # The image's pip, run by this virtual environment's Python.
 exec "$(dirname "$0")/python" -m pip "$@"
-"""
+'''
 
-# Run by the sanity check in the container, with the checks as JSON in argv[1]. No single quotes in it,
-# so that it stays readable in the log once shell-quoted.
-CONTAINER_CHECK_SCRIPT = """
+# Run by the sanity check in the container, with the checks as JSON on stdin. No single quotes in it, so that it
+# stays readable in the log once shell-quoted. A component's version matches as pip's == does: '2.9.1' also
+# matches '2.9.1+rocm6.4.4'.
+CONTAINER_CHECK_SCRIPT = r'''
 import importlib.metadata, json, subprocess, sys
-checks = json.loads(sys.argv[1])
+checks = json.load(sys.stdin)
 errors = []
 version = "%d.%d" % sys.version_info[:2]
 if checks["python"] and version != checks["python"]:
@@ -550,15 +853,148 @@ for name, want in wanted:
     except importlib.metadata.PackageNotFoundError:
         errors.append("%s is not installed" % name)
         continue
-    if want and have != want:
+    if want and have != want and ("+" in want or have.split("+")[0] != want):
         errors.append("%s is version %s, expected %s" % (name, have, want))
 if checks["requirements"]:
     pip_check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     if pip_check.returncode:
         errors.append("pip check failed: " + pip_check.stdout + pip_check.stderr)
-print("\\n".join(errors) or "container checks passed")
+print("\n".join(errors) or "container checks passed")
 sys.exit(1 if errors else 0)
-"""
+'''
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parameter rules, one definition for the easyblock and generate-ec (generator/easyblock.py imports this module).
+# Each value check returns what is wrong with one value (or an entry of a list or dict), or None.
+# ---------------------------------------------------------------------------------------------------------------
+
+VENV_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*\Z')
+COMMAND_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z')
+ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*\Z')
+MODULE_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.+/-]*\Z')
+PYTHON_VERSION = re.compile(r'[0-9]+\.[0-9]+\Z')
+# newlines, NUL and the other control characters; a tab is fine
+CONTROL_CHARACTER = re.compile(r'[\x00-\x08\x0a-\x1f\x7f]')
+
+
+def venv_name_problem(value):
+    if not VENV_NAME.match(value):
+        return "%r is not a valid virtual environment name" % value
+    return None
+
+
+def command_name_problem(value):
+    if not COMMAND_NAME.match(value):
+        return "%r is not a command name" % value
+    return None
+
+
+def env_name_problem(value):
+    if not ENV_NAME.match(value):
+        return "%r is not a valid environment variable name" % value
+    return None
+
+
+def one_line_problem(value):
+    if CONTROL_CHARACTER.search(value):
+        return "%r must not contain a newline or other control characters" % value
+    return None
+
+
+def absolute_path_problem(value):
+    return one_line_problem(value) or (None if value.startswith('/') else "%r is not an absolute path" % value)
+
+
+def bind_problem(value):
+    if re.search(r'[\s,]', value):
+        return "%r must not contain whitespace or commas" % value
+    problem = one_line_problem(value)
+    if problem:
+        return problem
+    paths = value.split(':')[:2]
+    if not all(path.startswith('/') for path in paths):
+        return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
+    return None
+
+
+def entry_problem(value):
+    if value not in CONTAINER_ENTRIES:
+        return "%r is neither 'exec' nor 'run'" % value
+    return None
+
+
+def python_version_problem(value):
+    return None if PYTHON_VERSION.match(value) else "%r is not a Python version such as '3.12'" % value
+
+
+def module_name_problem(value):
+    return None if MODULE_NAME.match(value) else "%r is not a module name" % value
+
+
+def no_problem(value):
+    return None
+
+
+# parameter: (shape, check of each value or entry, what is allowed). Shapes: 'text', 'optional text' (None is
+# fine too), 'list' of texts, 'dict' of text to text (the check applies to keys, one_line_problem to values),
+# 'bool'.
+PARAMETER_RULES = {
+    'central_sif_dir': ('optional text', absolute_path_problem, "an absolute path, or None"),
+    'container_bind': ('list', bind_problem, "a list of absolute host paths or 'src:dst[:opts]' with absolute "
+                                             "paths, one bind per entry"),
+    'container_components': ('dict', no_problem, "a dict of distribution names to versions"),
+    'container_conflicts': ('list', module_name_problem, "a list of module names"),
+    'container_entry': ('text', entry_problem, "'exec' or 'run'"),
+    'container_env': ('dict', env_name_problem, "a dict of variable names to one-line values"),
+    'container_env_defaults': ('dict', env_name_problem, "a dict of variable names to one-line values"),
+    'container_init': ('text', no_problem, "shell code, as a string"),
+    'container_python_version': ('optional text', python_version_problem, "a version such as '3.12', or None"),
+    'container_venv': ('optional text', venv_name_problem, "letters, digits and '._-', not starting with '.' or "
+                                                           "'-' (or None for the software name in lower case)"),
+    'copy_image': ('bool', None, "True or False"),
+    'pip_install_options': ('list', one_line_problem, "a list of options, one per entry"),
+    'pip_requirements': ('list', one_line_problem, "a list of requirement lines, one per entry"),
+    'squash_user_software': ('bool', None, "True or False"),
+    'wrapped_commands': ('list', command_name_problem, "a list of command names (letters, digits and '_.+-')"),
+}
+
+TYPE_NAMES = [(bool, 'a boolean'), (str, 'a string'), (int, 'an integer'), (float, 'a float'), (list, 'a list'),
+              (tuple, 'a tuple'), (dict, 'a dict'), (type(None), 'None')]
+
+
+def type_name(value):
+    return next((name for kind, name in TYPE_NAMES if isinstance(value, kind)), 'a %s' % type(value).__name__)
+
+
+def parameter_problems(name, value):
+    """What is wrong with the value of easyconfig parameter name: a list of (where, problem), where being '' or
+    the entry ('[1]', "['KEY']")."""
+    shape, check, _ = PARAMETER_RULES[name]
+    if shape == 'bool':
+        return [] if isinstance(value, bool) else [('', 'must be True or False, not %s' % type_name(value))]
+    if shape == 'optional text' and value is None:
+        return []
+    if shape in ('text', 'optional text'):
+        if not isinstance(value, str):
+            return [('', 'must be a string, not %s (%r)' % (type_name(value), value))]
+        problem = check(value)
+        return [('', problem)] if problem else []
+    if shape == 'list':
+        if not isinstance(value, (list, tuple)):
+            return [('', 'must be a list of strings, not %s (%r)' % (type_name(value), value))]
+        entries = [('[%d]' % index, entry, check) for index, entry in enumerate(value)]
+    else:
+        if not isinstance(value, dict):
+            return [('', 'must be a dict, not %s (%r)' % (type_name(value), value))]
+        entries = [("[%r]" % key, key, check) for key in value]
+        entries += [("[%r]" % key, entry, one_line_problem) for key, entry in value.items()]
+    problems = []
+    for where, entry, entry_check in entries:
+        if not isinstance(entry, str):
+            problems.append((where, 'must be a string, not %s (%r)' % (type_name(entry), entry)))
+        elif entry_check(entry):
+            problems.append((where, entry_check(entry)))
+    return problems
 
 
 class SingularityContainer(EasyBlock):
@@ -572,16 +1008,31 @@ class SingularityContainer(EasyBlock):
         """Easyconfig parameters specific to SingularityContainer."""
         extra_vars = EasyBlock.extra_options(extra_vars)
         extra_vars.update({
-            'central_sif_dir': [None, "Directory with a central copy of the image, used when the user deleted the "
-                                      "image from the install dir; default: $LUMI_CONTAINER_REPOSITORY_ROOT/"
-                                      "easybuild-sif-images if that variable is set when the module loads, "
-                                      "else %s" % LUMI_CENTRAL_SIF_DEFAULT, CUSTOM],
+            'central_sif_dir': [None, "Directory with a central copy of the image. eb takes the image from there "
+                                      "when it is there (nothing is downloaded or copied into the source path), "
+                                      "and the module falls back to it when the image in the install dir is gone "
+                                      "(default for the module: $LUMI_CONTAINER_REPOSITORY_ROOT/"
+                                      "easybuild-sif-images if that variable is set when the module loads, else "
+                                      "%s)" % LUMI_CENTRAL_SIF_DEFAULT, CUSTOM],
             'container_bind': [LUMI_BIND_PATHS, "Host paths bound in the container (SINGULARITY_BINDPATH), "
                                                 "each 'path' or 'src:dst[:opts]'", CUSTOM],
             'container_components': [{}, "Python distributions the image ships and their versions "
-                                         "({'name': 'version'}), checked in the sanity check", CUSTOM],
-            'container_env': [{}, "Environment variables injected in the container, as SINGULARITYENV_<KEY>",
-                              CUSTOM],
+                                         "({'name': 'version'}), checked in the sanity check; '2.9.1' also "
+                                         "matches '2.9.1+rocm6.4.4'", CUSTOM],
+            'container_conflicts': [LUMI_BINDING_MODULES, "Modules that must not be loaded together with this "
+                                                          "one, as their binds would collide with its binds (other "
+                                                          "modules of this easyblock are swapped out anyway: Lmod "
+                                                          "family %s)" % MODULE_FAMILY, CUSTOM],
+            'container_entry': ['exec', "How commands start in the container: 'exec' runs them directly, 'run' "
+                                        "through the image's runscript (singularity run), for images whose "
+                                        "runscript sets things up and ends in exec \"$@\", such as the LUMI AI "
+                                        "Factory images", CUSTOM],
+            'container_env': [{}, "Environment variables set in the container, as SINGULARITYENV_<KEY> (and "
+                                  "APPTAINERENV_<KEY>): they win over the user's own values", CUSTOM],
+            'container_env_defaults': [{}, "Environment defaults for the container: set by the module as plain "
+                                           "variables, which the runtime passes in, only where the user has none, "
+                                           "so that a user's own value wins, also one exported after the load",
+                                       CUSTOM],
             'container_init': ['', "Shell code run in the container before Python is used, e.g. "
                                    "'source /opt/miniconda3/bin/activate pytorch' for images before 2025; "
                                    "empty for images that set up their environment themselves", CUSTOM],
@@ -589,6 +1040,9 @@ class SingularityContainer(EasyBlock):
                                                "container; not checked if None", CUSTOM],
             'container_venv': [None, "Name of the virtual environment in /user-software/venv; "
                                      "default: the software name in lower case", CUSTOM],
+            'copy_image': [True, "Copy the image into the install dir. False puts a symbolic link to it there "
+                                 "instead, and the module uses the image where it is: for images that stay in a "
+                                 "central place for good, such as the 20+ GB LUMI AI Factory images", CUSTOM],
             'pip_install_options': [[], "Extra options for 'pip install', e.g. ['--no-index', "
                                         "'--find-links=/path/to/wheels'] for a site without network", CUSTOM],
             'pip_requirements': [[], "Requirement lines installed with pip in the virtual environment at install "
@@ -626,48 +1080,42 @@ class SingularityContainer(EasyBlock):
         return os.path.join('<source path>', self.sif_name)
 
     def installed_sif(self):
-        """The image in the install dir."""
+        """The image in the install dir (with copy_image = False, a symbolic link to the image)."""
         return os.path.join(self.installdir, self.sif_name)
 
-    def script_values(self):
-        """Values substituted in the script and module templates."""
-        return {
-            'mod_name': self.full_mod_name,
-            'sif_var': 'SIF' + self.var_suffix,
-            'c_us': CONTAINER_USER_SOFTWARE,
-            'c_venv': self.container_venv,
-            'c_runscripts': CONTAINER_RUNSCRIPTS,
-            'us_dir': USER_SOFTWARE,
-            'us_squashfs': USER_SOFTWARE_SQUASHFS,
-        }
+    def module_sif(self):
+        """The image the module uses: the one in the install dir, or the central image its link points to."""
+        if self.cfg['copy_image']:
+            return self.installed_sif()
+        return os.path.realpath(self.installed_sif())
+
+    def central_sif(self):
+        """The image in central_sif_dir, if that is set and has it."""
+        if self.cfg['central_sif_dir']:
+            path = os.path.join(self.cfg['central_sif_dir'], self.sif_name)
+            if os.path.isfile(path):
+                return path
+        return None
 
     def bind_list(self):
         """The easyconfig's bind list plus the run scripts; user-software is added when the module loads."""
-        binds = []
-        for bind in self.cfg['container_bind']:
-            if not isinstance(bind, str) or not bind.startswith('/') or ',' in bind:
-                raise EasyBuildError("container_bind entry %r is not valid: give an absolute host path or "
-                                     "'src:dst[:opts]' with absolute paths, one bind per list entry", bind)
-            binds.append(bind)
-        binds.append('%s:%s' % (os.path.join(self.installdir, 'runscripts'), CONTAINER_RUNSCRIPTS))
-        return binds
+        return list(self.cfg['container_bind']) + [
+            '%s:%s' % (os.path.join(self.installdir, 'runscripts'), CONTAINER_RUNSCRIPTS)]
+
+    def prepend_path(self):
+        """The container's PATH starts with the run scripts and the venv's commands."""
+        return '%s:%s/bin' % (CONTAINER_RUNSCRIPTS, self.container_venv)
 
     def container_environment(self):
-        """The SINGULARITYENV_* variables the module sets, in order."""
-        env = [
-            ('SINGULARITYENV_PREPEND_PATH', '%s:%s/bin' % (CONTAINER_RUNSCRIPTS, self.container_venv)),
-            ('SINGULARITYENV_VIRTUAL_ENV', self.container_venv),
-        ]
-        for key, value in self.cfg['container_env'].items():
-            if not re.match(r'^[A-Za-z_][A-Za-z0-9_]*$', str(key)):
-                raise EasyBuildError("container_env key %r is not a valid environment variable name", key)
-            env.append(('SINGULARITYENV_%s' % key, str(value)))
-        return env
+        """The variables the module sets in the container (SINGULARITYENV_<KEY>), in order."""
+        return [('VIRTUAL_ENV', self.container_venv)] + [(str(key), value)
+                                                         for key, value in self.cfg['container_env'].items()]
 
     # Steps
 
     def fetch_step(self, *args, **kwargs):
-        """Locate the image like any source, then check that it is a SIF file."""
+        """Check the parameters, locate the image like any source, then check that it is a SIF file."""
+        self.check_parameters()
         # fetch_step reads every source to log its checksums (EasyBuild 4.9: MD5 and SHA256, two reads), on top
         # of checksum_step's verification: for a 10-20 GB image on Lustre that is minutes of I/O for a log line.
         # checksum_step still verifies the checksums the easyconfig gives.
@@ -680,6 +1128,24 @@ class SingularityContainer(EasyBlock):
         if problem:
             raise EasyBuildError("The source %s is not a usable container image: %s. Put the real .sif file in "
                                  "the source path (eb --sourcepath) and try again.", path, problem)
+
+    def check_parameters(self):
+        """Stop before anything is copied if a parameter of this easyblock has a value it cannot use."""
+        problems = []
+        for name in sorted(PARAMETER_RULES):
+            allowed = PARAMETER_RULES[name][2]
+            for where, problem in parameter_problems(name, self.cfg[name]):
+                problems.append("%s%s: %s (allowed: %s)" % (name, where, problem, allowed))
+        if problems:
+            raise EasyBuildError("Invalid easyconfig parameters in %s; nothing was installed:\n  %s",
+                                 self.cfg.path, '\n  '.join(problems))
+
+    def obtain_file(self, filename, *args, **kwargs):
+        """The image from central_sif_dir when it is there, else from the source path as usual."""
+        if filename == self.sif_name and self.central_sif():
+            self.log.info("Using the image in central_sif_dir: %s", self.central_sif())
+            return self.central_sif()
+        return super(SingularityContainer, self).obtain_file(filename, *args, **kwargs)
 
     def extract_step(self):
         """Nothing to extract: the image is copied straight into the install dir by the install step."""
@@ -718,7 +1184,7 @@ class SingularityContainer(EasyBlock):
                           "new installation, move it back: mv %s %s" % (path, backup, backup, path), silent=False)
 
     def install_step(self):
-        """Copy the image, write the scripts, create the virtual environment and install the requirements."""
+        """Install the image, write the scripts, create the virtual environment and install the requirements."""
         self.install_image()
         self.write_scripts()
         self.create_venv()
@@ -728,59 +1194,67 @@ class SingularityContainer(EasyBlock):
             self.squash_user_software()
 
     def install_image(self):
-        """Copy the image into the install dir, once, following symlinks."""
-        copy_file(self.source_sif(), self.installed_sif())
+        """Copy the image into the install dir, once, following symlinks; or link to it (copy_image = False)."""
+        if self.cfg['copy_image']:
+            copy_file(self.source_sif(), self.installed_sif())
+        elif self.dry_run:
+            self.dry_run_msg("  linking %s to %s\n", self.installed_sif(), self.source_sif())
+        else:
+            os.symlink(os.path.realpath(self.source_sif()), self.installed_sif())
 
     def write_scripts(self):
         """Write bin/ (commands for outside the container) and runscripts/ (seen as /runscripts inside)."""
-        values = self.script_values()
-
-        def header(script, purpose):
-            return SCRIPT_HEADER % dict(values, script=script, purpose=purpose)
-
-        preamble = CONTAINER_PREAMBLE % values
-        scripts = {
-            'bin/start-shell': header('start-shell', 'start bash in the container') + preamble +
-            START_SHELL_BODY % values,
-            'bin/list-packages': header('list-packages', 'list the Python packages in the container') + preamble +
-            LIST_PACKAGES_BODY % values,
-            'bin/make-squashfs': header('make-squashfs', 'pack user-software/ into user-software.squashfs') +
-            INSTALLDIR_PREAMBLE % values + MAKE_SQUASHFS_BODY % values,
-            'bin/unmake-squashfs': header('unmake-squashfs', 'unpack user-software.squashfs into user-software/') +
-            INSTALLDIR_PREAMBLE % values + UNMAKE_SQUASHFS_BODY % values,
-            'runscripts/init-conda-venv': RUNSCRIPT_INIT % dict(
-                values, container_init=self.cfg['container_init'] or ':',
-                container_init_msg=self.cfg['container_init'].replace('"', '\\"').replace('$', '\\$')),
-            'runscripts/conda-python-simple': RUNSCRIPT_PYTHON_SIMPLE % values,
-            'runscripts/conda-python-distributed': RUNSCRIPT_PYTHON_DISTRIBUTED % values,
-            'runscripts/get-master': RUNSCRIPT_GET_MASTER,
-            'runscripts/list-packages': RUNSCRIPT_LIST_PACKAGES % values,
-        }
-        wrapper = WRAPPER_WITH_INIT if self.cfg['container_init'] else WRAPPER_DIRECT
-        for command in self.cfg['wrapped_commands']:
-            if not re.match(r'^[A-Za-z0-9_][A-Za-z0-9_.+-]*$', command):
-                raise EasyBuildError("wrapped_commands entry %r is not a plain command name", command)
-            purpose = 'run %s in the container; all arguments are passed on' % command
-            scripts['bin/' + command] = header(command, purpose) + preamble + wrapper % dict(
-                values, command=shlex.quote(command))
-
-        for relpath, text in sorted(scripts.items()):
+        for relpath, purpose, _, template in SCRIPTS + self.wrapper_scripts():
             path = os.path.join(self.installdir, relpath)
-            write_file(path, text)
+            write_file(path, self.script_text(relpath, purpose, template))
             if not self.dry_run:
                 adjust_permissions(path, 0o755, add=True)
+
+    def wrapper_scripts(self):
+        """Rows like those of SCRIPTS for the wrappers of wrapped_commands."""
+        return [('bin/' + command, 'run %s in the container; all arguments are passed on' % command, 'bash',
+                 LAUNCHER) for command in self.cfg['wrapped_commands']]
+
+    def script_text(self, relpath, purpose, template):
+        """The text of one script of SCRIPTS (or a wrapper) for this installation."""
+        name = os.path.basename(relpath)
+        values = {
+            'header': fill_template(SCRIPT_HEADER, name=name, purpose=purpose, module=self.full_mod_name,
+                                    module_word=sh_str(self.full_mod_name)),
+            'module': self.full_mod_name,
+            'venv': self.container_venv,
+            'sif_var': 'SIF' + self.var_suffix,
+            'container_init': self.cfg['container_init'] or ':',
+            'container_init_word': sh_str(self.cfg['container_init']),
+        }
+        if template == LAUNCHER:
+            values['launch'] = self.launch_code(name, relpath)
+        used = set(PLACEHOLDER.findall(template))
+        return fill_template(template, **dict((key, value) for key, value in values.items() if key in used))
+
+    def launch_code(self, name, relpath):
+        """The lines of a launcher script (see LAUNCHER) that start the container."""
+        entry = self.cfg['container_entry']
+        if relpath == 'bin/start-shell':
+            return fill_template(LAUNCH_START_SHELL, entry=entry)
+        command = '/runscripts/list-packages' if relpath == 'bin/list-packages' else sh_str(name)
+        if self.cfg['container_init'] and relpath != 'bin/list-packages':
+            return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=command)
+        return fill_template(LAUNCH_COMMAND, entry=entry, command=command)
 
     def run_in_container(self, script, what, extra_binds=None):
         """
         Run a bash script in the container with the module's binds and environment.
         The script reaches bash as one argument: nothing in it is expanded on the host.
         """
-        binds = self.bind_list() + (extra_binds or [])
-        env = ['SINGULARITY_BINDPATH=' + ','.join(binds)]
-        env += ['%s=%s' % item for item in self.container_environment()]
-        cmd = ' '.join(['env'] + [shlex.quote(x) for x in env] +
-                       [shlex.quote(self.container_runtime()), 'exec', shlex.quote(self.installed_sif()),
-                        '/bin/bash', '-c', shlex.quote(script)])
+        binds = ','.join(self.bind_list() + (extra_binds or []))
+        env = [('SINGULARITY_BINDPATH', binds), ('APPTAINER_BINDPATH', binds)]
+        for key, value in self.container_environment():
+            env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
+        env += [(key, value) for key, value in self.cfg['container_env_defaults'].items() if key not in os.environ]
+        cmd = ' '.join(['env'] + [sh_str('%s=%s' % item) for item in env] +
+                       [sh_str(self.container_runtime()), self.cfg['container_entry'], sh_str(self.installed_sif()),
+                        '/bin/bash', '-c', sh_str(script)])
         return self.run_checked(cmd, what)
 
     def run_checked(self, cmd, what):
@@ -820,29 +1294,52 @@ class SingularityContainer(EasyBlock):
         init = self.cfg['container_init']
         if not init:
             return 'set -euo pipefail\n'
-        return ('if ! { %s\n}; then echo "container_init failed: %s" >&2; exit 1; fi\nset -euo pipefail\n' %
-                (init, init.replace('"', '\\"').replace('$', '\\$').replace('`', '\\`')))
+        return ('if ! { %s\n}; then echo "container_init failed:" %s >&2; exit 1; fi\nset -euo pipefail\n' %
+                (init, sh_str(init)))
 
     def create_venv(self):
-        """Create the virtual environment /user-software/venv/<name> in the container."""
+        """Create the virtual environment /user-software/venv/<name> on top of the image's Python."""
         us_dir = os.path.join(self.installdir, USER_SOFTWARE)
         mkdir(os.path.join(us_dir, 'venv'), parents=True)
-        script = self.init_shell_code() + CREATE_VENV % {'venv': self.container_venv}
-        self.run_in_container(script, "Creating the virtual environment %s in the container" % self.container_venv,
-                              extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
-        self.add_pip_scripts()
-
-    def add_pip_scripts(self):
-        """Give a venv created without pip the commands pip, pip3 and pip3.X, running the image's pip."""
-        venv = os.path.join(self.installdir, USER_SOFTWARE, 'venv', self.venv_name)
-        if self.dry_run or os.path.exists(os.path.join(venv, 'bin', 'pip')):
+        script = self.init_shell_code() + fill_template(CREATE_VENV, detect=sh_str(DETECT_IMAGE_PYTHON),
+                                                        venv=self.container_venv)
+        output = self.run_in_container(script, "Creating the virtual environment %s in the container" %
+                                       self.container_venv, extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
+        if self.dry_run:
             return
-        # pyvenv.cfg, written by venv, has 'version = 3.12.4': the Python in the image
-        with open(os.path.join(venv, 'pyvenv.cfg')) as cfg:
-            version = re.search(r'^version\s*=\s*(\d+)\.(\d+)', cfg.read(), re.M)
-        names = ['pip', 'pip3'] + (['pip%s.%s' % version.groups()] if version else [])
-        for name in names:
-            path = os.path.join(venv, 'bin', name)
+        image_python = self.image_python(output)
+        write_file(os.path.join(self.installdir, IMAGE_PYTHON_JSON), json.dumps(image_python, indent=2) + '\n')
+        self.add_image_packages(image_python)
+        self.add_pip_scripts(image_python)
+
+    def image_python(self, output):
+        """What DETECT_IMAGE_PYTHON found out about the image's Python."""
+        for line in output.splitlines():
+            if line.startswith('IMAGE-PYTHON '):
+                return json.loads(line[len('IMAGE-PYTHON '):])
+        raise EasyBuildError("The image's Python did not say where its packages are; output:\n%s", output)
+
+    def venv_site_packages(self, image_python):
+        """The venv's site-packages on the host."""
+        return os.path.join(self.installdir, USER_SOFTWARE, 'venv', self.venv_name, 'lib',
+                            'python%s' % image_python['version'], 'site-packages')
+
+    def add_image_packages(self, image_python):
+        """Make the image's packages visible in the venv, after the venv's own (see IMAGE_PACKAGES)."""
+        site_packages = self.venv_site_packages(image_python)
+        dirs = '[\n%s]' % ''.join('    %r,\n' % path for path in image_python['package_dirs'])
+        write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.py'),
+                   fill_template(IMAGE_PACKAGES, module=self.full_mod_name, module_name=IMAGE_PACKAGES_MODULE,
+                                 package_dirs=dirs))
+        write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.pth'), 'import %s\n' % IMAGE_PACKAGES_MODULE)
+
+    def add_pip_scripts(self, image_python):
+        """Give a venv created without pip the commands pip, pip3 and pip3.X, running the image's pip."""
+        venv_bin = os.path.join(self.installdir, USER_SOFTWARE, 'venv', self.venv_name, 'bin')
+        if os.path.exists(os.path.join(venv_bin, 'pip')):
+            return
+        for name in ['pip', 'pip3', 'pip' + image_python['version']]:
+            path = os.path.join(venv_bin, name)
             write_file(path, VENV_PIP_SCRIPT)
             adjust_permissions(path, 0o755, add=True)
 
@@ -851,7 +1348,7 @@ class SingularityContainer(EasyBlock):
         us_dir = os.path.join(self.installdir, USER_SOFTWARE)
         requirements = os.path.join(us_dir, 'requirements.txt')
         write_file(requirements, '\n'.join(self.cfg['pip_requirements']) + '\n')
-        options = ' '.join(shlex.quote(opt) for opt in self.cfg['pip_install_options'])
+        options = ' '.join(sh_str(opt) for opt in self.cfg['pip_install_options'])
         script = self.init_shell_code() + (
             '%(venv)s/bin/python -m pip install --no-input --disable-pip-version-check %(options)s '
             '-r %(us)s/requirements.txt\n' % {'venv': self.container_venv, 'options': options,
@@ -862,11 +1359,11 @@ class SingularityContainer(EasyBlock):
     def squash_user_software(self):
         """Pack user-software/ with bin/make-squashfs, check the result, and only then remove the directory."""
         make_squashfs = os.path.join(self.installdir, 'bin', 'make-squashfs')
-        self.run_checked(shlex.quote(make_squashfs), "Packing user-software with make-squashfs")
+        self.run_checked(sh_str(make_squashfs), "Packing user-software with make-squashfs")
         if self.dry_run:
             return
         squashfs = os.path.join(self.installdir, USER_SOFTWARE_SQUASHFS)
-        listing = self.run_checked('unsquashfs -l %s' % shlex.quote(squashfs), "Listing %s" % squashfs)
+        listing = self.run_checked('unsquashfs -l %s' % sh_str(squashfs), "Listing %s" % squashfs)
         expected = 'squashfs-root/venv/%s/bin/python' % self.venv_name
         if expected not in listing.split():
             raise EasyBuildError("%s does not contain venv/%s/bin/python; %s/ was kept. Remove the SquashFS file "
@@ -884,20 +1381,23 @@ class SingularityContainer(EasyBlock):
     def usage_text(self):
         """Module help: what the module sets and which commands it offers."""
         suffix = self.var_suffix
-        wrapped = ', '.join(self.cfg['wrapped_commands']) or 'none'
+        scripts = SCRIPTS + self.wrapper_scripts()
+        commands = ['  %s: %s' % (os.path.basename(path), purpose) for path, purpose, _, _ in scripts
+                    if path.startswith('bin/')]
+        runscripts = ['  %s: %s' % (os.path.basename(path), purpose) for path, purpose, _, _ in scripts
+                      if path.startswith('runscripts/')]
         return '\n'.join([
-            "The container image is in $SIF and $SIF%s: run software in it with 'singularity exec $SIF <command>'." %
-            suffix,
+            "The container image is in $SIF and $SIF%s: run software in it with 'singularity %s $SIF <command>'." %
+            (suffix, self.cfg['container_entry']),
             "$CONTAINERROOT is the install dir; $RUNSCRIPTS and $RUNSCRIPTS%s hold the run scripts, seen as "
             "/runscripts in the container." % suffix,
             "SINGULARITY_BINDPATH (added to your own value) binds the host file systems, /runscripts and "
             "/user-software; SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up "
-            "the environment in the container, with the virtual environment %s active." % self.container_venv,
+            "the environment in the container, with the virtual environment %s active (APPTAINER_BINDPATH and "
+            "APPTAINERENV_* get the same values)." % self.container_venv,
             "",
-            "Commands outside the container: start-shell (bash in the container), list-packages, make-squashfs, "
-            "unmake-squashfs, and wrappers that run in the container: %s." % wrapped,
-            "Run scripts in the container: conda-python-simple, conda-python-distributed (with srun, one task per "
-            "GPU), get-master, init-conda-venv, list-packages.",
+            "Commands outside the container (in $CONTAINERROOT/bin):",
+        ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
             "",
             "To add packages: unmake-squashfs, remove $CONTAINERROOT/user-software.squashfs, reload the module, "
             "pip install in the container, make-squashfs, reload the module.",
@@ -907,43 +1407,36 @@ class SingularityContainer(EasyBlock):
         """Add the load-time container logic, in the syntax of the module generator."""
         txt = super(SingularityContainer, self).make_module_extra(*args, **kwargs)
         lua = self.module_generator.SYNTAX == 'Lua'
-        quote = lua_str if lua else tcl_str
-        env_lines = []
-        for key, value in self.container_environment():
-            env_lines.append(('pushenv(%s, %s)' if lua else 'singularitycontainer_pushenv %s %s')
-                             % (quote(key), quote(value)))
-        central = self.cfg['central_sif_dir'] or ''
-        values = {
-            'installdir': quote(self.installdir),
-            'sif_name': quote(self.sif_name),
-            'central_sif_dir': quote(central),
-            'central_subdir': quote(LUMI_CENTRAL_SIF_SUBDIR),
-            'central_default': quote(LUMI_CENTRAL_SIF_DEFAULT),
-            'mod_name': quote(self.full_mod_name),
-            'mod_name_bare': self.full_mod_name.replace('"', '').replace('$', '').replace('[', '').replace(']', ''),
-            'sif_var': quote('SIF' + self.var_suffix),
-            'runscripts_var': quote('RUNSCRIPTS' + self.var_suffix),
-            'binds_var': quote('SINGULARITYCONTAINER_BINDS_' + self.var_suffix),
-            'binds_var_bare': 'SINGULARITYCONTAINER_BINDS_' + self.var_suffix,
-            'binds': quote(','.join(self.bind_list())),
-            'us_squashfs': quote(USER_SOFTWARE_SQUASHFS),
-            'us_dir': quote(USER_SOFTWARE),
-            'c_us': CONTAINER_USER_SOFTWARE,
-            'container_env': '\n'.join(env_lines),
-        }
-        return txt + (LUA_MODULE_LOGIC if lua else TCL_MODULE_LOGIC) % values
+        quote, template = (lua_str, LUA_MODULE_LOGIC) if lua else (tcl_str, TCL_MODULE_LOGIC)
+
+        def pairs(items):
+            """A list of (key, value) pairs as a Lua table of tables, or a flat Tcl list."""
+            if lua:
+                return '{%s}' % ', '.join('{%s, %s}' % (quote(key), quote(value)) for key, value in items)
+            return '[list %s]' % ' '.join('%s %s' % (quote(key), quote(value)) for key, value in items)
+
+        conflicts = '\n'.join(('conflict(%s)' if lua else 'conflict %s') % quote(name)
+                              for name in self.cfg['container_conflicts'])
+        # Tcl's error message is a "..." word with $variables in it: the module name goes in without quoting chars
+        mod_name = {'mod_name': quote(self.full_mod_name)} if lua else {
+            'mod_name_text': re.sub(r'[\\"$\[\]{}]', '', self.full_mod_name)}
+        return txt + fill_template(
+            template, family=quote(MODULE_FAMILY), conflicts=conflicts, installdir=quote(self.installdir),
+            sif_name=quote(self.sif_name), suffix=quote(self.var_suffix), sif_path=quote(self.module_sif()),
+            central_sif_dir=quote(self.cfg['central_sif_dir'] or ''), central_subdir=quote(LUMI_CENTRAL_SIF_SUBDIR),
+            central_default=quote(LUMI_CENTRAL_SIF_DEFAULT), binds=quote(','.join(self.bind_list())),
+            us_squashfs=quote(USER_SOFTWARE_SQUASHFS), us_dir=quote(USER_SOFTWARE),
+            prepend_path=quote(self.prepend_path()), container_env=pairs(self.container_environment()),
+            env_defaults=pairs(self.cfg['container_env_defaults'].items()), **mod_name)
 
     # Sanity check
 
     def sanity_check_step(self, *args, **kwargs):
         """Check the scripts, and, when the image is there, the container's Python and packages."""
-        bash_scripts = ['bin/start-shell', 'bin/list-packages', 'bin/make-squashfs', 'bin/unmake-squashfs',
-                        'runscripts/conda-python-simple', 'runscripts/conda-python-distributed',
-                        'runscripts/init-conda-venv', 'runscripts/list-packages']
-        bash_scripts += ['bin/' + cmd for cmd in self.cfg['wrapped_commands']]
-        custom_paths = {'files': bash_scripts + ['runscripts/get-master'], 'dirs': []}
-        custom_commands = ['bash -n %s' % shlex.quote(os.path.join(self.installdir, s)) for s in bash_scripts]
-
+        scripts = SCRIPTS + self.wrapper_scripts()
+        custom_paths = {'files': [path for path, _, _, _ in scripts], 'dirs': []}
+        custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, path))
+                           for path, _, kind, _ in scripts if kind == 'bash']
         if os.path.isfile(self.installed_sif()) or self.dry_run:
             custom_commands.append(self.container_check_command())
             for cmd in self.cfg['wrapped_commands']:
@@ -956,11 +1449,15 @@ class SingularityContainer(EasyBlock):
                                                                    custom_commands=custom_commands)
 
     def container_check_command(self):
-        """Shell command checking in the container: the Python version, the components, the requirements."""
+        """Shell command checking in the container: the Python version, the components, the requirements. The
+        checks go in on stdin: thousands of requirement names do not fit on a command line."""
         checks = {
             'python': self.cfg['container_python_version'] or '',
             'components': dict(self.cfg['container_components']),
             'requirements': requirement_names(self.cfg['pip_requirements']),
         }
-        return 'start-shell -c %s check %s %s' % (shlex.quote('python -c "$1" "$2"'),
-                                                  shlex.quote(CONTAINER_CHECK_SCRIPT), shlex.quote(json.dumps(checks)))
+        handle, path = tempfile.mkstemp(prefix='container-checks-', suffix='.json')
+        with os.fdopen(handle, 'w') as checks_file:
+            json.dump(checks, checks_file)
+        return 'start-shell -c %s check %s < %s' % (sh_str('python -c "$1"'), sh_str(CONTAINER_CHECK_SCRIPT),
+                                                    sh_str(path))
