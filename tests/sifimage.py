@@ -63,20 +63,92 @@ def _link_pythons(bindir: Path, python: str) -> None:
         (bindir / alias).symlink_to("python")
 
 
-def make_test_rootfs(root: Path, python: str, *, conda: bool = False,
-                     env: dict | None = None) -> Path:
+# The LUMI AI Factory images' runscript (through 20260415): settings for a single node, then the command.
+LAIF_RUNSCRIPT = """\
+#!/bin/sh
+# Test image runscript, like the LUMI AI Factory images': set things up, then run the command.
+if [ "${SLURM_NNODES:-}" = 1 ] && [ -z "${SLURM_GPUS_ON_NODE:-}" ]; then
+    export FI_HMEM_DISABLE_P2P=1
+fi
+export LAIF_RUNSCRIPT_RAN=yes
+exec "$@"
+"""
+
+
+def _python_version(python: str) -> str:
+    return subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _make_laif_venv(root: Path, python: str, packages: dict) -> str:
+    """/opt/venv as in the LUMI AI Factory images: a venv of the image's Python without its system site packages,
+    holding pip (the host interpreter's) and `packages` ({name: version}); returns its site-packages path."""
+    version = _python_version(python)
+    short = ".".join(version.split(".")[:2])
+    venv = root / "opt/venv"
+    site = venv / "lib" / ("python" + short) / "site-packages"
+    site.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = %s\ninclude-system-site-packages = false\nversion = %s\n"
+                                     % (os.path.dirname(python), version))
+    (venv / "bin").mkdir()
+    (venv / "bin/python").symlink_to(python)
+    for alias in ("python3", "python" + short):
+        (venv / "bin" / alias).symlink_to("python")
+    (venv / "bin/pip").write_text('#!/bin/sh\nexec /opt/venv/bin/python -m pip "$@"\n')
+    (venv / "bin/pip").chmod(0o755)
+    host_site = subprocess.run([python, "-c", "import os, pip; print(os.path.dirname(pip.__path__[0]))"],
+                               check=True, capture_output=True, text=True).stdout.strip()
+    for entry in Path(host_site).iterdir():
+        if entry.name == "pip" or (entry.name.startswith("pip-") and entry.name.endswith(".dist-info")):
+            shutil.copytree(entry, site / entry.name, symlinks=True)
+    for name, pkg_version in packages.items():
+        write_distribution(site, name, pkg_version)
+    return "/" + str(site.relative_to(root))
+
+
+def write_distribution(site: Path, name: str, version: str) -> None:
+    """An installed pure-Python distribution: module `name` (dashes as underscores) with VERSION, and its
+    dist-info."""
+    module = name.replace("-", "_")
+    (site / module).mkdir()
+    (site / module / "__init__.py").write_text("VERSION = %r\n" % version)
+    info = site / ("%s-%s.dist-info" % (module, version))
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version))
+    (info / "INSTALLER").write_text("pip\n")
+    (info / "RECORD").write_text("")
+
+
+def make_test_rootfs(root: Path, python: str, *, conda: bool = False, laif: dict | None = None,
+                     laif_pythonpath: tuple = (), sbom_pip: dict | None = None, env: dict | None = None) -> Path:
     """Create a tiny image tree in `root`.
 
     `python` is the absolute path of a real base (non-venv) interpreter on the
-    host.  conda=False mimics post-2025 images (Python on PATH under
+    host.  By default the tree mimics post-2025 images (Python on PATH under
     /opt/container/bin); conda=True mimics pre-2025 ones (a `pytorch` env that
-    must be activated via $WITH_CONDA).  `env` adds exports to the env script.
+    must be activated via $WITH_CONDA); laif={name: version} mimics the LUMI AI
+    Factory images (a venv at /opt/venv holding those packages, on PATH and on
+    PYTHONPATH, a runscript that sets a variable and ends in exec "$@", and a
+    /.sbom.json listing them, or sbom_pip; laif_pythonpath adds entries to its
+    PYTHONPATH).  `env` adds exports to the env script.
     """
     root = Path(root)
     sd = root / ".singularity.d"
     (sd / "env").mkdir(parents=True)
     lines = ["#!/bin/sh", "# Generated test image environment"]
-    if conda:
+    if laif is not None:
+        site = _make_laif_venv(root, python, laif)
+        lines.append('export PATH="/opt/venv/bin:$PATH"')
+        lines.append('export PYTHONPATH="%s:$PYTHONPATH"' % ':'.join((site,) + tuple(laif_pythonpath)))
+        (sd / "runscript").write_text(LAIF_RUNSCRIPT)
+        (sd / "runscript").chmod(0o755)
+        short = ".".join(_python_version(python).split(".")[:2])
+        sbom = {"apt": [{"name": "python" + short, "version": _python_version(python) + "-1"},
+                        {"name": "rocm-core", "version": "6.4.4.60404-129~24.04"}],
+                "pip": [{"name": name, "version": version}
+                        for name, version in sorted((laif if sbom_pip is None else sbom_pip).items())]}
+        (root / ".sbom.json").write_text(json.dumps(sbom) + "\n")
+    elif conda:
         base = root / "opt/miniconda3"
         _link_pythons(base / "envs/pytorch/bin", python)
         (base / "bin").mkdir(parents=True)

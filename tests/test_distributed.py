@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import torch_bind
+from conftest import LAIF_MODULE, install_laif, torch_bind
 from harness import LMOD_INIT, Installation, demo_easyconfig, run
 
 HOSTLISTS = [
@@ -33,16 +33,24 @@ HOSTLISTS = [
 # parameters and different data per rank; DDP must leave every rank with the same, trained parameters.
 DDP_CHECK = '''\
 import os
+import sys
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+
+def say(line):
+    """One write per line: torchrun's processes share one stdout."""
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
 if rank == 0:
-    print("all_reduce sum %d expected %d" % (total.item(), world * (world + 1) // 2), flush=True)
+    say("all_reduce sum %d expected %d" % (total.item(), world * (world + 1) // 2))
 
 torch.manual_seed(rank)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
@@ -58,11 +66,11 @@ for step in range(5):
 after = torch.cat([p.detach().flatten() for p in model.parameters()])
 gathered = [torch.zeros_like(after) for _ in range(world)]
 dist.all_gather(gathered, after)
-print("rank %d of %d: local rank %s of %s, master %s:%s, trained %s" % (
+say("rank %d of %d: local rank %s of %s, master %s:%s, trained %s" % (
     rank, world, os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"], os.environ["MASTER_ADDR"],
-    os.environ["MASTER_PORT"], not torch.equal(before, after)), flush=True)
+    os.environ["MASTER_PORT"], not torch.equal(before, after)))
 if rank == 0:
-    print("DDP parameters identical on all ranks:", all(torch.equal(gathered[0], g) for g in gathered), flush=True)
+    say("DDP parameters identical on all ranks: %s" % all(torch.equal(gathered[0], g) for g in gathered))
 # Tear down together: rank 0 holds the rendezvous store, and leaving while another rank still talks to it
 # aborted rank 0 now and then ("terminate called without an active exception").
 dist.barrier()
@@ -258,3 +266,67 @@ def test_distributed_environment_keeps_user_choices(pytorch, slurm, tmp_path):
         assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '%s/miopen' % tmp_path
     # rocm-smi runs once per node, on local rank 0, when the container has it.
     assert re.findall('rocm-smi ran on rank .', out) == ['rocm-smi ran on rank 0'], out
+
+
+def srun_in_module(inst, root, module, srun, slurm, check=True):
+    """Run an srun line in root with the module loaded, under the test cluster."""
+    return inst.shell('module load %s\ncd %s\n%s' % (module, root, srun), env=slurm.env(inst.env()), check=check)
+
+
+def test_torchrun_one_task_two_processes_ddp(pytorch, slurm):
+    """torchrun-distributed: one Slurm task on the node, torchrun starts 2 processes (gloo)."""
+    inst, root = pytorch
+    proc = srun_in_module(inst, root, 'PyTorch/2.13.0', 'srun -N 1 -n 1 -c 2 singularity exec "$SIFPYTORCH" '
+                          'torchrun-distributed --nproc-per-node=2 ddp_check.py', slurm, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + slurm.log('slurmd.log')
+    check_ddp_output(proc.stdout)
+    line = re.search(r'^Node 0 of 1 \(\S+\): torchrun with 1 processes per node \(no GPUs in the job\) unless the '
+                     r'options say otherwise, rendezvous at (\S+):(\d+)$', proc.stdout, re.M)
+    assert line and line.group(1) == slurm.host, proc.stdout
+
+
+def test_torchrun_needs_one_task_per_node_and_slurm(pytorch, slurm):
+    inst, root = pytorch
+    proc = srun_in_module(inst, root, 'PyTorch/2.13.0', 'srun -n 2 singularity exec "$SIFPYTORCH" '
+                          'torchrun-distributed ddp_check.py', slurm, check=False)
+    assert proc.returncode != 0
+    assert ('torchrun-distributed: error: this job step runs 2 tasks on 1 nodes, but torchrun-distributed needs one '
+            'task per node (srun --ntasks-per-node=1)') in proc.stderr
+    proc = inst.shell('module load PyTorch/2.13.0\nsingularity exec "$SIFPYTORCH" torchrun-distributed x.py',
+                      check=False)
+    assert proc.returncode == 1
+    assert 'torchrun-distributed: error: not running as a Slurm task (SLURM_PROCID is not set)' in proc.stderr
+
+
+SHOW_LAIF = '''\
+import os, laif_upgrade, torch
+print("rank %s: laif_upgrade %s, runscript %s, FI_HMEM_DISABLE_P2P %s, torch %s" % (
+    os.environ["RANK"], laif_upgrade.VERSION, os.environ.get("LAIF_RUNSCRIPT_RAN"),
+    os.environ.get("FI_HMEM_DISABLE_P2P"), torch.__version__), flush=True)
+'''
+
+
+@pytest.fixture(scope='module')
+def laif_pytorch(tmp_path_factory, laif_sif, laif_wheels):
+    """The LAIF-like image installed as the LAIF easyconfigs do it, with torch from the host on its PYTHONPATH."""
+    root = tmp_path_factory.mktemp('laif-slurm')
+    inst, _, _ = install_laif(root, laif_sif, laif_wheels)
+    (root / 'ddp_check.py').write_text(DDP_CHECK)
+    (root / 'show_laif.py').write_text(SHOW_LAIF)
+    return inst, root
+
+
+def test_laif_image_under_srun(laif_pytorch, slurm):
+    """A LAIF image, started through its runscript as LAIF's guides do: one task per GPU with
+    conda-python-distributed, one task per node with torchrun-distributed; the user venv's upgrade wins."""
+    inst, root = laif_pytorch
+    proc = srun_in_module(inst, root, LAIF_MODULE, 'srun -n 2 singularity run "$SIF" conda-python-distributed '
+                          'show_laif.py', slurm)
+    assert sorted(proc.stdout.strip().splitlines()[-2:]) == [
+        'rank %d: laif_upgrade 2.0, runscript yes, FI_HMEM_DISABLE_P2P 1, torch 2.13.0+cpu' % rank for rank in (0, 1)]
+    proc = srun_in_module(inst, root, LAIF_MODULE, 'srun -n 2 singularity run "$SIF" conda-python-distributed -u '
+                          'ddp_check.py', slurm)
+    check_ddp_output(proc.stdout)
+    proc = srun_in_module(inst, root, LAIF_MODULE, 'srun -N 1 -n 1 -c 2 singularity run "$SIF" torchrun-distributed '
+                          '--nproc-per-node=2 ddp_check.py', slurm)
+    check_ddp_output(proc.stdout)

@@ -247,7 +247,7 @@ if not isFile(sif) then
         sif = central_sif
     elseif mode() == "load" then
         local sif_dir = sif:match("^(.*)/[^/]*$")
-        local where = sif_dir == central_dir and ("in " .. central_dir) or
+        local where = sif_dir == central_dir and ("not in " .. central_dir) or
                       ("neither in " .. sif_dir .. " nor in " .. central_dir)
         LmodError(@mod_name@ .. ": the container image " .. sif_name .. " is " .. where ..
                   ". Reinstall the module with eb, or restore the image.")
@@ -371,7 +371,7 @@ if { ![file isfile $sif] } {
         set sif $central_sif
     } elseif { [module-info mode load] } {
         set sif_dir [file dirname $sif]
-        set where [expr {$sif_dir eq $central_dir ? "in $central_dir" : "neither in $sif_dir nor in $central_dir"}]
+        set where [expr {$sif_dir eq $central_dir ? "not in $central_dir" : "neither in $sif_dir nor in $central_dir"}]
         error "@mod_name_text@: the container image $sif_name is $where.\
  Reinstall the module with eb, or restore the image."
     }

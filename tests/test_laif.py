@@ -1,0 +1,126 @@
+"""LUMI AI Factory (LAIF) images: Python in a venv at /opt/venv, started through their runscript, 20+ GB and used in
+place. Installed end to end with EasyBuild 5 and 4.9.4 from a LAIF-like test image (conftest.laif_sif)."""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import LAIF_MODULE as MODULE, LAIF_SIF_NAME, install_laif
+from harness import CONTAINER_PYTHON_VERSION, base_env, require_tools, run
+
+SITE = '/opt/venv/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
+
+
+@pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
+def laif(request, tmp_path_factory, laif_sif, laif_wheels):
+    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    return install_laif(tmp_path_factory.mktemp('laif'), laif_sif, laif_wheels, eb_version=request.param,
+                        syntax='Lua' if request.param == '5' else 'Tcl')
+
+
+def shell(inst, script, **kw):
+    return inst.shell('module load %s\n%s' % (MODULE, script), **kw)
+
+
+def test_image_used_in_place(laif):
+    """copy_image = False: a link to the central image, no copy; SIF is the central file; the image's Python
+    environment was found at install time and recorded."""
+    inst, idir, central_sif = laif
+    link = idir / LAIF_SIF_NAME
+    assert link.is_symlink() and os.readlink(link) == str(central_sif)
+    assert not [p for p in idir.rglob('*') if p.is_file() and not p.is_symlink() and p.stat().st_size > 10 << 20]
+    out = shell(inst, 'echo "$SIF|$SIFPYTORCH"').stdout.strip()
+    assert out == '%s|%s' % (central_sif, central_sif)
+    image_python = json.loads((idir / 'image-python.json').read_text())
+    assert image_python['kind'] == 'venv' and image_python['prefix'] == '/opt/venv'
+    assert image_python['package_dirs'][:2] == [SITE, '/opt/torch-site-packages']
+    assert (idir / 'user-software.squashfs').is_file() and not (idir / 'user-software').exists()
+
+
+def test_user_venv_sees_the_image_venv_and_wins(laif):
+    """Every way into the container sees /opt/venv's packages, and the user venv's upgrade of one of them."""
+    inst, idir, _ = laif
+    show = ('import laif_base, laif_top, laif_upgrade; '
+            'print(laif_base.__file__.split(\\"/site-packages/\\")[0], laif_top.BASE, laif_upgrade.VERSION)')
+    out = shell(inst, '\n'.join([
+        'python -c "%s"' % show,
+        'start-shell -c \'python -c "%s"\'' % show,
+        'singularity run "$SIF" python -c "%s"' % show,
+        'singularity exec "$SIF" python -c "%s"' % show,
+        'singularity exec "$SIF" conda-python-simple -c "%s"' % show,
+    ])).stdout.splitlines()
+    assert out == ['/opt/venv/lib/python%s 1.0 2.0' % CONTAINER_PYTHON_VERSION] * 5, out
+
+
+def test_pip_counts_image_packages_as_installed(laif):
+    """pip list shows the image's packages, and the requirement on laif-base did not install it again."""
+    inst, idir, _ = laif
+    out = shell(inst, 'pip list --format=freeze\nlist-packages --format=json').stdout.splitlines()
+    assert {'laif-base==1.0', 'laif-upgrade==2.0', 'laif-top==1.0', 'pip'} & set(out) >= {
+        'laif-base==1.0', 'laif-upgrade==2.0', 'laif-top==1.0'}
+    listed = {entry['name']: entry['version'] for entry in json.loads(out[-1])}
+    assert listed['laif-base'] == '1.0' and listed['laif-upgrade'] == '2.0'
+    venv = shell(inst, 'python -c "import os, sysconfig; print(*os.listdir(sysconfig.get_paths()[\'purelib\']))"'
+                 ).stdout.split()
+    assert 'laif_top' in venv and 'laif_upgrade' in venv and 'laif_base' not in venv
+
+
+def test_runscript_runs_for_every_command(laif):
+    """container_entry = 'run': the wrappers, start-shell and list-packages go through the image's runscript,
+    with arguments intact and the exit status returned."""
+    inst, idir, _ = laif
+    args = ['a b', "it's", '$HOME', '', '`date`']
+    out = shell(inst, 'python -c "import os, sys; print(os.environ[\'LAIF_RUNSCRIPT_RAN\'], sys.argv[1:])" '
+                      '"a b" "it\'s" \'$HOME\' "" \'`date`\'\n'
+                      'start-shell -c \'echo "$LAIF_RUNSCRIPT_RAN"\'\n'
+                      'python -c "import sys; sys.exit(5)" || echo "status $?"\n').stdout.splitlines()
+    assert out == ['yes %r' % args, 'yes', 'status 5']
+    for name in ('python', 'start-shell', 'list-packages'):
+        assert '"$runtime" run "$sif"' in (idir / 'bin' / name).read_text()
+
+
+def test_defaults_can_be_overridden(laif):
+    """container_env_defaults reach the container, and a user's export after the load wins."""
+    inst, idir, _ = laif
+    show = 'python -c "import os; print(os.environ[\'FI_MR_CACHE_MONITOR\'], os.environ[\'NCCL_SOCKET_IFNAME\'])"'
+    out = shell(inst, '%s\nexport NCCL_SOCKET_IFNAME=hsn0\n%s\n' % (show, show)).stdout.splitlines()
+    assert out == ['userfaultfd hsn0,hsn1,hsn2,hsn3', 'userfaultfd hsn0']
+
+
+def test_make_and_unmake_squashfs(laif):
+    inst, idir, _ = laif
+    out = shell(inst, 'unmake-squashfs >/dev/null\nmv "$CONTAINERROOT/user-software.squashfs" "$CONTAINERROOT/keep"\n'
+                      'make-squashfs >/dev/null\nrm -r "$CONTAINERROOT/user-software" "$CONTAINERROOT/keep"\n'
+                      'module load %s\npython -c "import laif_upgrade; print(laif_upgrade.VERSION)"' % MODULE).stdout
+    assert out.strip() == '2.0'
+
+
+def test_module_fails_clearly_when_the_central_image_is_gone(laif):
+    inst, idir, central_sif = laif
+    moved = central_sif.with_name('moved-away.sif')
+    os.rename(central_sif, moved)
+    try:
+        proc = inst.shell('module load %s\necho "rc=$? SIF=${SIF:-unset}"' % MODULE, check=False)
+    finally:
+        os.rename(moved, central_sif)
+    message = ' '.join(proc.stderr.split())
+    assert 'the container image %s is not in %s.' % (LAIF_SIF_NAME, central_sif.parent) in message
+    assert 'Reinstall the module with eb, or restore the image.' in message
+    assert 'rc=1 SIF=unset' in proc.stdout
+
+
+def test_install_steps_and_sanity_check_run_through_the_runscript(tmp_path, laif_sif, laif_wheels):
+    """An init that fails unless the runscript ran: the venv, the pip step and the sanity check all pass."""
+    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    init = 'test "${LAIF_RUNSCRIPT_RAN:-}" = yes || { echo "the runscript did not run" >&2; false; }'
+    inst, idir, _ = install_laif(tmp_path, laif_sif, laif_wheels, container_init=init)
+    log = next((idir / 'easybuild').glob('easybuild-PyTorch-*.log')).read_text()
+    assert 'container checks passed' in log
+    assert re.search(r"singularity\S* run \S+%s'? /bin/bash -c" % re.escape(LAIF_SIF_NAME), log)
+
+
+def test_wrappers_refuse_without_the_module(laif):
+    inst, idir, _ = laif
+    proc = run([str(idir / 'bin' / 'python'), '-c', 'pass'], env=base_env(), check=False)
+    assert proc.returncode == 1 and "module %s is not loaded" % MODULE in proc.stderr
