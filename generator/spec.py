@@ -14,6 +14,8 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from generator import laif
+
 # ---------------------------------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------------------------------
@@ -61,6 +63,8 @@ class _ContainerNames:
     @property
     def versionsuffix(self):
         suffix = '-rocm-%s-python-%s-singularity' % (self.rocm, self.python)
+        if self.family == 'laif':
+            suffix += '-laif-' + self.image_variant
         if self.variant:
             suffix += '-' + self.variant
         return suffix + '-' + self.date
@@ -72,6 +76,11 @@ class _ContainerNames:
     @property
     def path(self):
         return format_path(('containers', self.index))
+
+    @property
+    def release_dir(self):
+        """The directory of a LAIF image's release on LUMI (None for other families)."""
+        return laif.release_dir(self.digest, self.tag) if self.family == 'laif' else None
 
 
 @dataclass
@@ -222,7 +231,7 @@ def load_yaml(path):
 # Validation
 # ---------------------------------------------------------------------------------------------------------------
 
-TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'containers')
+TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'family_defaults', 'containers')
 TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
 
 VERSION_RE = re.compile(r'^\d+(\.\d+)*([.+-][0-9A-Za-z]+)*$')
@@ -238,6 +247,9 @@ ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 MODULECLASS_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 HOMEPAGE_RE = re.compile(r'^https?://\S+$')
 CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
+
+FAMILIES = ('amd', 'laif')
+CONTAINER_ENTRIES = ('exec', 'run')
 
 
 def _kind(value):
@@ -381,6 +393,18 @@ class _Checker:
             return False
         return True
 
+    def digest(self, path, value):
+        return self.matching(path, value, laif.DIGEST_RE, 'a LAIF digest (%s)' % laif.DIGEST_FORMAT)
+
+    def tag(self, path, value):
+        if not self.string(path, value):
+            return False
+        problem = laif.tag_problem(value)
+        if problem:
+            self.error(path, '%r %s' % (value, problem))
+            return False
+        return True
+
     def absolute_path(self, path, value):
         if not self.string(path, value):
             return False
@@ -422,6 +446,12 @@ def _pattern(regex, what, allow_empty=False):
     return check
 
 
+def _one_of(choices, what):
+    """Validator: one of the strings ``choices``."""
+    regex = re.compile('^(%s)$' % '|'.join(re.escape(choice) for choice in choices))
+    return _pattern(regex, '%s (allowed: %s)' % (what, ', '.join(choices)))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The fields of a container entry: everything about a key is in its row
 # ---------------------------------------------------------------------------------------------------------------
@@ -430,12 +460,34 @@ CONTAINER = 'container'  # the key may only appear in a container entry
 SHARED = 'shared'  # in a container entry or in defaults
 
 
-def _unless_sif(values):
-    return 'sif' not in values
+def _family(values):
+    return values.get('family', 'amd')
+
+
+def _amd(values):
+    return _family(values) == 'amd'
+
+
+def _amd_unless_sif(values):
+    return _amd(values) and 'sif' not in values
+
+
+def _laif(values):
+    return _family(values) == 'laif'
 
 
 def _default_sif(name, values):
+    if _laif(values):
+        return laif.sif_name(values['image_variant'], values['digest'], values['tag'])
     return default_sif_name(name, values['version'], values['rocm'], values['python'], values['dockerhash'])
+
+
+def _default_date(name, values):
+    return laif.tag_date(values['tag']) if _laif(values) else None
+
+
+def _default_central_sif_dir(name, values):
+    return laif.release_dir(values['digest'], values['tag']) if _laif(values) else None
 
 
 def _default_venv(name, values):
@@ -448,7 +500,8 @@ class Field:
 
     ``check(checker, path, value)`` validates a given value.  ``required`` is True, False, or a predicate on the
     entry's values (defaults merged in).  ``default`` is the built-in value of a key that is not given (None: not
-    emitted unless given), or a function ``(name, values)`` computing it from the entry's other values.
+    emitted unless given), or a function ``(name, values)`` computing it from the entry's other values.  A key
+    with a ``family`` may only be given for images of that family.
     """
 
     key: str
@@ -456,6 +509,7 @@ class Field:
     check: Callable[..., bool]
     required: Any = False
     default: Any = None
+    family: Optional[str] = None
 
     def is_required(self, values):
         return self.required(values) if callable(self.required) else self.required
@@ -478,24 +532,33 @@ class Field:
 
 FIELDS = (
     Field('version', CONTAINER, _pattern(VERSION_RE, 'a valid version (e.g. 2.7.1)'), required=True),
-    Field('date', CONTAINER, _Checker.date, required=True),
-    Field('dockerhash', CONTAINER, _pattern(DOCKERHASH_RE, '12 lowercase hex digits'), required=_unless_sif),
+    Field('date', CONTAINER, _Checker.date, required=_amd, default=_default_date),
+    Field('dockerhash', CONTAINER, _pattern(DOCKERHASH_RE, '12 lowercase hex digits'), required=_amd_unless_sif,
+          family='amd'),
+    Field('digest', CONTAINER, _Checker.digest, required=_laif, family='laif'),
+    Field('tag', CONTAINER, _Checker.tag, required=_laif, family='laif'),
+    Field('image_variant', CONTAINER, _one_of(laif.VARIANTS, 'a LAIF image variant'), required=_laif,
+          family='laif'),
     Field('sif', CONTAINER, _Checker.sif, default=_default_sif),
     Field('checksum', CONTAINER, _pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
+    Field('family', SHARED, _one_of(FAMILIES, 'an image family'), default='amd'),
     Field('python', SHARED, _pattern(PYTHON_RE, 'a valid Python version (e.g. 3.12)'), required=True),
     Field('rocm', SHARED, _pattern(VERSION_RE, 'a valid ROCm version (e.g. 6.2.4)'), required=True),
     Field('variant', SHARED, _pattern(VARIANT_RE, 'a valid variant (letters, digits, _.+-; may be empty)',
                                       allow_empty=True), default=''),
     Field('venv', SHARED, _pattern(VENV_RE, 'a valid virtual environment name'), default=_default_venv),
     Field('container_init', SHARED, lambda chk, p, v: chk.string(p, v, allow_empty=True), default=''),
+    Field('container_entry', SHARED, _one_of(CONTAINER_ENTRIES, 'a way to enter the container')),
     Field('bind', SHARED, _Checker.bind, default=[]),
     Field('env', SHARED, _Checker.env, default={}),
+    Field('env_defaults', SHARED, _Checker.env),
     Field('wrapped_commands', SHARED, _Checker.commands, default=[]),
     Field('pip_requirements', SHARED, _Checker.unique_strings, default=[]),
     Field('components', SHARED, _Checker.components, default={}),
     Field('pip_install_options', SHARED, _Checker.string_list),
     Field('squash_user_software', SHARED, _Checker.boolean),
-    Field('central_sif_dir', SHARED, _Checker.absolute_path),
+    Field('copy_image', SHARED, _Checker.boolean),
+    Field('central_sif_dir', SHARED, _Checker.absolute_path, default=_default_central_sif_dir),
     Field('python_check', SHARED, _Checker.boolean),
 )
 FIELDS_BY_KEY = {fld.key: fld for fld in FIELDS}
@@ -554,17 +617,43 @@ def _given_values(chk, path, mapping, allowed):
     return values
 
 
-def _check_defaults(chk, data):
-    """The validated ``defaults`` mapping ({} when absent or not a mapping)."""
-    raw = data.get('defaults')
+def _defaults_block(chk, path, raw, allowed, hints):
+    """A validated mapping of defaults at ``path`` ({} when null or not a mapping)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        chk.error(('defaults',), 'must be a mapping, got %s' % _kind(raw))
+        chk.error(path, 'must be a mapping, got %s' % _kind(raw))
         return {}
-    hints = {k: '%r is not allowed in defaults (set it per container)' % k for k in CONTAINER_ONLY_KEYS}
-    chk.unknown_keys(('defaults',), raw, DEFAULT_KEYS, hints)
-    return _given_values(chk, ('defaults',), raw, DEFAULT_KEYS)
+    hints = dict(hints, **{k: '%r is not allowed in %s (set it per container)' % (k, path[0])
+                           for k in CONTAINER_ONLY_KEYS})
+    chk.unknown_keys(path, raw, allowed, hints)
+    return _given_values(chk, path, raw, allowed)
+
+
+def _check_defaults(chk, data):
+    """The validated ``defaults`` mapping ({} when absent or not a mapping)."""
+    return _defaults_block(chk, ('defaults',), data.get('defaults'), DEFAULT_KEYS, {})
+
+
+def _check_family_defaults(chk, data):
+    """The validated ``family_defaults``: {family: {key: value}}."""
+    raw = data.get('family_defaults')
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        chk.error(('family_defaults',), 'must be a mapping of image families to defaults, got %s' % _kind(raw))
+        return {}
+    allowed = tuple(key for key in DEFAULT_KEYS if key != 'family')
+    hints = {'family': "'family' is not allowed in family_defaults (set it in the container entry or in defaults)"}
+    result = {}
+    for family, block in raw.items():
+        path = ('family_defaults', family)
+        if family not in FAMILIES:
+            chk.error(path, '%r is not an image family (allowed: %s)' % (str(family), ', '.join(FAMILIES)),
+                      key_line=True)
+            continue
+        result[family] = _defaults_block(chk, path, block, allowed, hints)
+    return result
 
 
 def _container_entries(chk, data):
@@ -580,20 +669,53 @@ def _container_entries(chk, data):
     return raw
 
 
-def _check_container(chk, index, entry, defaults, name):
-    """Validate one container entry; return its Container, or None after an error."""
+def _check_family_keys(chk, cpath, entry, values):
+    """Keys of another image family than the entry's; then the LAIF digest against the entry's versions."""
+    family = _family(values)
+    for fld in FIELDS:
+        if fld.family and fld.key in entry and fld.family != family:
+            chk.error(cpath + (fld.key,), '%r is only for family: %s (this entry is family: %s)'
+                      % (fld.key, fld.family, family), key_line=True)
+    if family == 'laif' and isinstance(values.get('digest'), str):
+        _check_laif_versions(chk, cpath, values)
+
+
+def _check_laif_versions(chk, cpath, values):
+    """The digest names the major and minor versions of ROCm and torch; the tag the date.  (Valid values only.)"""
+    digest = values['digest']
+    versions = laif.parse_digest(digest)
+    for key, letter, what in (('rocm', 'r', 'ROCm'), ('version', 't', 'torch')):
+        if isinstance(values.get(key), str) and laif.major_minor(values[key]) != versions[what]:
+            token = re.search(letter + r'\d+', digest).group(0)
+            chk.error(cpath + (key,), '%r does not match the digest %s (%s: %s %s.x)'
+                      % (values[key], digest, token, what, versions[what]))
+    tag, date = values.get('tag'), values.get('date')
+    if isinstance(tag, str) and isinstance(date, str) and laif.tag_date(tag) != date:
+        chk.error(cpath + ('date',), '%r does not match the tag %s (its date is %s; or leave date out)'
+                  % (date, tag, laif.tag_date(tag)))
+
+
+def _check_container(chk, index, entry, defaults, family_defaults, name):
+    """Validate one container entry; return its Container, or None after an error.
+
+    Its values: the built-in defaults, then ``defaults``, then ``family_defaults`` of its family, then its own.
+    """
     cpath = ('containers', index)
     if not isinstance(entry, dict):
         chk.error(cpath, 'must be a mapping, got %s' % _kind(entry))
         return None
     before = len(chk.issues)
     chk.unknown_keys(cpath, entry, CONTAINER_KEYS)
+    given = _given_values(chk, cpath, entry, CONTAINER_KEYS)
     values = dict(defaults)
-    values.update(_given_values(chk, cpath, entry, CONTAINER_KEYS))
+    values.update(family_defaults.get(given.get('family', defaults.get('family', 'amd')), {}))
+    values.update(given)
     for fld in FIELDS:
         if fld.key not in values and fld.is_required(values):
             chk.error(cpath + (fld.key,), 'missing required key (%s)' % fld.missing_hint(),
                       line=chk.smap.line(cpath))
+    if values.get('family') is not _INVALID:
+        _check_family_keys(chk, cpath, entry, values)
     if len(chk.issues) != before or name is None or _INVALID in values.values():
         return None
     resolved = {fld.key: fld.value(name, values) for fld in FIELDS}
@@ -620,9 +742,10 @@ def load_spec(source):
 
     name, moduleclass = _check_top(chk, data)
     defaults = _check_defaults(chk, data)
+    family_defaults = _check_family_defaults(chk, data)
     containers, seen_files = [], {}
     for index, entry in enumerate(_container_entries(chk, data)):
-        cont = _check_container(chk, index, entry, defaults, name)
+        cont = _check_container(chk, index, entry, defaults, family_defaults, name)
         if cont is None:
             continue
         if cont.filename in seen_files:
