@@ -1134,8 +1134,8 @@ def inspect_error_case(case, tmp_path, monkeypatch):
         return str(tmp_path / name), '%s: no such image file'
     if case == 'not-a-sif':
         (tmp_path / name).write_text('<html>Not found</html>\n' * 10)
-        return str(tmp_path / name), ('%s is not a SIF image: it is an HTML page, not an image '
-                                      '(an error page saved by a failed download?)')
+        # the reason after the colon is the easyblock's sif_problem(), which names what the file is instead
+        return str(tmp_path / name), '%s is not a SIF image: ...'
     if case == 'not-laif-shaped':
         return make_image(tmp_path, 'pytorch.sif', FULL_SBOM), (
             '%s: the file name is not a LAIF image name: expected lumi-multitorch-<variant>-<digest>-<tag>.sif, with '
@@ -1179,7 +1179,11 @@ def test_inspect_errors(case, tmp_path, monkeypatch, capsys):
     sif, message = inspect_error_case(case, tmp_path, monkeypatch)
     code, out, err = run(['inspect', sif], capsys)
     assert (code, out) == (2, '')
-    assert err == message.replace('%s', sif) + '\n'
+    expected = message.replace('%s', sif)
+    if expected.endswith('...'):
+        assert err.startswith(expected[:-3]) and err.endswith('\n') and err.count('\n') == 1 and len(err) > 60
+    else:
+        assert err == expected + '\n'
 
 
 def test_inspect_spec_problems(tmp_path, monkeypatch, capsys):
