@@ -1,5 +1,8 @@
 """Command line interface of generate-ec.
 
+``generate-ec SPEC.yaml ...`` generates easyconfigs; ``generate-ec inspect IMAGE.sif [--spec FILE]`` prints (and
+appends) the spec entry of a LUMI AI Factory image.
+
 Exit codes: 0 success, 1 ``--check`` found out-of-date or missing files, 2 validation or usage error.
 """
 
@@ -9,6 +12,7 @@ import os
 import sys
 
 from generator import __version__
+from generator.inspect_image import InspectError, append_entry, check_spec, entry_text, inspect_image
 from generator.render import render, style_problems
 from generator.spec import Issue, load_specs
 
@@ -24,6 +28,8 @@ def _parser():
         prog=PROG,
         description='Generate versioned SingularityContainer easyconfigs from YAML specs. Without -o, files go to '
                     'easyconfigs/<first letter>/<name>/ below the current directory.',
+        epilog='%s inspect IMAGE.sif [--spec FILE] prints the spec entry of a LUMI AI Factory image (see '
+               '%s inspect --help).' % (PROG, PROG),
     )
     parser.add_argument('specs', nargs='+', metavar='SPEC.yaml', help='spec file(s) to generate easyconfigs from')
     parser.add_argument('-o', '--outdir', metavar='OUTDIR',
@@ -80,8 +86,49 @@ def generate(specs, outdir=None):
     return outputs, issues
 
 
+def _inspect_parser():
+    parser = argparse.ArgumentParser(
+        prog=PROG + ' inspect',
+        description='Print the spec entry of a LUMI AI Factory image (lumi-multitorch-<variant>-<digest>-<tag>.sif): '
+                    'versions from its /.sbom.json (or from pip list run by singularity/apptainer), its checksum. '
+                    'The image is read with unsquashfs, no container runtime needed.',
+    )
+    parser.add_argument('image', metavar='IMAGE.sif', help='the image file')
+    parser.add_argument('--spec', metavar='FILE',
+                        help='also append the entry to the containers of this spec file (its comments and layout '
+                             'stay); refused if the spec has this image already')
+    return parser
+
+
+def inspect_main(argv):
+    """Run generate-ec inspect; return the exit code."""
+    try:
+        args = _inspect_parser().parse_args(argv)
+    except SystemExit as err:
+        return err.code if isinstance(err.code, int) else EXIT_ERROR
+    try:
+        if args.spec:
+            check_spec(args.spec, args.image)
+        facts = inspect_image(args.image)
+        sys.stdout.write(entry_text(facts))
+        if args.spec:
+            container = append_entry(args.spec, facts)
+            print('%s: appended to %s as %s (%s)' % (PROG, args.spec, container.path, container.filename),
+                  file=sys.stderr)
+    except InspectError as err:
+        print(str(err), file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as err:
+        print('%s: %s' % (err.filename or args.image, err.strerror or err), file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
 def main(argv=None):
     """Run generate-ec; return the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ['inspect']:
+        return inspect_main(argv[1:])
     parser = _parser()
     try:
         args = parser.parse_args(argv)

@@ -161,6 +161,9 @@ def description_text(spec, container):
     if c.components:
         about += ', with ' + ', '.join('%s %s' % item for item in c.components.items())
     lines.extend(_wrap(about + '.'))
+    if c.release_dir:
+        lines.extend(_wrap('A LUMI AI Factory image: the %s variant of the release in %s.'
+                           % (c.image_variant, c.release_dir)))
     if c.pip_requirements:
         if len(c.pip_requirements) == 1:
             sentence = 'The pip requirement %s is installed' % c.pip_requirements[0]

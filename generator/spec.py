@@ -9,10 +9,12 @@ import datetime
 import difflib
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any, Callable, Optional
 
 import yaml
+
+from generator import laif
 
 # ---------------------------------------------------------------------------------------------------------------
 # Errors
@@ -55,36 +57,14 @@ def format_path(path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Container:
-    """One fully resolved container entry (defaults merged in, built-in defaults applied)."""
-
-    name: str
-    version: str
-    date: str
-    dockerhash: Optional[str]
-    python: str
-    rocm: str
-    variant: str
-    venv: str
-    container_init: str
-    bind: List[str]
-    env: Dict[str, str]
-    wrapped_commands: List[str]
-    pip_requirements: List[str]
-    components: Dict[str, str]
-    sif: str
-    checksum: Optional[str] = None
-    pip_install_options: Optional[List[str]] = None
-    squash_user_software: Optional[bool] = None
-    central_sif_dir: Optional[str] = None
-    python_check: Optional[bool] = None
-    index: int = 0
-    line: int = 1
+class _ContainerNames:
+    """The names derived from a container's values (the base of :class:`Container`, built from FIELDS below)."""
 
     @property
     def versionsuffix(self):
         suffix = '-rocm-%s-python-%s-singularity' % (self.rocm, self.python)
+        if self.family == 'laif':
+            suffix += '-laif-' + self.image_variant
         if self.variant:
             suffix += '-' + self.variant
         return suffix + '-' + self.date
@@ -97,6 +77,11 @@ class Container:
     def path(self):
         return format_path(('containers', self.index))
 
+    @property
+    def release_dir(self):
+        """The directory of a LAIF image's release on LUMI (None for other families)."""
+        return laif.release_dir(self.digest, self.tag) if self.family == 'laif' else None
+
 
 @dataclass
 class Spec:
@@ -107,7 +92,7 @@ class Spec:
     homepage: str
     description: str
     moduleclass: str
-    containers: List[Container] = field(default_factory=list)
+    containers: list = field(default_factory=list)
 
     @property
     def source_name(self):
@@ -246,28 +231,8 @@ def load_yaml(path):
 # Validation
 # ---------------------------------------------------------------------------------------------------------------
 
-TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'containers')
+TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'family_defaults', 'containers')
 TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
-
-CONTAINER_ONLY_KEYS = ('version', 'date', 'dockerhash', 'sif', 'checksum')
-SHARED_KEYS = (
-    'python', 'rocm', 'variant', 'venv', 'container_init', 'bind', 'env', 'wrapped_commands',
-    'pip_requirements', 'components', 'pip_install_options', 'squash_user_software', 'central_sif_dir',
-    'python_check',
-)
-CONTAINER_KEYS = CONTAINER_ONLY_KEYS + SHARED_KEYS
-DEFAULT_KEYS = SHARED_KEYS
-
-# built-in values for optional keys; None means "not emitted unless given"
-BUILTIN_DEFAULTS = {
-    'variant': '',
-    'container_init': '',
-    'bind': [],
-    'env': {},
-    'wrapped_commands': [],
-    'pip_requirements': [],
-    'components': {},
-}
 
 VERSION_RE = re.compile(r'^\d+(\.\d+)*([.+-][0-9A-Za-z]+)*$')
 PYTHON_RE = re.compile(r'^\d+\.\d+(\.\d+)?$')
@@ -282,6 +247,9 @@ ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 MODULECLASS_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 HOMEPAGE_RE = re.compile(r'^https?://\S+$')
 CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
+
+FAMILIES = ('amd', 'laif')
+CONTAINER_ENTRIES = ('exec', 'run')
 
 
 def _kind(value):
@@ -406,73 +374,352 @@ class _Checker:
             ok = False
         return ok
 
-    # -- field validators -------------------------------------------------------------------------------------
-    def field(self, path, key, value):
-        """Validate one container/defaults field; return True when fine."""
-        p = tuple(path)
-        if key == 'version':
-            return self.matching(p, value, VERSION_RE, 'a valid version (e.g. 2.7.1)')
-        if key == 'rocm':
-            return self.matching(p, value, VERSION_RE, 'a valid ROCm version (e.g. 6.2.4)')
-        if key == 'python':
-            return self.matching(p, value, PYTHON_RE, 'a valid Python version (e.g. 3.12)')
-        if key == 'date':
-            if not self.matching(p, value, DATE_RE, 'YYYYMMDD'):
+    # -- field validators: one per kind of value, used by the FIELDS table below ---------------------------------
+    def date(self, path, value):
+        if not self.matching(path, value, DATE_RE, 'YYYYMMDD'):
+            return False
+        try:
+            datetime.datetime.strptime(value, '%Y%m%d')
+        except ValueError:
+            self.error(path, '%r is not a valid date' % value)
+            return False
+        return True
+
+    def sif(self, path, value):
+        if not self.string(path, value):
+            return False
+        if '/' in value or not value.endswith('.sif') or CONTROL_RE.search(value) or value != value.strip():
+            self.error(path, '%r is not a plain file name ending in .sif' % value)
+            return False
+        return True
+
+    def digest(self, path, value):
+        return self.matching(path, value, laif.DIGEST_RE, 'a LAIF digest (%s)' % laif.DIGEST_FORMAT)
+
+    def tag(self, path, value):
+        if not self.string(path, value):
+            return False
+        problem = laif.tag_problem(value)
+        if problem:
+            self.error(path, '%r %s' % (value, problem))
+            return False
+        return True
+
+    def absolute_path(self, path, value):
+        if not self.string(path, value):
+            return False
+        if not value.startswith('/'):
+            self.error(path, '%r is not an absolute path' % value)
+            return False
+        return True
+
+    def bind(self, path, value):
+        def bind_item(ipath, item):
+            if not self.string(ipath, item):
                 return False
-            try:
-                datetime.datetime.strptime(value, '%Y%m%d')
-            except ValueError:
-                self.error(p, '%r is not a valid date' % value)
+            if re.search(r'[\s,]', item):
+                self.error(ipath, '%r must not contain whitespace or commas' % item)
                 return False
             return True
-        if key == 'dockerhash':
-            return self.matching(p, value, DOCKERHASH_RE, '12 lowercase hex digits')
-        if key == 'checksum':
-            return self.matching(p, value, SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')
-        if key == 'sif':
-            if not self.string(p, value):
-                return False
-            if '/' in value or not value.endswith('.sif') or CONTROL_RE.search(value) or value != value.strip():
-                self.error(p, '%r is not a plain file name ending in .sif' % value)
-                return False
-            return True
-        if key == 'variant':
-            return self.matching(p, value, VARIANT_RE, 'a valid variant (letters, digits, _.+-; may be empty)',
-                                 allow_empty=True)
-        if key == 'venv':
-            return self.matching(p, value, VENV_RE, 'a valid virtual environment name')
-        if key == 'container_init':
-            return self.string(p, value, allow_empty=True)
-        if key == 'central_sif_dir':
-            if not self.string(p, value):
-                return False
-            if not value.startswith('/'):
-                self.error(p, '%r is not an absolute path' % value)
-                return False
-            return True
-        if key in ('squash_user_software', 'python_check'):
-            return self.boolean(p, value)
-        if key == 'bind':
-            def bind_item(ipath, item):
-                if not self.string(ipath, item):
-                    return False
-                if re.search(r'[\s,]', item):
-                    self.error(ipath, '%r must not contain whitespace or commas' % item)
-                    return False
-                return True
-            return self.string_list(p, value, bind_item, unique=True)
-        if key == 'wrapped_commands':
-            return self.string_list(p, value, lambda ip, it: self.matching(ip, it, COMMAND_RE, 'a command name'),
-                                    unique=True)
-        if key in ('pip_requirements', 'pip_install_options'):
-            return self.string_list(p, value, unique=(key == 'pip_requirements'))
-        if key == 'env':
-            return self.string_map(p, value, ENV_NAME_RE, 'a valid environment variable name',
-                                   lambda kp, v: self.string(kp, v, allow_empty=True))
-        if key == 'components':
-            return self.string_map(p, value, NAME_RE, 'a valid component name',
-                                   lambda kp, v: self.matching(kp, v, VERSION_RE, 'a valid version'))
-        raise AssertionError('no validator for %s' % key)  # pragma: no cover
+        return self.string_list(path, value, bind_item, unique=True)
+
+    def commands(self, path, value):
+        return self.string_list(path, value, lambda ip, it: self.matching(ip, it, COMMAND_RE, 'a command name'),
+                                unique=True)
+
+    def unique_strings(self, path, value):
+        return self.string_list(path, value, unique=True)
+
+    def env(self, path, value):
+        return self.string_map(path, value, ENV_NAME_RE, 'a valid environment variable name',
+                               lambda kp, v: self.string(kp, v, allow_empty=True))
+
+    def components(self, path, value):
+        return self.string_map(path, value, NAME_RE, 'a valid component name',
+                               lambda kp, v: self.matching(kp, v, VERSION_RE, 'a valid version'))
+
+
+def _pattern(regex, what, allow_empty=False):
+    """Validator: a string matching ``regex``; the error says the value is not ``what``."""
+    def check(chk, path, value):
+        return chk.matching(path, value, regex, what, allow_empty=allow_empty)
+    return check
+
+
+def _one_of(choices, what):
+    """Validator: one of the strings ``choices``."""
+    regex = re.compile('^(%s)$' % '|'.join(re.escape(choice) for choice in choices))
+    return _pattern(regex, '%s (allowed: %s)' % (what, ', '.join(choices)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The fields of a container entry: everything about a key is in its row
+# ---------------------------------------------------------------------------------------------------------------
+
+CONTAINER = 'container'  # the key may only appear in a container entry
+SHARED = 'shared'  # in a container entry or in defaults
+
+
+def _family(values):
+    return values.get('family', 'amd')
+
+
+def _amd(values):
+    return _family(values) == 'amd'
+
+
+def _amd_unless_sif(values):
+    return _amd(values) and 'sif' not in values
+
+
+def _laif(values):
+    return _family(values) == 'laif'
+
+
+def _default_sif(name, values):
+    if _laif(values):
+        return laif.sif_name(values['image_variant'], values['digest'], values['tag'])
+    return default_sif_name(name, values['version'], values['rocm'], values['python'], values['dockerhash'])
+
+
+def _default_date(name, values):
+    return laif.tag_date(values['tag']) if _laif(values) else None
+
+
+def _default_central_sif_dir(name, values):
+    return laif.release_dir(values['digest'], values['tag']) if _laif(values) else None
+
+
+def _default_venv(name, values):
+    return name.lower()
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a container entry.
+
+    ``check(checker, path, value)`` validates a given value.  ``required`` is True, False, or a predicate on the
+    entry's values (defaults merged in).  ``default`` is the built-in value of a key that is not given (None: not
+    emitted unless given), or a function ``(name, values)`` computing it from the entry's other values.  A key
+    with a ``family`` may only be given for images of that family.
+    """
+
+    key: str
+    where: str
+    check: Callable[..., bool]
+    required: Any = False
+    default: Any = None
+    family: Optional[str] = None
+
+    def is_required(self, values):
+        return self.required(values) if callable(self.required) else self.required
+
+    def missing_hint(self):
+        if self.where == CONTAINER:
+            return 'set it in the container entry'
+        return 'set it in the container entry or in defaults'
+
+    def value(self, name, values):
+        """This key's value for an entry whose given values are ``values``."""
+        if self.key in values:
+            value = values[self.key]
+        elif callable(self.default):
+            value = self.default(name, values)
+        else:
+            value = self.default
+        return type(value)(value) if isinstance(value, (list, dict)) else value
+
+
+FIELDS = (
+    Field('version', CONTAINER, _pattern(VERSION_RE, 'a valid version (e.g. 2.7.1)'), required=True),
+    Field('date', CONTAINER, _Checker.date, required=_amd, default=_default_date),
+    Field('dockerhash', CONTAINER, _pattern(DOCKERHASH_RE, '12 lowercase hex digits'), required=_amd_unless_sif,
+          family='amd'),
+    Field('digest', CONTAINER, _Checker.digest, required=_laif, family='laif'),
+    Field('tag', CONTAINER, _Checker.tag, required=_laif, family='laif'),
+    Field('image_variant', CONTAINER, _one_of(laif.VARIANTS, 'a LAIF image variant'), required=_laif,
+          family='laif'),
+    Field('sif', CONTAINER, _Checker.sif, default=_default_sif),
+    Field('checksum', CONTAINER, _pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
+    Field('family', SHARED, _one_of(FAMILIES, 'an image family'), default='amd'),
+    Field('python', SHARED, _pattern(PYTHON_RE, 'a valid Python version (e.g. 3.12)'), required=True),
+    Field('rocm', SHARED, _pattern(VERSION_RE, 'a valid ROCm version (e.g. 6.2.4)'), required=True),
+    Field('variant', SHARED, _pattern(VARIANT_RE, 'a valid variant (letters, digits, _.+-; may be empty)',
+                                      allow_empty=True), default=''),
+    Field('venv', SHARED, _pattern(VENV_RE, 'a valid virtual environment name'), default=_default_venv),
+    Field('container_init', SHARED, lambda chk, p, v: chk.string(p, v, allow_empty=True), default=''),
+    Field('container_entry', SHARED, _one_of(CONTAINER_ENTRIES, 'a way to enter the container')),
+    Field('bind', SHARED, _Checker.bind, default=[]),
+    Field('env', SHARED, _Checker.env, default={}),
+    Field('env_defaults', SHARED, _Checker.env),
+    Field('wrapped_commands', SHARED, _Checker.commands, default=[]),
+    Field('pip_requirements', SHARED, _Checker.unique_strings, default=[]),
+    Field('components', SHARED, _Checker.components, default={}),
+    Field('pip_install_options', SHARED, _Checker.string_list),
+    Field('squash_user_software', SHARED, _Checker.boolean),
+    Field('copy_image', SHARED, _Checker.boolean),
+    Field('central_sif_dir', SHARED, _Checker.absolute_path, default=_default_central_sif_dir),
+    Field('python_check', SHARED, _Checker.boolean),
+)
+FIELDS_BY_KEY = {fld.key: fld for fld in FIELDS}
+CONTAINER_ONLY_KEYS = tuple(fld.key for fld in FIELDS if fld.where == CONTAINER)
+SHARED_KEYS = tuple(fld.key for fld in FIELDS if fld.where == SHARED)
+CONTAINER_KEYS = tuple(fld.key for fld in FIELDS)
+DEFAULT_KEYS = SHARED_KEYS
+
+Container = make_dataclass(
+    'Container', [('name', str)] + [(fld.key, Any) for fld in FIELDS] + [('index', int, 0), ('line', int, 1)],
+    bases=(_ContainerNames,))
+Container.__doc__ = 'One fully resolved container entry (defaults merged in, built-in defaults applied).'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Invalid:
+    def __repr__(self):  # pragma: no cover
+        return '<invalid>'
+
+
+_INVALID = _Invalid()
+
+
+def _check_top(chk, data):
+    """Check the top-level keys; return (name or None when invalid, moduleclass)."""
+    chk.unknown_keys((), data, TOP_KEYS, {
+        'toolchain': "unknown key 'toolchain' (the toolchain is always SYSTEM)",
+    })
+    for key in TOP_REQUIRED:
+        if key not in data:
+            chk.error((key,), 'missing required key', line=chk.smap.line(()))
+
+    name = data.get('name')
+    name_ok = 'name' in data and chk.matching(('name',), name, NAME_RE, 'a valid software name')
+    if 'homepage' in data:
+        chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL')
+    if 'description' in data and chk.string(('description',), data['description']):
+        if CONTROL_RE.search(data['description']):
+            chk.error(('description',), 'must not contain tabs or control characters')
+    moduleclass = data.get('moduleclass', 'devel')
+    if 'moduleclass' in data:
+        chk.matching(('moduleclass',), moduleclass, MODULECLASS_RE, 'a valid module class (e.g. devel)')
+    return (name if name_ok else None), moduleclass
+
+
+def _given_values(chk, path, mapping, allowed):
+    """Validate the allowed keys of ``mapping``: {key: value, or _INVALID when the value is not valid}."""
+    values = {}
+    for key, value in mapping.items():
+        if key in allowed:
+            values[key] = value if FIELDS_BY_KEY[key].check(chk, path + (key,), value) else _INVALID
+    return values
+
+
+def _defaults_block(chk, path, raw, allowed, hints):
+    """A validated mapping of defaults at ``path`` ({} when null or not a mapping)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        chk.error(path, 'must be a mapping, got %s' % _kind(raw))
+        return {}
+    hints = dict(hints, **{k: '%r is not allowed in %s (set it per container)' % (k, path[0])
+                           for k in CONTAINER_ONLY_KEYS})
+    chk.unknown_keys(path, raw, allowed, hints)
+    return _given_values(chk, path, raw, allowed)
+
+
+def _check_defaults(chk, data):
+    """The validated ``defaults`` mapping ({} when absent or not a mapping)."""
+    return _defaults_block(chk, ('defaults',), data.get('defaults'), DEFAULT_KEYS, {})
+
+
+def _check_family_defaults(chk, data):
+    """The validated ``family_defaults``: {family: {key: value}}."""
+    raw = data.get('family_defaults')
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        chk.error(('family_defaults',), 'must be a mapping of image families to defaults, got %s' % _kind(raw))
+        return {}
+    allowed = tuple(key for key in DEFAULT_KEYS if key != 'family')
+    hints = {'family': "'family' is not allowed in family_defaults (set it in the container entry or in defaults)"}
+    result = {}
+    for family, block in raw.items():
+        path = ('family_defaults', family)
+        if family not in FAMILIES:
+            chk.error(path, '%r is not an image family (allowed: %s)' % (str(family), ', '.join(FAMILIES)),
+                      key_line=True)
+            continue
+        result[family] = _defaults_block(chk, path, block, allowed, hints)
+    return result
+
+
+def _container_entries(chk, data):
+    """The raw container entries (a list; empty after an error)."""
+    if 'containers' not in data:
+        return []
+    raw = data['containers']
+    if not isinstance(raw, list):
+        chk.error(('containers',), 'must be a non-empty list of container entries, got %s' % _kind(raw))
+        return []
+    if not raw:
+        chk.error(('containers',), 'must be a non-empty list of container entries')
+    return raw
+
+
+def _check_family_keys(chk, cpath, entry, values):
+    """Keys of another image family than the entry's; then the LAIF digest against the entry's versions."""
+    family = _family(values)
+    for fld in FIELDS:
+        if fld.family and fld.key in entry and fld.family != family:
+            chk.error(cpath + (fld.key,), '%r is only for family: %s (this entry is family: %s)'
+                      % (fld.key, fld.family, family), key_line=True)
+    if family == 'laif' and isinstance(values.get('digest'), str):
+        _check_laif_versions(chk, cpath, values)
+
+
+def _check_laif_versions(chk, cpath, values):
+    """The digest names the major and minor versions of ROCm and torch; the tag the date.  (Valid values only.)"""
+    digest = values['digest']
+    versions = laif.parse_digest(digest)
+    for key, letter, what in (('rocm', 'r', 'ROCm'), ('version', 't', 'torch')):
+        if isinstance(values.get(key), str) and laif.major_minor(values[key]) != versions[what]:
+            token = re.search(letter + r'\d+', digest).group(0)
+            chk.error(cpath + (key,), '%r does not match the digest %s (%s: %s %s.x)'
+                      % (values[key], digest, token, what, versions[what]))
+    tag, date = values.get('tag'), values.get('date')
+    if isinstance(tag, str) and isinstance(date, str) and laif.tag_date(tag) != date:
+        chk.error(cpath + ('date',), '%r does not match the tag %s (its date is %s; or leave date out)'
+                  % (date, tag, laif.tag_date(tag)))
+
+
+def _check_container(chk, index, entry, defaults, family_defaults, name):
+    """Validate one container entry; return its Container, or None after an error.
+
+    Its values: the built-in defaults, then ``defaults``, then ``family_defaults`` of its family, then its own.
+    """
+    cpath = ('containers', index)
+    if not isinstance(entry, dict):
+        chk.error(cpath, 'must be a mapping, got %s' % _kind(entry))
+        return None
+    before = len(chk.issues)
+    chk.unknown_keys(cpath, entry, CONTAINER_KEYS)
+    given = _given_values(chk, cpath, entry, CONTAINER_KEYS)
+    values = dict(defaults)
+    values.update(family_defaults.get(given.get('family', defaults.get('family', 'amd')), {}))
+    values.update(given)
+    for fld in FIELDS:
+        if fld.key not in values and fld.is_required(values):
+            chk.error(cpath + (fld.key,), 'missing required key (%s)' % fld.missing_hint(),
+                      line=chk.smap.line(cpath))
+    if values.get('family') is not _INVALID:
+        _check_family_keys(chk, cpath, entry, values)
+    if len(chk.issues) != before or name is None or _INVALID in values.values():
+        return None
+    resolved = {fld.key: fld.value(name, values) for fld in FIELDS}
+    return Container(name=name, index=index, line=chk.smap.line(cpath), **resolved)
 
 
 def load_spec(source):
@@ -489,111 +736,20 @@ def load_spec(source):
     chk = _Checker(source, smap)
     for dpath, dline in smap.duplicates:
         chk.error(dpath, 'duplicate key %r' % str(dpath[-1]), line=dline)
-
     if not isinstance(data, dict):
         chk.error((), 'the spec must be a mapping with keys %s, got %s' % (', '.join(TOP_REQUIRED), _kind(data)))
         return None, chk.issues
 
-    chk.unknown_keys((), data, TOP_KEYS, {
-        'toolchain': "unknown key 'toolchain' (the toolchain is always SYSTEM)",
-    })
-    for key in TOP_REQUIRED:
-        if key not in data:
-            chk.error((key,), 'missing required key', line=smap.line(()))
-
-    name = data.get('name')
-    name_ok = 'name' in data and chk.matching(('name',), name, NAME_RE, 'a valid software name')
-    if 'homepage' in data:
-        chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL')
-    if 'description' in data and chk.string(('description',), data['description']):
-        if CONTROL_RE.search(data['description']):
-            chk.error(('description',), 'must not contain tabs or control characters')
-    moduleclass = data.get('moduleclass', 'devel')
-    if 'moduleclass' in data:
-        chk.matching(('moduleclass',), moduleclass, MODULECLASS_RE, 'a valid module class (e.g. devel)')
-
-    # defaults
-    defaults = {}
-    if 'defaults' in data:
-        raw_defaults = data['defaults']
-        if raw_defaults is None:
-            raw_defaults = {}
-        if not isinstance(raw_defaults, dict):
-            chk.error(('defaults',), 'must be a mapping, got %s' % _kind(raw_defaults))
-        else:
-            hints = {k: '%r is not allowed in defaults (set it per container)' % k for k in CONTAINER_ONLY_KEYS}
-            chk.unknown_keys(('defaults',), raw_defaults, DEFAULT_KEYS, hints)
-            for key, value in raw_defaults.items():
-                if key in DEFAULT_KEYS:
-                    defaults[key] = value if chk.field(('defaults', key), key, value) else _INVALID
-
-    # containers
-    containers = []
-    raw_containers = data.get('containers')
-    if 'containers' in data:
-        if not isinstance(raw_containers, list):
-            chk.error(('containers',), 'must be a non-empty list of container entries, got %s'
-                      % _kind(raw_containers))
-            raw_containers = []
-        elif not raw_containers:
-            chk.error(('containers',), 'must be a non-empty list of container entries')
-    else:
-        raw_containers = []
-
-    seen_files = {}
-    for index, entry in enumerate(raw_containers):
-        cpath = ('containers', index)
-        if not isinstance(entry, dict):
-            chk.error(cpath, 'must be a mapping, got %s' % _kind(entry))
+    name, moduleclass = _check_top(chk, data)
+    defaults = _check_defaults(chk, data)
+    family_defaults = _check_family_defaults(chk, data)
+    containers, seen_files = [], {}
+    for index, entry in enumerate(_container_entries(chk, data)):
+        cont = _check_container(chk, index, entry, defaults, family_defaults, name)
+        if cont is None:
             continue
-        before = len(chk.issues)
-        chk.unknown_keys(cpath, entry, CONTAINER_KEYS)
-        values = dict(BUILTIN_DEFAULTS)
-        values.update(defaults)
-        for key, value in entry.items():
-            if key in CONTAINER_KEYS and chk.field(cpath + (key,), key, value):
-                values[key] = value
-            elif key in CONTAINER_KEYS:
-                values[key] = _INVALID
-        required = ['version', 'date', 'python', 'rocm']
-        if 'sif' not in entry:
-            required.insert(2, 'dockerhash')
-        for key in required:
-            if key not in values:
-                where = 'set it in the container entry' if key in CONTAINER_ONLY_KEYS else \
-                    'set it in the container entry or in defaults'
-                chk.error(cpath + (key,), 'missing required key (%s)' % where, line=smap.line(cpath))
-        if len(chk.issues) != before or not name_ok or _INVALID in values.values():
-            continue
-        sif = values.get('sif')
-        if sif is None:
-            sif = default_sif_name(name, values['version'], values['rocm'], values['python'], values['dockerhash'])
-        cont = Container(
-            name=name,
-            version=values['version'],
-            date=values['date'],
-            dockerhash=values.get('dockerhash'),
-            python=values['python'],
-            rocm=values['rocm'],
-            variant=values['variant'],
-            venv=values.get('venv', name.lower()),
-            container_init=values['container_init'],
-            bind=list(values['bind']),
-            env=dict(values['env']),
-            wrapped_commands=list(values['wrapped_commands']),
-            pip_requirements=list(values['pip_requirements']),
-            components=dict(values['components']),
-            sif=sif,
-            checksum=values.get('checksum'),
-            pip_install_options=values.get('pip_install_options'),
-            squash_user_software=values.get('squash_user_software'),
-            central_sif_dir=values.get('central_sif_dir'),
-            python_check=values.get('python_check'),
-            index=index,
-            line=smap.line(cpath),
-        )
         if cont.filename in seen_files:
-            chk.error(cpath, 'would produce the same file %s as %s'
+            chk.error(('containers', index), 'would produce the same file %s as %s'
                       % (cont.filename, format_path(('containers', seen_files[cont.filename]))))
             continue
         seen_files[cont.filename] = index
@@ -604,14 +760,6 @@ def load_spec(source):
     spec = Spec(source=source, name=name, homepage=data['homepage'], description=data['description'],
                 moduleclass=moduleclass, containers=containers)
     return spec, []
-
-
-class _Invalid:
-    def __repr__(self):  # pragma: no cover
-        return '<invalid>'
-
-
-_INVALID = _Invalid()
 
 
 def load_specs(sources):

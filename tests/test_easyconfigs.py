@@ -32,6 +32,21 @@ def test_easyconfigs_match_their_spec():
     assert 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb' in names
     assert 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-exampleVenv-20250827.eb' in names
     assert 'PyTorch-2.3.1-rocm-6.0.3-python-3.12-singularity-exampleVenv-20240923.eb' in names
+    # LUMI AI Factory images: the torch and the full variant of each release. Their easyconfigs use the
+    # easyblock's container_entry, copy_image and container_env_defaults, so test_check_style_and_dry_run needs
+    # an easyblock with those parameters.
+    laif = [name for name in names if '-singularity-laif-' in name]
+    releases = [('2.9.1', '6.4.4', date) for date in ('20260124', '20260216', '20260225', '20260319')]
+    releases.append(('2.10.0', '7.0.2', '20260415'))
+    expected = ['PyTorch-%s-rocm-%s-python-3.12-singularity-laif-%s-%s.eb' % (torch, rocm, variant, date)
+                for torch, rocm, date in releases for variant in ('torch', 'full')]
+    assert sorted(laif) == sorted(expected)
+    full = (EC_DIR / 'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260225.eb').read_text()
+    for line in ("container_entry = 'run'\n", 'copy_image = False\n', "    'FI_MR_CACHE_MONITOR': 'userfaultfd',\n",
+                 "sources = ['lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif']\n",
+                 "central_sif_dir = '/appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743'\n"):
+        assert line in full
+    assert 'NCCL_NET_GDR_LEVEL' not in full  # it hangs with these images (laifs-container-recipes #30)
 
 
 @pytest.mark.parametrize('eb_version', ['5', '4.9'])

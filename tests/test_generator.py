@@ -5,6 +5,8 @@ Regenerate the golden files after an intended output change with
 """
 
 import ast
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -19,6 +21,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from generator.cli import main  # noqa: E402
+from harness import require_tools  # noqa: E402
 from generator.render import render  # noqa: E402
 from generator.spec import load_spec  # noqa: E402
 
@@ -26,11 +29,16 @@ DATA = os.path.join(REPO, 'tests', 'data', 'generator')
 GOLDEN = os.path.join(DATA, 'golden')
 PYTORCH_SPEC = os.path.join(DATA, 'PyTorch.yaml')
 OVERRIDES_SPEC = os.path.join(DATA, 'overrides.yaml')
-SPECS = {'PyTorch': PYTORCH_SPEC, 'overrides': OVERRIDES_SPEC}
+LAIF_SPEC = os.path.join(DATA, 'laif.yaml')
+SPECS = {'PyTorch': PYTORCH_SPEC, 'overrides': OVERRIDES_SPEC, 'laif': LAIF_SPEC}
 
 PYTORCH_FILES = [
     'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-exampleVenv-20250827.eb',
     'PyTorch-2.3.1-rocm-6.0.3-python-3.12-singularity-exampleVenv-20240923.eb',
+]
+LAIF_FILES = [
+    'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-torch-20260225.eb',
+    'PyTorch-2.10.0-rocm-7.0.2-python-3.12-singularity-laif-full-20260415.eb',
 ]
 
 
@@ -112,6 +120,7 @@ def test_golden_file_names():
         'PyTorch-2.6.0-rocm-6.2.4-python-3.11-singularity-exampleVenv-20250301.eb',
         'PyTorch-2.3.1-rocm-6.0.3-python-3.12-singularity-20240923.eb',
     ])
+    assert sorted(os.listdir(os.path.join(GOLDEN, 'laif'))) == sorted(LAIF_FILES)
 
 
 def golden_files():
@@ -414,8 +423,9 @@ ERROR_CASES = {
     'unknown-key-no-match': (
         dict(append='    zzz: 1\n'),
         ["spec.yaml:12: containers[0].zzz: unknown key 'zzz' (allowed: bind, central_sif_dir, checksum, components, "
-         'container_init, date, dockerhash, env, pip_install_options, pip_requirements, python, python_check, '
-         'rocm, sif, squash_user_software, variant, venv, version, wrapped_commands)']),
+         'container_entry, container_init, copy_image, date, digest, dockerhash, env, env_defaults, family, '
+         'image_variant, pip_install_options, pip_requirements, python, python_check, rocm, sif, '
+         'squash_user_software, tag, variant, venv, version, wrapped_commands)']),
     'unknown-defaults-key': (
         dict(replace=[('  venv: pytorch', '  venvv: pytorch')]),
         ["spec.yaml:7: defaults.venvv: unknown key 'venvv' (did you mean 'venv'?)"]),
@@ -699,3 +709,514 @@ def test_unwrappable_line_is_an_error(tmp_path, monkeypatch, capsys):
     assert re.match(r'^spec\.yaml:9: containers\[0\]: generated PyTorch-2\.7\.1-\S+\.eb line 6: '
                     r'line longer than 120 characters$', err.splitlines()[0]), err
     assert not os.path.exists('out')
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LUMI AI Factory images (family: laif)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_laif_values():
+    torch = check_easyconfig(os.path.join(GOLDEN, 'laif', LAIF_FILES[0]))
+    assert torch['version'] == '2.9.1'
+    assert torch['versionsuffix'] == '-rocm-6.4.4-python-3.12-singularity-laif-torch-20260225'  # date from tag
+    assert torch['sources'] == ['lumi-multitorch-torch-u24r64f21m43t29-20260225_144743.sif']
+    assert torch['central_sif_dir'] == '/appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743'
+    assert torch['container_entry'] == 'run'
+    assert torch['copy_image'] is False
+    assert torch['container_bind'] == ['/pfs', '/scratch']  # family_defaults replace defaults
+    assert torch['container_env'] == {}
+    assert list(torch['container_env_defaults'].items()) == [
+        ('NCCL_SOCKET_IFNAME', 'hsn0,hsn1,hsn2,hsn3'), ('FI_MR_CACHE_MONITOR', 'userfaultfd')]
+    assert torch['wrapped_commands'] == ['python', 'pip', 'torchrun']
+    assert torch['container_components'] == {'torch': '2.9.1'}
+    assert torch['container_python_version'] == '3.12'
+    assert 'checksums' not in torch and 'container_init' not in torch
+    assert torch['description'] == textwrap.dedent("""
+        PyTorch in a LUMI AI Factory container.
+
+        Container image: lumi-multitorch-torch-u24r64f21m43t29-20260225_144743.sif
+        (PyTorch 2.9.1, ROCm 6.4.4, Python 3.12), with torch 2.9.1.
+        A LUMI AI Factory image: the torch variant of the release in
+        /appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743.
+        """)
+
+    full = check_easyconfig(os.path.join(GOLDEN, 'laif', LAIF_FILES[1]))
+    assert full['versionsuffix'] == '-rocm-7.0.2-python-3.12-singularity-laif-full-20260415'
+    assert full['sources'] == ['lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif']
+    assert full['checksums'] == ['0123456789abcdef' * 4]
+    assert full['container_env'] == {'HF_HUB_OFFLINE': '1'}
+    assert full['container_env_defaults'] == {'FI_MR_CACHE_MONITOR': 'kdreg2', 'QUOTED': 'it\'s "x"'}  # entry wins
+    assert full['wrapped_commands'][-2:] == ['vllm', 'deepspeed']
+    assert 'the full variant of the release in\n/appl/local/laifs/containers/lumi-multitorch-u24r70f21m50t210-' \
+           '20260415_130625.\n' in full['description']
+
+
+def test_env_defaults_rendering():
+    text = read_bytes(os.path.join(GOLDEN, 'laif', LAIF_FILES[1])).decode()
+    assert ("container_env_defaults = {\n    'FI_MR_CACHE_MONITOR': 'kdreg2',\n    'QUOTED': 'it\\'s \"x\"',\n}\n"
+            in text)
+    assert "container_entry = 'run'\n" in text and 'copy_image = False\n' in text
+    # AMD easyconfigs that do not set them do not get the new parameters at all
+    for name in PYTORCH_FILES:
+        amd = read_bytes(os.path.join(GOLDEN, 'PyTorch', name)).decode()
+        for parameter in ('container_env_defaults', 'container_entry', 'copy_image'):
+            assert parameter not in amd
+
+
+LAIF_BASE = """\
+name: PyTorch
+homepage: https://pytorch.org/
+description: Test spec.
+defaults:
+  python: "3.12"
+  venv: pytorch
+containers:
+  - family: laif
+    version: "2.9.1"
+    rocm: "6.4.4"
+    digest: u24r64f21m43t29
+    tag: "20260225_144743"
+    image_variant: full
+"""
+# line numbers in LAIF_BASE: 1 name, 2 homepage, 3 description, 4 defaults, 5 python, 6 venv, 7 containers,
+#                            8 family, 9 version, 10 rocm, 11 digest, 12 tag, 13 image_variant; appended from 14
+LAIF_NAME = 'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260225.eb'
+
+
+def laif_text(replace=(), append=''):
+    text = LAIF_BASE
+    for old, new in replace:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text + append
+
+
+def test_laif_base_spec(tmp_path, monkeypatch, capsys):
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, laif_text())
+    assert code == 0, err
+    assert out == os.path.join('out', LAIF_NAME) + '\n'
+    values = check_easyconfig(os.path.join('out', LAIF_NAME))
+    assert values['sources'] == ['lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif']
+    # nothing LAIF-specific is implied: the entry point, copying and environment come from the spec
+    for absent in ('container_entry', 'copy_image', 'container_env_defaults'):
+        assert absent not in values
+
+
+def test_laif_date_from_tag_and_family_in_defaults(tmp_path):
+    path = tmp_path / 'spec.yaml'
+    path.write_text(laif_text(replace=[('  venv: pytorch\n', '  venv: pytorch\n  family: laif\n'),
+                                       ('  - family: laif\n    version', '  - version')]))
+    spec, issues = load_spec(str(path))
+    assert issues == []
+    container = spec.containers[0]
+    assert (container.family, container.date, container.tag) == ('laif', '20260225', '20260225_144743')
+    assert container.release_dir == '/appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743'
+    assert container.filename == LAIF_NAME
+
+
+def test_laif_variant_naming(tmp_path, monkeypatch, capsys):
+    """An exampleVenv-style variant comes after the image variant, like -exampleVenv- in the AMD names."""
+    text = laif_text(append='    variant: exampleVenv\n    pip_requirements: [torchmetrics]\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    assert os.path.basename(out.strip()) == (
+        'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-exampleVenv-20260225.eb')
+
+
+def test_laif_names_are_unique_and_sort_by_date(tmp_path, monkeypatch, capsys):
+    entry = '  - family: laif\n    version: "2.9.1"\n    rocm: "6.4.4"\n    digest: u24r64f21m43t29\n'
+    text = laif_text(append=entry + '    tag: "20260124_092648"\n    image_variant: full\n'
+                     + entry + '    tag: "20260124_092648"\n    image_variant: torch\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    names = [os.path.basename(line) for line in out.splitlines()]
+    assert sorted(names) == [
+        'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260124.eb',
+        LAIF_NAME,
+        'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-torch-20260124.eb',
+    ]
+
+
+def test_amd_entries_ignore_family_defaults(tmp_path, monkeypatch, capsys):
+    plain_code, plain_out, _ = run_spec(tmp_path, monkeypatch, capsys, spec_text())
+    plain = read_bytes(plain_out.strip())
+    shutil.rmtree('out')
+    text = spec_text(append='family_defaults:\n  laif: {copy_image: false, bind: [/pfs]}\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert (plain_code, code) == (0, 0), err
+    assert read_bytes(out.strip()) == plain
+
+
+LAIF_ERROR_CASES = {
+    'family-unknown': (
+        dict(replace=[('family: laif', 'family: laiff')]),
+        ["spec.yaml:8: containers[0].family: 'laiff' is not an image family (allowed: amd, laif)"]),
+    'digest-format': (
+        dict(replace=[('digest: u24r64f21m43t29', 'digest: u24r64')]),
+        ["spec.yaml:11: containers[0].digest: 'u24r64' is not a LAIF digest (u<Ubuntu>r<ROCm>f<libfabric>m<MPICH>"
+         "t<torch>, major and minor run together, e.g. u24r64f21m43t29)"]),
+    'tag-format': (
+        dict(replace=[('tag: "20260225_144743"', 'tag: "2026-02-25"')]),
+        ["spec.yaml:12: containers[0].tag: '2026-02-25' is not a LAIF release tag "
+         "(YYYYMMDD_HHMMSS, e.g. 20260225_144743)"]),
+    'tag-unquoted': (
+        dict(replace=[('tag: "20260225_144743"', 'tag: 20260225_144743')]),
+        ['spec.yaml:12: containers[0].tag: must be a string, quote it: "20260225_144743" '
+         '(unquoted, YAML reads it as an integer 20260225144743)']),
+    'tag-unreal-time': (
+        dict(replace=[('tag: "20260225_144743"', 'tag: "20260225_246000"')]),
+        ["spec.yaml:12: containers[0].tag: '20260225_246000' is not a valid date and time"]),
+    'image-variant-unknown': (
+        dict(replace=[('image_variant: full', 'image_variant: large')]),
+        ["spec.yaml:13: containers[0].image_variant: 'large' is not a LAIF image variant "
+         '(allowed: torch, full, plus, rocm, libfabric, mpich)']),
+    'rocm-not-the-digest': (
+        dict(replace=[('rocm: "6.4.4"', 'rocm: "6.2.4"')]),
+        ["spec.yaml:10: containers[0].rocm: '6.2.4' does not match the digest u24r64f21m43t29 (r64: ROCm 6.4.x)"]),
+    'version-not-the-digest': (
+        dict(replace=[('version: "2.9.1"', 'version: "2.10.0"')]),
+        ["spec.yaml:9: containers[0].version: '2.10.0' does not match the digest u24r64f21m43t29 "
+         '(t29: torch 2.9.x)']),
+    'version-not-t210': (
+        dict(replace=[('rocm: "6.4.4"', 'rocm: "7.0.2"'), ('u24r64f21m43t29', 'u24r70f21m50t210')]),
+        ["spec.yaml:9: containers[0].version: '2.9.1' does not match the digest u24r70f21m50t210 "
+         '(t210: torch 2.10.x)']),
+    'rocm-from-defaults-not-the-digest': (
+        dict(replace=[('    rocm: "6.4.4"\n', ''), ('  venv: pytorch\n', '  venv: pytorch\n  rocm: "6.2.4"\n')]),
+        ["spec.yaml:9: containers[0].rocm: '6.2.4' does not match the digest u24r64f21m43t29 (r64: ROCm 6.4.x)"]),
+    'date-not-the-tag': (
+        dict(append='    date: "20260226"\n'),
+        ["spec.yaml:14: containers[0].date: '20260226' does not match the tag 20260225_144743 "
+         '(its date is 20260225; or leave date out)']),
+    'dockerhash-in-laif': (
+        dict(append='    dockerhash: 0d479e852886\n'),
+        ["spec.yaml:14: containers[0].dockerhash: 'dockerhash' is only for family: amd (this entry is family: laif)"]),
+    'missing-laif-keys': (
+        dict(replace=[('    digest: u24r64f21m43t29\n    tag: "20260225_144743"\n    image_variant: full\n', '')]),
+        ['spec.yaml:8: containers[0].digest: missing required key (set it in the container entry)',
+         'spec.yaml:8: containers[0].tag: missing required key (set it in the container entry)',
+         'spec.yaml:8: containers[0].image_variant: missing required key (set it in the container entry)']),
+    'missing-rocm': (
+        dict(replace=[('    rocm: "6.4.4"\n', '')]),
+        ['spec.yaml:8: containers[0].rocm: missing required key (set it in the container entry or in defaults)']),
+    'container-entry-unknown': (
+        dict(append='    container_entry: shell\n'),
+        ["spec.yaml:14: containers[0].container_entry: 'shell' is not a way to enter the container "
+         '(allowed: exec, run)']),
+    'copy-image-not-a-boolean': (
+        dict(append='    copy_image: "no"\n'),
+        ['spec.yaml:14: containers[0].copy_image: must be true or false, got a string']),
+    'env-defaults-bad': (
+        dict(append='    env_defaults:\n      1BAD: x\n      OK: 3\n'),
+        ["spec.yaml:15: containers[0].env_defaults.1BAD: '1BAD' is not a valid environment variable name",
+         'spec.yaml:16: containers[0].env_defaults.OK: must be a string, quote it: "3" '
+         '(unquoted, YAML reads it as an integer 3)']),
+    'env-defaults-not-a-mapping': (
+        dict(append='    env_defaults: [A=1]\n'),
+        ['spec.yaml:14: containers[0].env_defaults: must be a mapping, got a list']),
+    'family-defaults-not-a-mapping': (
+        dict(append='family_defaults: [laif]\n'),
+        ['spec.yaml:14: family_defaults: must be a mapping of image families to defaults, got a list']),
+    'family-defaults-unknown-family': (
+        dict(append='family_defaults:\n  amdd: {}\n'),
+        ["spec.yaml:15: family_defaults.amdd: 'amdd' is not an image family (allowed: amd, laif)"]),
+    'family-defaults-sets-family': (
+        dict(append='family_defaults:\n  laif: {family: laif}\n'),
+        ["spec.yaml:15: family_defaults.laif.family: 'family' is not allowed in family_defaults "
+         '(set it in the container entry or in defaults)']),
+    'family-defaults-container-key': (
+        dict(append='family_defaults:\n  laif:\n    tag: "20260225_144743"\n'),
+        ["spec.yaml:16: family_defaults.laif.tag: 'tag' is not allowed in family_defaults (set it per container)"]),
+    'family-defaults-bad-value': (
+        dict(append='family_defaults:\n  laif:\n    copy_image: "no"\n'),
+        ['spec.yaml:16: family_defaults.laif.copy_image: must be true or false, got a string']),
+    'same-file-same-day': (
+        dict(append='  - family: laif\n    version: "2.9.1"\n    rocm: "6.4.4"\n    digest: u24r64f21m43t29\n'
+                    '    tag: "20260225_160000"\n    image_variant: full\n'),
+        ['spec.yaml:14: containers[1]: would produce the same file %s as containers[0]' % LAIF_NAME]),
+}
+
+
+@pytest.mark.parametrize('case', sorted(LAIF_ERROR_CASES))
+def test_laif_validation_errors(case, tmp_path, monkeypatch, capsys):
+    kwargs, expected = LAIF_ERROR_CASES[case]
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, laif_text(**kwargs))
+    assert (code, out) == (2, '')
+    assert err.splitlines() == expected + ['generate-ec: %d error(s), nothing written' % len(expected)]
+    assert not os.path.exists('out')
+
+
+def test_laif_keys_in_an_amd_entry(tmp_path, monkeypatch, capsys):
+    text = spec_text(append='    digest: u24r64f21m43t29\n    tag: "20260225_144743"\n')
+    code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 2
+    assert err.splitlines() == [
+        "spec.yaml:12: containers[0].digest: 'digest' is only for family: laif (this entry is family: amd)",
+        "spec.yaml:13: containers[0].tag: 'tag' is only for family: laif (this entry is family: amd)",
+        'generate-ec: 2 error(s), nothing written',
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# generate-ec inspect IMAGE.sif [--spec FILE]
+# ---------------------------------------------------------------------------------------------------------------
+
+FULL_IMAGE = 'lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif'
+FULL_SBOM = {
+    'apt': [{'name': 'libc6', 'version': '2.39-0ubuntu8.6'}, {'name': 'python3.12', 'version': '3.12.3-1ubuntu0.8'},
+            {'name': 'rocm-core', 'version': '6.4.4.60404-129~24.04'}],
+    'pip': [{'name': 'numpy', 'version': '2.1.3'}, {'name': 'torch', 'version': '2.9.1+rocm6.4.4'},
+            {'name': 'vllm', 'version': '0.15.1+rocm644'}, {'name': 'deepspeed', 'version': '0.18.6'},
+            {'name': 'flash_attn', 'version': '2.8.3'}, {'name': 'transformers', 'version': '4.57.1'}],
+}
+
+
+def make_image(directory, name, sbom=None, sbom_text=None, python_dirs=('python3.12',), partition=True):
+    """A LAIF-like SIF: /.sbom.json (if given) and /opt/venv/lib/<python_dirs>/site-packages in a SquashFS
+    root file system partition, packed with mksquashfs and siftool."""
+    require_tools('mksquashfs', 'siftool', 'unsquashfs')
+    directory = directory / ('image-%d' % len(os.listdir(str(directory))))
+    tree = directory / 'tree'
+    tree.mkdir(parents=True)
+    for python in python_dirs:
+        (tree / 'opt' / 'venv' / 'lib' / python / 'site-packages').mkdir(parents=True)
+    if sbom is not None or sbom_text is not None:
+        (tree / '.sbom.json').write_text(sbom_text if sbom_text is not None else json.dumps(sbom))
+    sif = directory / name
+    commands = [['mksquashfs', tree, directory / 'root.sqfs', '-noappend', '-quiet', '-all-root'],
+                ['siftool', 'new', sif]]
+    if partition:
+        commands.append(['siftool', 'add', '--datatype', '4', '--partfs', '1', '--parttype', '2', '--partarch', '2',
+                         sif, directory / 'root.sqfs'])
+    for command in commands:
+        subprocess.run([str(part) for part in command], check=True, capture_output=True)
+    return str(sif)
+
+
+def full_entry(sif, indent='  '):
+    checksum = hashlib.sha256(read_bytes(sif)).hexdigest()
+    text = textwrap.dedent("""\
+        # lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif, read by generate-ec inspect
+        - family: laif
+          version: "2.9.1"
+          python: "3.12"
+          rocm: "6.4.4"
+          date: "20260225"
+          image_variant: full
+          digest: u24r64f21m43t29
+          tag: "20260225_144743"
+          checksum: %s
+          components:
+            torch: "2.9.1"
+            vllm: "0.15.1"
+            deepspeed: "0.18.6"
+            flash_attn: "2.8.3"
+            transformers: "4.57.1"
+          # the image has the commands vllm, deepspeed: list them in wrapped_commands to get wrappers
+        """) % (checksum if checksum[0].isalpha() else '"%s"' % checksum)
+    return ''.join(indent + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def test_inspect_prints_the_entry(tmp_path, capsys):
+    sif = make_image(tmp_path, FULL_IMAGE, FULL_SBOM)
+    code, out, err = run(['inspect', sif], capsys)
+    assert (code, err) == (0, '')
+    assert out == full_entry(sif)
+
+
+INSPECT_SPEC = """\
+# A spec with comments, which inspect --spec keeps.
+name: PyTorch
+homepage: https://pytorch.org/
+description: Test spec.
+defaults:
+  python: "3.12"  # the Python of all images
+  venv: pytorch
+containers:
+  # the first release
+  - family: laif
+    version: "2.9.1"
+    rocm: "6.4.4"
+    digest: u24r64f21m43t29
+    tag: "20260124_092648"
+    image_variant: full
+
+# the settings of the LAIF images
+family_defaults:
+  laif: {container_entry: run, copy_image: false}
+"""
+
+
+def test_inspect_appends_to_the_spec(tmp_path, monkeypatch, capsys):
+    sif = make_image(tmp_path, FULL_IMAGE, FULL_SBOM)
+    monkeypatch.chdir(tmp_path)
+    with open('spec.yaml', 'w') as handle:
+        handle.write(INSPECT_SPEC)
+    code, out, err = run(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+    assert code == 0, err
+    assert out == full_entry(sif)
+    assert err == 'generate-ec: appended to spec.yaml as containers[1] (%s)\n' % LAIF_NAME
+    head, tail = INSPECT_SPEC.split('\n# the settings', 1)
+    with open('spec.yaml') as handle:
+        assert handle.read() == head + out + '\n# the settings' + tail  # a text insertion, comments kept
+    assert sorted(os.listdir(str(tmp_path))) == sorted(['spec.yaml', os.path.basename(os.path.dirname(sif))])
+
+    # the result is a valid spec, and generates the new image's easyconfig
+    code, out, err = run(['spec.yaml', '-o', 'out'], capsys)
+    assert code == 0, err
+    values = check_easyconfig(os.path.join('out', LAIF_NAME))
+    assert values['sources'] == [FULL_IMAGE]
+    assert values['checksums'] == [hashlib.sha256(read_bytes(sif)).hexdigest()]
+    assert (values['container_entry'], values['copy_image']) == ('run', False)
+    assert values['container_components'] == {'torch': '2.9.1', 'vllm': '0.15.1', 'deepspeed': '0.18.6',
+                                              'flash_attn': '2.8.3', 'transformers': '4.57.1'}
+
+    # a second time: refused before the image is read, the spec is not changed
+    with open('spec.yaml') as handle:
+        before = handle.read()
+    code, out, err = run(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+    assert (code, out) == (2, '')
+    assert err == ('spec.yaml:17: containers[1] is this image already (tag 20260225_144743, image_variant full); '
+                   'nothing appended\n')
+    with open('spec.yaml') as handle:
+        assert handle.read() == before
+
+
+def test_inspect_appends_to_an_indentless_list(tmp_path, monkeypatch, capsys):
+    sif = make_image(tmp_path, FULL_IMAGE, FULL_SBOM)
+    monkeypatch.chdir(tmp_path)
+    text = INSPECT_SPEC.split('\n\n# the settings')[0]  # no newline at the end either
+    text = text.replace('\n  - ', '\n- ').replace('\n  # the first', '\n# the first').replace('\n    ', '\n  ')
+    with open('spec.yaml', 'w') as handle:
+        handle.write(text)
+    code, out, err = run(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+    assert code == 0, err
+    with open('spec.yaml') as handle:
+        assert handle.read() == text + '\n' + full_entry(sif, indent='')
+    spec, issues = load_spec('spec.yaml')
+    assert not issues and [c.tag for c in spec.containers] == ['20260124_092648', '20260225_144743']
+
+
+def fake_runtime(tmp_path, name='singularity', script='echo "$@" > "$0.args"\necho \'%s\'\n'):
+    """A directory with a fake container runtime, and unsquashfs; for PATH."""
+    bindir = tmp_path / 'bin'
+    bindir.mkdir(exist_ok=True)
+    os.symlink(shutil.which('unsquashfs'), str(bindir / 'unsquashfs'))
+    if script is not None:
+        pip_list = json.dumps([{'name': 'torch', 'version': '2.10.0a0+git2a3b4c5'},
+                               {'name': 'vllm', 'version': '0.19.0'}, {'name': 'transformers', 'version': '1!5.0.0'}])
+        (bindir / name).write_text('#!/bin/sh\n' + (script % pip_list if '%s' in script else script))
+        (bindir / name).chmod(0o755)
+    return str(bindir)
+
+
+@pytest.mark.parametrize('runtime', ['singularity', 'apptainer'])
+def test_inspect_without_sbom_asks_pip_in_the_image(runtime, tmp_path, monkeypatch, capsys):
+    sif = make_image(tmp_path, 'lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif')
+    monkeypatch.setenv('PATH', fake_runtime(tmp_path, runtime))
+    code, out, err = run(['inspect', sif], capsys)
+    assert (code, err) == (0, '')
+    assert (tmp_path / 'bin' / (runtime + '.args')).read_text() == 'exec %s python -m pip list --format=json\n' % sif
+    lines = out.splitlines()
+    # torch built from source: its version without the +local label (PEP 440 == matches it with the label)
+    assert lines[2:5] == ['    version: "2.10.0a0"', '    python: "3.12"',
+                          '    rocm: "7.0"  # from the digest: the image lists no rocm-core package']
+    assert lines[-5:] == ['    components:', '      torch: "2.10.0a0"', '      vllm: "0.19.0"',
+                          '    # not a component: transformers 1!5.0.0 is not a version the spec takes',
+                          '    # the image has the commands vllm: list them in wrapped_commands to get wrappers']
+
+
+def inspect_error_case(case, tmp_path, monkeypatch):
+    """Set up one error case; return (image path, expected message)."""
+    name = FULL_IMAGE
+    if case == 'missing-file':
+        return str(tmp_path / name), '%s: no such image file'
+    if case == 'not-a-sif':
+        (tmp_path / name).write_text('<html>Not found</html>\n' * 10)
+        # the reason after the colon is the easyblock's sif_problem(), which names what the file is instead
+        return str(tmp_path / name), '%s is not a SIF image: ...'
+    if case == 'not-laif-shaped':
+        return make_image(tmp_path, 'pytorch.sif', FULL_SBOM), (
+            '%s: the file name is not a LAIF image name: expected lumi-multitorch-<variant>-<digest>-<tag>.sif, with '
+            'a variant out of torch, full, plus, rocm, libfabric, mpich, a digest like u24r64f21m43t29 and a tag '
+            'YYYYMMDD_HHMMSS')
+    if case == 'no-partition':
+        return make_image(tmp_path, name, FULL_SBOM, partition=False), (
+            '%s has no SquashFS root file system partition, so there is nothing to read in it')
+    if case == 'no-pip-list':
+        return make_image(tmp_path, name, {'apt': FULL_SBOM['apt']}), (
+            '%s: no pip list: its /.sbom.json has no "pip" entries (the rocm, libfabric and mpich variants have none)')
+    if case == 'no-torch':
+        return make_image(tmp_path, name, {'pip': FULL_SBOM['pip'][2:]}), (
+            '%s: torch is not in its pip list, so there is no PyTorch version for the entry')
+    if case == 'sbom-not-json':
+        return make_image(tmp_path, name, sbom_text='{"pip": ['), (
+            '%s: its /.sbom.json is not valid JSON (Expecting value: line 1 column 10 (char 9))')
+    if case == 'no-python':
+        return make_image(tmp_path, name, {'pip': FULL_SBOM['pip']}, python_dirs=()), (
+            '%s: cannot tell its Python version: no single python3.X package in its SBOM and no single '
+            '/opt/venv/lib/pythonX.Y directory')
+    sif = make_image(tmp_path, name)  # no /.sbom.json
+    if case == 'unsquashfs-missing':
+        monkeypatch.setenv('PATH', str(tmp_path))
+        return sif, ('%s: cannot read the image: unsquashfs is missing (install squashfs-tools, 4.5 or later, or '
+                     'put unsquashfs on PATH)')
+    if case == 'no-runtime':
+        monkeypatch.setenv('PATH', fake_runtime(tmp_path, script=None))
+        return sif, '%s has no /.sbom.json, and neither singularity nor apptainer is on PATH to run pip list in it'
+    assert case == 'runtime-fails'
+    bindir = fake_runtime(tmp_path, script='echo "FATAL: no space left" >&2\nexit 255\n')
+    monkeypatch.setenv('PATH', bindir)
+    return sif, ('%%s has no /.sbom.json, and %s/singularity exec %%s python -m pip list --format=json failed (exit '
+                 'code 255): FATAL: no space left' % bindir)
+
+
+@pytest.mark.parametrize('case', ['missing-file', 'not-a-sif', 'not-laif-shaped', 'no-partition', 'no-pip-list',
+                                  'no-torch', 'sbom-not-json', 'no-python', 'unsquashfs-missing', 'no-runtime',
+                                  'runtime-fails'])
+def test_inspect_errors(case, tmp_path, monkeypatch, capsys):
+    sif, message = inspect_error_case(case, tmp_path, monkeypatch)
+    code, out, err = run(['inspect', sif], capsys)
+    assert (code, out) == (2, '')
+    expected = message.replace('%s', sif)
+    if expected.endswith('...'):
+        assert err.startswith(expected[:-3]) and err.endswith('\n') and err.count('\n') == 1 and len(err) > 60
+    else:
+        assert err == expected + '\n'
+
+
+def test_inspect_spec_problems(tmp_path, monkeypatch, capsys):
+    sif = make_image(tmp_path, FULL_IMAGE, FULL_SBOM)
+    monkeypatch.chdir(tmp_path)
+    flow = INSPECT_SPEC.split('containers:')[0] + 'containers: [{family: laif, version: "2.9.1", rocm: "6.4.4", ' \
+        'digest: u24r64f21m43t29, tag: "20260124_092648", image_variant: torch}]\n'
+    cases = [
+        (flow, 'spec.yaml: no block list "containers:" (the key on a line of its own, its entries below) to append '
+               'the entry to; add it by hand'),
+        (INSPECT_SPEC.replace('"6.4.4"', '"6.2.4"'),
+         "spec.yaml has errors, so nothing was appended; fix them first:\nspec.yaml:12: containers[0].rocm: '6.2.4' "
+         'does not match the digest u24r64f21m43t29 (r64: ROCm 6.4.x)'),
+        (INSPECT_SPEC.replace('"20260124_092648"', '"20260225_100000"'),
+         'spec.yaml: with the entry appended the spec would not load, so nothing was appended:\nspec.yaml:17: '
+         'containers[1]: would produce the same file %s as containers[0]' % LAIF_NAME),
+    ]
+    for text, message in cases:
+        with open('spec.yaml', 'w') as handle:
+            handle.write(text)
+        code, out, err = run(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+        assert code == 2
+        # a spec with errors is refused before the image is read; else the entry is printed, for adding by hand
+        assert out == ('' if 'has errors' in message else full_entry(sif))
+        assert err == message + '\n'
+        with open('spec.yaml') as handle:
+            assert handle.read() == text
+        assert not os.path.exists('spec.yaml.tmp-generate-ec')
+
+
+def test_inspect_usage(capsys):
+    assert run(['inspect'], capsys)[0] == 2
+    code, out, _ = run(['inspect', '--help'], capsys)
+    assert code == 0 and '--spec FILE' in out
+    code, out, _ = run(['--help'], capsys)
+    assert code == 0 and 'inspect IMAGE.sif' in out

@@ -1,0 +1,342 @@
+"""generate-ec inspect: the spec entry of a LUMI AI Factory image, read from the image without a container runtime.
+
+The image's root file system is the SquashFS partition of the SIF file; unsquashfs reads its /.sbom.json (LAIF's
+plain JSON software list: {"apt": [{name, version}], "pip": [pip list --format=json]}).  Images without one are
+asked for ``pip list`` through singularity (or apptainer) instead.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+
+from generator import laif
+from generator.easyblock import easyblock
+from generator.spec import VERSION_RE, load_spec
+
+SBOM = '.sbom.json'
+VENV_LIB = 'opt/venv/lib'
+# The components whose versions go into the entry, in this order (names compared as pip normalises them).
+MAIN_COMPONENTS = ('torch', 'vllm', 'deepspeed', 'flash-attn', 'xformers', 'transformers')
+# Components that bring a command worth a wrapper.
+COMMANDS = {'vllm': 'vllm', 'deepspeed': 'deepspeed'}
+CHUNK = 16 * 1024 * 1024
+ERROR_TAIL = 2000
+
+
+class InspectError(Exception):
+    """A problem with the image or the spec; the message names it and says what is missing."""
+
+
+@dataclasses.dataclass
+class ImageFacts:
+    """What inspect found out about one image."""
+
+    path: str
+    variant: str
+    digest: str
+    tag: str
+    checksum: str
+    version: str
+    python: str
+    rocm: str
+    rocm_from_digest: bool
+    components: dict
+    left_out: list  # (name, version) of main components whose version the spec cannot take
+    commands: list
+
+    @property
+    def filename(self):
+        return os.path.basename(self.path)
+
+
+def _normalise(name):
+    return re.sub(r'[-_.]+', '-', name).lower()
+
+
+def spec_version(pip_version):
+    """A pip version without its +local label, if the spec accepts it as a version; else None."""
+    public = pip_version.split('+', 1)[0]
+    return public if VERSION_RE.match(public) else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading the image
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def image_name(path):
+    """(variant, digest, tag) from a LAIF image file name."""
+    parsed = laif.parse_sif_name(os.path.basename(path))
+    if parsed is None or parsed[0] not in laif.VARIANTS:
+        raise InspectError('%s: the file name is not a LAIF image name: expected lumi-multitorch-<variant>-<digest>-'
+                           '<tag>.sif, with a variant out of %s, a digest like u24r64f21m43t29 and a tag '
+                           'YYYYMMDD_HHMMSS' % (path, ', '.join(laif.VARIANTS)))
+    return parsed
+
+
+def root_offset(path):
+    """Byte offset of the image's root file system in the SIF file."""
+    if not os.path.isfile(path):
+        raise InspectError('%s: no such image file' % path)
+    problem = easyblock.sif_problem(path)
+    if problem:
+        raise InspectError('%s is not a SIF image: %s' % (path, problem))
+    try:
+        return easyblock.sif_partition_offset(path)
+    except ValueError:
+        raise InspectError('%s has no SquashFS root file system partition, so there is nothing to read in it'
+                           % path) from None
+
+
+def _unsquashfs(path, offset, *args):
+    """Run unsquashfs on the image's root file system; return its CompletedProcess."""
+    tool = shutil.which('unsquashfs')
+    if tool is None:
+        raise InspectError('%s: cannot read the image: unsquashfs is missing (install squashfs-tools, 4.5 or '
+                           'later, or put unsquashfs on PATH)' % path)
+    return subprocess.run([tool, '-o', str(offset)] + list(args), capture_output=True)
+
+
+def list_paths(path, offset):
+    """The paths of /.sbom.json and of /opt/venv/lib's entries two levels down that exist in the image."""
+    proc = _unsquashfs(path, offset, '-l', '-max-depth', '4', path, SBOM, VENV_LIB)
+    if proc.returncode:
+        raise InspectError('%s: unsquashfs cannot read its root file system: %s'
+                           % (path, proc.stderr.decode('utf-8', 'replace').strip()[-ERROR_TAIL:]))
+    lines = proc.stdout.decode('utf-8', 'replace').splitlines()
+    return {line.split('/', 1)[1] for line in lines if line.startswith('squashfs-root/')}
+
+
+def read_sbom(path, offset):
+    """The image's /.sbom.json as a dict."""
+    proc = _unsquashfs(path, offset, '-cat', path, SBOM)
+    if proc.returncode:
+        raise InspectError('%s: unsquashfs cannot read its /%s: %s'
+                           % (path, SBOM, proc.stderr.decode('utf-8', 'replace').strip()[-ERROR_TAIL:]))
+    try:
+        sbom = json.loads(proc.stdout.decode('utf-8'))
+    except ValueError as err:
+        raise InspectError('%s: its /%s is not valid JSON (%s)' % (path, SBOM, err)) from None
+    if not isinstance(sbom, dict):
+        raise InspectError('%s: its /%s is not a JSON object with "apt" and "pip" lists' % (path, SBOM))
+    return sbom
+
+
+def runtime_pip_list(path):
+    """``pip list --format=json`` run in the image by singularity or apptainer."""
+    runtime = shutil.which('singularity') or shutil.which('apptainer')
+    if runtime is None:
+        raise InspectError('%s has no /%s, and neither singularity nor apptainer is on PATH to run pip list in it'
+                           % (path, SBOM))
+    cmd = [runtime, 'exec', path, 'python', '-m', 'pip', 'list', '--format=json']
+    proc = subprocess.run(cmd, capture_output=True)
+    if proc.returncode:
+        raise InspectError('%s has no /%s, and %s failed (exit code %d): %s'
+                           % (path, SBOM, ' '.join(cmd), proc.returncode,
+                              proc.stderr.decode('utf-8', 'replace').strip()[-ERROR_TAIL:]))
+    try:
+        return json.loads(proc.stdout.decode('utf-8'))
+    except ValueError as err:
+        raise InspectError('%s: pip list in the image did not print JSON (%s)' % (path, err)) from None
+
+
+def _packages(entries):
+    """{name: version} of a list of {"name": ..., "version": ...} (other entries are skipped)."""
+    packages = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get('name'), str) and isinstance(entry.get('version'), str):
+            packages[entry['name']] = entry['version']
+    return packages
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, 'rb') as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b''):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# From packages to versions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def python_version(path, apt, paths):
+    """major.minor of the image's Python: its apt python3.X package, else /opt/venv/lib/pythonX.Y."""
+    found = set()
+    for name in apt:
+        match = re.match(r'^python(3\.\d+)$', name)
+        if match:
+            found.add(match.group(1))
+    if len(found) != 1:
+        found = set()
+        for entry in paths:
+            match = re.match(r'^%s/python(\d+\.\d+)$' % re.escape(VENV_LIB), entry)
+            if match:
+                found.add(match.group(1))
+    if len(found) != 1:
+        raise InspectError('%s: cannot tell its Python version: no single python3.X package in its SBOM and no '
+                           'single /%s/pythonX.Y directory' % (path, VENV_LIB))
+    return found.pop()
+
+
+def rocm_version(apt, digest):
+    """(ROCm version, taken from the digest?): rocm-core's version from apt, else major.minor from the digest."""
+    match = re.match(r'^(\d+\.\d+\.\d+)', apt.get('rocm-core', ''))
+    if match:
+        return match.group(1), False
+    return laif.parse_digest(digest)['ROCm'], True
+
+
+def main_components(path, pip):
+    """(components {name: version}, left out [(name, version)], commands) of the main components in ``pip``."""
+    by_name = {_normalise(name): name for name in pip}
+    if 'torch' not in by_name:
+        raise InspectError('%s: torch is not in its pip list, so there is no PyTorch version for the entry' % path)
+    components, left_out, commands = {}, [], []
+    for wanted in MAIN_COMPONENTS:
+        name = by_name.get(wanted)
+        if name is None:
+            continue
+        version = spec_version(pip[name])
+        if version is None:
+            left_out.append((name, pip[name]))
+        else:
+            components[name] = version
+        if wanted in COMMANDS:
+            commands.append(COMMANDS[wanted])
+    return components, left_out, commands
+
+
+def torch_version(path, pip):
+    """torch's version without a +local label (only its release numbers if the rest is not a spec version)."""
+    version = next(pip[name] for name in pip if _normalise(name) == 'torch')
+    match = re.match(r'^\d+(\.\d+)*', version)
+    if match is None:
+        raise InspectError('%s: torch has the version %r in its pip list, which is not a version' % (path, version))
+    return spec_version(version) or match.group(0)
+
+
+def inspect_image(path):
+    """All facts for the spec entry of the image at ``path``."""
+    variant, digest, tag = image_name(path)
+    offset = root_offset(path)
+    paths = list_paths(path, offset)
+    if SBOM in paths:
+        sbom = read_sbom(path, offset)
+        apt, pip = _packages(sbom.get('apt')), _packages(sbom.get('pip'))
+        if not pip:
+            raise InspectError('%s: no pip list: its /%s has no "pip" entries (the rocm, libfabric and mpich '
+                               'variants have none)' % (path, SBOM))
+    else:
+        apt, pip = {}, _packages(runtime_pip_list(path))
+        if not pip:
+            raise InspectError('%s: no pip list: pip list in the image printed no packages' % path)
+    components, left_out, commands = main_components(path, pip)
+    rocm, rocm_from_digest = rocm_version(apt, digest)
+    return ImageFacts(path=path, variant=variant, digest=digest, tag=tag, checksum=sha256(path),
+                      version=torch_version(path, pip),
+                      python=python_version(path, apt, paths), rocm=rocm, rocm_from_digest=rocm_from_digest,
+                      components=components, left_out=left_out, commands=commands)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The entry, and appending it to a spec
+# ---------------------------------------------------------------------------------------------------------------
+
+
+YAML_WORDS = ('true', 'false', 'yes', 'no', 'on', 'off', 'null', 'y', 'n')
+
+
+def _scalar(value):
+    """A YAML scalar: plain for a word that YAML reads back as the same string, else double-quoted."""
+    if re.match(r'^[A-Za-z][A-Za-z0-9_.-]*$', value) and value.lower() not in YAML_WORDS:
+        return value
+    return json.dumps(value)
+
+
+def entry_text(facts, indent=2):
+    """The container entry, as YAML lines of a list item indented by ``indent``."""
+    pad, key = ' ' * indent, ' ' * (indent + 2)
+    lines = ['%s# %s, read by generate-ec inspect' % (pad, facts.filename), '%s- family: laif' % pad]
+    for name in ('version', 'python', 'rocm'):
+        lines.append('%s%s: %s' % (key, name, _scalar(getattr(facts, name))))
+    if facts.rocm_from_digest:
+        lines[-1] += '  # from the digest: the image lists no rocm-core package'
+    lines += ['%sdate: %s' % (key, _scalar(laif.tag_date(facts.tag))),
+              '%simage_variant: %s' % (key, _scalar(facts.variant)),
+              '%sdigest: %s' % (key, _scalar(facts.digest)),
+              '%stag: %s' % (key, _scalar(facts.tag)),
+              '%schecksum: %s' % (key, _scalar(facts.checksum))]
+    if facts.components:
+        lines.append('%scomponents:' % key)
+        lines += ['%s  %s: %s' % (key, name, _scalar(version)) for name, version in facts.components.items()]
+    for name, version in facts.left_out:
+        lines.append('%s# not a component: %s %s is not a version the spec takes' % (key, name, version))
+    if facts.commands:
+        lines.append('%s# the image has the commands %s: list them in wrapped_commands to get wrappers'
+                     % (key, ', '.join(facts.commands)))
+    return '\n'.join(lines) + '\n'
+
+
+def _containers_end(spec_path, lines):
+    """(index of the line after the top-level containers list, indent of its items)."""
+    starts = [i for i, line in enumerate(lines) if re.match(r'^containers:[ \t]*(#.*)?$', line.rstrip('\r\n'))]
+    if len(starts) != 1:
+        raise InspectError('%s: no block list "containers:" (the key on a line of its own, its entries below) to '
+                           'append the entry to; add it by hand' % spec_path)
+    end, indent = starts[0] + 1, None
+    for i in range(starts[0] + 1, len(lines)):
+        line = lines[i].rstrip('\r\n')
+        if not line.strip() or line.startswith('#'):
+            continue
+        if not line.startswith((' ', '-')):
+            break  # the next top-level key
+        end = i + 1
+        if indent is None and line.lstrip().startswith('-'):
+            indent = len(line) - len(line.lstrip())
+    return end, 2 if indent is None else indent
+
+
+def check_spec(spec_path, image):
+    """Refuse (before the image is read) when the spec has errors or has the image already (same tag and
+    image_variant)."""
+    variant, _, tag = image_name(image)
+    spec, issues = load_spec(spec_path)
+    if issues:
+        raise InspectError('%s has errors, so nothing was appended; fix them first:\n%s'
+                           % (spec_path, '\n'.join(str(issue) for issue in issues)))
+    for container in spec.containers:
+        if container.family == 'laif' and (container.tag, container.image_variant) == (tag, variant):
+            raise InspectError('%s:%d: %s is this image already (tag %s, image_variant %s); nothing appended'
+                               % (spec_path, container.line, container.path, tag, variant))
+
+
+def append_entry(spec_path, facts):
+    """Append the image's entry to the containers of the spec file, as text (comments and layout stay)."""
+    check_spec(spec_path, facts.path)
+    with open(spec_path, encoding='utf-8', newline='') as handle:
+        lines = handle.read().splitlines(keepends=True)
+    end, indent = _containers_end(spec_path, lines)
+    if end and not lines[end - 1].endswith('\n'):
+        lines[end - 1] += '\n'
+    text = ''.join(lines[:end]) + entry_text(facts, indent) + ''.join(lines[end:])
+    tmp = spec_path + '.tmp-generate-ec'
+    with open(tmp, 'w', encoding='utf-8', newline='') as handle:
+        handle.write(text)
+    spec, issues = load_spec(tmp)
+    added = [c for c in (spec.containers if spec else [])
+             if c.family == 'laif' and (c.tag, c.image_variant) == (facts.tag, facts.variant)]
+    if issues or len(added) != 1:
+        os.unlink(tmp)
+        found = [str(dataclasses.replace(issue, file=spec_path)) for issue in issues]
+        raise InspectError('%s: with the entry appended the spec would not load, so nothing was appended:\n%s'
+                           % (spec_path, '\n'.join(found) or 'the entry is not among its containers'))
+    shutil.copymode(spec_path, tmp)
+    os.replace(tmp, spec_path)
+    return added[0]
