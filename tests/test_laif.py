@@ -1,13 +1,16 @@
 """LUMI AI Factory (LAIF) images: Python in a venv at /opt/venv, started through their runscript, 20+ GB and used in
 place. Installed end to end with EasyBuild 5 and 4.9.4 from a LAIF-like test image (conftest.laif_sif)."""
+import hashlib
 import json
 import os
 import re
 
 import pytest
+import yaml
 
-from conftest import LAIF_MODULE as MODULE, LAIF_SIF_NAME, install_laif
-from harness import CONTAINER_PYTHON_VERSION, base_env, require_tools, run
+from conftest import LAIF_DEFAULTS, LAIF_MODULE as MODULE, LAIF_SIF_NAME, install_laif, torch_bind
+from harness import CONTAINER_PYTHON_VERSION, Installation, base_env, require_tools, run
+from test_easyconfigs import generate_ec_command
 
 SITE = '/opt/venv/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 
@@ -124,3 +127,31 @@ def test_wrappers_refuse_without_the_module(laif):
     inst, idir, _ = laif
     proc = run([str(idir / 'bin' / 'python'), '-c', 'pass'], env=base_env(), check=False)
     assert proc.returncode == 1 and "module %s is not loaded" % MODULE in proc.stderr
+
+
+def test_inspect_to_installed_module(tmp_path, laif_sif, laif_wheels):
+    """A maintainer's way for a new release: generate-ec inspect reads the image (its SBOM, name and checksum),
+    its entry goes into a spec, generate-ec writes the easyconfig, eb installs it, and the module works."""
+    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    entry = run([generate_ec_command(), 'inspect', str(laif_sif)]).stdout
+    assert yaml.safe_load('containers:\n' + entry)['containers'] == [{
+        'family': 'laif', 'version': '2.13.0', 'python': CONTAINER_PYTHON_VERSION, 'rocm': '6.4.4',
+        'date': '20260225', 'image_variant': 'torch', 'digest': 'u24r64f21m43t213', 'tag': '20260225_144743',
+        'checksum': hashlib.sha256(laif_sif.read_bytes()).hexdigest(), 'components': {'torch': '2.13.0'}}]
+
+    central = tmp_path / 'central'
+    central.mkdir()
+    os.symlink(laif_sif, central / laif_sif.name)
+    settings = {'container_entry': 'run', 'copy_image': False, 'central_sif_dir': str(central),
+                'bind': ['/tmp', torch_bind()], 'env_defaults': LAIF_DEFAULTS, 'wrapped_commands': ['python'],
+                'pip_requirements': ['laif-top'],
+                'pip_install_options': ['--no-index', '--find-links=%s' % laif_wheels]}
+    head = yaml.safe_dump({'name': 'PyTorch', 'homepage': 'https://pytorch.org/', 'description': 'LAIF test',
+                           'defaults': {'venv': 'pytorch'}, 'family_defaults': {'laif': settings}}, sort_keys=False)
+    (tmp_path / 'spec.yaml').write_text(head + 'containers:\n' + entry)
+    run([generate_ec_command(), '-o', str(tmp_path / 'ecs'), str(tmp_path / 'spec.yaml')])
+    name = '2.13.0-rocm-6.4.4-python-%s-singularity-laif-torch-20260225' % CONTAINER_PYTHON_VERSION
+    inst = Installation(tmp_path / 'install')
+    inst.eb(tmp_path / 'ecs' / ('PyTorch-%s.eb' % name))
+    out = inst.shell('module load PyTorch/%s\necho "$SIF"\npython -c "import laif_top; print(laif_top.BASE)"' % name)
+    assert out.stdout.splitlines() == [os.path.realpath(central / laif_sif.name), '1.0']  # the real file
