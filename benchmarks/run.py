@@ -51,6 +51,7 @@ class Settings:
     runs: int
     warmup: int
     image_size: int            # bytes of random data in the install benchmark's image
+    small_image_size: int      # and in the small image of the copy_image = False comparison
     wheels: int                # wheels installed in the squash benchmark's venv
     modules_per_wheel: int
     inner: int                 # invocations per run for the millisecond benchmarks
@@ -59,8 +60,8 @@ class Settings:
     @classmethod
     def make(cls, quick, runs):
         if quick:
-            return cls(True, runs or 1, 0, 4 * MiB, 1, 20, 1, 50)
-        return cls(False, runs or 5, 1, 2 * GiB, 3, 1000, 20, 50)
+            return cls(True, runs or 1, 0, 4 * MiB, 1 * MiB, 1, 20, 1, 50)
+        return cls(False, runs or 5, 1, 2 * GiB, 16 * MiB, 3, 1000, 20, 50)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -188,10 +189,11 @@ class Context:
         env.pop('SLURM_CPUS_PER_TASK', None)     # make-squashfs then uses all of nproc, as on a login node
         return env
 
-    def install_image(self):
-        """The install benchmark's image: a real SIF whose SquashFS holds image_size bytes of random data."""
-        size = self.settings.image_size
-        directory = self.scratch if self.settings.quick else self.cache
+    def install_image(self, size=None):
+        """The install benchmark's image: a real SIF whose SquashFS holds size (default: image_size) bytes of
+        random data."""
+        size = size or self.settings.image_size
+        directory = self.scratch if self.settings.quick or size < 64 * MiB else self.cache
         path = directory / ('bench-%d-%s.sif' % (size, Path(CONTAINER_PYTHON).name))
         if path.exists():
             return path
@@ -353,9 +355,10 @@ def install_variant(ctx, variant, image, rundir):
         return ['cp', image, rundir / 'bench.sif'], ctx.env(), rundir / 'bench.sif'
     inst = Installation(rundir)
     (inst.sources / 'bench.sif').symlink_to(image)  # found by EasyBuild like the central image, not copied here
-    if variant == 'easyblock':
+    if variant != 'today':  # this easyblock: easyblock, nocopy, nocopy_small
         ec = inst.write_easyconfig('Bench-1.0.eb', demo_easyconfig(name='Bench', sif='bench.sif',
-                                                                   wrapped_commands=['python']))
+                                                                   wrapped_commands=['python'],
+                                                                   copy_image=variant == 'easyblock'))
         installed = inst.installdir('Bench', '1.0') / 'bench.sif'
     else:
         ec = inst.write_easyconfig('Today-1.0.eb', TODAY_EASYCONFIG)
@@ -364,25 +367,31 @@ def install_variant(ctx, variant, image, rundir):
 
 
 def check_installed(installed, image, variant):
-    """The measured install really copied the image (a symlink would make the figures meaningless)."""
-    if installed.is_symlink() or not installed.is_file() or installed.stat().st_size != image.stat().st_size:
+    """The measured install really copied the image (a symlink would make the figures meaningless), or, with
+    copy_image = False, linked to it."""
+    if variant.startswith('nocopy'):
+        if not installed.is_symlink() or os.path.realpath(installed) != os.path.realpath(image):
+            raise BenchError('install (%s) did not leave a link to %s at %s' % (variant, image, installed))
+    elif installed.is_symlink() or not installed.is_file() or installed.stat().st_size != image.stat().st_size:
         raise BenchError('install (%s) did not leave a copy of %s at %s' % (variant, image, installed))
 
 
 def bench_install(ctx):
     s = ctx.settings
     image = ctx.install_image()
+    images = {'nocopy_small': ctx.install_image(s.small_image_size)}
     require_space(ctx.scratch, 2 * image.stat().st_size + 256 * MiB, "the installs (today's way copies twice)")
     counter = ctx.counter
     last_steps = {}
 
     def one_run(index):
         values = {}
-        for variant in rotated(['cp', 'easyblock', 'today'], index):
+        for variant in rotated(['cp', 'easyblock', 'today', 'nocopy', 'nocopy_small'], index):
             rundir = ctx.scratch / ('install-%s' % variant)
-            cmd, env, installed = install_variant(ctx, variant, image, rundir)
+            variant_image = images.get(variant, image)
+            cmd, env, installed = install_variant(ctx, variant, variant_image, rundir)
             data = measure_io(cmd, env, ctx.scratch, 'install (%s)' % variant)
-            check_installed(installed, image, variant)
+            check_installed(installed, variant_image, variant)
             shutil.rmtree(rundir)  # now, so that at most two copies of the image are on disk
             values[variant + '_seconds'] = data['seconds']
             values[variant + '_bytes'] = data['io'][counter]
@@ -392,6 +401,7 @@ def bench_install(ctx):
         values['overhead'] = values['easyblock_seconds'] - 1.15 * values['cp_seconds']
         values['bytes_ratio'] = values['easyblock_bytes'] / values['today_bytes']
         values['time_ratio'] = values['easyblock_seconds'] / values['today_seconds']
+        values['nocopy_growth'] = values['nocopy_seconds'] - values['nocopy_small_seconds']
         return values
 
     v = repeat(s, 'install', one_run)
@@ -412,10 +422,17 @@ def bench_install(ctx):
             figure('bytes_ratio', "bytes written: this easyblock / today's", 'x', v['bytes_ratio'],
                    goal=('<=', 0.6, '<= 0.6x')),
             figure('time_ratio', "time: this easyblock / today's", 'x', v['time_ratio']),
+            figure('nocopy_seconds', 'copy_image = False (a link to the image)', 's', v['nocopy_seconds']),
+            figure('nocopy_bytes', 'copy_image = False: ' + written, 'bytes', v['nocopy_bytes'],
+                   goal=('<', 16 * MiB, '< 16 MiB (no image)')),
+            figure('nocopy_small_seconds', 'copy_image = False, an image of %s' % human_bytes(s.small_image_size),
+                   's', v['nocopy_small_seconds']),
+            figure('nocopy_growth', 'copy_image = False: time with this image - with the small one', 's',
+                   v['nocopy_growth'], goal=('<=', 1.0, '<= 1 s')),
         ],
         'info': {'image_bytes': image.stat().st_size, 'io_counter': counter,
                  'cancelled_write_bytes_median': {k: statistics.median(v[k + '_cancelled'])
-                                                  for k in ('cp', 'easyblock', 'today')},
+                                                  for k in ('cp', 'easyblock', 'today', 'nocopy')},
                  'eb_steps_last_run': last_steps},
     }
 
