@@ -594,7 +594,7 @@ def bench_module_load(ctx):
 # ---------------------------------------------------------------------------------------------------------------
 
 def write_generator_spec(path, count):
-    """The real PyTorch spec with its containers repeated to `count`, each with its own date and hash."""
+    """The real PyTorch spec with its containers repeated to `count`, each with its own date and hash (or tag)."""
     import yaml  # the generator's own dependency; checked in bench_generator
     spec = yaml.safe_load(GENERATOR_SPEC.read_text())
     real = spec['containers']
@@ -602,8 +602,12 @@ def write_generator_spec(path, count):
     containers = []
     for index in range(count):
         entry = dict(real[index % len(real)])
-        entry['date'] = (first + datetime.timedelta(days=index)).strftime('%Y%m%d')
-        entry['dockerhash'] = '%012x' % (0xbe0c00000000 + index)
+        date = (first + datetime.timedelta(days=index)).strftime('%Y%m%d')
+        if entry.get('family') == 'laif':  # named by its release tag, which holds the date
+            entry['tag'] = '%s_%06d' % (date, index)
+        else:
+            entry['date'] = date
+            entry['dockerhash'] = '%012x' % (0xbe0c00000000 + index)
         containers.append(entry)
     spec['containers'] = containers
     path.parent.mkdir(parents=True, exist_ok=True)
