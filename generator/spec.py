@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from generator import laif
+from generator.easyblock import easyblock
 
 # ---------------------------------------------------------------------------------------------------------------
 # Errors
@@ -234,22 +235,17 @@ def load_yaml(path):
 TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'family_defaults', 'containers')
 TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
 
-VERSION_RE = re.compile(r'^\d+(\.\d+)*([.+-][0-9A-Za-z]+)*$')
-PYTHON_RE = re.compile(r'^\d+\.\d+(\.\d+)?$')
+VERSION_RE = easyblock.VERSION  # the easyblock's, as for the components
 DATE_RE = re.compile(r'^\d{8}$')
 DOCKERHASH_RE = re.compile(r'^[0-9a-f]{12}$')
 SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
-NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.+-]*$')
+NAME_RE = easyblock.DISTRIBUTION_NAME
 VARIANT_RE = re.compile(r'^([A-Za-z0-9][A-Za-z0-9_.+-]*)?$')
-VENV_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.-]*$')
-COMMAND_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.+-]*$')
-ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 MODULECLASS_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 HOMEPAGE_RE = re.compile(r'^https?://\S+$')
 CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
 
 FAMILIES = ('amd', 'laif')
-CONTAINER_ENTRIES = ('exec', 'run')
 
 
 def _kind(value):
@@ -340,19 +336,28 @@ class _Checker:
                     seen[item] = i
         return ok
 
-    def string_map(self, path, value, key_re, key_what, value_check):
+    def string_map(self, path, value, key_problem, value_check):
         if not isinstance(value, dict):
             self.error(path, 'must be a mapping, got %s' % _kind(value))
             return False
         ok = True
         for key, item in value.items():
             kpath = tuple(path) + (key,)
-            if not isinstance(key, str) or not key_re.match(key):
-                self.error(kpath, '%r is not %s' % (key if isinstance(key, str) else str(key), key_what),
-                           key_line=True)
+            problem = key_problem(key if isinstance(key, str) else str(key))
+            if not isinstance(key, str) and not problem:
+                problem = '%r is not a string' % str(key)
+            if problem:
+                self.error(kpath, problem, key_line=True)
                 ok = False
             ok = value_check(kpath, item) and ok
         return ok
+
+    def no_problem(self, path, problem):
+        """True if problem (a rule's finding, or None) is None; else report it."""
+        if problem:
+            self.error(path, problem)
+            return False
+        return True
 
     def unknown_keys(self, path, mapping, allowed, forbidden_hint=None):
         ok = True
@@ -405,44 +410,32 @@ class _Checker:
             return False
         return True
 
-    def absolute_path(self, path, value):
-        if not self.string(path, value):
-            return False
-        if not value.startswith('/'):
-            self.error(path, '%r is not an absolute path' % value)
-            return False
-        return True
-
-    def bind(self, path, value):
-        def bind_item(ipath, item):
-            if not self.string(ipath, item):
-                return False
-            if re.search(r'[\s,]', item):
-                self.error(ipath, '%r must not contain whitespace or commas' % item)
-                return False
-            return True
-        return self.string_list(path, value, bind_item, unique=True)
-
-    def commands(self, path, value):
-        return self.string_list(path, value, lambda ip, it: self.matching(ip, it, COMMAND_RE, 'a command name'),
-                                unique=True)
-
-    def unique_strings(self, path, value):
-        return self.string_list(path, value, unique=True)
-
-    def env(self, path, value):
-        return self.string_map(path, value, ENV_NAME_RE, 'a valid environment variable name',
-                               lambda kp, v: self.string(kp, v, allow_empty=True))
-
-    def components(self, path, value):
-        return self.string_map(path, value, NAME_RE, 'a valid component name',
-                               lambda kp, v: self.matching(kp, v, VERSION_RE, 'a valid version'))
-
 
 def _pattern(regex, what, allow_empty=False):
     """Validator: a string matching ``regex``; the error says the value is not ``what``."""
     def check(chk, path, value):
         return chk.matching(path, value, regex, what, allow_empty=allow_empty)
+    return check
+
+
+def _rule(parameter, allow_empty=False):
+    """Validator: the easyblock's rule for the easyconfig parameter that this key becomes (one definition for both,
+    easyblock.PARAMETER_RULES), after generate-ec's own type checks, which can tell what YAML made of a value."""
+    rule = easyblock.PARAMETER_RULES[parameter]
+
+    def text(chk, path, value, check, empty=allow_empty):
+        return chk.string(path, value, allow_empty=empty) and chk.no_problem(path, check(value) if check else None)
+
+    def check(chk, path, value):
+        if rule.shape == 'bool':
+            return chk.boolean(path, value)
+        if rule.shape == 'list':
+            return chk.string_list(path, value, lambda ipath, item: text(chk, ipath, item, rule.check),
+                                   unique=rule.unique)
+        if rule.shape == 'dict':
+            return chk.string_map(path, value, rule.check,
+                                  lambda kpath, item: text(chk, kpath, item, rule.value_check, empty=True))
+        return text(chk, path, value, rule.check)
     return check
 
 
@@ -542,23 +535,23 @@ FIELDS = (
     Field('sif', CONTAINER, _Checker.sif, default=_default_sif),
     Field('checksum', CONTAINER, _pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
     Field('family', SHARED, _one_of(FAMILIES, 'an image family'), default='amd'),
-    Field('python', SHARED, _pattern(PYTHON_RE, 'a valid Python version (e.g. 3.12)'), required=True),
+    Field('python', SHARED, _rule('container_python_version'), required=True),
     Field('rocm', SHARED, _pattern(VERSION_RE, 'a valid ROCm version (e.g. 6.2.4)'), required=True),
     Field('variant', SHARED, _pattern(VARIANT_RE, 'a valid variant (letters, digits, _.+-; may be empty)',
                                       allow_empty=True), default=''),
-    Field('venv', SHARED, _pattern(VENV_RE, 'a valid virtual environment name'), default=_default_venv),
-    Field('container_init', SHARED, lambda chk, p, v: chk.string(p, v, allow_empty=True), default=''),
-    Field('container_entry', SHARED, _one_of(CONTAINER_ENTRIES, 'a way to enter the container')),
-    Field('bind', SHARED, _Checker.bind, default=[]),
-    Field('env', SHARED, _Checker.env, default={}),
-    Field('env_defaults', SHARED, _Checker.env),
-    Field('wrapped_commands', SHARED, _Checker.commands, default=[]),
-    Field('pip_requirements', SHARED, _Checker.unique_strings, default=[]),
-    Field('components', SHARED, _Checker.components, default={}),
-    Field('pip_install_options', SHARED, _Checker.string_list),
-    Field('squash_user_software', SHARED, _Checker.boolean),
-    Field('copy_image', SHARED, _Checker.boolean),
-    Field('central_sif_dir', SHARED, _Checker.absolute_path, default=_default_central_sif_dir),
+    Field('venv', SHARED, _rule('container_venv'), default=_default_venv),
+    Field('container_init', SHARED, _rule('container_init', allow_empty=True), default=''),
+    Field('container_entry', SHARED, _rule('container_entry')),
+    Field('bind', SHARED, _rule('container_bind'), default=[]),
+    Field('env', SHARED, _rule('container_env'), default={}),
+    Field('env_defaults', SHARED, _rule('container_env_defaults')),
+    Field('wrapped_commands', SHARED, _rule('wrapped_commands'), default=[]),
+    Field('pip_requirements', SHARED, _rule('pip_requirements'), default=[]),
+    Field('components', SHARED, _rule('container_components'), default={}),
+    Field('pip_install_options', SHARED, _rule('pip_install_options')),
+    Field('squash_user_software', SHARED, _rule('squash_user_software')),
+    Field('copy_image', SHARED, _rule('copy_image')),
+    Field('central_sif_dir', SHARED, _rule('central_sif_dir'), default=_default_central_sif_dir),
     Field('python_check', SHARED, _Checker.boolean),
 )
 FIELDS_BY_KEY = {fld.key: fld for fld in FIELDS}

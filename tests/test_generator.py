@@ -902,8 +902,7 @@ LAIF_ERROR_CASES = {
         ['spec.yaml:8: containers[0].rocm: missing required key (set it in the container entry or in defaults)']),
     'container-entry-unknown': (
         dict(append='    container_entry: shell\n'),
-        ["spec.yaml:14: containers[0].container_entry: 'shell' is not a way to enter the container "
-         '(allowed: exec, run)']),
+        ["spec.yaml:14: containers[0].container_entry: 'shell' is neither 'exec' nor 'run'"]),
     'copy-image-not-a-boolean': (
         dict(append='    copy_image: "no"\n'),
         ['spec.yaml:14: containers[0].copy_image: must be true or false, got a string']),

@@ -872,33 +872,28 @@ VENV_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*\Z')
 COMMAND_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z')
 ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*\Z')
 MODULE_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.+/-]*\Z')
+DISTRIBUTION_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.+-]*\Z')
+VERSION = re.compile(r'[0-9]+(\.[0-9]+)*([.+-][0-9A-Za-z]+)*\Z')
 PYTHON_VERSION = re.compile(r'[0-9]+\.[0-9]+\Z')
 # newlines, NUL and the other control characters; a tab is fine
 CONTROL_CHARACTER = re.compile(r'[\x00-\x08\x0a-\x1f\x7f]')
 
 
-def venv_name_problem(value):
-    if not VENV_NAME.match(value):
-        return "%r is not a valid virtual environment name" % value
-    return None
-
-
-def command_name_problem(value):
-    if not COMMAND_NAME.match(value):
-        return "%r is not a command name" % value
-    return None
-
-
-def env_name_problem(value):
-    if not ENV_NAME.match(value):
-        return "%r is not a valid environment variable name" % value
-    return None
+def pattern_problem(regex, what):
+    """A check: the value must match regex, else it is not what."""
+    def problem(value):
+        return None if regex.match(value) else "%r is not %s" % (value, what)
+    return problem
 
 
 def one_line_problem(value):
     if CONTROL_CHARACTER.search(value):
         return "%r must not contain a newline or other control characters" % value
     return None
+
+
+def no_nul_problem(value):
+    return "%r must not contain a NUL character" % value if '\0' in value else None
 
 
 def absolute_path_problem(value):
@@ -911,51 +906,54 @@ def bind_problem(value):
     problem = one_line_problem(value)
     if problem:
         return problem
-    paths = value.split(':')[:2]
-    if not all(path.startswith('/') for path in paths):
+    if not all(path.startswith('/') for path in value.split(':')[:2]):
         return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
     return None
 
 
 def entry_problem(value):
-    if value not in CONTAINER_ENTRIES:
-        return "%r is neither 'exec' nor 'run'" % value
-    return None
+    return None if value in CONTAINER_ENTRIES else "%r is neither 'exec' nor 'run'" % value
 
 
-def python_version_problem(value):
-    return None if PYTHON_VERSION.match(value) else "%r is not a Python version such as '3.12'" % value
+class ParameterRule(object):
+    """What an easyconfig parameter of this easyblock may be.
+
+    shape: 'text', 'optional text' (None too), 'list' of texts, 'dict' of text to text, or 'bool'.
+    check: what is wrong with a text, a list entry or a dict key (None: nothing); value_check the same for dict
+    values. unique: a list entry may appear only once. allowed: said in the error message.
+    """
+
+    def __init__(self, shape, allowed, check=None, value_check=one_line_problem, unique=False):
+        self.shape, self.allowed, self.check, self.value_check, self.unique = shape, allowed, check, value_check, unique
 
 
-def module_name_problem(value):
-    return None if MODULE_NAME.match(value) else "%r is not a module name" % value
-
-
-def no_problem(value):
-    return None
-
-
-# parameter: (shape, check of each value or entry, what is allowed). Shapes: 'text', 'optional text' (None is
-# fine too), 'list' of texts, 'dict' of text to text (the check applies to keys, one_line_problem to values),
-# 'bool'.
 PARAMETER_RULES = {
-    'central_sif_dir': ('optional text', absolute_path_problem, "an absolute path, or None"),
-    'container_bind': ('list', bind_problem, "a list of absolute host paths or 'src:dst[:opts]' with absolute "
-                                             "paths, one bind per entry"),
-    'container_components': ('dict', no_problem, "a dict of distribution names to versions"),
-    'container_conflicts': ('list', module_name_problem, "a list of module names"),
-    'container_entry': ('text', entry_problem, "'exec' or 'run'"),
-    'container_env': ('dict', env_name_problem, "a dict of variable names to one-line values"),
-    'container_env_defaults': ('dict', env_name_problem, "a dict of variable names to one-line values"),
-    'container_init': ('text', no_problem, "shell code, as a string"),
-    'container_python_version': ('optional text', python_version_problem, "a version such as '3.12', or None"),
-    'container_venv': ('optional text', venv_name_problem, "letters, digits and '._-', not starting with '.' or "
-                                                           "'-' (or None for the software name in lower case)"),
-    'copy_image': ('bool', None, "True or False"),
-    'pip_install_options': ('list', one_line_problem, "a list of options, one per entry"),
-    'pip_requirements': ('list', one_line_problem, "a list of requirement lines, one per entry"),
-    'squash_user_software': ('bool', None, "True or False"),
-    'wrapped_commands': ('list', command_name_problem, "a list of command names (letters, digits and '_.+-')"),
+    'central_sif_dir': ParameterRule('optional text', "an absolute path, or None", absolute_path_problem),
+    'container_bind': ParameterRule('list', "a list of absolute host paths or 'src:dst[:opts]' with absolute "
+                                            "paths, one bind per entry, each once", bind_problem, unique=True),
+    'container_components': ParameterRule('dict', "a dict of distribution names to versions such as '2.9.1'",
+                                          pattern_problem(DISTRIBUTION_NAME, 'a valid component name'),
+                                          pattern_problem(VERSION, 'a valid version')),
+    'container_conflicts': ParameterRule('list', "a list of module names",
+                                         pattern_problem(MODULE_NAME, 'a module name')),
+    'container_entry': ParameterRule('text', "'exec' or 'run'", entry_problem),
+    'container_env': ParameterRule('dict', "a dict of variable names to one-line values",
+                                   pattern_problem(ENV_NAME, 'a valid environment variable name')),
+    'container_env_defaults': ParameterRule('dict', "a dict of variable names to one-line values",
+                                            pattern_problem(ENV_NAME, 'a valid environment variable name')),
+    'container_init': ParameterRule('text', "shell code, as a string", no_nul_problem),
+    'container_python_version': ParameterRule('optional text', "a version such as '3.12', or None",
+                                              pattern_problem(PYTHON_VERSION, 'a valid Python version (e.g. 3.12)')),
+    'container_venv': ParameterRule('optional text', "letters, digits and '._-', not starting with '.' or '-' "
+                                                     "(None: the software name in lower case)",
+                                    pattern_problem(VENV_NAME, 'a valid virtual environment name')),
+    'copy_image': ParameterRule('bool', "True or False"),
+    'pip_install_options': ParameterRule('list', "a list of options, one per entry", one_line_problem),
+    'pip_requirements': ParameterRule('list', "a list of requirement lines, one per entry, each once",
+                                      one_line_problem, unique=True),
+    'squash_user_software': ParameterRule('bool', "True or False"),
+    'wrapped_commands': ParameterRule('list', "a list of command names (letters, digits and '_.+-'), each once",
+                                      pattern_problem(COMMAND_NAME, 'a command name'), unique=True),
 }
 
 TYPE_NAMES = [(bool, 'a boolean'), (str, 'a string'), (int, 'an integer'), (float, 'a float'), (list, 'a list'),
@@ -969,31 +967,34 @@ def type_name(value):
 def parameter_problems(name, value):
     """What is wrong with the value of easyconfig parameter name: a list of (where, problem), where being '' or
     the entry ('[1]', "['KEY']")."""
-    shape, check, _ = PARAMETER_RULES[name]
-    if shape == 'bool':
+    rule = PARAMETER_RULES[name]
+    if rule.shape == 'bool':
         return [] if isinstance(value, bool) else [('', 'must be True or False, not %s' % type_name(value))]
-    if shape == 'optional text' and value is None:
+    if rule.shape == 'optional text' and value is None:
         return []
-    if shape in ('text', 'optional text'):
-        if not isinstance(value, str):
-            return [('', 'must be a string, not %s (%r)' % (type_name(value), value))]
-        problem = check(value)
-        return [('', problem)] if problem else []
-    if shape == 'list':
+    if rule.shape in ('text', 'optional text'):
+        entries = [('', value, rule.check)]
+    elif rule.shape == 'list':
         if not isinstance(value, (list, tuple)):
             return [('', 'must be a list of strings, not %s (%r)' % (type_name(value), value))]
-        entries = [('[%d]' % index, entry, check) for index, entry in enumerate(value)]
+        entries = [('[%d]' % index, entry, rule.check) for index, entry in enumerate(value)]
     else:
         if not isinstance(value, dict):
             return [('', 'must be a dict, not %s (%r)' % (type_name(value), value))]
-        entries = [("[%r]" % key, key, check) for key in value]
-        entries += [("[%r]" % key, entry, one_line_problem) for key, entry in value.items()]
+        entries = [("[%r]" % key, key, rule.check) for key in value]
+        entries += [("[%r]" % key, entry, rule.value_check) for key, entry in value.items()]
     problems = []
-    for where, entry, entry_check in entries:
-        if not isinstance(entry, str):
-            problems.append((where, 'must be a string, not %s (%r)' % (type_name(entry), entry)))
-        elif entry_check(entry):
-            problems.append((where, entry_check(entry)))
+    for where, entry, check in entries:
+        problem = 'must be a string, not %s (%r)' % (type_name(entry), entry) if not isinstance(entry, str) else \
+            check(entry) if check else None
+        if problem:
+            problems.append((where, problem))
+    if rule.unique and not problems:
+        first = {}
+        for index, entry in enumerate(value):
+            if entry in first:
+                problems.append(('[%d]' % index, '%r is listed twice (also at index %d)' % (entry, first[entry])))
+            first.setdefault(entry, index)
     return problems
 
 
@@ -1133,12 +1134,14 @@ class SingularityContainer(EasyBlock):
         """Stop before anything is copied if a parameter of this easyblock has a value it cannot use."""
         problems = []
         for name in sorted(PARAMETER_RULES):
-            allowed = PARAMETER_RULES[name][2]
             for where, problem in parameter_problems(name, self.cfg[name]):
-                problems.append("%s%s: %s (allowed: %s)" % (name, where, problem, allowed))
+                problems.append("%s%s: %s (allowed: %s)" % (name, where, problem, PARAMETER_RULES[name].allowed))
         if problems:
-            raise EasyBuildError("Invalid easyconfig parameters in %s; nothing was installed:\n  %s",
-                                 self.cfg.path, '\n  '.join(problems))
+            # All of them on screen: EasyBuild 4.9 shows only the first 300 characters of the error itself.
+            print_warning("Invalid easyconfig parameters in %s:\n  %s" % (self.cfg.path, '\n  '.join(problems)),
+                          silent=False)
+            raise EasyBuildError("Invalid easyconfig parameter %s; nothing was installed (all %d problems are "
+                                 "listed above)", problems[0], len(problems))
 
     def obtain_file(self, filename, *args, **kwargs):
         """The image from central_sif_dir when it is there, else from the source path as usual."""
