@@ -199,7 +199,15 @@ local suffix = @suffix@
 -- Sets name to value like pushenv, so that unloading gives back exactly the value from before the load. Lmod keeps
 -- that value base64-encoded on a stack, __LMOD_STACK_<name>, which outlives the module: it would give a later unload
 -- the value of an earlier load. So the load puts the current value on the stack itself when the stack does not
--- start with it, and the unload drops the stack when only that value is left.
+-- start with it, and the unload drops the stack when only that value is left. An empty value cannot be on Lmod's
+-- stack: it is kept as a marker value, which a command for the user's shell turns back into "" after the unload.
+local EMPTY = "__SINGULARITYCONTAINER_EMPTY__"
+local make_empty = {
+    sh = 'if [ "${%n-}" = %e ]; then %n=; export %n; fi;',
+    csh = 'if ( "`printenv %n`" == %e ) setenv %n "";',
+    fish = 'test "$%n" = %e; and set -gx %n "";',
+    python = 'os.environ.get("%n") != "%e" or os.environ.__setitem__("%n", "")',
+}
 local function lmod_base64(text)
     local digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     local encoded = {}
@@ -215,9 +223,18 @@ local function lmod_base64(text)
     end
     return table.concat(encoded)
 end
+-- The user's value of name ("" for the marker of an empty value), or nil
+local function user_value(name)
+    local value = os.getenv(name)
+    return value == EMPTY and "" or value
+end
 local function restorable_env(name, value)
     local stack_name = "__LMOD_STACK_" .. name
-    local stack, current = os.getenv(stack_name) or "", os.getenv(name)
+    local stack, current = os.getenv(stack_name) or "", user_value(name)
+    local make_it_empty = make_empty[myShellType()]
+    if current == "" and make_it_empty then
+        current = EMPTY
+    end
     if mode() == "load" and current == nil and stack ~= "" then
         unsetenv(stack_name)
     elseif mode() == "load" and current ~= nil and (stack == "" or stack:match("^[^:]*") ~= lmod_base64(current)) then
@@ -228,6 +245,9 @@ local function restorable_env(name, value)
     if mode() == "unload" and separators == 1 then
         setenv(stack_name, "")
     end
+    if mode() == "unload" and make_it_empty and stack:match("^[^:]*:([^:]*)") == lmod_base64(EMPTY) then
+        execute{cmd = make_it_empty:gsub("%%n", name):gsub("%%e", EMPTY), modeA = {"unload"}}
+    end
 end
 
 -- The image: the copy in the install dir (or the central image it links to), else the central copy.
@@ -235,7 +255,7 @@ local sif = @sif_path@
 if not isFile(sif) then
     local central_dir = @central_sif_dir@
     if central_dir == "" then
-        local repo_root = os.getenv("LUMI_CONTAINER_REPOSITORY_ROOT") or ""
+        local repo_root = user_value("LUMI_CONTAINER_REPOSITORY_ROOT") or ""
         if repo_root ~= "" then
             central_dir = pathJoin(repo_root, @central_subdir@)
         else
@@ -253,11 +273,11 @@ if not isFile(sif) then
                   ". Reinstall the module with eb, or restore the image.")
     end
 end
-setenv("SIF", sif)
-setenv("SIF" .. suffix, sif)
-setenv("CONTAINERROOT", installdir)
-setenv("RUNSCRIPTS", pathJoin(installdir, "runscripts"))
-setenv("RUNSCRIPTS" .. suffix, pathJoin(installdir, "runscripts"))
+restorable_env("SIF", sif)
+restorable_env("SIF" .. suffix, sif)
+restorable_env("CONTAINERROOT", installdir)
+restorable_env("RUNSCRIPTS", pathJoin(installdir, "runscripts"))
+restorable_env("RUNSCRIPTS" .. suffix, pathJoin(installdir, "runscripts"))
 
 -- Binds: the user's own, then the easyconfig's, the run scripts and the user software. Apptainer reads its own
 -- names first, so they get the same values.
@@ -268,16 +288,16 @@ elseif isDir(pathJoin(installdir, @us_dir@)) then
     binds = binds .. "," .. pathJoin(installdir, @us_dir@) .. ":/user-software"
 end
 local function with_user_value(name, ours)
-    local user = os.getenv(name) or ""
+    local user = user_value(name) or ""
     return user == "" and ours or (user .. "," .. ours)
 end
-local apptainer_user_binds = os.getenv("APPTAINER_BINDPATH") or os.getenv("SINGULARITY_BINDPATH") or ""
+local apptainer_user_binds = user_value("APPTAINER_BINDPATH") or user_value("SINGULARITY_BINDPATH") or ""
 restorable_env("SINGULARITY_BINDPATH", with_user_value("SINGULARITY_BINDPATH", binds))
 restorable_env("APPTAINER_BINDPATH", apptainer_user_binds == "" and binds or (apptainer_user_binds .. "," .. binds))
 
 -- The environment in the container
 local prepend = @prepend_path@
-local user_prepend = os.getenv("SINGULARITYENV_PREPEND_PATH") or ""
+local user_prepend = user_value("SINGULARITYENV_PREPEND_PATH") or ""
 restorable_env("SINGULARITYENV_PREPEND_PATH", user_prepend == "" and prepend or (prepend .. ":" .. user_prepend))
 restorable_env("APPTAINERENV_PREPEND_PATH", user_prepend == "" and prepend or (prepend .. ":" .. user_prepend))
 for _, item in ipairs(@container_env@) do
@@ -295,7 +315,7 @@ for _, item in ipairs(@env_defaults@) do
         if set_before:find(" " .. item[1] .. " ", 1, true) then
             restorable_env(item[1], item[2])
         end
-    elseif os.getenv(item[1]) == nil then
+    elseif user_value(item[1]) == nil then
         restorable_env(item[1], item[2])
         set_now[#set_now + 1] = item[1]
     end
@@ -316,12 +336,27 @@ set suffix @suffix@
 # Sets name to value like pushenv, so that unloading gives back exactly the value from before the load. Lmod keeps
 # that value base64-encoded on a stack, __LMOD_STACK_<name>, which outlives the module: it would give a later unload
 # the value of an earlier load. So the load puts the current value on the stack itself when the stack does not
-# start with it, and the unload drops the stack when only that value is left. Lmod runs Tcl modulefiles in its own
-# process, and its Tcl pushenv writes the new value into the environment before Lmod saves the old one
-# (TACC/Lmod#584): putting the old value back right after pushenv lets Lmod save the right one. All this only under
-# Lmod: Environment Modules keeps a stack of its own.
+# start with it, and the unload drops the stack when only that value is left. An empty value cannot be on Lmod's
+# stack: it is kept as a marker value, which a command for the user's shell turns back into "" after the unload.
+# Lmod runs Tcl modulefiles in its own process, and its Tcl pushenv writes the new value into the environment
+# before Lmod saves the old one (TACC/Lmod#584): putting the old value back right after pushenv lets Lmod save the
+# right one. All this only under Lmod: Environment Modules keeps a stack of its own.
+set EMPTY __SINGULARITYCONTAINER_EMPTY__
+set make_empty [dict create \
+    sh {if [ "${%n-}" = %e ]; then %n=; export %n; fi;} \
+    csh {if ( "`printenv %n`" == %e ) setenv %n "";} \
+    fish {test "$%n" = %e; and set -gx %n "";} \
+    python {os.environ.get("%n") != "%e" or os.environ.__setitem__("%n", "")}]
+# Lmod's Tcl calls unloading "remove", Environment Modules "remove" or "unload"
+proc unloading {} {
+    return [expr {[module-info mode remove] || [module-info mode unload]}]
+}
+# The user's value of name ("" for the marker of an empty value, and when it is not set)
 proc user_value {name} {
-    return [expr {[info exists ::env($name)] ? $::env($name) : ""}]
+    if { ![info exists ::env($name)] || $::env($name) eq $::EMPTY } {
+        return ""
+    }
+    return $::env($name)
 }
 proc lmod_base64 {text} {
     return [string map {+ - / _} [binary encode base64 [encoding convertto utf-8 $text]]]
@@ -329,16 +364,22 @@ proc lmod_base64 {text} {
 proc restorable_env {name value} {
     set lmod [info exists ::env(LMOD_VERSION_MAJOR)]
     set stack_name __LMOD_STACK_$name
-    set stack [user_value $stack_name]
+    set stack [expr {[info exists ::env($stack_name)] ? $::env($stack_name) : ""}]
     set had_value [info exists ::env($name)]
     if { $had_value } {
         set old_value $::env($name)
     }
+    set current [user_value $name]
+    set shell [module-info shelltype]
+    set make_it_empty [expr {[dict exists $::make_empty $shell] ? [dict get $::make_empty $shell] : ""}]
+    if { $had_value && $current eq "" && $make_it_empty ne "" } {
+        set current $::EMPTY
+    }
     if { $lmod && [module-info mode load] } {
         if { !$had_value && $stack ne "" } {
             unsetenv $stack_name
-        } elseif { $had_value && ($stack eq "" || [lindex [split $stack :] 0] ne [lmod_base64 $old_value]) } {
-            setenv $stack_name [lmod_base64 $old_value]
+        } elseif { $had_value && ($stack eq "" || [lindex [split $stack :] 0] ne [lmod_base64 $current]) } {
+            setenv $stack_name [lmod_base64 $current]
         }
     }
     pushenv $name $value
@@ -350,8 +391,11 @@ proc restorable_env {name value} {
     } elseif { [info exists ::env($name)] } {
         unset ::env($name)
     }
-    if { [module-info mode unload] && [llength [split $stack :]] == 2 } {
+    if { [unloading] && [llength [split $stack :]] == 2 } {
         setenv $stack_name ""
+    }
+    if { [unloading] && $make_it_empty ne "" && [lindex [split $stack :] 1] eq [lmod_base64 $::EMPTY] } {
+        puts stdout [string map [list %n $name %e $::EMPTY] $make_it_empty]
     }
 }
 
@@ -376,11 +420,11 @@ if { ![file isfile $sif] } {
  Reinstall the module with eb, or restore the image."
     }
 }
-setenv SIF $sif
-setenv SIF$suffix $sif
-setenv CONTAINERROOT $installdir
-setenv RUNSCRIPTS [file join $installdir runscripts]
-setenv RUNSCRIPTS$suffix [file join $installdir runscripts]
+restorable_env SIF $sif
+restorable_env SIF$suffix $sif
+restorable_env CONTAINERROOT $installdir
+restorable_env RUNSCRIPTS [file join $installdir runscripts]
+restorable_env RUNSCRIPTS$suffix [file join $installdir runscripts]
 
 # Binds: the user's own, then the easyconfig's, the run scripts and the user software. Apptainer reads its own
 # names first, so they get the same values.
@@ -417,7 +461,7 @@ set defaults_set SINGULARITYCONTAINER_DEFAULTS_$suffix
 set set_before [split [user_value $defaults_set]]
 set set_now {}
 foreach {key value} @env_defaults@ {
-    if { [module-info mode unload] } {
+    if { [unloading] } {
         if { [lsearch -exact $set_before $key] >= 0 } {
             restorable_env $key $value
         }
@@ -426,7 +470,7 @@ foreach {key value} @env_defaults@ {
         lappend set_now $key
     }
 }
-if { [module-info mode unload] || [llength $set_now] > 0 } {
+if { [unloading] || [llength $set_now] > 0 } {
     setenv $defaults_set [join $set_now " "]
 }
 '''

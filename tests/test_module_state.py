@@ -1,0 +1,125 @@
+"""Module state under real use: every variable the module touches is exactly what it was before the load, after any
+sequence of loads, reloads, unloads, swaps and purges; while loaded it is the user's value plus the module's
+additions; one container module at a time. EasyBuild 5 and 4.9.4, Lua and Tcl, under Lmod."""
+import json
+import shlex
+import sys
+
+import pytest
+
+from conftest import install_demo
+from harness import demo_easyconfig
+
+# What a user may have set before loading: every variable the module sets.
+TOUCHED = ['SIF', 'SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'RUNSCRIPTSDEMO', 'SINGULARITY_BINDPATH',
+           'APPTAINER_BINDPATH', 'SINGULARITYENV_PREPEND_PATH', 'APPTAINERENV_PREPEND_PATH',
+           'SINGULARITYENV_VIRTUAL_ENV', 'APPTAINERENV_VIRTUAL_ENV', 'SINGULARITYENV_DEMO_VAR',
+           'APPTAINERENV_DEMO_VAR', 'DEMO_DEFAULT']
+# Lmod's own bookkeeping, and the shell's
+NOT_COMPARED = ('_ModuleTable', 'LOADEDMODULES', '_LMFILES_', '__LMOD_REF_COUNT', 'LMOD_', 'BASH_FUNC', 'SHLVL',
+                'PWD', 'OLDPWD', '_')
+# the host's Python by its full path: python3 itself is a wrapper once the module is loaded
+SNAPSHOT = '%s -c %s' % (shlex.quote(sys.executable), shlex.quote(
+    'import json, os, sys; print("SNAPSHOT " + sys.argv[1] + " " + json.dumps(dict(os.environ)))'))
+
+
+def set_all(value):
+    if value is None:
+        return 'unset %s' % ' '.join(TOUCHED)
+    return '\n'.join('export %s=%s' % (name, shlex.quote(value.replace('NAME', name))) for name in TOUCHED)
+
+
+def compared(env):
+    return {k: v for k, v in env.items() if not k.startswith(NOT_COMPARED)}
+
+
+@pytest.fixture(scope='module', params=[('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua'), ('4.9', 'Tcl')],
+                ids=['eb5-lua', 'eb5-tcl', 'eb4.9-lua', 'eb4.9-tcl'])
+def two_modules(request, tmp_path_factory, demo_sif):
+    """Demo/1.0 and Other/1.0, two container modules in one prefix."""
+    eb_version, syntax = request.param
+    root = tmp_path_factory.mktemp('state')
+    inst, idir = install_demo(root, demo_sif, eb_version=eb_version, syntax=syntax,
+                              container_env={'DEMO_VAR': 'from the module'},
+                              container_env_defaults={'DEMO_DEFAULT': 'module default'})
+    (inst.sources / 'other.sif').write_bytes(demo_sif.read_bytes())
+    ec = inst.write_easyconfig('Other-1.0.eb', demo_easyconfig(name='Other', sif='other.sif'))
+    inst.eb(ec)
+    return inst, idir
+
+
+def snapshots(inst, script):
+    # Without duplicates in PATH to begin with: Lmod drops them when it adds to PATH, as for any module.
+    dedup = 'PATH=$(printf %s "$PATH" | awk -v RS=: \'!seen[$0]++\' | paste -sd:)\n'
+    out = inst.shell(dedup + script).stdout
+    return {line.split(' ', 2)[1]: json.loads(line.split(' ', 2)[2])
+            for line in out.splitlines() if line.startswith('SNAPSHOT ')}
+
+
+def test_unload_gives_back_the_values_from_just_before_the_load(two_modules):
+    inst, idir = two_modules
+    snap = SNAPSHOT + ' '
+    shots = snapshots(inst, '\n'.join([
+        set_all('/first/NAME'), snap + 'first',
+        'module load Demo/1.0', snap + 'first-loaded', 'module unload Demo', snap + 'first-after',
+        set_all('/second/NAME'), snap + 'second',
+        'module load Demo/1.0', 'module unload Demo', snap + 'second-after',
+        set_all(None), snap + 'unset',
+        'module load Demo/1.0', 'module load Demo/1.0', snap + 'unset-reloaded', 'module unload Demo',
+        snap + 'unset-after',
+        set_all(''), snap + 'empty',
+        'module load Demo/1.0', 'module purge', snap + 'empty-after',
+        set_all('/third/NAME'), snap + 'third',
+        'module load Demo/1.0', 'module swap Demo Other', 'module unload Other', snap + 'third-after',
+        'module load Demo/1.0', 'module unload Demo', 'module load Demo/1.0', 'module unload Demo',
+        snap + 'third-after-two-more',
+    ]))
+    for before, after in [('first', 'first-after'), ('second', 'second-after'), ('unset', 'unset-after'),
+                          ('empty', 'empty-after'), ('third', 'third-after'), ('third', 'third-after-two-more')]:
+        assert compared(shots[after]) == compared(shots[before]), (before, after)
+    assert not [k for k in shots['third-after-two-more'] if k.startswith('__LMOD_STACK_')]
+
+    # While loaded: the user's value plus exactly the module's additions; the user's default wins.
+    loaded, first = shots['first-loaded'], shots['first']
+    ours = '/tmp,%s/runscripts:/runscripts,%s/user-software:/user-software' % (idir, idir)
+    assert loaded['SINGULARITY_BINDPATH'] == '/first/SINGULARITY_BINDPATH,' + ours
+    assert loaded['APPTAINER_BINDPATH'] == '/first/APPTAINER_BINDPATH,' + ours
+    assert loaded['SINGULARITYENV_PREPEND_PATH'] == ('/runscripts:/user-software/venv/demo/bin:'
+                                                     '/first/SINGULARITYENV_PREPEND_PATH')
+    assert loaded['SINGULARITYENV_DEMO_VAR'] == loaded['APPTAINERENV_DEMO_VAR'] == 'from the module'
+    assert loaded['DEMO_DEFAULT'] == first['DEMO_DEFAULT'] == '/first/DEMO_DEFAULT'
+    assert loaded['SIF'] == str(idir / 'demo.sif')
+    # Without the user's values: exactly the module's; a reload changes nothing.
+    reloaded = shots['unset-reloaded']
+    assert reloaded['SINGULARITY_BINDPATH'] == reloaded['APPTAINER_BINDPATH'] == ours
+    assert reloaded['SINGULARITYENV_PREPEND_PATH'] == '/runscripts:/user-software/venv/demo/bin'
+    assert reloaded['DEMO_DEFAULT'] == 'module default'
+
+
+def test_one_container_module_at_a_time(two_modules):
+    """Loading Other swaps Demo out (Lmod family), leaving no trace of Demo; unloading Other then leaves nothing."""
+    inst, idir = two_modules
+    shots = snapshots(inst, '\n'.join([
+        'export SINGULARITY_BINDPATH=/mine', SNAPSHOT + ' before', 'module load Demo/1.0', 'module load Other/1.0',
+        SNAPSHOT + ' other', 'module list 2>&1 | grep -c -e Demo -e Other | sed "s/^/SNAPSHOT count /"',
+        'module unload Other', SNAPSHOT + ' after']))
+    other = shots['other']
+    odir = str(idir).replace('Demo', 'Other')
+    assert other['SINGULARITY_BINDPATH'] == '/mine,/tmp,%s/runscripts:/runscripts,%s/user-software:/user-software' % (
+        odir, odir)
+    assert other['SINGULARITYENV_VIRTUAL_ENV'] == '/user-software/venv/other'
+    assert 'SINGULARITYENV_DEMO_VAR' not in other and 'DEMO_DEFAULT' not in other and 'SIFDEMO' not in other
+    assert shots['count'] == 1  # only Other is loaded
+    assert compared(shots['after']) == compared(shots['before'])
+
+
+def test_conflicts_with_lumis_binding_modules(two_modules, tmp_path):
+    inst, idir = two_modules
+    bindings = tmp_path / 'modules' / 'lumi-aif-singularity-bindings'
+    bindings.mkdir(parents=True)
+    (bindings / '1.0.lua').write_text('setenv("SINGULARITY_BIND", "/appl")\n')
+    proc = inst.shell('module use %s\nmodule load lumi-aif-singularity-bindings/1.0\nmodule load Demo/1.0\n'
+                      'echo "SIF=${SIF:-unset}"' % (tmp_path / 'modules'), check=False)
+    message = ' '.join(proc.stderr.split())
+    assert 'Cannot load module "Demo/1.0" because these module(s) are loaded: lumi-aif-singularity-bindings' in message
+    assert 'SIF=unset' in proc.stdout
