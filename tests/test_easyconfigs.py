@@ -101,7 +101,7 @@ def test_generated_easyconfig_installs_and_works(tmp_path):
 
     idir = inst.installdir('PyTorch', '2.7.1' + suffix)
     assert (idir / sif_name).is_file() and (idir / 'user-software.squashfs').is_file()
-    out = inst.shell('module load PyTorch/2.7.1%s\necho "$SIFPYTORCH $SINGULARITYENV_NCCL_SOCKET_IFNAME"\n'
+    out = inst.shell('module load PyTorch/2.7.1%s\necho "$SIFPYTORCH $NCCL_SOCKET_IFNAME"\n'
                      'python -c "import torchmetrics, pytorch_lightning; print(torchmetrics.GENERATED)"\n'
                      'list-packages --format=freeze | grep -i -e deepspeed -e torchmetrics' % suffix).stdout
     assert out.splitlines() == ['%s hsn' % (idir / sif_name), 'True', 'DeepSpeed==0.17.4', 'torchmetrics==1.0']

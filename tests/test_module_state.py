@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import install_demo
-from harness import demo_easyconfig
+from harness import STANDIN_DIR, demo_easyconfig
 
 # What a user may have set before loading: every variable the module sets.
 TOUCHED = ['SIF', 'SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'RUNSCRIPTSDEMO', 'SINGULARITY_BINDPATH',
@@ -123,3 +123,33 @@ def test_conflicts_with_lumis_binding_modules(two_modules, tmp_path):
     message = ' '.join(proc.stderr.split())
     assert 'Cannot load module "Demo/1.0" because these module(s) are loaded: lumi-aif-singularity-bindings' in message
     assert 'SIF=unset' in proc.stdout
+
+
+def test_apptainer_behaves_like_singularity(two_modules, tmp_path):
+    """The module sets Apptainer's names too: 'apptainer exec $SIF' sees what 'singularity exec $SIF' sees, even
+    when the user has binds of their own under one name only."""
+    inst, idir = two_modules
+    bindir = tmp_path / 'bin'
+    bindir.mkdir()
+    (bindir / 'apptainer').symlink_to(STANDIN_DIR / 'singularity')
+    show = ('import os, sys; print(sys.argv[1], os.environ["VIRTUAL_ENV"], os.environ["DEMO_VAR"], '
+            'os.environ["PATH"].split(":")[:2], sorted(os.listdir("/runscripts"))[:2], os.path.isdir("/mine"))')
+    out = inst.shell('export PATH=%s:$PATH SINGULARITY_BINDPATH=%s:/mine\nmodule load Demo/1.0\n'
+                     'singularity exec "$SIF" python -c %s singularity\napptainer exec "$SIF" python -c %s apptainer'
+                     % (bindir, tmp_path, shlex.quote(show), shlex.quote(show))).stdout.splitlines()
+    assert out[0].replace('singularity', 'apptainer', 1) == out[1]
+    assert out[1] == ("apptainer /user-software/venv/demo from the module ['/runscripts', "
+                      "'/user-software/venv/demo/bin'] ['conda-python-distributed', 'conda-python-simple'] True")
+
+
+def test_defaults_are_overridden_by_the_users_export(two_modules):
+    """container_env_defaults reach the container through singularity exec and the wrappers, and an export made
+    after the load wins; container_env (SINGULARITYENV_) always wins."""
+    inst, idir = two_modules
+    show = 'import os, sys; print(sys.argv[1], os.environ["DEMO_DEFAULT"], os.environ["DEMO_VAR"])'
+    quoted = shlex.quote(show)
+    out = inst.shell('module load Demo/1.0\nsingularity exec "$SIF" python -c %s exec\npython -c %s wrapper\n'
+                     'export DEMO_DEFAULT=mine DEMO_VAR=mine\nsingularity exec "$SIF" python -c %s exec\n'
+                     'python -c %s wrapper' % (quoted, quoted, quoted, quoted)).stdout.splitlines()
+    assert out == ['exec module default from the module', 'wrapper module default from the module',
+                   'exec mine from the module', 'wrapper mine from the module']

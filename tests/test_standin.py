@@ -263,3 +263,24 @@ def test_concurrent_runs(run, sif, tmp_path):
              for i in range(3)]
     assert [p.communicate(timeout=60)[0] for p in procs] == ["0\n", "1\n", "2\n"]
     assert all(p.returncode == 0 for p in procs)
+
+
+def test_apptainer_reads_its_own_names_first(run, sif, tmp_path):
+    """Called as apptainer: APPTAINER_ names first, SINGULARITY_ ones where those are unset; called as singularity:
+    only SINGULARITY_ names (APPTAINER ones are ordinary variables then)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "apptainer").symlink_to(STANDIN_DIR / "singularity")
+    for name in ("a", "s"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text(name)
+    env = {"APPTAINERENV_FOO": "from-apptainer", "SINGULARITYENV_FOO": "from-singularity",
+           "SINGULARITYENV_BAR": "bar-from-singularity",
+           "APPTAINER_BINDPATH": f"{tmp_path}/a:/data", "SINGULARITY_BINDPATH": f"{tmp_path}/s:/data"}
+    show = 'printf "%s %s %s %s" "$FOO" "$BAR" "${APPTAINERENV_FOO:-none}" "$(cat /data/f)"'
+    r = run("exec", sif, "sh", "-c", show, env=env)
+    assert r.stdout == "from-singularity bar-from-singularity from-apptainer s", r.stderr
+    e = dict(env, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    r = subprocess.run(["apptainer", "exec", str(sif), "sh", "-c", show], env=e, capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout == "from-apptainer bar-from-singularity none a", r.stderr
