@@ -10,6 +10,7 @@ import argparse
 import difflib
 import os
 import sys
+import tempfile
 
 from generator import __version__
 from generator.inspect_image import InspectError, append_entry, check_spec, entry_text, inspect_image
@@ -52,14 +53,37 @@ def _read(path):
         return ''
 
 
-def _write(path, text):
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    tmp = path + '.tmp-generate-ec'
-    with open(tmp, 'w', encoding='utf-8', newline='') as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+def write_all(outputs):
+    """Write the (path, text) outputs that differ from what is there: all of them or none. Each is written to a
+    temporary file beside its target first; only when all are written are they renamed into place. Returns an error
+    message, or None."""
+    pending, created = [], []
+    try:
+        for path, text in outputs:
+            if os.path.isdir(path):
+                raise OSError(21, 'is a directory, not a file', path)
+            if _read(path) == text:
+                continue
+            directory = os.path.dirname(path) or '.'
+            missing = os.path.abspath(directory)
+            while not os.path.exists(missing):  # the directories this creates, outermost first
+                created.insert(0, missing)
+                missing = os.path.dirname(missing)
+            os.makedirs(directory, exist_ok=True)
+            handle, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp-generate-ec',
+                                           dir=directory)
+            pending.append((tmp, path))
+            with os.fdopen(handle, 'w', encoding='utf-8', newline='') as out:
+                out.write(text)
+    except OSError as err:
+        for tmp, _ in pending:
+            os.unlink(tmp)
+        for directory in reversed(created):
+            os.rmdir(directory)
+        return 'cannot write %s: %s; nothing was written' % (err.filename or path, err.strerror or err)
+    for tmp, path in pending:
+        os.replace(tmp, path)
+    return None
 
 
 def generate(specs, outdir=None):
@@ -135,6 +159,9 @@ def main(argv=None):
     except SystemExit as err:  # --help/--version (0) or usage error (2)
         return err.code if isinstance(err.code, int) else EXIT_ERROR
 
+    if args.outdir is not None and os.path.exists(args.outdir) and not os.path.isdir(args.outdir):
+        print('%s: -o %s: not a directory' % (PROG, args.outdir), file=sys.stderr)
+        return EXIT_ERROR
     specs, issues = load_specs(args.specs)
     if not issues:
         outputs, issues = generate(specs, args.outdir)
@@ -168,13 +195,11 @@ def main(argv=None):
             return EXIT_DIFFERENT
         return EXIT_OK
 
-    for path, text in outputs:
-        try:
-            if _read(path) != text:
-                _write(path, text)
-        except OSError as err:
-            print('%s: cannot write %s: %s' % (PROG, path, err.strerror or err), file=sys.stderr)
-            return EXIT_ERROR
+    error = write_all(outputs)
+    if error:
+        print('%s: %s' % (PROG, error), file=sys.stderr)
+        return EXIT_ERROR
+    for path, _ in outputs:
         print(path)
     return EXIT_OK
 

@@ -5,6 +5,7 @@ Regenerate the golden files after an intended output change with
 """
 
 import ast
+import datetime
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
@@ -1219,3 +1221,34 @@ def test_inspect_usage(capsys):
     assert code == 0 and '--spec FILE' in out
     code, out, _ = run(['--help'], capsys)
     assert code == 0 and 'inspect IMAGE.sif' in out
+
+
+def test_all_or_nothing_when_one_target_is_a_directory(tmp_path, capsys):
+    """200 easyconfigs, one of whose targets is a directory: nothing is written, no temporary file is left."""
+    with open(PYTORCH_SPEC) as handle:
+        spec = yaml.safe_load(handle)
+    first = datetime.date(2025, 1, 1)
+    spec['containers'] = [dict(spec['containers'][0], dockerhash='%012x' % index,
+                               date=(first + datetime.timedelta(days=index)).strftime('%Y%m%d'))
+                          for index in range(200)]
+    path = tmp_path / 'spec.yaml'
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / 'out'
+    names = run(['--list', str(path)], capsys)[1].split()
+    assert len(names) == 200
+    (out / names[150]).mkdir(parents=True)
+    code, stdout, err = run(['-o', str(out), str(path)], capsys)
+    assert code == 2 and stdout == ''
+    assert err == 'generate-ec: cannot write %s: is a directory, not a file; nothing was written\n' % (
+        out / names[150])
+    assert sorted(p.name for p in out.iterdir()) == [names[150]]
+    assert not list((out / names[150]).iterdir())
+
+
+def test_outdir_that_is_a_file(tmp_path, capsys):
+    target = tmp_path / 'file'
+    target.write_text('mine\n')
+    code, stdout, err = run(['-o', str(target), PYTORCH_SPEC], capsys)
+    assert (code, stdout) == (2, '')
+    assert err == 'generate-ec: -o %s: not a directory\n' % target
+    assert target.read_text() == 'mine\n'
