@@ -126,6 +126,10 @@ def test_get_master_reads_slurm_variables(pytorch):
     ((), 'no host list: pass one as argument or run in a Slurm job'),
     (('nid[1-2',), "cannot parse host list 'nid[1-2': unbalanced brackets"),
     (('nid[a-b]',), "cannot parse host list 'nid[a-b]'"),
+    (('host name',), "cannot parse host list 'host name': no host name"),
+    (('nid[5-3]',), "cannot parse host list 'nid[5-3]': the range '5-3' runs backwards"),
+    (('nid[1-]',), "cannot parse host list 'nid[1-]': '1-' is not a number range"),
+    (('nid1\nnid2',), "cannot parse host list 'nid1\\nnid2': no host name"),
 ])
 def test_get_master_errors(pytorch, args, message):
     proc = get_master(pytorch, *args, env={'PATH': '/usr/bin:/bin'})
@@ -140,6 +144,22 @@ def test_distributed_outside_slurm_fails_clearly(pytorch):
     assert proc.returncode == 1
     assert 'not running as a Slurm task (SLURM_PROCID is not set)' in proc.stderr
     assert 'Rank' not in proc.stdout
+
+
+def test_distributed_stops_without_slurm_localid_or_master(pytorch):
+    """A half-set Slurm environment, or a node list get-master cannot read: a clear error, not a job with empty
+    settings."""
+    inst, root = pytorch
+    run_it = 'singularity exec "$SIFPYTORCH" conda-python-distributed -c "print(\'started\')"'
+    proc = inst.shell('module load PyTorch/2.13.0\nSLURM_PROCID=0 %s' % run_it, check=False)
+    assert proc.returncode == 1 and 'started' not in proc.stdout
+    assert ('conda-python-distributed: error: SLURM_LOCALID is not set, but SLURM_PROCID is: start it with srun, '
+            'not by hand') in proc.stderr
+    proc = inst.shell('module load PyTorch/2.13.0\nSLURM_PROCID=0 SLURM_LOCALID=0 SLURM_JOB_NODELIST="nid[1-" %s'
+                      % run_it, check=False)
+    assert proc.returncode == 1 and 'started' not in proc.stdout
+    assert "get-master: error: cannot parse host list 'nid[1-': unbalanced brackets" in proc.stderr
+    assert 'conda-python-distributed: error: cannot tell the master host from the job\'s node list' in proc.stderr
 
 
 def check_ddp_output(out):

@@ -4,15 +4,18 @@ import json
 import os
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import install_demo
-from harness import (CONTAINER_PYTHON_VERSION, EASYBLOCK, IN_CI, REPO, Installation, base_env, demo_easyconfig, run,
-                     require_tools)
+from harness import (CONTAINER_PYTHON_VERSION, EASYBLOCK, IN_CI, REPO, STANDIN_DIR, Installation, base_env,
+                     demo_easyconfig, run, require_tools)
 
 ARGS = ['a b', "it's", '"quoted"', '$HOME', '*', '', 'back\\slash', '`date`']
 SHOW_ARGS = 'import json, sys; print(json.dumps(sys.argv[1:]))'
@@ -289,3 +292,97 @@ def test_easyblock_imports_only_easybuild_and_stdlib():
     modules |= {node.module.split('.')[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     import sys
     assert modules <= set(sys.stdlib_module_names) | {'easybuild'}, modules
+
+
+def test_make_squashfs_after_a_killed_run(tmp_path, demo_sif):
+    """SIGKILL (which no trap catches) leaves user-software.squashfs.tmp.<host>.<pid> behind: the next run removes
+    it; one that is still being written stops the run; one of another host is reported, not touched."""
+    require_tools('proot', 'squashfuse', 'mksquashfs')
+    inst, idir = install_demo(tmp_path, demo_sif)
+    make = str(idir / 'bin' / 'make-squashfs')
+    fake = tmp_path / 'fakebin'
+    fake.mkdir()
+    (fake / 'mksquashfs').write_text('#!/bin/sh\necho partial > "$2"\nexec sleep 60\n')
+    (fake / 'mksquashfs').chmod(0o755)
+    killed = subprocess.Popen([make], env=base_env([str(fake)]), stdout=subprocess.DEVNULL, start_new_session=True)
+    leftover = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), killed.pid))
+    for _ in range(200):
+        if leftover.exists():
+            break
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert leftover.read_text() == 'partial\n'
+
+    other_host = idir / 'user-software.squashfs.tmp.elsewhere.123'
+    other_host.write_text('theirs')
+    still_running = subprocess.Popen(['bash', '-c', 'exec -a make-squashfs sleep 60'])
+    busy = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), still_running.pid))
+    busy.write_text('busy')
+    try:
+        stopped = run([make], env=base_env(), check=False)
+        assert stopped.returncode == 1
+        assert 'make-squashfs: error: %s is being written by process %d; wait for it to finish' % (
+            busy, still_running.pid) in stopped.stderr
+    finally:
+        still_running.kill()
+        still_running.wait()
+
+    proc = run([make], env=base_env())
+    assert 'Removing %s, left by an interrupted run.' % leftover in stopped.stdout + proc.stdout
+    assert 'Removing %s, left by an interrupted run.' % busy in proc.stdout
+    assert '%s was left by a run on elsewhere; remove it if none runs there any more' % other_host in proc.stderr
+    assert not leftover.exists() and not busy.exists() and other_host.read_text() == 'theirs'
+    assert (idir / 'user-software.squashfs').is_file()
+
+
+def test_a_wrapper_never_calls_itself(demo_install, tmp_path):
+    """A runtime that is a '#!/usr/bin/env python3' script finds the module's python3 wrapper first on PATH: the
+    loop stops at once, naming the runtime."""
+    inst, idir = demo_install
+    runtime = tmp_path / 'runtime' / 'singularity'
+    runtime.parent.mkdir()
+    standin = str(STANDIN_DIR / 'singularity')
+    runtime.write_text('#!/usr/bin/env python3\nimport os, sys\nos.execv(%r, [%r] + sys.argv[1:])\n' % (
+        standin, standin))
+    runtime.chmod(0o755)
+    proc = module_env(inst, 'export PATH=%s:$PATH\ntimeout 60 python -c pass\necho "rc=$?"' % runtime.parent)
+    assert proc.stdout.strip() == 'rc=1'
+    assert ('python3: error: %s started %s, which started %s: a loop' % (
+        runtime, idir / 'bin' / 'python', idir / 'bin' / 'python3')) in ' '.join(proc.stderr.split())
+
+
+def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_sif):
+    """Backticks, $() and backslashes in container_init reach the error messages as text, at install time and in
+    runscripts/init-conda-venv."""
+    require_tools('proot', 'squashfuse')
+    marker = tmp_path / 'ran'
+    init = "test -n '`touch %s` $(touch %s) \\\\' && false" % (marker, marker)
+    inst = Installation(tmp_path / 'i')
+    (inst.sources / 'demo.sif').write_bytes(conda_sif.read_bytes())
+    proc = inst.eb(inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_init=init)), check=False)
+    assert proc.returncode != 0
+    assert 'container_init failed: %s' % init in proc.stdout + proc.stderr
+    script = inst.installdir('Demo', '1.0') / 'runscripts' / 'init-conda-venv'
+    proc = run(['bash', '-c', 'source %s' % shlex.quote(str(script))], check=False)
+    assert proc.returncode == 1
+    assert proc.stderr == 'init-conda-venv: error: the container initialisation failed: %s\n' % init
+    assert not marker.exists()
+
+
+def test_thousands_of_requirements_reach_the_check_on_stdin():
+    """The sanity check's command line stays short however many requirements there are; each name once."""
+    from generator.easyblock import easyblock
+
+    class Easyconfig:
+        cfg = {'container_python_version': '3.12', 'container_components': {'torch': '2.9.1'},
+               'pip_requirements': ['pkg%d >= 1.0  # %d' % (i, i) for i in range(20000)] + ['pkg1', 'PKG1']}
+
+    cmd = easyblock.SingularityContainer.container_check_command(Easyconfig())
+    assert len(cmd) < 4096
+    checks_file = shlex.split(cmd)[-1]
+    with open(checks_file) as handle:
+        checks = json.load(handle)
+    os.unlink(checks_file)
+    assert checks['requirements'] == ['pkg%d' % i for i in range(20000)]
+    assert checks == dict(checks, python='3.12', components={'torch': '2.9.1'})

@@ -526,20 +526,42 @@ LAUNCH_COMMAND = r'''exec "$runtime" @entry@ "$sif" @command@ "$@"'''
 LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
     /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"'''
 
+# make-squashfs and unmake-squashfs write under a temporary name, <target>.tmp.<host>.<pid>, and rename it when
+# done. A run killed with SIGKILL (which cannot be trapped) leaves that behind; it may be gigabytes.
+REMOVE_LEFTOVERS = r'''remove_leftovers() {
+    local old host pid
+    for old in "$1".tmp.*; do
+        [ -e "$old" ] || continue
+        host="${old#"$1".tmp.}"
+        pid="${host##*.}"
+        host="${host%.*}"
+        if [ "$host" != "$(hostname)" ]; then
+            echo "${0##*/}: warning: $old was left by a run on $host; remove it if none runs there any more" >&2
+        elif grep -qas make-squashfs "/proc/$pid/cmdline"; then
+            die "$old is being written by process $pid; wait for it to finish"
+        else
+            echo "Removing $old, left by an interrupted run."
+            rm -rf "$old"
+        fi
+    done
+}'''
+
 MAKE_SQUASHFS = r'''@header@
+@remove_leftovers@
 
 # Works on the install dir it lives in, module loaded or not.
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 dir="$root/user-software"
 squashfs="$root/user-software.squashfs"
 
+remove_leftovers "$squashfs"
 [ ! -e "$squashfs" ] || die "$squashfs already exists; remove it (or run unmake-squashfs and remove it) first"
 [ -d "$dir" ] || die "there is no $dir to pack"
 command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
 # Written under a temporary name and renamed only on success: an interrupted run leaves no partial image.
-tmp="$squashfs.tmp.$$"
+tmp="$squashfs.tmp.$(hostname).$$"
 trap 'rm -f "$tmp"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -554,17 +576,19 @@ echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS fi
 '''
 
 UNMAKE_SQUASHFS = r'''@header@
+@remove_leftovers@
 
 # Works on the install dir it lives in, module loaded or not.
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 dir="$root/user-software"
 squashfs="$root/user-software.squashfs"
 
+remove_leftovers "$dir"
 [ -f "$squashfs" ] || die "there is no $squashfs to unpack"
 [ ! -e "$dir" ] || die "$dir already exists; move it away first, it is not overwritten"
 command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
-tmp="$dir.tmp.$$"
+tmp="$dir.tmp.$(hostname).$$"
 trap 'rm -rf "$tmp"' EXIT
 unsquashfs -no-progress -quiet -dest "$tmp" "$squashfs" >/dev/null || die "unsquashfs failed; nothing was changed"
 mv "$tmp" "$dir"
@@ -1273,6 +1297,7 @@ class SingularityContainer(EasyBlock):
             'sif_var': 'SIF' + self.var_suffix,
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
+            'remove_leftovers': REMOVE_LEFTOVERS,
         }
         if template == LAUNCHER:
             values['launch'] = self.launch_code(name, relpath)
