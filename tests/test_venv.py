@@ -117,20 +117,45 @@ def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, 
     assert (idir / 'user-software' / 'venv' / 'demo' / 'lib').is_dir()
 
 
-def test_reinstall_keeps_users_squashfs(tmp_path, demo_sif, wheelhouse, eb_version):
-    require_tools('proot', 'squashfuse', 'mksquashfs')
+def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, eb_version):
+    """A reinstall moves user-software.squashfs aside only if the user changed it since it was installed."""
+    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
     inst, idir = install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-base'],
                               pip_install_options=options(wheelhouse))
-    before = (idir / 'user-software.squashfs').read_bytes()
     ec = inst.root / 'easyconfigs' / 'Demo-1.0.eb'
+    for _ in range(3):
+        out = inst.eb(ec, '--rebuild').stdout
+        assert '%s is as the previous installation made it: it is replaced' % (idir / 'user-software.squashfs') in out
+    assert not list(idir.parent.glob('1.0.user-software*.backup-*'))
+
+    # The user adds a package (the manual procedure): now the reinstall keeps it.
+    inst.shell('module load Demo/1.0\nunmake-squashfs\nrm "$CONTAINERROOT/user-software.squashfs"\n'
+               'module load Demo/1.0\npip install -q --no-index --find-links=%s lumi-later\nmake-squashfs\n'
+               'rm -r "$CONTAINERROOT/user-software"' % wheelhouse)
+    before = (idir / 'user-software.squashfs').read_bytes()
     proc = inst.eb(ec, '--rebuild')
     backups = list(idir.parent.glob('1.0.user-software.squashfs.backup-*'))
     assert len(backups) == 1
     assert backups[0].read_bytes() == before
     out = proc.stdout + proc.stderr
-    assert 'was moved to %s' % backups[0] in out
+    assert 'changed since it was installed, was moved to %s' % backups[0] in ' '.join(out.split())
     assert 'mv %s %s' % (backups[0], idir / 'user-software.squashfs') in out
     assert (idir / 'user-software.squashfs').is_file()
+
+
+def test_what_a_failed_install_left_is_not_kept(tmp_path, demo_sif, wheelhouse, eb_version):
+    require_tools('proot', 'squashfuse', 'mksquashfs')
+    with pytest.raises(AssertionError):
+        install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-does-not-exist'],
+                     pip_install_options=options(wheelhouse))
+    inst = Installation(tmp_path, eb_version)
+    idir = inst.installdir('Demo', '1.0')
+    assert (idir / 'user-software' / 'venv').is_dir()
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-base'],
+                                                              pip_install_options=options(wheelhouse)))
+    out = inst.eb(ec).stdout
+    assert '%s was left by an installation that did not finish: it is replaced' % (idir / 'user-software') in out
+    assert not list(idir.parent.glob('1.0.user-software*'))
 
 
 def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse, eb_version):

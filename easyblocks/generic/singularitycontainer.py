@@ -12,6 +12,7 @@ with wrapper commands, run scripts and a Python virtual environment inside the c
 The module sets SIF/SIF<NAME>, CONTAINERROOT, RUNSCRIPTS/RUNSCRIPTS<NAME>, SINGULARITY_BINDPATH and
 SINGULARITYENV_* so that `singularity exec $SIF ...` and the wrappers in bin/ just work.
 """
+import glob
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import time
 
 from easybuild.framework.easyblock import EasyBlock
 from easybuild.framework.easyconfig import CUSTOM
-from easybuild.tools.build_log import EasyBuildError, print_warning
+from easybuild.tools.build_log import EasyBuildError, print_msg, print_warning
 from easybuild.tools.filetools import adjust_permissions, convert_name, copy_file, mkdir, remove_dir, write_file
 
 try:
@@ -124,6 +125,20 @@ def sif_partition_offset(path):
     if not partitions:
         raise ValueError("%s has no SquashFS system partition" % path)
     return min(partitions)[1]
+
+
+def tree_fingerprint(path):
+    """What a file or a directory tree looks like now: it changes when anything in it is added, removed or
+    written (a file replaced by a new one, such as a SquashFS file that make-squashfs made, has a new inode)."""
+    info = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        return [info.st_size, info.st_mtime_ns, info.st_ino]
+    count, size, newest = 0, 0, info.st_mtime_ns
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            entry = os.lstat(os.path.join(root, name))
+            count, size, newest = count + 1, size + entry.st_size, max(newest, entry.st_mtime_ns)
+    return [count, size, newest]
 
 
 def requirement_names(requirement_lines):
@@ -1130,6 +1145,7 @@ class SingularityContainer(EasyBlock):
         self.var_suffix = convert_name(self.name, upper=True)
         self.venv_name = self.cfg['container_venv'] or self.name.lower()
         self.container_venv = '%s/venv/%s' % (CONTAINER_USER_SOFTWARE, self.venv_name)
+        self.installed_now = False  # not with --module-only, say
 
     # Names and paths
 
@@ -1237,13 +1253,23 @@ class SingularityContainer(EasyBlock):
         super(SingularityContainer, self).make_installdir(dontcreate=dontcreate)
 
     def back_up_user_software(self):
-        """Move user-software(.squashfs) of a previous installation next to the install dir, and say so."""
+        """Move user-software(.squashfs) of a previous installation next to the install dir if the user changed it
+        since that installation, and say what happened to it."""
         if self.dry_run or not os.path.isdir(self.installdir):
             return
+        # EasyBuild copies the easyconfig into easybuild/ when an installation has finished
+        finished = glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb'))
+        installed = self.read_user_software_fingerprints()
         stamp = time.strftime('%Y%m%d-%H%M%S')
         for entry in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE):
             path = os.path.join(self.installdir, entry)
             if not os.path.lexists(path):
+                continue
+            if not finished:
+                print_msg("%s was left by an installation that did not finish: it is replaced" % path)
+                continue
+            if installed.get(entry) == tree_fingerprint(path):
+                print_msg("%s is as the previous installation made it: it is replaced" % path)
                 continue
             backup = '%s.%s.backup-%s' % (self.installdir, entry, stamp)
             try:
@@ -1251,11 +1277,33 @@ class SingularityContainer(EasyBlock):
             except OSError as err:
                 raise EasyBuildError("Cannot move %s aside before reinstalling (to %s): %s. Nothing was removed; "
                                      "move it yourself and run eb again.", path, backup, err)
-            print_warning("Software installed in the container was kept: %s was moved to %s. To use it with the "
-                          "new installation, move it back: mv %s %s" % (path, backup, backup, path), silent=False)
+            print_warning("Software installed in the container was kept: %s, changed since it was installed, was "
+                          "moved to %s. To use it with the new installation, move it back: mv %s %s" %
+                          (path, backup, backup, path), silent=False)
+
+    def user_software_fingerprints_file(self):
+        return os.path.join(self.installdir, 'easybuild', 'user-software-as-installed.json')
+
+    def read_user_software_fingerprints(self):
+        """{entry: fingerprint} of the user software as the previous installation left it ({} if unknown)."""
+        try:
+            with open(self.user_software_fingerprints_file()) as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return {}
+
+    def write_user_software_fingerprints(self):
+        """Remember what the user software looks like as installed: a reinstall keeps it only if it changed."""
+        fingerprints = {}
+        for entry in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE):
+            path = os.path.join(self.installdir, entry)
+            if os.path.lexists(path):
+                fingerprints[entry] = tree_fingerprint(path)
+        write_file(self.user_software_fingerprints_file(), json.dumps(fingerprints) + '\n')
 
     def install_step(self):
         """Install the image, write the scripts, create the virtual environment and install the requirements."""
+        self.installed_now = True
         self.install_image()
         self.write_scripts()
         self.create_venv()
@@ -1444,11 +1492,14 @@ class SingularityContainer(EasyBlock):
 
     # Module
 
-    def make_module_step(self, *args, **kwargs):
-        """Describe the variables and commands in the module's help, unless the easyconfig has a usage text."""
+    def make_module_step(self, fake=False):
+        """Describe the variables and commands in the module's help, unless the easyconfig has a usage text. The
+        real module is made after the sanity check: the installation is complete, its user software as installed."""
         if not self.cfg['usage']:
             self.cfg['usage'] = self.usage_text()
-        return super(SingularityContainer, self).make_module_step(*args, **kwargs)
+        if not fake and not self.dry_run and self.installed_now:
+            self.write_user_software_fingerprints()
+        return super(SingularityContainer, self).make_module_step(fake=fake)
 
     def usage_text(self):
         """Module help: what the module sets and which commands it offers."""
