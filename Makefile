@@ -8,7 +8,7 @@ APT_PACKAGES := lmod squashfs-tools squashfuse proot siftool shellcheck python3 
 PYTHON ?= python3
 TORCH_VERSION := 2.13.0
 
-.PHONY: setup test demo bench generate check-easyconfigs clean-tools
+.PHONY: setup test demo bench generate check-easyconfigs clean-tools lumi-user-repo
 
 setup: $(TOOLS)/apt.stamp $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp \
 	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp
@@ -61,3 +61,13 @@ check-easyconfigs: setup
 
 clean-tools:
 	rm -rf $(TOOLS)
+
+# On LUMI: put the easyblock and the easyconfigs where LUMI's EasyBuild-user module finds them, in your own
+# EasyBuild repository ($EBU_USER_PREFIX, by default ~/EasyBuild). Needs nothing but make and install.
+EBU_USER_PREFIX ?= $(HOME)/EasyBuild
+USER_REPO := $(EBU_USER_PREFIX)/UserRepo/easybuild
+lumi-user-repo:
+	install -D -m 644 easyblocks/generic/singularitycontainer.py $(USER_REPO)/easyblocks/generic/singularitycontainer.py
+	install -d $(USER_REPO)/easyconfigs/p/PyTorch
+	install -m 644 easyconfigs/p/PyTorch/*.eb $(USER_REPO)/easyconfigs/p/PyTorch/
+	@echo "Installed into $(USER_REPO): module load LUMI partition/container EasyBuild-user, then eb <easyconfig>"

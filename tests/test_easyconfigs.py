@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import CONTAINER_PYTHON, CONTAINER_PYTHON_VERSION, REPO, Installation, require, require_tools, run
-from harness import write_wheel
+from harness import (CONTAINER_PYTHON, CONTAINER_PYTHON_VERSION, EASYBLOCK, REPO, Installation, require, require_tools,
+                     run, write_wheel)
 from sifimage import make_test_sif
 
 EC_DIR = REPO / 'easyconfigs' / 'p' / 'PyTorch'
@@ -105,3 +105,21 @@ def test_generated_easyconfig_installs_and_works(tmp_path):
                      'python -c "import torchmetrics, pytorch_lightning; print(torchmetrics.GENERATED)"\n'
                      'list-packages --format=freeze | grep -i -e deepspeed -e torchmetrics' % suffix).stdout
     assert out.splitlines() == ['%s hsn' % (idir / sif_name), 'True', 'DeepSpeed==0.17.4', 'torchmetrics==1.0']
+
+
+def test_lumi_user_repo_target(tmp_path):
+    """make lumi-user-repo puts the easyblock and the easyconfigs where LUMI's EasyBuild-user module looks: its
+    include glob finds the easyblock, its robot path the easyconfigs."""
+    prefix = tmp_path / 'EasyBuild'
+    run(['make', '-s', 'lumi-user-repo', 'EBU_USER_PREFIX=%s' % prefix], cwd=REPO)
+    repo = prefix / 'UserRepo' / 'easybuild'
+    assert (repo / 'easyblocks' / 'generic' / 'singularitycontainer.py').read_bytes() == EASYBLOCK.read_bytes()
+    assert sorted(p.name for p in (repo / 'easyconfigs' / 'p' / 'PyTorch').iterdir()) == [p.name for p in EASYCONFIGS]
+    inst = Installation(tmp_path / 'eb')
+    env = inst.env(EASYBUILD_INCLUDE_EASYBLOCKS='%s/*/*.py' % (repo / 'easyblocks'),
+                   EASYBUILD_ROBOT_PATHS=str(repo / 'easyconfigs'))
+    out = inst.eb('--avail-easyconfig-params', '--easyblock', 'SingularityContainer', env=env).stdout
+    assert 'container_entry' in out and 'copy_image' in out
+    name = 'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260225.eb'
+    out = inst.eb('--dry-run', name, env=env).stdout
+    assert 'PyTorch/2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260225' in out
