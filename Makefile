@@ -3,15 +3,18 @@
 # and torch for the test image of the distributed tests (a CPU build pip takes from local disk).
 TOOLS ?= /opt/lumi-container-tools
 PY := $(TOOLS)/venv/bin/python
-APT_PACKAGES := lmod squashfs-tools squashfuse proot siftool shellcheck python3 python3-venv python3-pip \
-		slurm-wlm munge
+APT_PACKAGES := lmod squashfs-tools siftool shellcheck python3 python3-venv python3-pip slurm-wlm munge mmdebstrap \
+		golang-go build-essential libssl-dev uuid-dev libgpgme-dev libseccomp-dev pkg-config cryptsetup-bin
 PYTHON ?= python3
 TORCH_VERSION := 2.13.0
 
 .PHONY: setup test demo bench generate check-easyconfigs clean-tools lumi-user-repo
 
+ROOTFS := $(TOOLS)/rootfs/bookworm
+SINGULARITY_342 := $(TOOLS)/singularity-3.4.2
+
 setup: $(TOOLS)/apt.stamp $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp \
-	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp
+	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(ROOTFS)/setup.stamp
 
 $(TOOLS)/apt.stamp: Makefile
 	dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || \
@@ -39,6 +42,31 @@ $(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp:
 	  torch==$(TORCH_VERSION) 2>&1 | grep -v -e '^WARNING: Location' -e 'as the .root. user' || true
 	test -d $(TOOLS)/torch-$(TORCH_VERSION)/torch
 	touch $@
+
+# The test images' operating system: a minimal Debian 12 from Debian's packages, built once (about 30 s).
+$(ROOTFS)/setup.stamp: | $(TOOLS)/apt.stamp
+	rm -rf $(ROOTFS) $(ROOTFS).tmp && mkdir -p $(dir $(ROOTFS))
+	mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,python3-pip,python-is-python3,procps \
+	  $(foreach dir,doc man locale info,--dpkgopt='path-exclude=/usr/share/$(dir)/*') bookworm $(ROOTFS).tmp
+	mv $(ROOTFS).tmp $(ROOTFS) && touch $@
+
+# A real Singularity: 3.4.2, the newest whose source carries its Go dependencies, so that it builds offline
+# (SINGULARITY_SOURCE: its vendored source tree and patch, see shared/runtime/README.md). As root: the starter is
+# setuid. make -j1: its Makefile races with -j2.
+SINGULARITY_SOURCE ?= $(firstword $(wildcard ../shared/runtime /work/shared/runtime))
+$(SINGULARITY_342)/bin/singularity: | $(TOOLS)/apt.stamp
+	@test -n "$(SINGULARITY_SOURCE)" || { echo "No Singularity source: set SINGULARITY_SOURCE to the directory of" \
+	  "singularity-3.4.2-vendored.tar.xz and squashfs-errors.patch" >&2; exit 1; }
+	rm -rf $(TOOLS)/build-singularity && mkdir -p $(TOOLS)/build-singularity
+	cd $(TOOLS)/build-singularity && tar xJf $(abspath $(SINGULARITY_SOURCE))/singularity-3.4.2-vendored.tar.xz && \
+	  cd singularity-3.4.2 && patch -s -p1 < $(abspath $(SINGULARITY_SOURCE))/squashfs-errors.patch && \
+	  echo 3.4.2 > VERSION && export GOFLAGS=-mod=vendor GOPROXY=off GOPATH=$$PWD/../gopath \
+	  GOCACHE=$$PWD/../gocache && ./mconfig -s --prefix=$(SINGULARITY_342) >/dev/null && \
+	  make -s -C builddir -j1 >/dev/null && make -s -C builddir install >/dev/null
+	# root here lacks CAP_SYS_RESOURCE, and 3.4.2 asks for every capability by default
+	sed -i 's/^root default capabilities = full/root default capabilities = no/' \
+	  $(SINGULARITY_342)/etc/singularity/singularity.conf
+	rm -rf $(TOOLS)/build-singularity
 
 test: setup
 	$(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null

@@ -28,9 +28,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / 'tests'))
 
-from harness import (CONTAINER_PYTHON, EB_VENVS, LMOD_CMD, Installation, base_env,  # noqa: E402
+from harness import (EB_VENVS, LMOD_CMD, Installation, base_env,  # noqa: E402
                      demo_easyconfig)
-from sifimage import build_sif, make_test_rootfs, make_test_sif  # noqa: E402
+from sifimage import make_test_sif  # noqa: E402
 
 IOWRAP = BENCH_DIR / 'iowrap.py'
 GENERATOR_SPEC = REPO / 'easyconfigs' / 'p' / 'PyTorch' / 'PyTorch.yaml'
@@ -194,7 +194,7 @@ class Context:
         random data."""
         size = size or self.settings.image_size
         directory = self.scratch if self.settings.quick or size < 64 * MiB else self.cache
-        path = directory / ('bench-%d-%s.sif' % (size, Path(CONTAINER_PYTHON).name))
+        path = directory / ('bench-%d.sif' % size)
         if path.exists():
             return path
         directory.mkdir(parents=True, exist_ok=True)
@@ -202,9 +202,8 @@ class Context:
         progress('building a SIF image with %s of random data: %s%s' % (
             human_bytes(size), path, '' if self.settings.quick else ' (kept as a cache for the next runs)'))
         build = Path(tempfile.mkdtemp(prefix='image-', dir=self.scratch))
-        rootfs = make_test_rootfs(build / 'rootfs', CONTAINER_PYTHON)
-        write_random(rootfs / 'opt' / 'data' / 'random.bin', size)
-        build_sif(rootfs, build / 'bench.sif')
+        write_random(build / 'data' / 'random.bin', size)
+        make_test_sif(build / 'bench.sif', trees={'/opt/data': build / 'data'})
         os.replace(build / 'bench.sif', path)  # complete or absent: an interrupted build is not cached
         shutil.rmtree(build)
         return path
@@ -217,7 +216,7 @@ class Context:
         wheels = self.scratch / 'wheels'
         names = write_wheels(wheels, s.wheels, s.modules_per_wheel)
         inst = Installation(self.scratch / 'venv-install')
-        make_test_sif(inst.sources / 'bench.sif', CONTAINER_PYTHON)
+        make_test_sif(inst.sources / 'bench.sif')
         ec = inst.write_easyconfig('Bench-1.0.eb', demo_easyconfig(
             name='Bench', sif='bench.sif', wrapped_commands=['python'], pip_requirements=names,
             pip_install_options=['--no-index', '--find-links=%s' % wheels], squash_user_software=False))

@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / 'tests'))
 
-from harness import CONTAINER_PYTHON, Installation, demo_easyconfig, run, write_wheel  # noqa: E402
+from harness import Installation, demo_easyconfig, run, write_wheel  # noqa: E402
 from sifimage import make_test_sif  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def build_wheel(workdir):
 def main():
     work = Path(tempfile.mkdtemp(prefix='lumi-container-demo-'))
     step('Building a small real SIF image (mksquashfs + siftool)')
-    sif = make_test_sif(work / 'demo.sif', CONTAINER_PYTHON)
+    sif = make_test_sif(work / 'demo.sif')
     print(run(['siftool', 'list', str(sif)]).stdout.rstrip())
 
     step('Installing it with eb and the SingularityContainer easyblock (EasyBuild 5, Lmod)')

@@ -6,7 +6,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
 
-from harness import (CONTAINER_PYTHON, TORCH_SITE, Installation, demo_easyconfig, require, require_tools,  # noqa: E402
+from harness import (TORCH_SITE, Installation, demo_easyconfig, require, require_runtime, require_tools,  # noqa: E402
                      write_wheel)
 from sifimage import make_test_sif  # noqa: E402
 from slurmcluster import SLURM_COMMANDS, SlurmCluster  # noqa: E402
@@ -17,7 +17,7 @@ def demo_sif(tmp_path_factory):
     """A real SIF image whose Python is ready on PATH (images from 2025 on)."""
     require_tools('mksquashfs', 'siftool')
     path = tmp_path_factory.mktemp('images') / 'demo.sif'
-    return make_test_sif(path, CONTAINER_PYTHON, env={'DEMO_IMAGE_VAR': 'from-image'})
+    return make_test_sif(path, env={'DEMO_IMAGE_VAR': 'from-image'})
 
 
 @pytest.fixture(scope='session')
@@ -25,7 +25,7 @@ def conda_sif(tmp_path_factory):
     """A real SIF image whose Python needs conda activation first (images before 2025)."""
     require_tools('mksquashfs', 'siftool')
     path = tmp_path_factory.mktemp('images') / 'conda.sif'
-    return make_test_sif(path, CONTAINER_PYTHON, conda=True)
+    return make_test_sif(path, conda=True)
 
 
 TORCH_IN_CONTAINER = '/opt/torch-site-packages'
@@ -43,7 +43,7 @@ def torch_sif(tmp_path_factory):
     require((Path(TORCH_SITE) / 'torch').is_dir(), 'torch installed in %s' % TORCH_SITE)
     empty = tmp_path_factory.mktemp('torch-mount-point')
     path = tmp_path_factory.mktemp('images') / 'pytorch.sif'
-    return make_test_sif(path, CONTAINER_PYTHON, trees={TORCH_IN_CONTAINER: empty},
+    return make_test_sif(path, trees={TORCH_IN_CONTAINER: empty},
                          env={'PYTHONPATH': TORCH_IN_CONTAINER})
 
 
@@ -62,7 +62,7 @@ def laif_sif(tmp_path_factory):
     require((Path(TORCH_SITE) / 'torch').is_dir(), 'torch installed in %s' % TORCH_SITE)
     empty = tmp_path_factory.mktemp('torch-mount-point')
     path = tmp_path_factory.mktemp('laif-images') / LAIF_SIF_NAME
-    return make_test_sif(path, CONTAINER_PYTHON, laif=LAIF_PACKAGES, laif_pythonpath=(TORCH_IN_CONTAINER,),
+    return make_test_sif(path, laif=LAIF_PACKAGES, laif_pythonpath=(TORCH_IN_CONTAINER,),
                          sbom_pip=dict(LAIF_PACKAGES, torch='2.13.0+cpu'), trees={TORCH_IN_CONTAINER: empty})
 
 
@@ -93,7 +93,8 @@ def install_demo(root, sif, eb_version='5', syntax='Lua', **params):
 @pytest.fixture(scope='module')
 def demo_install(tmp_path_factory, demo_sif):
     """The demo image installed once with EasyBuild 5 and Lua modules."""
-    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs')
     return install_demo(tmp_path_factory.mktemp('demo'), demo_sif, container_env={'DEMO_VAR': 'a b $c'})
 
 

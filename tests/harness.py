@@ -21,9 +21,13 @@ LMOD_CMD = '/usr/share/lmod/lmod/libexec/lmod'
 LMOD_INIT = '/usr/share/lmod/lmod/init/bash'
 IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
 
-# The image's Python: the real interpreter behind the one running the tests (not a venv's).
-CONTAINER_PYTHON = os.path.realpath(getattr(sys, '_base_executable', sys.executable))
+# The test images' Python is Debian 12's (sifimage.ROOTFS), the same minor version as the one running the tests.
 CONTAINER_PYTHON_VERSION = '%d.%d' % sys.version_info[:2]
+
+# The container runtime the tests drive: a real singularity or apptainer if LUMI_CT_SINGULARITY names one
+# (make test SINGULARITY=/path/to/singularity), else the stand-in.
+REAL_RUNTIME = os.environ.get('LUMI_CT_SINGULARITY', '')
+RUNTIME = REAL_RUNTIME or str(STANDIN_DIR / 'singularity')
 
 
 def require(condition, what):
@@ -39,19 +43,25 @@ def require_tools(*tools):
         require(shutil.which(tool), tool)
 
 
+def require_runtime():
+    """The runtime the tests use, and what the stand-in needs: root (mount namespaces, loop devices)."""
+    require(os.access(RUNTIME, os.X_OK), 'the container runtime %s' % RUNTIME)
+    if not REAL_RUNTIME:
+        require(os.geteuid() == 0, 'root (the singularity stand-in mounts the image)')
+        require_tools('mount', 'unshare')
+
+
 def require_eb(version):
     require((EB_VENVS[version] / 'bin' / 'eb').exists(), 'EasyBuild %s in %s' % (version, EB_VENVS[version]))
     require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
 
 
 def base_env(extra_path=()):
-    """The environment for eb and module commands: Lmod, the stand-in runtime first on PATH unless a real one."""
+    """The environment for eb and module commands: Lmod, and the runtime the tests use first on PATH."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(('EASYBUILD_', 'SINGULARITY', 'APPTAINER', 'LMOD', '__LMOD', '_LMFILES_',
                                 'LOADEDMODULES', 'MODULEPATH', 'SIF', 'RUNSCRIPTS', 'CONTAINERROOT'))}
-    path = list(extra_path)
-    if not (shutil.which('singularity') or shutil.which('apptainer')):
-        path.append(str(STANDIN_DIR))
+    path = list(extra_path) + [os.path.dirname(RUNTIME)]
     env['PATH'] = os.pathsep.join(path + [env.get('PATH', '/usr/bin:/bin')])
     env['LMOD_CMD'] = LMOD_CMD
     env['EASYBUILD_MODULES_TOOL'] = 'Lmod'

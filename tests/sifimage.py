@@ -1,8 +1,11 @@
-"""Build tiny, real SIF images for tests (stdlib only).
+"""Real SIF images for the tests, the demo and the benchmarks, with an operating system of their own.
 
-The images contain no OS: the singularity stand-in (tests/standin/singularity)
-runs them on the host userland, so the Python inside is a symlink to a real
-host interpreter.
+Every image is a layer on top of a minimal Debian 12 root file system (bash, coreutils, python3 with venv and pip),
+which `make setup` builds once with mmdebstrap from Debian's packages into $TOOLS/rootfs/bookworm. The layer is
+written through an overlay mount (the root file system itself is never changed), packed with mksquashfs and put
+into a SIF file with siftool. It gets the /.singularity.d layout a real runtime expects of an image made by
+`singularity build`: the environment scripts, an (empty) actions directory over which the runtime mounts its own
+action scripts, the runscript and the labels. Needs root (mounts). Stdlib only.
 """
 import json
 import os
@@ -13,7 +16,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["build_sif", "make_test_rootfs", "make_test_sif", "sif_partition_offset"]
+__all__ = ["IMAGE_PYTHON", "ROOTFS", "build_sif", "image_layer", "make_test_sif", "sif_partition_offset",
+           "write_distribution"]
+
+ROOTFS = Path(os.environ.get("LUMI_CT_TOOLS", "/opt/lumi-container-tools")) / "rootfs" / "bookworm"
+IMAGE_PYTHON = "/usr/bin/python3"  # Debian's, also on PATH as python (python-is-python3)
 
 # Sourced as `source /opt/miniconda3/bin/activate ENV`, like conda's script.
 _ACTIVATE = """\
@@ -29,39 +36,32 @@ else
 fi
 """
 
+# Singularity 3.x passes SINGULARITYENV_PREPEND_PATH, _APPEND_PATH and _PATH on as SING_USER_DEFINED_*, for the
+# image's last environment script to apply (later runtimes do it themselves, and leave these unset).
+_RUNTIME_VARS = """\
+#!/bin/sh
+# The PATH changes the user asked the runtime for (SINGULARITYENV_PREPEND_PATH, _APPEND_PATH, _PATH).
+if [ -n "${SING_USER_DEFINED_PREPEND_PATH:-}" ]; then
+    PATH="$SING_USER_DEFINED_PREPEND_PATH:$PATH"
+fi
+if [ -n "${SING_USER_DEFINED_APPEND_PATH:-}" ]; then
+    PATH="$PATH:$SING_USER_DEFINED_APPEND_PATH"
+fi
+if [ -n "${SING_USER_DEFINED_PATH:-}" ]; then
+    PATH="$SING_USER_DEFINED_PATH"
+fi
+unset SING_USER_DEFINED_PREPEND_PATH SING_USER_DEFINED_APPEND_PATH SING_USER_DEFINED_PATH
+export PATH
+"""
 
-def _run(cmd):
-    r = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
-    if r.returncode:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout}")
-
-
-def build_sif(rootfs: Path, sif: Path) -> Path:
-    """Pack directory `rootfs` into a SIF file at `sif` (overwritten)."""
-    sif = Path(sif)
-    if sif.exists():
-        sif.unlink()
-    fd, sqfs = tempfile.mkstemp(suffix=".sqfs", dir=sif.parent)
-    os.close(fd)
-    try:
-        _run(["mksquashfs", rootfs, sqfs, "-noappend", "-quiet", "-all-root"])
-        _run(["siftool", "new", sif])
-        _run(["siftool", "add", "--datatype", "4", "--partfs", "1", "--parttype", "2",
-              "--partarch", "2", sif, sqfs])
-    finally:
-        os.unlink(sqfs)
-    return sif
-
-
-def _link_pythons(bindir: Path, python: str) -> None:
-    ver = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                         check=True, capture_output=True, text=True).stdout.strip()
-    bindir.mkdir(parents=True)
-    (bindir / "python").symlink_to(python)
-    for alias in ("python3", f"python{ver}"):
-        (bindir / alias).symlink_to("python")
-
+_DEFAULT_RUNSCRIPT = """\
+#!/bin/sh
+# Test image runscript: runs its arguments, or a shell.
+if [ "$#" -eq 0 ]; then
+    exec /bin/sh
+fi
+exec "$@"
+"""
 
 # The LUMI AI Factory images' runscript (through 20260415): settings for a single node, then the command.
 LAIF_RUNSCRIPT = """\
@@ -75,42 +75,43 @@ exec "$@"
 """
 
 
-def _python_version(python: str) -> str:
-    return subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+def _run(cmd, **kwargs):
+    r = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       **kwargs)
+    if r.returncode:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout}")
+    return r.stdout
 
 
-def _make_laif_venv(root: Path, python: str, packages: dict) -> str:
-    """/opt/venv as in the LUMI AI Factory images: a venv of the image's Python without its system site packages,
-    holding pip (the host interpreter's) and `packages` ({name: version}); returns its site-packages path."""
-    version = _python_version(python)
-    short = ".".join(version.split(".")[:2])
-    venv = root / "opt/venv"
-    site = venv / "lib" / ("python" + short) / "site-packages"
-    site.mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("home = %s\ninclude-system-site-packages = false\nversion = %s\n"
-                                     % (os.path.dirname(python), version))
-    (venv / "bin").mkdir()
-    (venv / "bin/python").symlink_to(python)
-    for alias in ("python3", "python" + short):
-        (venv / "bin" / alias).symlink_to("python")
-    (venv / "bin/pip").write_text('#!/bin/sh\nexec /opt/venv/bin/python -m pip "$@"\n')
-    (venv / "bin/pip").chmod(0o755)
-    host_site = subprocess.run([python, "-c", "import os, pip; print(os.path.dirname(pip.__path__[0]))"],
-                               check=True, capture_output=True, text=True).stdout.strip()
-    for entry in Path(host_site).iterdir():
-        if entry.name == "pip" or (entry.name.startswith("pip-") and entry.name.endswith(".dist-info")):
-            shutil.copytree(entry, site / entry.name, symlinks=True)
-    for name, pkg_version in packages.items():
-        write_distribution(site, name, pkg_version)
-    return "/" + str(site.relative_to(root))
+def build_sif(rootfs: Path, sif: Path) -> Path:
+    """Pack directory `rootfs` into a SIF file at `sif` (overwritten)."""
+    sif = Path(sif)
+    if sif.exists():
+        sif.unlink()
+    fd, sqfs = tempfile.mkstemp(suffix=".sqfs", dir=sif.parent)
+    os.close(fd)
+    try:
+        _run(["mksquashfs", rootfs, sqfs, "-noappend", "-quiet", "-no-progress", "-all-root",
+              "-comp", "gzip", "-Xcompression-level", "1"])
+        _run(["siftool", "new", sif])
+        _run(["siftool", "add", "--datatype", "4", "--partfs", "1", "--parttype", "2", "--partarch", "2", sif,
+              sqfs])
+    finally:
+        os.unlink(sqfs)
+    return sif
+
+
+def in_image(root: Path, *cmd):
+    """Run cmd in the image tree being built (chroot, with /dev and /proc), e.g. to make a venv with its Python."""
+    script = 'mount --rbind /dev "$1/dev" && mount -t proc proc "$1/proc" && shift && exec chroot "$@"'
+    return _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", root, root, *cmd])
 
 
 def write_distribution(site: Path, name: str, version: str) -> None:
     """An installed pure-Python distribution: module `name` (dashes as underscores) with VERSION, and its
     dist-info."""
     module = name.replace("-", "_")
-    (site / module).mkdir()
+    (site / module).mkdir(parents=True)
     (site / module / "__init__.py").write_text("VERSION = %r\n" % version)
     info = site / ("%s-%s.dist-info" % (module, version))
     info.mkdir()
@@ -119,69 +120,98 @@ def write_distribution(site: Path, name: str, version: str) -> None:
     (info / "RECORD").write_text("")
 
 
-def make_test_rootfs(root: Path, python: str, *, conda: bool = False, laif: dict | None = None,
-                     laif_pythonpath: tuple = (), sbom_pip: dict | None = None, env: dict | None = None) -> Path:
-    """Create a tiny image tree in `root`.
+def _python_version(root: Path) -> str:
+    return in_image(root, IMAGE_PYTHON, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])").strip()
 
-    `python` is the absolute path of a real base (non-venv) interpreter on the
-    host.  By default the tree mimics post-2025 images (Python on PATH under
-    /opt/container/bin); conda=True mimics pre-2025 ones (a `pytorch` env that
-    must be activated via $WITH_CONDA); laif={name: version} mimics the LUMI AI
-    Factory images (a venv at /opt/venv holding those packages, on PATH and on
-    PYTHONPATH, a runscript that sets a variable and ends in exec "$@", and a
-    /.sbom.json listing them, or sbom_pip; laif_pythonpath adds entries to its
-    PYTHONPATH).  `env` adds exports to the env script.
-    """
-    root = Path(root)
+
+def _add_conda(root: Path, lines: list) -> None:
+    """A `pytorch` environment that must be activated first ($WITH_CONDA), like the AMD images before 2025."""
+    bindir = root / "opt/miniconda3/envs/pytorch/bin"
+    bindir.mkdir(parents=True)
+    for alias in ("python", "python3"):
+        (bindir / alias).symlink_to(IMAGE_PYTHON)
+    (root / "opt/miniconda3/bin").mkdir(parents=True)
+    (root / "opt/miniconda3/bin/activate").write_text(_ACTIVATE)
+    lines.append("export WITH_CONDA='source /opt/miniconda3/bin/activate pytorch'")
+
+
+def _add_laif(root: Path, lines: list, packages: dict, pythonpath: tuple, sbom_pip) -> None:
+    """/opt/venv as in the LUMI AI Factory images: a venv of the image's Python (with pip) holding `packages`
+    ({name: version}), on PATH and on PYTHONPATH; a runscript that sets a variable and ends in exec "$@"; and a
+    /.sbom.json listing the packages (or sbom_pip)."""
+    in_image(root, IMAGE_PYTHON, "-m", "venv", "/opt/venv")
+    version = _python_version(root)
+    short = ".".join(version.split(".")[:2])
+    site = "/opt/venv/lib/python%s/site-packages" % short
+    # Python 3.12's venv (LAIF's) has pip only; 3.11's adds an old setuptools
+    for entry in (root / site.lstrip("/")).iterdir():
+        if entry.name.startswith(("setuptools", "_distutils_hack", "distutils-precedence", "pkg_resources")):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    for name, pkg_version in packages.items():
+        write_distribution(root / site.lstrip("/"), name, pkg_version)
+    lines.append('export PATH="/opt/venv/bin:$PATH"')
+    lines.append('export PYTHONPATH="%s:$PYTHONPATH"' % ":".join((site,) + tuple(pythonpath)))
+    sbom = {"apt": [{"name": "python" + short, "version": version + "-1"},
+                    {"name": "rocm-core", "version": "6.4.4.60404-129~24.04"}],
+            "pip": [{"name": name, "version": pkg_version}
+                    for name, pkg_version in sorted((packages if sbom_pip is None else sbom_pip).items())]}
+    (root / ".sbom.json").write_text(json.dumps(sbom) + "\n")
+
+
+def _write_layout(root: Path, lines: list, runscript: str, labels: dict) -> None:
+    """/.singularity.d as `singularity build` makes it."""
     sd = root / ".singularity.d"
-    (sd / "env").mkdir(parents=True)
-    lines = ["#!/bin/sh", "# Generated test image environment"]
+    for sub in ("env", "actions", "libs"):
+        (sd / sub).mkdir(parents=True, exist_ok=True)
+    (sd / "env/90-environment.sh").write_text("\n".join(lines) + "\n")
+    (sd / "env/99-runtimevars.sh").write_text(_RUNTIME_VARS)
+    (sd / "runscript").write_text(runscript)
+    for path in (sd / "env/90-environment.sh", sd / "env/99-runtimevars.sh", sd / "runscript"):
+        path.chmod(0o755)
+    (sd / "labels.json").write_text(json.dumps(dict({"org.label-schema.schema-version": "1.0"}, **labels),
+                                               indent=2) + "\n")
+
+
+def image_layer(root: Path, *, conda: bool = False, laif: dict | None = None, laif_pythonpath: tuple = (),
+                sbom_pip: dict | None = None, env: dict | None = None, trees: dict | None = None) -> Path:
+    """Write a test image's layer into `root`, the image tree (the root file system under an overlay).
+
+    By default the image mimics the AMD images from 2025 on (Python on PATH); conda=True the ones before 2025 (a
+    `pytorch` environment to activate first, $WITH_CONDA); laif={name: version} the LUMI AI Factory images (see
+    _add_laif). `env` adds exports to the image's environment script, `trees` copies host directories into it
+    ({path in the image: host directory}).
+    """
+    lines = ["#!/bin/sh", "# Test image environment"]
+    runscript = _DEFAULT_RUNSCRIPT
     if laif is not None:
-        site = _make_laif_venv(root, python, laif)
-        lines.append('export PATH="/opt/venv/bin:$PATH"')
-        lines.append('export PYTHONPATH="%s:$PYTHONPATH"' % ':'.join((site,) + tuple(laif_pythonpath)))
-        (sd / "runscript").write_text(LAIF_RUNSCRIPT)
-        (sd / "runscript").chmod(0o755)
-        short = ".".join(_python_version(python).split(".")[:2])
-        sbom = {"apt": [{"name": "python" + short, "version": _python_version(python) + "-1"},
-                        {"name": "rocm-core", "version": "6.4.4.60404-129~24.04"}],
-                "pip": [{"name": name, "version": version}
-                        for name, version in sorted((laif if sbom_pip is None else sbom_pip).items())]}
-        (root / ".sbom.json").write_text(json.dumps(sbom) + "\n")
+        _add_laif(root, lines, laif, laif_pythonpath, sbom_pip)
+        runscript = LAIF_RUNSCRIPT
     elif conda:
-        base = root / "opt/miniconda3"
-        _link_pythons(base / "envs/pytorch/bin", python)
-        (base / "bin").mkdir(parents=True)
-        (base / "bin/activate").write_text(_ACTIVATE)
-        lines.append("export WITH_CONDA='source /opt/miniconda3/bin/activate pytorch'")
-    else:
-        bindir = root / "opt/container/bin"
-        _link_pythons(bindir, python)
-        pip = bindir / "pip"
-        pip.write_text('#!/bin/sh\nexec /opt/container/bin/python -m pip "$@"\n')
-        pip.chmod(0o755)
-        lines.append('export PATH="/opt/container/bin:$PATH"')
+        _add_conda(root, lines)
     for key, value in (env or {}).items():
         lines.append(f"export {key}={shlex.quote(str(value))}")
-    (sd / "env/90-environment.sh").write_text("\n".join(lines) + "\n")
-    (sd / "env/90-environment.sh").chmod(0o755)
-    labels = {"org.label-schema.schema-version": "1.0", "test.image.conda": str(conda)}
-    (sd / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+    for target, source in (trees or {}).items():
+        shutil.copytree(source, root / target.lstrip("/"), symlinks=True, dirs_exist_ok=True)
+    _write_layout(root, lines, runscript, {"test.image.conda": str(conda), "test.image.laif": str(laif is not None)})
     return root
 
 
-def make_test_sif(dest: Path, python: str, *, trees: dict | None = None, **kw) -> Path:
-    """make_test_rootfs() in a temp dir + build_sif() to `dest`.
-
-    `trees` maps absolute paths in the image to host directories copied there
-    (e.g. distributions' metadata, found through PYTHONPATH in `env`).
-    """
+def make_test_sif(dest: Path, **layer) -> Path:
+    """A SIF image at `dest`: the Debian root file system with image_layer(**layer) on top."""
+    if not (ROOTFS / "usr/bin/python3").exists():
+        raise RuntimeError(f"no root file system in {ROOTFS}; make setup builds it")
     dest = Path(dest)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        root = make_test_rootfs(Path(tmp) / "rootfs", python, **kw)
-        for target, source in (trees or {}).items():
-            shutil.copytree(source, root / target.lstrip("/"), symlinks=True)
-        return build_sif(root, dest)
+        upper, work, merged = (Path(tmp) / name for name in ("upper", "work", "merged"))
+        for path in (upper, work, merged):
+            path.mkdir()
+        _run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={ROOTFS},upperdir={upper},workdir={work}",
+              merged])
+        try:
+            image_layer(merged, **layer)
+            return build_sif(merged, dest)
+        finally:
+            _run(["umount", merged])
 
 
 def sif_partition_offset(path) -> int:

@@ -7,7 +7,7 @@ import math
 import subprocess
 import sys
 
-from harness import REPO, require_eb, require_tools
+from harness import REPO, require_eb, require_runtime, require_tools
 
 RUNNER = REPO / 'benchmarks' / 'run.py'
 BENCHMARKS = ['install', 'squash', 'wrapper', 'module_load', 'generator']
@@ -18,7 +18,8 @@ def is_number(value):
 
 
 def test_quick_benchmarks_report_all_figures(tmp_path):
-    require_tools('mksquashfs', 'unsquashfs', 'siftool', 'squashfuse', 'proot')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs', 'siftool')
     require_eb('5')
     out = tmp_path / 'bench.json'
     work = tmp_path / 'work'

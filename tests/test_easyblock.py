@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import install_demo
-from harness import (CONTAINER_PYTHON_VERSION, EASYBLOCK, IN_CI, REPO, STANDIN_DIR, Installation, base_env,
-                     demo_easyconfig, run, require_tools)
+from harness import (EASYBLOCK, REPO, STANDIN_DIR, Installation, base_env, demo_easyconfig, require_runtime,
+                     require_tools, run)
 
 ARGS = ['a b', "it's", '"quoted"', '$HOME', '*', '', 'back\\slash', '`date`']
 SHOW_ARGS = 'import json, sys; print(json.dumps(sys.argv[1:]))'
@@ -29,7 +29,7 @@ def module_env(inst, script, pre='', check=True):
 @pytest.mark.parametrize('eb_version,syntax', [('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua'), ('4.9', 'Tcl')])
 def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
     """module load sets exactly the contract, on top of the user's binds; unload gives the user's values back."""
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     inst, idir = install_demo(tmp_path, demo_sif, eb_version=eb_version, syntax=syntax,
                               container_env={'DEMO_VAR': 'a b $c'})
     names = ['SIF', 'SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'RUNSCRIPTSDEMO', 'SINGULARITY_BINDPATH',
@@ -115,7 +115,7 @@ def test_wrapper_errors(demo_install):
 
 
 def test_sif_fallback_to_central_dir(tmp_path, demo_sif):
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     inst, idir = install_demo(tmp_path, demo_sif)
     central = tmp_path / 'repo' / 'easybuild-sif-images'
     central.mkdir(parents=True)
@@ -137,7 +137,7 @@ def test_sif_fallback_to_central_dir(tmp_path, demo_sif):
 
 
 def test_sif_fallback_from_easyconfig_parameter(tmp_path, demo_sif):
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     central = tmp_path / 'central'
     central.mkdir()
     inst, idir = install_demo(tmp_path / 'i', demo_sif, central_sif_dir=str(central), syntax='Tcl')
@@ -171,7 +171,7 @@ def test_source_that_is_not_a_sif(tmp_path, demo_sif, content, expected):
 def test_checksum_is_verified_once(tmp_path, demo_sif, eb_version):
     """A wrong checksum stops the install before anything is copied; the right one installs. The image is read
     for the verification only, not also for log lines (EasyBuild 4.9 would read it twice more)."""
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     inst = Installation(tmp_path, eb_version=eb_version)
     data = Path(demo_sif).read_bytes()
     (inst.sources / 'demo.sif').write_bytes(data)
@@ -199,7 +199,8 @@ def test_missing_source(tmp_path):
 
 
 def test_make_and_unmake_squashfs(tmp_path, demo_sif):
-    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs')
     inst, idir = install_demo(tmp_path, demo_sif)
     make, unmake = str(idir / 'bin' / 'make-squashfs'), str(idir / 'bin' / 'unmake-squashfs')
     (idir / 'user-software' / 'marker').write_text('mine')
@@ -236,7 +237,7 @@ def test_make_and_unmake_squashfs(tmp_path, demo_sif):
 
 
 def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, demo_sif):
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     inst, idir = install_demo(tmp_path, demo_sif)
     fake = tmp_path / 'fakebin'
     fake.mkdir()
@@ -297,7 +298,8 @@ def test_easyblock_imports_only_easybuild_and_stdlib():
 def test_make_squashfs_after_a_killed_run(tmp_path, demo_sif):
     """SIGKILL (which no trap catches) leaves user-software.squashfs.tmp.<host>.<pid> behind: the next run removes
     it; one that is still being written stops the run; one of another host is reported, not touched."""
-    require_tools('proot', 'squashfuse', 'mksquashfs')
+    require_runtime()
+    require_tools('mksquashfs')
     inst, idir = install_demo(tmp_path, demo_sif)
     make = str(idir / 'bin' / 'make-squashfs')
     fake = tmp_path / 'fakebin'
@@ -355,7 +357,7 @@ def test_a_wrapper_never_calls_itself(demo_install, tmp_path):
 def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_sif):
     """Backticks, $() and backslashes in container_init reach the error messages as text, at install time and in
     runscripts/init-conda-venv."""
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     marker = tmp_path / 'ran'
     init = "test -n '`touch %s` $(touch %s) \\\\' && false" % (marker, marker)
     inst = Installation(tmp_path / 'i')

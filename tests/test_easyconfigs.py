@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import (CONTAINER_PYTHON, CONTAINER_PYTHON_VERSION, EASYBLOCK, REPO, Installation, require, require_tools,
+from harness import (CONTAINER_PYTHON_VERSION, EASYBLOCK, REPO, Installation, require, require_runtime, require_tools,
                      run, write_wheel)
 from sifimage import make_test_sif
 
@@ -68,7 +68,8 @@ def test_generated_easyconfig_installs_and_works(tmp_path):
     pip's options (local wheels, no network). The image is a real SIF with the components' metadata, named
     as the spec names it; the requirements torchmetrics and pytorch-lightning are stand-in wheels.
     """
-    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs', 'siftool')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs', 'siftool')
     spec = yaml.safe_load((EC_DIR / 'PyTorch.yaml').read_text())
     wheels = tmp_path / 'wheels'
     wheels.mkdir()
@@ -95,7 +96,7 @@ def test_generated_easyconfig_installs_and_works(tmp_path):
     inst = Installation(tmp_path / 'install')
     sif_name = 'lumi-pytorch-rocm-6.2.4-python-%s-pytorch-v2.7.1-dockerhash-0d479e852886.sif' % (
         CONTAINER_PYTHON_VERSION)
-    make_test_sif(inst.sources / sif_name, CONTAINER_PYTHON, trees={'/opt/components': dists},
+    make_test_sif(inst.sources / sif_name, trees={'/opt/components': dists},
                   env={'PYTHONPATH': '/opt/components'})
     inst.eb(ec)
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import LAIF_DEFAULTS, LAIF_MODULE as MODULE, LAIF_SIF_NAME, install_laif, torch_bind
-from harness import CONTAINER_PYTHON_VERSION, Installation, base_env, require_tools, run
+from harness import CONTAINER_PYTHON_VERSION, Installation, base_env, require_runtime, require_tools, run
 from test_easyconfigs import generate_ec_command
 
 SITE = '/opt/venv/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
@@ -17,7 +17,8 @@ SITE = '/opt/venv/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 
 @pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
 def laif(request, tmp_path_factory, laif_sif, laif_wheels):
-    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs')
     return install_laif(tmp_path_factory.mktemp('laif'), laif_sif, laif_wheels, eb_version=request.param,
                         syntax='Lua' if request.param == '5' else 'Tcl')
 
@@ -115,7 +116,8 @@ def test_module_fails_clearly_when_the_central_image_is_gone(laif):
 
 def test_install_steps_and_sanity_check_run_through_the_runscript(tmp_path, laif_sif, laif_wheels):
     """An init that fails unless the runscript ran: the venv, the pip step and the sanity check all pass."""
-    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs')
     init = 'test "${LAIF_RUNSCRIPT_RAN:-}" = yes || { echo "the runscript did not run" >&2; false; }'
     inst, idir, _ = install_laif(tmp_path, laif_sif, laif_wheels, container_init=init)
     log = next((idir / 'easybuild').glob('easybuild-PyTorch-*.log')).read_text()
@@ -132,7 +134,8 @@ def test_wrappers_refuse_without_the_module(laif):
 def test_inspect_to_installed_module(tmp_path, laif_sif, laif_wheels):
     """A maintainer's way for a new release: generate-ec inspect reads the image (its SBOM, name and checksum),
     its entry goes into a spec, generate-ec writes the easyconfig, eb installs it, and the module works."""
-    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs')
     entry = run([generate_ec_command(), 'inspect', str(laif_sif)]).stdout
     assert yaml.safe_load('containers:\n' + entry)['containers'] == [{
         'family': 'laif', 'version': '2.13.0', 'python': CONTAINER_PYTHON_VERSION, 'rocm': '6.4.4',

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from conftest import install_demo
-from harness import Installation, demo_easyconfig, require_tools, write_wheel
+from harness import Installation, demo_easyconfig, require_runtime, require_tools, write_wheel
 
 
 @pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
@@ -29,7 +29,8 @@ def options(wheels):
 
 @pytest.fixture(scope='module')
 def venv_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
-    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs')
     return install_demo(tmp_path_factory.mktemp('venv'), demo_sif, eb_version, pip_requirements=['lumi-top'],
                         pip_install_options=options(wheelhouse))
 
@@ -58,7 +59,7 @@ def test_manual_procedure_of_the_user_guide(venv_install, wheelhouse):
 
 
 def test_bad_requirement_fails_with_pips_message(tmp_path, demo_sif, wheelhouse, eb_version):
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     with pytest.raises(AssertionError) as err:
         install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-does-not-exist'],
                      pip_install_options=options(wheelhouse))
@@ -69,7 +70,7 @@ def test_bad_requirement_fails_with_pips_message(tmp_path, demo_sif, wheelhouse,
 
 
 def test_broken_wheel_fails(tmp_path, demo_sif, eb_version):
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     wheels = tmp_path / 'wheels'
     wheels.mkdir()
     write_wheel(wheels, 'lumi-broken', broken=True)
@@ -80,7 +81,7 @@ def test_broken_wheel_fails(tmp_path, demo_sif, eb_version):
 
 
 def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, eb_version):
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     lines = ['lumi-base ; python_version >= "3"  # a comment with $HOME and `false` and \'quotes\'',
              '# only a comment: $(false)']
     inst, idir = install_demo(tmp_path, demo_sif, eb_version, pip_requirements=lines,
@@ -98,7 +99,7 @@ def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, e
 
 
 def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, eb_version):
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     fake = tmp_path / 'fakebin'
     fake.mkdir()
     (fake / 'mksquashfs').write_text('#!/bin/sh\necho partial > "$2"\necho "mksquashfs: no space left" >&2\nexit 1\n')
@@ -119,7 +120,8 @@ def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, 
 
 def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, eb_version):
     """A reinstall moves user-software.squashfs aside only if the user changed it since it was installed."""
-    require_tools('proot', 'squashfuse', 'mksquashfs', 'unsquashfs')
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs')
     inst, idir = install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-base'],
                               pip_install_options=options(wheelhouse))
     ec = inst.root / 'easyconfigs' / 'Demo-1.0.eb'
@@ -144,7 +146,8 @@ def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, e
 
 
 def test_what_a_failed_install_left_is_not_kept(tmp_path, demo_sif, wheelhouse, eb_version):
-    require_tools('proot', 'squashfuse', 'mksquashfs')
+    require_runtime()
+    require_tools('mksquashfs')
     with pytest.raises(AssertionError):
         install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-does-not-exist'],
                      pip_install_options=options(wheelhouse))
@@ -159,7 +162,7 @@ def test_what_a_failed_install_left_is_not_kept(tmp_path, demo_sif, wheelhouse, 
 
 
 def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse, eb_version):
-    require_tools('proot', 'squashfuse')
+    require_runtime()
     init = 'source /opt/miniconda3/bin/activate pytorch'
     inst, idir = install_demo(tmp_path, conda_sif, eb_version, container_init=init,
                               pip_requirements=['lumi-base'], pip_install_options=options(wheelhouse))
