@@ -68,9 +68,20 @@ $(SINGULARITY_342)/bin/singularity: | $(TOOLS)/apt.stamp
 	  $(SINGULARITY_342)/etc/singularity/singularity.conf
 	rm -rf $(TOOLS)/build-singularity
 
+# The suite drives the container runtime with the stand-in, and then the tests marked 'runtime' once more with the
+# real Singularity 3.4.2 built here (tests that need what 3.4.2 lacks are left out, and listed). With
+# SINGULARITY=/path/to/singularity (or apptainer) it runs them all with that runtime instead, once, as on LUMI.
+TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra -p no:cacheprovider
+ifeq ($(SINGULARITY),)
+test: setup $(SINGULARITY_342)/bin/singularity
+	$(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
+	$(TEST) tests
+	LUMI_CT_SINGULARITY=$(SINGULARITY_342)/bin/singularity $(TEST) -m runtime tests
+else
 test: setup
 	$(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
-	LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra tests
+	LUMI_CT_SINGULARITY=$(abspath $(SINGULARITY)) $(TEST) tests
+endif
 
 demo: setup
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) demo/demo.py

@@ -1,3 +1,4 @@
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -6,8 +7,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
 
-from harness import (TORCH_SITE, Installation, demo_easyconfig, require, require_runtime, require_tools,  # noqa: E402
-                     write_wheel)
+from harness import (FEATURES, RUNTIME, RUNTIME_FEATURES, SQUASHFS_WORKS, TORCH_SITE, Installation,  # noqa: E402
+                     demo_easyconfig, require, require_runtime, require_tools, write_wheel)
 from sifimage import make_test_sif  # noqa: E402
 from slurmcluster import SLURM_COMMANDS, SlurmCluster  # noqa: E402
 
@@ -127,9 +128,40 @@ def install_laif(root, laif_sif, wheels, eb_version='5', syntax='Lua', **params)
         container_env_defaults=LAIF_DEFAULTS, container_venv='pytorch',
         wrapped_commands=['python', 'python3', 'pip', 'torchrun'],
         container_components={'laif-base': '1.0', 'torch': '2.13.0'},
-        pip_requirements=['laif-top', 'laif-upgrade==2.0'],
+        pip_requirements=['laif-top', 'laif-upgrade==2.0'], squash_user_software=SQUASHFS_WORKS,
         pip_install_options=['--no-index', '--find-links=%s' % wheels])
     settings.update(params)
     ec = inst.write_easyconfig('PyTorch-2.13.0-laif.eb', demo_easyconfig(**settings))
     inst.eb(ec)
     return inst, inst.installdir('PyTorch', '2.13.0-laif'), central / LAIF_SIF_NAME
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'runtime: drives the container runtime (run again with a real one)')
+    config.addinivalue_line('markers', 'needs(feature): needs a feature of harness.FEATURES from the runtime')
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave out the tests that need something the runtime in use lacks, and say so in the summary."""
+    kept, left_out = [], []
+    for item in items:
+        lacking = [feature for mark in item.iter_markers('needs') for feature in mark.args
+                   if feature not in RUNTIME_FEATURES]
+        (left_out if lacking else kept).append(item)
+        if lacking:
+            LEFT_OUT.setdefault(tuple(lacking), []).append(item.nodeid)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
+LEFT_OUT = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line('container runtime: %s' % RUNTIME)
+    for lacking, nodeids in sorted(LEFT_OUT.items()):
+        terminalreporter.write_line('left out, as %s lacks %s: %d tests' % (
+            os.path.basename(RUNTIME), '; '.join(FEATURES[feature] for feature in lacking), len(nodeids)))
+        for nodeid in nodeids:
+            terminalreporter.write_line('  ' + nodeid)

@@ -1,9 +1,11 @@
 """Real parts for the tests: EasyBuild installs, Lmod shells, the singularity stand-in, test images."""
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -17,7 +19,7 @@ TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
 EB_VENVS = {'5': TOOLS / 'eb5', '4.9': TOOLS / 'eb49'}
 # torch installed with pip --target by make setup, bound into the test image of the distributed tests.
 TORCH_SITE = os.environ.get('LUMI_CT_TORCH', str(TOOLS / 'torch-2.13.0'))
-LMOD_CMD = '/usr/share/lmod/lmod/libexec/lmod'
+LMOD_CMD = os.environ.get('LMOD_CMD') or '/usr/share/lmod/lmod/libexec/lmod'
 LMOD_INIT = '/usr/share/lmod/lmod/init/bash'
 IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
 
@@ -26,8 +28,36 @@ CONTAINER_PYTHON_VERSION = '%d.%d' % sys.version_info[:2]
 
 # The container runtime the tests drive: a real singularity or apptainer if LUMI_CT_SINGULARITY names one
 # (make test SINGULARITY=/path/to/singularity), else the stand-in.
+STANDIN = str(STANDIN_DIR / 'singularity')
 REAL_RUNTIME = os.environ.get('LUMI_CT_SINGULARITY', '')
-RUNTIME = REAL_RUNTIME or str(STANDIN_DIR / 'singularity')
+RUNTIME = REAL_RUNTIME or STANDIN
+
+# What a runtime can do beyond Singularity 3.4.2, the oldest one the tests run against. A test that needs one of
+# these is marked @pytest.mark.needs(feature) and left out (deselected) with a runtime that lacks it.
+FEATURES = {
+    'image-src': 'SquashFS files bound with image-src= (Singularity 3.6 and later, Apptainer)',
+    'env-precedence': "SINGULARITYENV_* winning over the image's own environment (Singularity 3.6 and later)",
+    'apptainer': "Apptainer's own names, APPTAINER_* (Apptainer, and the stand-in called as apptainer)",
+}
+
+
+def runtime_features(runtime=RUNTIME):
+    """The FEATURES the runtime has: all for the stand-in, else by its name and version."""
+    if runtime == STANDIN:
+        return set(FEATURES)
+    out = subprocess.run([runtime, '--version'], capture_output=True, text=True).stdout
+    match = re.search(r'(\S+) version (\d+)\.(\d+)', out)
+    if not match:
+        return set()
+    name, version = match.group(1), (int(match.group(2)), int(match.group(3)))
+    if name == 'apptainer':
+        return set(FEATURES)
+    return {'image-src', 'env-precedence'} if version >= (3, 6) else set()
+
+
+RUNTIME_FEATURES = runtime_features()
+# Installs with pip requirements pack the venv into a SquashFS file only where the runtime can bind it
+SQUASHFS_WORKS = 'image-src' in RUNTIME_FEATURES
 
 
 def require(condition, what):
@@ -44,11 +74,28 @@ def require_tools(*tools):
 
 
 def require_runtime():
-    """The runtime the tests use, and what the stand-in needs: root (mount namespaces, loop devices)."""
+    """The runtime the tests use, and what the stand-in needs: root (mount namespaces, loop devices). A real
+    runtime that cannot start a container on this machine (no loop devices or mount namespaces, say) skips the
+    test, with what it said as the reason."""
     require(os.access(RUNTIME, os.X_OK), 'the container runtime %s' % RUNTIME)
     if not REAL_RUNTIME:
         require(os.geteuid() == 0, 'root (the singularity stand-in mounts the image)')
         require_tools('mount', 'unshare')
+    elif runtime_probe():
+        pytest.skip('%s cannot start a container on this machine: %s' % (RUNTIME, runtime_probe()))
+
+
+_PROBE = []
+
+
+def runtime_probe():
+    """None if the real runtime starts a container of a test image here, else what it said (once a session)."""
+    if not _PROBE:
+        from sifimage import make_test_sif
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = run([RUNTIME, 'exec', str(make_test_sif(Path(tmp) / 'probe.sif')), '/bin/true'], check=False)
+        _PROBE.append(None if proc.returncode == 0 else (proc.stderr.strip() or 'exit code %d' % proc.returncode))
+    return _PROBE[0]
 
 
 def require_eb(version):

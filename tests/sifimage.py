@@ -1,14 +1,15 @@
 """Real SIF images for the tests, the demo and the benchmarks, with an operating system of their own.
 
 Every image is a layer on top of a minimal Debian 12 root file system (bash, coreutils, python3 with venv and pip),
-which `make setup` builds once with mmdebstrap from Debian's packages into $TOOLS/rootfs/bookworm. The layer is
-written through an overlay mount (the root file system itself is never changed), packed with mksquashfs and put
-into a SIF file with siftool. It gets the /.singularity.d layout a real runtime expects of an image made by
-`singularity build`: the environment scripts, an (empty) actions directory over which the runtime mounts its own
-action scripts, the runscript and the labels. Needs root (mounts). Stdlib only.
+which `make setup` builds once with mmdebstrap from Debian's packages into $TOOLS/rootfs/bookworm. The layer only
+adds files to a hard-linked copy of it (the root file system itself is never changed), which is packed with
+mksquashfs and put into a SIF file with siftool. It gets the /.singularity.d layout a real runtime expects of an
+image made by `singularity build`: the environment scripts, an (empty) actions directory over which the runtime
+mounts its own action scripts, the runscript and the labels. Needs no root. Stdlib only.
 """
 import json
 import os
+import re
 import shlex
 import shutil
 import struct
@@ -101,12 +102,6 @@ def build_sif(rootfs: Path, sif: Path) -> Path:
     return sif
 
 
-def in_image(root: Path, *cmd):
-    """Run cmd in the image tree being built (chroot, with /dev and /proc), e.g. to make a venv with its Python."""
-    script = 'mount --rbind /dev "$1/dev" && mount -t proc proc "$1/proc" && shift && exec chroot "$@"'
-    return _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", root, root, *cmd])
-
-
 def write_distribution(site: Path, name: str, version: str) -> None:
     """An installed pure-Python distribution: module `name` (dashes as underscores) with VERSION, and its
     dist-info."""
@@ -120,8 +115,16 @@ def write_distribution(site: Path, name: str, version: str) -> None:
     (info / "RECORD").write_text("")
 
 
-def _python_version(root: Path) -> str:
-    return in_image(root, IMAGE_PYTHON, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])").strip()
+def _debian_packages(root: Path) -> dict:
+    """{package: version} of the image's Debian packages (dpkg's status file)."""
+    status = (root / "var/lib/dpkg/status").read_text()
+    return dict(re.findall(r"^Package: (\S+)\n(?:[^\n]+\n)*?Version: (\S+)$", status, re.M))
+
+
+def _image_python(root: Path) -> tuple:
+    """The image's Python: (major.minor, the Debian package's version)."""
+    short = sorted(p.name[len("python"):] for p in (root / "usr/lib").glob("python3.*") if p.is_dir())[-1]
+    return short, _debian_packages(root)["python" + short]
 
 
 def _add_conda(root: Path, lines: list) -> None:
@@ -135,23 +138,42 @@ def _add_conda(root: Path, lines: list) -> None:
     lines.append("export WITH_CONDA='source /opt/miniconda3/bin/activate pytorch'")
 
 
+def _make_venv(root: Path, path: str, short: str, version: str) -> None:
+    """A venv of the image's Python at `path`, as `python3 -m venv` makes it, with the image's pip in it (as of
+    Python 3.12, LAIF's: no setuptools)."""
+    venv = root / path.lstrip("/")
+    site = venv / "lib" / ("python" + short) / "site-packages"
+    site.mkdir(parents=True)
+    (venv / "lib64").symlink_to("lib")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\nversion = %s\n"
+                                     "executable = /usr/bin/python%s\ncommand = /usr/bin/python3 -m venv %s\n"
+                                     % (version, short, path))
+    (venv / "bin").mkdir()
+    (venv / "bin/python").symlink_to(IMAGE_PYTHON)
+    for alias in ("python3", "python" + short):
+        (venv / "bin" / alias).symlink_to("python")
+    for name in ("pip", "pip3", "pip" + short):
+        (venv / "bin" / name).write_text("#!%s/bin/python\nimport sys\nfrom pip._internal.cli.main import main\n"
+                                         "sys.exit(main())\n" % path)
+        (venv / "bin" / name).chmod(0o755)
+    dist_packages = root / "usr/lib/python3/dist-packages"
+    for entry in dist_packages.iterdir():
+        if entry.name == "pip" or (entry.name.startswith("pip-") and entry.name.endswith(".dist-info")):
+            shutil.copytree(entry, site / entry.name, symlinks=True)
+
+
 def _add_laif(root: Path, lines: list, packages: dict, pythonpath: tuple, sbom_pip) -> None:
     """/opt/venv as in the LUMI AI Factory images: a venv of the image's Python (with pip) holding `packages`
     ({name: version}), on PATH and on PYTHONPATH; a runscript that sets a variable and ends in exec "$@"; and a
     /.sbom.json listing the packages (or sbom_pip)."""
-    in_image(root, IMAGE_PYTHON, "-m", "venv", "/opt/venv")
-    version = _python_version(root)
-    short = ".".join(version.split(".")[:2])
+    short, deb_version = _image_python(root)
     site = "/opt/venv/lib/python%s/site-packages" % short
-    # Python 3.12's venv (LAIF's) has pip only; 3.11's adds an old setuptools
-    for entry in (root / site.lstrip("/")).iterdir():
-        if entry.name.startswith(("setuptools", "_distutils_hack", "distutils-precedence", "pkg_resources")):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    _make_venv(root, "/opt/venv", short, deb_version.split("-")[0])
     for name, pkg_version in packages.items():
         write_distribution(root / site.lstrip("/"), name, pkg_version)
     lines.append('export PATH="/opt/venv/bin:$PATH"')
     lines.append('export PYTHONPATH="%s:$PYTHONPATH"' % ":".join((site,) + tuple(pythonpath)))
-    sbom = {"apt": [{"name": "python" + short, "version": version + "-1"},
+    sbom = {"apt": [{"name": "python" + short, "version": deb_version},
                     {"name": "rocm-core", "version": "6.4.4.60404-129~24.04"}],
             "pip": [{"name": name, "version": pkg_version}
                     for name, pkg_version in sorted((packages if sbom_pip is None else sbom_pip).items())]}
@@ -197,21 +219,18 @@ def image_layer(root: Path, *, conda: bool = False, laif: dict | None = None, la
 
 
 def make_test_sif(dest: Path, **layer) -> Path:
-    """A SIF image at `dest`: the Debian root file system with image_layer(**layer) on top."""
+    """A SIF image at `dest`: the Debian root file system with image_layer(**layer) on top. The layer only adds
+    files, so the image tree can share the root file system's files (hard links; a copy on another file system)."""
     if not (ROOTFS / "usr/bin/python3").exists():
         raise RuntimeError(f"no root file system in {ROOTFS}; make setup builds it")
     dest = Path(dest)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        upper, work, merged = (Path(tmp) / name for name in ("upper", "work", "merged"))
-        for path in (upper, work, merged):
-            path.mkdir()
-        _run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={ROOTFS},upperdir={upper},workdir={work}",
-              merged])
-        try:
-            image_layer(merged, **layer)
-            return build_sif(merged, dest)
-        finally:
-            _run(["umount", merged])
+        root = Path(tmp) / "root"
+        if subprocess.run(["cp", "-al", ROOTFS, root], capture_output=True).returncode:
+            shutil.rmtree(root, ignore_errors=True)
+            _run(["cp", "-a", ROOTFS, root])
+        image_layer(root, **layer)
+        return build_sif(root, dest)
 
 
 def sif_partition_offset(path) -> int:

@@ -7,7 +7,11 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from harness import REPO, require_eb, require_runtime, require_tools
+
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 RUNNER = REPO / 'benchmarks' / 'run.py'
 BENCHMARKS = ['install', 'squash', 'wrapper', 'module_load', 'generator']
@@ -17,6 +21,7 @@ def is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+@pytest.mark.needs('image-src')  # it measures loads and starts with the venv squashed
 def test_quick_benchmarks_report_all_figures(tmp_path):
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs', 'siftool')

@@ -12,6 +12,8 @@ import pytest
 from conftest import LAIF_MODULE, install_laif, torch_bind
 from harness import LMOD_INIT, Installation, demo_easyconfig, run
 
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
 HOSTLISTS = [
     ('nid005000', 'nid005000'),
     ('nid005000,nid005001', 'nid005000'),

@@ -17,6 +17,8 @@ from conftest import install_demo
 from harness import (EASYBLOCK, REPO, STANDIN_DIR, Installation, base_env, demo_easyconfig, require_runtime,
                      require_tools, run)
 
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
 ARGS = ['a b', "it's", '"quoted"', '$HOME', '*', '', 'back\\slash', '`date`']
 SHOW_ARGS = 'import json, sys; print(json.dumps(sys.argv[1:]))'
 
@@ -198,6 +200,7 @@ def test_missing_source(tmp_path):
     assert "Couldn't find file demo.sif anywhere" in proc.stdout + proc.stderr
 
 
+@pytest.mark.needs('image-src')
 def test_make_and_unmake_squashfs(tmp_path, demo_sif):
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')

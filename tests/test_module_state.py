@@ -10,6 +10,8 @@ import pytest
 from conftest import install_demo
 from harness import STANDIN_DIR, demo_easyconfig
 
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
 # What a user may have set before loading: every variable the module sets.
 TOUCHED = ['SIF', 'SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'RUNSCRIPTSDEMO', 'SINGULARITY_BINDPATH',
            'APPTAINER_BINDPATH', 'SINGULARITYENV_PREPEND_PATH', 'APPTAINERENV_PREPEND_PATH',
@@ -125,6 +127,7 @@ def test_conflicts_with_lumis_binding_modules(two_modules, tmp_path):
     assert 'SIF=unset' in proc.stdout
 
 
+@pytest.mark.needs('apptainer')
 def test_apptainer_behaves_like_singularity(two_modules, tmp_path):
     """The module sets Apptainer's names too: 'apptainer exec $SIF' sees what 'singularity exec $SIF' sees, even
     when the user has binds of their own under one name only."""

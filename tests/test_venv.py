@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 from conftest import install_demo
-from harness import Installation, demo_easyconfig, require_runtime, require_tools, write_wheel
+from harness import SQUASHFS_WORKS, Installation, demo_easyconfig, require_runtime, require_tools, write_wheel
+
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 
 @pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
@@ -32,9 +34,10 @@ def venv_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
     return install_demo(tmp_path_factory.mktemp('venv'), demo_sif, eb_version, pip_requirements=['lumi-top'],
-                        pip_install_options=options(wheelhouse))
+                        pip_install_options=options(wheelhouse), squash_user_software=SQUASHFS_WORKS)
 
 
+@pytest.mark.needs('image-src')
 def test_requirements_installed_and_squashed(venv_install):
     inst, idir = venv_install
     assert (idir / 'user-software.squashfs').is_file()
@@ -47,6 +50,7 @@ def test_requirements_installed_and_squashed(venv_install):
     assert out[1].endswith('/site-packages/lumi_base/__init__.py')
 
 
+@pytest.mark.needs('image-src')
 def test_manual_procedure_of_the_user_guide(venv_install, wheelhouse):
     """unmake-squashfs, remove the squashfs, reload, pip install, make-squashfs, reload: both import."""
     inst, idir = venv_install
@@ -118,6 +122,7 @@ def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, 
     assert (idir / 'user-software' / 'venv' / 'demo' / 'lib').is_dir()
 
 
+@pytest.mark.needs('image-src')
 def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, eb_version):
     """A reinstall moves user-software.squashfs aside only if the user changed it since it was installed."""
     require_runtime()
@@ -155,7 +160,8 @@ def test_what_a_failed_install_left_is_not_kept(tmp_path, demo_sif, wheelhouse, 
     idir = inst.installdir('Demo', '1.0')
     assert (idir / 'user-software' / 'venv').is_dir()
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-base'],
-                                                              pip_install_options=options(wheelhouse)))
+                                                              pip_install_options=options(wheelhouse),
+                                                              squash_user_software=SQUASHFS_WORKS))
     out = inst.eb(ec).stdout
     assert '%s was left by an installation that did not finish: it is replaced' % (idir / 'user-software') in out
     assert not list(idir.parent.glob('1.0.user-software*'))
