@@ -170,8 +170,8 @@ def test_what_a_failed_install_left_is_not_kept(tmp_path, demo_sif, wheelhouse, 
 def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse, eb_version):
     require_runtime()
     init = 'source /opt/miniconda3/bin/activate pytorch'
-    inst, idir = install_demo(tmp_path, conda_sif, eb_version, container_init=init,
-                              pip_requirements=['lumi-base'], pip_install_options=options(wheelhouse))
+    inst, idir = install_demo(tmp_path, conda_sif, eb_version, container_init=init, pip_requirements=['lumi-base'],
+                              pip_install_options=options(wheelhouse), squash_user_software=SQUASHFS_WORKS)
     out = inst.shell('module load Demo/1.0\npython -c "import lumi_base, os; print(os.environ[\'CONDA_DEFAULT_ENV\'])"'
                      '\nstart-shell -c "echo \\$CONDA_PREFIX"').stdout.split()
     assert out == ['pytorch', '/opt/miniconda3/envs/pytorch']
