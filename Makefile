@@ -3,7 +3,7 @@
 # and torch for the test image of the distributed tests (a CPU build pip takes from local disk).
 TOOLS ?= /opt/lumi-container-tools
 PY := $(TOOLS)/venv/bin/python
-APT_PACKAGES := lmod squashfs-tools siftool shellcheck python3 python3-venv python3-pip slurm-wlm munge mmdebstrap \
+APT_PACKAGES := lmod lua5.3 tcl8.6 squashfs-tools siftool shellcheck python3 python3-venv python3-pip slurm-wlm munge mmdebstrap \
 		golang-go build-essential libssl-dev uuid-dev libgpgme-dev libseccomp-dev pkg-config cryptsetup-bin
 PYTHON ?= python3
 TORCH_VERSION := 2.13.0
@@ -78,7 +78,8 @@ test: setup $(SINGULARITY_342)/bin/singularity
 	$(TEST) tests
 	LUMI_CT_SINGULARITY=$(SINGULARITY_342)/bin/singularity $(TEST) -m runtime tests
 else
-test: setup
+# No root needed here: the Debian packages and the root file system must be there already.
+test: $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp
 	$(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
 	LUMI_CT_SINGULARITY=$(abspath $(SINGULARITY)) $(TEST) tests
 endif

@@ -56,10 +56,10 @@ def test_check_style_and_dry_run(tmp_path, eb_version):
     inst = Installation(tmp_path, eb_version=eb_version)
     proc = inst.eb('--check-style', *EASYCONFIGS, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = inst.eb('--dry-run', *EASYCONFIGS, '--robot-paths=%s' % EC_DIR, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
     for ec in EASYCONFIGS:
-        proc = inst.eb('--dry-run', ec, '--robot-paths=%s' % EC_DIR, check=False)
-        out = proc.stdout + proc.stderr
-        assert proc.returncode == 0, out
         assert 'PyTorch/%s' % ec.name[len('PyTorch-'):-len('.eb')] in out
 
 

@@ -130,7 +130,7 @@ def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, e
     inst, idir = install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-base'],
                               pip_install_options=options(wheelhouse))
     ec = inst.root / 'easyconfigs' / 'Demo-1.0.eb'
-    for _ in range(3):
+    for _ in range(2):
         out = inst.eb(ec, '--rebuild').stdout
         assert '%s is as the previous installation made it: it is replaced' % (idir / 'user-software.squashfs') in out
     assert not list(idir.parent.glob('1.0.user-software*.backup-*'))

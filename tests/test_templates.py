@@ -1,0 +1,148 @@
+"""The easyblock's text, tested directly: one quoting helper per language, the template filler, and the programs it
+writes (get-master, the sanity check's container script, the image packages module) run as the programs they
+are."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from generator.easyblock import easyblock
+from harness import require
+
+TRICKY = ['plain', "it's", 'say "hi"', '$HOME ${X} $(id)', '`date`', 'back\\slash \\n \\\\', 'two\nlines',
+          'tab\there', 'carriage\rreturn', 'ünïcödé €', '', '{braces} [brackets] ;&|<>*?~#!', '-n', '%s %d']
+
+
+def run(cmd, stdin=None):
+    """The output of cmd, decoded as it is (no newline translation: a carriage return stays one)."""
+    proc = subprocess.run(cmd, input=None if stdin is None else stdin.encode(), capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.decode()
+
+
+@pytest.mark.parametrize('text', TRICKY)
+def test_sh_str_is_one_literal_word(text):
+    assert run(['bash', '-c', 'printf %%s %s' % easyblock.sh_str(text)]) == text
+
+
+@pytest.mark.parametrize('text', TRICKY)
+def test_lua_str_is_a_literal(text):
+    lua = shutil.which('lua5.3') or shutil.which('lua')
+    require(lua, 'lua (Lmod needs it)')
+    assert run([lua, '-e', 'io.write(%s)' % easyblock.lua_str(text)]) == text
+
+
+@pytest.mark.parametrize('text', TRICKY)
+def test_tcl_str_is_a_literal(text):
+    require(shutil.which('tclsh'), 'tclsh')
+    assert run(['tclsh'], stdin='puts -nonewline %s\n' % easyblock.tcl_str(text)) == text
+
+
+def test_fill_template():
+    fill = easyblock.fill_template
+    assert fill('exec "$@" @command@ ${gpus[@]} a@b.c', command="'ls'") == 'exec "$@" \'ls\' ${gpus[@]} a@b.c'
+    assert fill('@a@ and @a@', a='x') == 'x and x'
+    with pytest.raises(easyblock.EasyBuildError, match='placeholder @b@ has no value'):
+        fill('@a@ @b@', a='x')
+    with pytest.raises(easyblock.EasyBuildError, match='no placeholder for @c@'):
+        fill('@a@', a='x', c='y')
+    assert fill('@a@', a='@b@') == '@b@'  # a value is not filled in again
+
+
+def test_every_script_template_has_all_its_values():
+    """The scripts of the table, filled for an installation: no placeholder left, bash ones parse."""
+    for path, _, kind, template in easyblock.SCRIPTS:
+        assert kind in ('bash', 'python'), path
+        if kind == 'python':
+            assert not easyblock.PLACEHOLDER.search(template), path
+
+
+GET_MASTER_CASES = [
+    ('nid005000', 'nid005000'), ('nid[005000-005003,005007]', 'nid005000'), ('nid[005007,005000-005003]', 'nid005007'),
+    ('rack[1-2]-node[01-04]', 'rack1-node01'), ('nid[005000]-ib,uan01', 'nid005000-ib'), ('x[2,4]y[1-3]z', 'x2y1z'),
+    ('login1,nid[1-4]', 'login1'),
+]
+GET_MASTER_ERRORS = [('nid[1-2', 'unbalanced brackets'), ('nid[a-b]', "'a-b' is not a number range"),
+                     ('nid[5-3]', "the range '5-3' runs backwards"), ('nid[1-]', "'1-' is not a number range"),
+                     ('host name', 'no host name'), ('a\nb', 'no host name'), ('nid[[1]]', 'unbalanced brackets')]
+
+
+@pytest.fixture(scope='module')
+def get_master(tmp_path_factory):
+    """runscripts/get-master as written: a file to run, and a module to call."""
+    path = tmp_path_factory.mktemp('get-master') / 'get-master'
+    path.write_text(easyblock.RUNSCRIPT_GET_MASTER)
+    path.chmod(0o755)
+    namespace = {'__name__': 'get_master'}
+    exec(compile(easyblock.RUNSCRIPT_GET_MASTER, str(path), 'exec'), namespace)
+    return path, namespace
+
+
+@pytest.mark.parametrize('hostlist,first', GET_MASTER_CASES)
+def test_get_master_first_host(get_master, hostlist, first):
+    path, module = get_master
+    assert module['first_host'](hostlist) == first
+    assert run([sys.executable, str(path), hostlist]) == first + '\n'
+
+
+@pytest.mark.parametrize('hostlist,reason', GET_MASTER_ERRORS)
+def test_get_master_rejects(get_master, hostlist, reason):
+    path, module = get_master
+    with pytest.raises(ValueError, match='^%s$' % reason.replace('[', r'\[').replace(']', r'\]')):
+        module['first_host'](hostlist)
+    proc = subprocess.run([sys.executable, str(path), hostlist], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (1, '')
+    assert proc.stderr == 'get-master: error: cannot parse host list %r: %s\n' % (hostlist, reason)
+
+
+def container_check(checks):
+    """The sanity check's script run by this Python, with the checks on stdin: (exit status, output)."""
+    proc = subprocess.run([sys.executable, '-c', easyblock.CONTAINER_CHECK_SCRIPT], input=json.dumps(checks),
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout
+
+
+def test_container_check_script():
+    """Python version, components (a release without a local label matches one with it), missing ones."""
+    python = '%d.%d' % sys.version_info[:2]
+    pytest_version = run([sys.executable, '-c', 'import importlib.metadata as m; print(m.version("pytest"))']).strip()
+    assert container_check({'python': python, 'components': {'pytest': pytest_version}, 'requirements': []}) == (
+        0, 'container checks passed\n')
+    assert container_check({'python': '2.7', 'components': {'pytest': '0.1', 'no-such-dist': '1.0'},
+                            'requirements': ['also-missing']}) == (1, '\n'.join([
+                                'Python %s in the container, expected 2.7' % python,
+                                'pytest is version %s, expected 0.1' % pytest_version,
+                                'no-such-dist is not installed', 'also-missing is not installed']) + '\n')
+
+
+def test_container_check_matches_like_pip(tmp_path):
+    """'2.9.1' matches an installed '2.9.1+rocm6.4.4' (pip's ==), but '2.9.1+cpu' does not."""
+    site = tmp_path / 'site'
+    info = site / 'fake_torch-2.9.1+rocm6.4.4.dist-info'
+    info.mkdir(parents=True)
+    (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: fake-torch\nVersion: 2.9.1+rocm6.4.4\n')
+    script = 'import sys; sys.path.insert(0, %r)\n' % str(site) + easyblock.CONTAINER_CHECK_SCRIPT
+    for want, status in (('2.9.1', 0), ('2.9.1+rocm6.4.4', 0), ('2.9.1+cpu', 1), ('2.9', 1)):
+        proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                              input=json.dumps({'python': '', 'components': {'fake-torch': want}, 'requirements': []}))
+        assert proc.returncode == status, (want, proc.stdout)
+
+
+def test_image_packages_arrangement():
+    """The venv's own site-packages before the first of the image's package dirs, missing image dirs after."""
+    namespace = {'__file__': '/image/packages.py'}
+    source = easyblock.fill_template(easyblock.IMAGE_PACKAGES, module='Demo/1.0',
+                                     module_name=easyblock.IMAGE_PACKAGES_MODULE, package_dirs='[]')
+    exec(compile(source.replace('\nsys.path[:] = ', '\n_ = '), 'image_packages', 'exec'), namespace)
+    arrange = namespace['arrange']
+    own = '/user-software/venv/x/lib/python3.12/site-packages'
+    image = ['/opt/venv/lib/python3.12/site-packages', '/opt/torch']
+    path = ['/work', '/opt/venv/lib/python3.12/site-packages', '', '/usr/lib/python312.zip', '/usr/lib/python3.12',
+            '/usr/lib/python3.12/lib-dynload', own]
+    assert arrange(path, own, image) == ['/work', own, '/opt/venv/lib/python3.12/site-packages', '',
+                                         '/usr/lib/python312.zip', '/usr/lib/python3.12',
+                                         '/usr/lib/python3.12/lib-dynload', '/opt/torch']
+    stdlib_only = ['/usr/lib/python3.12', own]
+    assert arrange(stdlib_only, own, image) == ['/usr/lib/python3.12', own] + image
