@@ -44,7 +44,7 @@ LAIF_FILES = [
 ]
 
 
-def run(argv, capsys):
+def generate_ec(argv, capsys):
     """Run main(argv); return (exit code, stdout, stderr)."""
     code = main(argv)
     out, err = capsys.readouterr()
@@ -105,7 +105,7 @@ def check_easyconfig(path):
 @pytest.mark.parametrize('key', sorted(SPECS))
 def test_golden(key, tmp_path, capsys):
     outdir = tmp_path / 'out'
-    code, out, err = run([SPECS[key], '-o', str(outdir)], capsys)
+    code, out, err = generate_ec([SPECS[key], '-o', str(outdir)], capsys)
     assert code == 0, err
     golden_dir = os.path.join(GOLDEN, key)
     if os.environ.get('GENERATOR_UPDATE_GOLDEN'):
@@ -214,7 +214,7 @@ def test_overrides_values():
 
 def test_deterministic(tmp_path, capsys):
     for run_dir in ('a', 'b'):
-        code, _, err = run([PYTORCH_SPEC, OVERRIDES_SPEC, '-o', str(tmp_path / run_dir)], capsys)
+        code, _, err = generate_ec([PYTORCH_SPEC, OVERRIDES_SPEC, '-o', str(tmp_path / run_dir)], capsys)
         assert code == 0, err
     first, second = tree(str(tmp_path / 'a')), tree(str(tmp_path / 'b'))
     assert first == second and len(first) == 5
@@ -225,7 +225,7 @@ def test_deterministic(tmp_path, capsys):
 
 def test_default_outdir(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run([PYTORCH_SPEC], capsys)
+    code, out, err = generate_ec([PYTORCH_SPEC], capsys)
     assert code == 0, err
     expected = [os.path.join('easyconfigs', 'p', 'PyTorch', name) for name in PYTORCH_FILES]
     assert out.splitlines() == expected
@@ -235,17 +235,17 @@ def test_default_outdir(tmp_path, monkeypatch, capsys):
 
 def test_rerun_keeps_unchanged_files(tmp_path, capsys):
     outdir = tmp_path / 'out'
-    assert run([PYTORCH_SPEC, '-o', str(outdir)], capsys)[0] == 0
+    assert generate_ec([PYTORCH_SPEC, '-o', str(outdir)], capsys)[0] == 0
     target = outdir / PYTORCH_FILES[0]
     os.utime(str(target), (1000, 1000))
-    assert run([PYTORCH_SPEC, '-o', str(outdir)], capsys)[0] == 0
+    assert generate_ec([PYTORCH_SPEC, '-o', str(outdir)], capsys)[0] == 0
     assert os.stat(str(target)).st_mtime == 1000
     assert sorted(os.listdir(str(outdir))) == sorted(PYTORCH_FILES)  # no temporary files left
 
 
 def test_list(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(['--list', PYTORCH_SPEC], capsys)
+    code, out, err = generate_ec(['--list', PYTORCH_SPEC], capsys)
     assert code == 0
     assert out.splitlines() == PYTORCH_FILES
     assert os.listdir(str(tmp_path)) == []
@@ -255,14 +255,14 @@ def test_check_in_sync(tmp_path, capsys):
     outdir = tmp_path / 'out'
     shutil.copytree(os.path.join(GOLDEN, 'PyTorch'), str(outdir))
     before = tree(str(outdir))
-    code, out, err = run(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    code, out, err = generate_ec(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
     assert (code, out) == (0, '')
     assert tree(str(outdir)) == before
 
 
 def test_check_missing(tmp_path, capsys):
     outdir = tmp_path / 'out'
-    code, out, err = run(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    code, out, err = generate_ec(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
     assert code == 1
     assert not outdir.exists()
     for name in PYTORCH_FILES:
@@ -278,7 +278,7 @@ def test_check_differs(tmp_path, capsys):
     stale = outdir / PYTORCH_FILES[0]
     stale.write_bytes(stale.read_bytes().replace(b"'hsn'", b"'ib0'"))
     before = tree(str(outdir))
-    code, out, err = run(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    code, out, err = generate_ec(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
     assert code == 1
     assert "-    'NCCL_SOCKET_IFNAME': 'ib0',\n+    'NCCL_SOCKET_IFNAME': 'hsn',\n" in out
     assert PYTORCH_FILES[0] in out and PYTORCH_FILES[1] not in out
@@ -288,15 +288,15 @@ def test_check_differs(tmp_path, capsys):
 
 
 def test_check_and_list_are_exclusive(capsys):
-    code, _, err = run(['--check', '--list', PYTORCH_SPEC], capsys)
+    code, _, err = generate_ec(['--check', '--list', PYTORCH_SPEC], capsys)
     assert code == 2
     assert 'not allowed with' in err
 
 
 def test_usage_errors(capsys):
-    assert run([], capsys)[0] == 2
-    assert run(['--bogus', PYTORCH_SPEC], capsys)[0] == 2
-    assert run(['--help'], capsys)[0] == 0
+    assert generate_ec([], capsys)[0] == 2
+    assert generate_ec(['--bogus', PYTORCH_SPEC], capsys)[0] == 2
+    assert generate_ec(['--help'], capsys)[0] == 0
 
 
 def test_python_m_generator(tmp_path):
@@ -352,7 +352,7 @@ def run_spec(tmp_path, monkeypatch, capsys, text, name='spec.yaml'):
     monkeypatch.chdir(tmp_path)
     with open(name, 'w', encoding='utf-8') as handle:
         handle.write(text)
-    code, out, err = run([name, '-o', 'out'], capsys)
+    code, out, err = generate_ec([name, '-o', 'out'], capsys)
     return code, out, err
 
 
@@ -561,7 +561,7 @@ def test_all_errors_collected_and_nothing_written(tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'spec.yaml').write_text(text)
     # a second, valid spec on the same command line must not be written either
-    code, out, err = run(['spec.yaml', PYTORCH_SPEC, '-o', 'out'], capsys)
+    code, out, err = generate_ec(['spec.yaml', PYTORCH_SPEC, '-o', 'out'], capsys)
     assert code == 2
     lines = err.splitlines()
     assert lines[:3] == [
@@ -579,7 +579,7 @@ def test_path_as_given_on_command_line(tmp_path, monkeypatch, capsys):
     os.mkdir('specs')
     with open(os.path.join('specs', 'PyTorch.yaml'), 'w') as handle:
         handle.write(spec_text(replace=[('date: "20250827"', 'date: "2025827"')]))
-    code, _, err = run(['./specs/PyTorch.yaml', '-o', 'out'], capsys)
+    code, _, err = generate_ec(['./specs/PyTorch.yaml', '-o', 'out'], capsys)
     assert code == 2
     assert err.splitlines()[0] == "./specs/PyTorch.yaml:10: containers[0].date: '2025827' is not YYYYMMDD"
 
@@ -624,7 +624,7 @@ def test_invalid_yaml(text, line_col, tmp_path, monkeypatch, capsys):
 
 def test_missing_spec_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(['missing.yaml', PYTORCH_SPEC, '-o', 'out'], capsys)
+    code, out, err = generate_ec(['missing.yaml', PYTORCH_SPEC, '-o', 'out'], capsys)
     assert code == 2
     assert err.splitlines()[0] == 'missing.yaml: no such spec file'
     assert not os.path.exists('out')
@@ -649,7 +649,7 @@ def test_same_output_from_two_specs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'one.yaml').write_text(spec_text())
     (tmp_path / 'two.yaml').write_text(spec_text(replace=[('dockerhash: 0d479e852886', 'dockerhash: 0123456789ab')]))
-    code, _, err = run(['one.yaml', 'two.yaml', '-o', 'out'], capsys)
+    code, _, err = generate_ec(['one.yaml', 'two.yaml', '-o', 'out'], capsys)
     assert code == 2
     assert err.splitlines()[0] == (
         'two.yaml:9: containers[0]: would produce the same file '
@@ -1021,7 +1021,7 @@ def full_entry(sif, indent='  '):
 
 def test_inspect_prints_the_entry(tmp_path, capsys):
     sif = make_image(tmp_path, FULL_IMAGE, FULL_SBOM)
-    code, out, err = run(['inspect', sif], capsys)
+    code, out, err = generate_ec(['inspect', sif], capsys)
     assert (code, err) == (0, '')
     assert out == full_entry(sif)
 
@@ -1054,7 +1054,7 @@ def test_inspect_appends_to_the_spec(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with open('spec.yaml', 'w') as handle:
         handle.write(INSPECT_SPEC)
-    code, out, err = run(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+    code, out, err = generate_ec(['inspect', sif, '--spec', 'spec.yaml'], capsys)
     assert code == 0, err
     assert out == full_entry(sif)
     assert err == 'generate-ec: appended to spec.yaml as containers[1] (%s)\n' % LAIF_NAME
@@ -1064,7 +1064,7 @@ def test_inspect_appends_to_the_spec(tmp_path, monkeypatch, capsys):
     assert sorted(os.listdir(str(tmp_path))) == sorted(['spec.yaml', os.path.basename(os.path.dirname(sif))])
 
     # the result is a valid spec, and generates the new image's easyconfig
-    code, out, err = run(['spec.yaml', '-o', 'out'], capsys)
+    code, out, err = generate_ec(['spec.yaml', '-o', 'out'], capsys)
     assert code == 0, err
     values = check_easyconfig(os.path.join('out', LAIF_NAME))
     assert values['sources'] == [FULL_IMAGE]
@@ -1076,7 +1076,7 @@ def test_inspect_appends_to_the_spec(tmp_path, monkeypatch, capsys):
     # a second time: refused before the image is read, the spec is not changed
     with open('spec.yaml') as handle:
         before = handle.read()
-    code, out, err = run(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+    code, out, err = generate_ec(['inspect', sif, '--spec', 'spec.yaml'], capsys)
     assert (code, out) == (2, '')
     assert err == ('spec.yaml:17: containers[1] is this image already (tag 20260225_144743, image_variant full); '
                    'nothing appended\n')
@@ -1091,7 +1091,7 @@ def test_inspect_appends_to_an_indentless_list(tmp_path, monkeypatch, capsys):
     text = text.replace('\n  - ', '\n- ').replace('\n  # the first', '\n# the first').replace('\n    ', '\n  ')
     with open('spec.yaml', 'w') as handle:
         handle.write(text)
-    code, out, err = run(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+    code, out, err = generate_ec(['inspect', sif, '--spec', 'spec.yaml'], capsys)
     assert code == 0, err
     with open('spec.yaml') as handle:
         assert handle.read() == text + '\n' + full_entry(sif, indent='')
@@ -1116,7 +1116,7 @@ def fake_runtime(tmp_path, name='singularity', script='echo "$@" > "$0.args"\nec
 def test_inspect_without_sbom_asks_pip_in_the_image(runtime, tmp_path, monkeypatch, capsys):
     sif = make_image(tmp_path, 'lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif')
     monkeypatch.setenv('PATH', fake_runtime(tmp_path, runtime))
-    code, out, err = run(['inspect', sif], capsys)
+    code, out, err = generate_ec(['inspect', sif], capsys)
     assert (code, err) == (0, '')
     assert (tmp_path / 'bin' / (runtime + '.args')).read_text() == 'exec %s python -m pip list --format=json\n' % sif
     lines = out.splitlines()
@@ -1178,7 +1178,7 @@ def inspect_error_case(case, tmp_path, monkeypatch):
                                   'runtime-fails'])
 def test_inspect_errors(case, tmp_path, monkeypatch, capsys):
     sif, message = inspect_error_case(case, tmp_path, monkeypatch)
-    code, out, err = run(['inspect', sif], capsys)
+    code, out, err = generate_ec(['inspect', sif], capsys)
     assert (code, out) == (2, '')
     expected = message.replace('%s', sif)
     if expected.endswith('...'):
@@ -1205,7 +1205,7 @@ def test_inspect_spec_problems(tmp_path, monkeypatch, capsys):
     for text, message in cases:
         with open('spec.yaml', 'w') as handle:
             handle.write(text)
-        code, out, err = run(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+        code, out, err = generate_ec(['inspect', sif, '--spec', 'spec.yaml'], capsys)
         assert code == 2
         # a spec with errors is refused before the image is read; else the entry is printed, for adding by hand
         assert out == ('' if 'has errors' in message else full_entry(sif))
@@ -1216,10 +1216,10 @@ def test_inspect_spec_problems(tmp_path, monkeypatch, capsys):
 
 
 def test_inspect_usage(capsys):
-    assert run(['inspect'], capsys)[0] == 2
-    code, out, _ = run(['inspect', '--help'], capsys)
+    assert generate_ec(['inspect'], capsys)[0] == 2
+    code, out, _ = generate_ec(['inspect', '--help'], capsys)
     assert code == 0 and '--spec FILE' in out
-    code, out, _ = run(['--help'], capsys)
+    code, out, _ = generate_ec(['--help'], capsys)
     assert code == 0 and 'inspect IMAGE.sif' in out
 
 
@@ -1234,10 +1234,10 @@ def test_all_or_nothing_when_one_target_is_a_directory(tmp_path, capsys):
     path = tmp_path / 'spec.yaml'
     path.write_text(yaml.safe_dump(spec))
     out = tmp_path / 'out'
-    names = run(['--list', str(path)], capsys)[1].split()
+    names = generate_ec(['--list', str(path)], capsys)[1].split()
     assert len(names) == 200
     (out / names[150]).mkdir(parents=True)
-    code, stdout, err = run(['-o', str(out), str(path)], capsys)
+    code, stdout, err = generate_ec(['-o', str(out), str(path)], capsys)
     assert code == 2 and stdout == ''
     assert err == 'generate-ec: cannot write %s: is a directory, not a file; nothing was written\n' % (
         out / names[150])
@@ -1248,7 +1248,7 @@ def test_all_or_nothing_when_one_target_is_a_directory(tmp_path, capsys):
 def test_outdir_that_is_a_file(tmp_path, capsys):
     target = tmp_path / 'file'
     target.write_text('mine\n')
-    code, stdout, err = run(['-o', str(target), PYTORCH_SPEC], capsys)
+    code, stdout, err = generate_ec(['-o', str(target), PYTORCH_SPEC], capsys)
     assert (code, stdout) == (2, '')
     assert err == 'generate-ec: -o %s: not a directory\n' % target
     assert target.read_text() == 'mine\n'

@@ -45,7 +45,7 @@ def conda_sif(tmp_path_factory):
 
 
 @pytest.fixture
-def run(tmp_path):
+def standin(tmp_path):
     """Run the stand-in with a private TMPDIR; afterwards nothing may stay mounted."""
     tmpdir = tmp_path / "standin-tmp"
     tmpdir.mkdir()
@@ -65,8 +65,8 @@ def run(tmp_path):
     assert not subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout, "loop devices left"
 
 
-def test_version(run):
-    r = run("--version")
+def test_version(standin):
+    r = standin("--version")
     assert r.returncode == 0
     assert r.stdout.strip() == "singularity-standin version 4.1.0 (test stand-in)"
 
@@ -77,175 +77,175 @@ def test_sif_layout_matches_siftool(sif):
     assert f"|{offset}-" in out and "Squashfs" in out
 
 
-def test_env_script_is_sourced(run, sif):
-    r = run("exec", sif, "sh", "-c", 'printf %s "$GREETING"')
+def test_env_script_is_sourced(standin, sif):
+    r = standin("exec", sif, "sh", "-c", 'printf %s "$GREETING"')
     assert r.returncode == 0, r.stderr
     assert r.stdout == "hello 'image' $HOME \"x\""
 
 
-def test_arguments_round_trip(run, sif):
+def test_arguments_round_trip(standin, sif):
     args = ["a b", '"dq"', "'sq'", "$HOME", "*", "", "back\\slash", "new\nline", "-c"]
-    r = run("exec", sif, "python", "-c",
-            "import sys,json; print(json.dumps(sys.argv[1:]))", *args)
+    r = standin("exec", sif, "python", "-c",
+                "import sys,json; print(json.dumps(sys.argv[1:]))", *args)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == args
 
 
-def test_runs_on_the_images_own_system(run, sif):
+def test_runs_on_the_images_own_system(standin, sif):
     """Debian's Python and tools of the image, not the host's; a command the image lacks is not found."""
-    r = run("exec", sif, "sh", "-c", "command -v python; command -v python3; command -v pip; cat /etc/debian_version; "
-                                     "python -c 'import sys; print(sys.prefix)'")
+    r = standin("exec", sif, "sh", "-c", "command -v python; command -v python3; command -v pip; "
+                                         "cat /etc/debian_version; python -c 'import sys; print(sys.prefix)'")
     lines = r.stdout.split()
     assert lines[:3] == ["/usr/bin/python", "/usr/bin/python3", "/usr/bin/pip"], r.stderr
     assert lines[3].startswith("12.") and lines[4] == "/usr"
-    r = run("exec", sif, "gcc", "--version")  # on the host, not in the image
+    r = standin("exec", sif, "gcc", "--version")  # on the host, not in the image
     assert r.returncode == 255 and '"gcc": executable file not found in $PATH' in r.stderr
 
 
-def test_exit_status(run, sif):
-    assert run("exec", sif, "sh", "-c", "exit 7").returncode == 7
+def test_exit_status(standin, sif):
+    assert standin("exec", sif, "sh", "-c", "exit 7").returncode == 7
     # a command killed by a signal: the runtime dies of the same signal, as a real one does
-    assert run("exec", sif, "sh", "-c", "kill -TERM $$").returncode == -signal.SIGTERM
+    assert standin("exec", sif, "sh", "-c", "kill -TERM $$").returncode == -signal.SIGTERM
 
 
-def test_command_not_found(run, sif):
-    r = run("exec", sif, "no-such-command-xyz")
+def test_command_not_found(standin, sif):
+    r = standin("exec", sif, "no-such-command-xyz")
     assert r.returncode == 255
     assert 'FATAL: "no-such-command-xyz": executable file not found in $PATH' in r.stderr
 
 
-def test_singularityenv_overrides_image(run, sif):
+def test_singularityenv_overrides_image(standin, sif):
     val = "over 'ride' $x \"y\" *"
-    r = run("exec", sif, "sh", "-c", 'printf "%s|" "$GREETING" "$FOO"; env',
-            env={"SINGULARITYENV_GREETING": val, "SINGULARITYENV_FOO": "bar"})
+    r = standin("exec", sif, "sh", "-c", 'printf "%s|" "$GREETING" "$FOO"; env',
+                env={"SINGULARITYENV_GREETING": val, "SINGULARITYENV_FOO": "bar"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"{val}|bar|")
     assert "SINGULARITYENV_" not in r.stdout and "__SI_" not in r.stdout
 
 
-def test_prepend_append_path(run, sif):
-    r = run("exec", sif, "sh", "-c", 'echo "$PATH"',
-            env={"SINGULARITYENV_PREPEND_PATH": "/first/bin",
-                 "SINGULARITYENV_APPEND_PATH": "/last/bin"})
+def test_prepend_append_path(standin, sif):
+    r = standin("exec", sif, "sh", "-c", 'echo "$PATH"',
+                env={"SINGULARITYENV_PREPEND_PATH": "/first/bin",
+                     "SINGULARITYENV_APPEND_PATH": "/last/bin"})
     path = r.stdout.strip().split(":")
     assert path[0] == "/first/bin" and path[-1] == "/last/bin"
     assert "/usr/bin" in path
 
 
-def test_host_path_not_passed(run, sif, tmp_path):
+def test_host_path_not_passed(standin, sif, tmp_path):
     # Like real Singularity (PATH is in AlwaysOmitKeys): the host PATH is dropped.
-    r = run("exec", sif, "sh", "-c", 'echo "$PATH"',
-            env={"PATH": f"{STANDIN_DIR}:/host/only/bin:{os.environ['PATH']}"})
+    r = standin("exec", sif, "sh", "-c", 'echo "$PATH"',
+                env={"PATH": f"{STANDIN_DIR}:/host/only/bin:{os.environ['PATH']}"})
     assert "/host/only/bin" not in r.stdout and str(STANDIN_DIR) not in r.stdout
 
 
-def test_cleanenv(run, sif):
-    r = run("exec", "--cleanenv", sif, "sh", "-c", 'echo "${HOSTVAR:-unset} $FOO $GREETING"',
-            env={"HOSTVAR": "leak", "SINGULARITYENV_FOO": "kept"})
+def test_cleanenv(standin, sif):
+    r = standin("exec", "--cleanenv", sif, "sh", "-c", 'echo "${HOSTVAR:-unset} $FOO $GREETING"',
+                env={"HOSTVAR": "leak", "SINGULARITYENV_FOO": "kept"})
     assert r.stdout.split()[:2] == ["unset", "kept"]
 
 
-def test_pwd(run, sif, tmp_path):
-    assert run("exec", sif, "pwd", cwd=tmp_path).stdout.strip() == str(tmp_path)
-    assert run("exec", "--pwd", "/etc", sif, "pwd").stdout.strip() == "/etc"
+def test_pwd(standin, sif, tmp_path):
+    assert standin("exec", sif, "pwd", cwd=tmp_path).stdout.strip() == str(tmp_path)
+    assert standin("exec", "--pwd", "/etc", sif, "pwd").stdout.strip() == "/etc"
 
 
-def test_container_metadata(run, sif):
-    r = run("exec", sif, "sh", "-c",
-            'ls /.singularity.d; echo "$SINGULARITY_CONTAINER $SINGULARITY_NAME"')
+def test_container_metadata(standin, sif):
+    r = standin("exec", sif, "sh", "-c",
+                'ls /.singularity.d; echo "$SINGULARITY_CONTAINER $SINGULARITY_NAME"')
     assert r.returncode == 0, r.stderr
     lines = r.stdout.split("\n")
     assert "env" in lines and "labels.json" in lines
     assert f"{sif} {sif.name}" in lines
 
 
-def test_dir_binds(run, sif, tmp_path):
+def test_dir_binds(standin, sif, tmp_path):
     for name in ("a", "b", "c"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "f").write_text(name)
-    r = run("exec", "-B", f"{tmp_path}/b:/bound/b,{tmp_path}/c:/bound/c:ro",
-            sif, "sh", "-c", "cat /bound/a/f /bound/b/f /bound/c/f; echo w > /bound/b/new",
-            env={"SINGULARITY_BINDPATH": f"{tmp_path}/a:/bound/a"})
+    r = standin("exec", "-B", f"{tmp_path}/b:/bound/b,{tmp_path}/c:/bound/c:ro",
+                sif, "sh", "-c", "cat /bound/a/f /bound/b/f /bound/c/f; echo w > /bound/b/new",
+                env={"SINGULARITY_BINDPATH": f"{tmp_path}/a:/bound/a"})
     assert r.returncode == 0, r.stderr
     assert r.stdout == "abc"
     assert (tmp_path / "b" / "new").read_text() == "w\n"  # rw bind writes through
 
 
-def test_later_bind_wins(run, sif, tmp_path):
+def test_later_bind_wins(standin, sif, tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "f").write_text(name)
-    r = run("exec", "--bind", f"{tmp_path}/b:/x", sif, "cat", "/x/f",
-            env={"SINGULARITY_BIND": f"{tmp_path}/a:/x"})
+    r = standin("exec", "--bind", f"{tmp_path}/b:/x", sif, "cat", "/x/f",
+                env={"SINGULARITY_BIND": f"{tmp_path}/a:/x"})
     assert r.stdout == "b"
 
 
-def test_squashfs_image_src_bind(run, sif, tmp_path):
+def test_squashfs_image_src_bind(standin, sif, tmp_path):
     src = tmp_path / "sw"
     (src / "bin").mkdir(parents=True)
     (src / "bin" / "tool").write_text("in squashfs\n")
     img = tmp_path / "sw.squashfs"
     subprocess.run(["mksquashfs", src, img, "-noappend", "-quiet", "-all-root"], check=True)
-    r = run("exec", "-B", f"{img}:/user-software:image-src=/", sif, "sh", "-c",
-            "cat /user-software/bin/tool; touch /user-software/x && echo WRITABLE")
+    r = standin("exec", "-B", f"{img}:/user-software:image-src=/", sif, "sh", "-c",
+                "cat /user-software/bin/tool; touch /user-software/x && echo WRITABLE")
     assert r.stdout == "in squashfs\n"
     assert "WRITABLE" not in r.stdout and "Read-only" in r.stderr
-    r = run("exec", "-B", f"{img}:/sub:ro,image-src=/bin", sif, "cat", "/sub/tool")
+    r = standin("exec", "-B", f"{img}:/sub:ro,image-src=/bin", sif, "cat", "/sub/tool")
     assert r.stdout == "in squashfs\n"
 
 
-def test_missing_bind_source(run, sif, tmp_path):
-    r = run("exec", "-B", f"{tmp_path}/nope:/data", sif, "true")
+def test_missing_bind_source(standin, sif, tmp_path):
+    r = standin("exec", "-B", f"{tmp_path}/nope:/data", sif, "true")
     assert r.returncode == 255
     assert (f"FATAL: container creation failed: mount {tmp_path}/nope->/data error: while "
             f"mounting {tmp_path}/nope: mount source {tmp_path}/nope doesn't exist") in r.stderr
 
 
-def test_bad_images(run, tmp_path):
+def test_bad_images(standin, tmp_path):
     (tmp_path / "junk.sif").write_text("not a sif\n" * 20)
-    r = run("exec", tmp_path / "junk.sif", "true")
+    r = standin("exec", tmp_path / "junk.sif", "true")
     assert r.returncode == 255
     assert f"FATAL: could not open image {tmp_path}/junk.sif: image format not recognized" \
         in r.stderr
-    r = run("exec", tmp_path / "missing.sif", "true")
+    r = standin("exec", tmp_path / "missing.sif", "true")
     assert r.returncode == 255
     assert f"could not open image {tmp_path}/missing.sif: no such file or directory" in r.stderr
 
 
-def test_unknown_flag(run, sif):
-    r = run("exec", "--frobnicate", sif, "true")
+def test_unknown_flag(standin, sif):
+    r = standin("exec", "--frobnicate", sif, "true")
     assert r.returncode == 255 and "FATAL: unknown flag: --frobnicate" in r.stderr
 
 
-def test_shell(run, sif):
-    r = run("shell", sif, input='echo "$0 $GREETING"; exit 3\n')
+def test_shell(standin, sif):
+    r = standin("shell", sif, input='echo "$0 $GREETING"; exit 3\n')
     assert r.returncode == 3
     assert r.stdout.startswith("/bin/bash hello")
-    assert run("shell", "--shell", "/bin/sh", sif, "-c", "echo $0").stdout == "/bin/sh\n"
+    assert standin("shell", "--shell", "/bin/sh", sif, "-c", "echo $0").stdout == "/bin/sh\n"
 
 
-def test_conda_image(run, conda_sif):
-    r = run("exec", conda_sif, "bash", "-c",
-            'command -v python; echo "$WITH_CONDA"; '
-            "source /opt/miniconda3/bin/activate pytorch && command -v python "
-            '&& echo "$CONDA_PREFIX $CONDA_DEFAULT_ENV"')
+def test_conda_image(standin, conda_sif):
+    r = standin("exec", conda_sif, "bash", "-c",
+                'command -v python; echo "$WITH_CONDA"; '
+                "source /opt/miniconda3/bin/activate pytorch && command -v python "
+                '&& echo "$CONDA_PREFIX $CONDA_DEFAULT_ENV"')
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "/usr/bin/python", "source /opt/miniconda3/bin/activate pytorch",
         "/opt/miniconda3/envs/pytorch/bin/python",
         "/opt/miniconda3/envs/pytorch pytorch"]
-    r = run("exec", conda_sif, "bash", "-c", '$WITH_CONDA && python -c "print(6*7)"')
+    r = standin("exec", conda_sif, "bash", "-c", '$WITH_CONDA && python -c "print(6*7)"')
     assert r.stdout == "42\n"
 
 
-def test_conda_wrong_env(run, conda_sif):
-    r = run("exec", conda_sif, "bash", "-c", "source /opt/miniconda3/bin/activate nope")
+def test_conda_wrong_env(standin, conda_sif):
+    r = standin("exec", conda_sif, "bash", "-c", "source /opt/miniconda3/bin/activate nope")
     assert r.returncode == 1
     assert "EnvironmentNameNotFound: Could not find conda environment: nope" in r.stderr
 
 
-def test_sigterm_reaches_the_command(run, sif, tmp_path):
-    # `run` checks afterwards that the mount and temp dir are gone.
+def test_sigterm_reaches_the_command(standin, sif, tmp_path):
+    # `standin` checks afterwards that the mount and temp dir are gone.
     e = {k: v for k, v in os.environ.items() if not k.startswith("SINGULARITY")}
     e.update(PATH=f"{STANDIN_DIR}{os.pathsep}{os.environ['PATH']}",
              TMPDIR=str(tmp_path / "standin-tmp"))
@@ -260,10 +260,10 @@ def test_sigterm_reaches_the_command(run, sif, tmp_path):
     p.stdout.close()
 
 
-def test_concurrent_runs(run, sif, tmp_path):
+def test_concurrent_runs(standin, sif, tmp_path):
     e = {k: v for k, v in os.environ.items() if not k.startswith("SINGULARITY")}
     e.update(PATH=f"{STANDIN_DIR}{os.pathsep}{os.environ['PATH']}",
-             TMPDIR=str(tmp_path / "standin-tmp"))  # `run` checks it afterwards
+             TMPDIR=str(tmp_path / "standin-tmp"))  # `standin` checks it afterwards
     procs = [subprocess.Popen(["singularity", "exec", str(sif), "sh", "-c",
                                f"sleep 0.5; echo {i}"], env=e, stdout=subprocess.PIPE, text=True)
              for i in range(3)]
@@ -271,7 +271,7 @@ def test_concurrent_runs(run, sif, tmp_path):
     assert all(p.returncode == 0 for p in procs)
 
 
-def test_apptainer_reads_its_own_names_first(run, sif, tmp_path):
+def test_apptainer_reads_its_own_names_first(standin, sif, tmp_path):
     """Called as apptainer: APPTAINER_ names first, SINGULARITY_ ones where those are unset; called as singularity:
     only SINGULARITY_ names (APPTAINER ones are ordinary variables then)."""
     bindir = tmp_path / "bin"
@@ -284,7 +284,7 @@ def test_apptainer_reads_its_own_names_first(run, sif, tmp_path):
            "SINGULARITYENV_BAR": "bar-from-singularity",
            "APPTAINER_BINDPATH": f"{tmp_path}/a:/data", "SINGULARITY_BINDPATH": f"{tmp_path}/s:/data"}
     show = 'printf "%s %s %s %s" "$FOO" "$BAR" "${APPTAINERENV_FOO:-none}" "$(cat /data/f)"'
-    r = run("exec", sif, "sh", "-c", show, env=env)
+    r = standin("exec", sif, "sh", "-c", show, env=env)
     assert r.stdout == "from-singularity bar-from-singularity from-apptainer s", r.stderr
     e = dict(env, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     r = subprocess.run(["apptainer", "exec", str(sif), "sh", "-c", show], env=e, capture_output=True, text=True,

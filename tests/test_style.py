@@ -1,4 +1,9 @@
-"""The project's own Python follows PEP 8 with EasyBuild's 120-column limit."""
+"""The project's own Python follows PEP 8 with EasyBuild's 120-column limit, has no unused imports or names
+(pyflakes), and no function in the product longer than 60 lines."""
+import ast
+import subprocess
+import sys
+
 import pytest
 
 from harness import REPO, require
@@ -8,7 +13,9 @@ try:
 except ImportError:  # pragma: no cover - make test installs it
     pycodestyle = None
 
-PYTHON_TREES = ['easyblocks', 'generator', 'tests', 'demo', 'benchmarks', 'setup.py']
+PYTHON_TREES = ['easyblocks', 'generator', 'tests', 'demo', 'benchmarks', 'setup.py', 'tests/standin/singularity']
+PRODUCT = ['easyblocks', 'generator']
+MAX_FUNCTION_LINES = 60
 
 
 @pytest.mark.parametrize('tree', PYTHON_TREES)
@@ -18,3 +25,22 @@ def test_pycodestyle(tree, capsys):
     assert path.exists(), path
     report = pycodestyle.StyleGuide(max_line_length=120).check_files([str(path)])
     assert report.total_errors == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize('tree', PYTHON_TREES)
+def test_pyflakes(tree):
+    proc = subprocess.run([sys.executable, '-m', 'pyflakes', str(REPO / tree)], capture_output=True, text=True)
+    require('No module named pyflakes' not in proc.stderr, 'pyflakes')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize('tree', PRODUCT)
+def test_functions_are_short(tree):
+    long_ones = []
+    for path in sorted((REPO / tree).rglob('*.py')):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long_ones.append('%s:%d %s: %d lines' % (path.relative_to(REPO), node.lineno, node.name, lines))
+    assert not long_ones

@@ -15,7 +15,7 @@ TRICKY = ['plain', "it's", 'say "hi"', '$HOME ${X} $(id)', '`date`', 'back\\slas
           'tab\there', 'carriage\rreturn', 'ünïcödé €', '', '{braces} [brackets] ;&|<>*?~#!', '-n', '%s %d']
 
 
-def run(cmd, stdin=None):
+def output_of(cmd, stdin=None):
     """The output of cmd, decoded as it is (no newline translation: a carriage return stays one)."""
     proc = subprocess.run(cmd, input=None if stdin is None else stdin.encode(), capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -24,20 +24,20 @@ def run(cmd, stdin=None):
 
 @pytest.mark.parametrize('text', TRICKY)
 def test_sh_str_is_one_literal_word(text):
-    assert run(['bash', '-c', 'printf %%s %s' % easyblock.sh_str(text)]) == text
+    assert output_of(['bash', '-c', 'printf %%s %s' % easyblock.sh_str(text)]) == text
 
 
 @pytest.mark.parametrize('text', TRICKY)
 def test_lua_str_is_a_literal(text):
     lua = shutil.which('lua5.3') or shutil.which('lua')
     require(lua, 'lua (Lmod needs it)')
-    assert run([lua, '-e', 'io.write(%s)' % easyblock.lua_str(text)]) == text
+    assert output_of([lua, '-e', 'io.write(%s)' % easyblock.lua_str(text)]) == text
 
 
 @pytest.mark.parametrize('text', TRICKY)
 def test_tcl_str_is_a_literal(text):
     require(shutil.which('tclsh'), 'tclsh')
-    assert run(['tclsh'], stdin='puts -nonewline %s\n' % easyblock.tcl_str(text)) == text
+    assert output_of(['tclsh'], stdin='puts -nonewline %s\n' % easyblock.tcl_str(text)) == text
 
 
 def test_fill_template():
@@ -84,7 +84,7 @@ def get_master(tmp_path_factory):
 def test_get_master_first_host(get_master, hostlist, first):
     path, module = get_master
     assert module['first_host'](hostlist) == first
-    assert run([sys.executable, str(path), hostlist]) == first + '\n'
+    assert output_of([sys.executable, str(path), hostlist]) == first + '\n'
 
 
 @pytest.mark.parametrize('hostlist,reason', GET_MASTER_ERRORS)
@@ -107,7 +107,8 @@ def container_check(checks):
 def test_container_check_script():
     """Python version, components (a release without a local label matches one with it), missing ones."""
     python = '%d.%d' % sys.version_info[:2]
-    pytest_version = run([sys.executable, '-c', 'import importlib.metadata as m; print(m.version("pytest"))']).strip()
+    show = 'import importlib.metadata as m; print(m.version("pytest"))'
+    pytest_version = output_of([sys.executable, '-c', show]).strip()
     assert container_check({'python': python, 'components': {'pytest': pytest_version}, 'requirements': []}) == (
         0, 'container checks passed\n')
     assert container_check({'python': '2.7', 'components': {'pytest': '0.1', 'no-such-dist': '1.0'},
