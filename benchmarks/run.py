@@ -20,7 +20,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +27,12 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / 'tests'))
 
+from generator.easyblock import easyblock  # noqa: E402
 from harness import (EB_VENVS, LMOD_CMD, Installation, base_env,  # noqa: E402
-                     demo_easyconfig)
+                     demo_easyconfig, write_wheel)
 from sifimage import make_test_sif  # noqa: E402
+
+lua_str = easyblock.lua_str  # the module's own quoting, for the plain module to compare with
 
 IOWRAP = BENCH_DIR / 'iowrap.py'
 GENERATOR_SPEC = REPO / 'easyconfigs' / 'p' / 'PyTorch' / 'PyTorch.yaml'
@@ -276,21 +278,13 @@ def write_wheels(wheels, count, modules, per_subpackage=50):
     texts = stdlib_sources()
     names = []
     for number in range(count):
-        name = 'bench-pkg%d' % number
-        package = name.replace('-', '_')
-        files = {'%s/__init__.py' % package: ''}
+        files = {}
         for index in range(modules):
-            sub = '%s/sub%03d' % (package, index // per_subpackage)
+            sub = 'sub%03d' % (index // per_subpackage)
             files.setdefault(sub + '/__init__.py', '')
             files['%s/mod%04d.py' % (sub, index)] = texts[(number * modules + index) % len(texts)]
-        dist_info = '%s-1.0.dist-info' % package
-        files[dist_info + '/METADATA'] = 'Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n' % name
-        files[dist_info + '/WHEEL'] = 'Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n'
-        files[dist_info + '/RECORD'] = ''.join('%s,,\n' % f for f in files) + dist_info + '/RECORD,,\n'
-        with zipfile.ZipFile(wheels / ('%s-1.0-py3-none-any.whl' % package), 'w', zipfile.ZIP_DEFLATED) as whl:
-            for fname, text in files.items():
-                whl.writestr(fname, text)
-        names.append(name)
+        names.append('bench-pkg%d' % number)
+        write_wheel(wheels, names[-1], code='', modules=files)
     return names
 
 
@@ -535,10 +529,6 @@ def bench_wrapper(ctx):
     }
 
 
-def lua_quote(value):
-    return '"%s"' % value.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
-
-
 # Lmod's own bookkeeping, not something a module sets
 LMOD_VARS = ('__LMOD', '_LMFILES_', 'LOADEDMODULES', '_ModuleTable', 'LMOD', 'MODULEPATH', 'BASH_FUNC_', 'SHLVL',
              'OLDPWD', 'PWD', '_')
@@ -552,9 +542,9 @@ def plain_module(before, after):
             continue
         if before.get(key):  # a path the module prepends to (Lmod also drops duplicate entries then)
             added = [entry for entry in after[key].split(':') if entry not in before[key].split(':')]
-            lines += ['prepend_path(%s, %s)' % (lua_quote(key), lua_quote(entry)) for entry in reversed(added)]
+            lines += ['prepend_path(%s, %s)' % (lua_str(key), lua_str(entry)) for entry in reversed(added)]
         else:
-            lines.append('setenv(%s, %s)' % (lua_quote(key), lua_quote(after[key])))
+            lines.append('setenv(%s, %s)' % (lua_str(key), lua_str(after[key])))
     return '\n'.join(lines) + '\n'
 
 

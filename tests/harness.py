@@ -194,19 +194,83 @@ def demo_easyconfig(name='Demo', version='1.0', suffix='', sif='demo.sif', **par
     return '\n'.join(lines) + '\n'
 
 
-def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', broken=False):
-    """A minimal pure-Python wheel, written directly as the zip file it is."""
-    module = name.replace('-', '_')
-    dist_info = '%s-%s.dist-info' % (module, version)
+def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', broken=False, modules=None):
+    """A pure-Python wheel, written directly as the zip file it is: package `name` (dashes as underscores) with
+    `code` as its __init__.py, plus `modules` ({path in the package: text}), compressed if there are any."""
+    package = name.replace('-', '_')
+    dist_info = '%s-%s.dist-info' % (package, version)
     metadata = 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' % (name, version)
     metadata += ''.join('Requires-Dist: %s\n' % req for req in requires)
-    files = {'%s/__init__.py' % module: code, '%s/METADATA' % dist_info: metadata,
-             '%s/WHEEL' % dist_info: 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'}
+    files = {'%s/__init__.py' % package: code}
+    files.update(('%s/%s' % (package, path), text) for path, text in (modules or {}).items())
+    files['%s/METADATA' % dist_info] = metadata
+    files['%s/WHEEL' % dist_info] = 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'
     if broken:
         files.pop('%s/METADATA' % dist_info)
     files['%s/RECORD' % dist_info] = ''.join('%s,,\n' % f for f in files) + '%s/RECORD,,\n' % dist_info
-    path = Path(wheels) / ('%s-%s-py3-none-any.whl' % (module, version))
-    with zipfile.ZipFile(path, 'w') as whl:
+    path = Path(wheels) / ('%s-%s-py3-none-any.whl' % (package, version))
+    with zipfile.ZipFile(path, 'w', zipfile.ZIP_DEFLATED if modules else zipfile.ZIP_STORED) as whl:
         for fname, text in files.items():
             whl.writestr(fname, text)
     return path
+
+
+def fake_command(directory, name, script):
+    """An executable `name` in directory (created) with the shell script's body; returns the directory, to put
+    first on PATH."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text('#!/bin/sh\n' + script)
+    (directory / name).chmod(0o755)
+    return directory
+
+
+# Test installations: the demo image, and a LUMI AI Factory-like one as the LAIF easyconfigs install it
+
+def install_demo(root, sif, eb_version='5', syntax='Lua', **params):
+    """Install the demo easyconfig with the given parameters; return (Installation, installdir)."""
+    inst = Installation(root, eb_version=eb_version, syntax=syntax)
+    (inst.sources / 'demo.sif').write_bytes(Path(sif).read_bytes())
+    params.setdefault('wrapped_commands', ['python', 'python3', 'pip'])
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(**params))
+    inst.eb(ec, '--robot-paths=' + str(ec.parent))
+    return inst, inst.installdir('Demo', '1.0')
+
+
+# Where the images of the distributed tests find torch: the host's torch tree, bound there (torch_bind())
+TORCH_IN_CONTAINER = '/opt/torch-site-packages'
+
+
+def torch_bind():
+    """The container_bind entry that puts the host's torch where the test images look for it."""
+    return '%s:%s' % (TORCH_SITE, TORCH_IN_CONTAINER)
+
+
+# A LUMI AI Factory image's name: lumi-multitorch-<variant>-<digest>-<tag>.sif (the digest's t213: torch 2.13)
+LAIF_SIF_NAME = 'lumi-multitorch-torch-u24r64f21m43t213-20260225_144743.sif'
+# What the LAIF-like test image's /opt/venv holds: a package that requirements depend on, and one they upgrade
+LAIF_PACKAGES = {'laif-base': '1.0', 'laif-upgrade': '1.0'}
+# The LAIF easyconfigs' settings, adapted to this machine (binds, local wheels); installed by install_laif
+LAIF_MODULE = 'PyTorch/2.13.0-laif'
+LAIF_DEFAULTS = {'FI_MR_CACHE_MONITOR': 'userfaultfd', 'NCCL_SOCKET_IFNAME': 'hsn0,hsn1,hsn2,hsn3'}
+
+
+def install_laif(root, laif_sif, wheels, eb_version='5', syntax='Lua', **params):
+    """The LAIF-like image in a central release directory (not in the source path), installed in place as the
+    LAIF easyconfigs do it; returns (Installation, installdir, central image)."""
+    inst = Installation(root, eb_version=eb_version, syntax=syntax)
+    central = Path(root) / 'laifs' / 'containers' / 'lumi-multitorch-u24r64f21m43t213-20260225_144743'
+    central.mkdir(parents=True)
+    shutil.copy(laif_sif, central / LAIF_SIF_NAME)
+    settings = dict(
+        name='PyTorch', version='2.13.0', suffix='-laif', sif=LAIF_SIF_NAME, container_entry='run',
+        copy_image=False, central_sif_dir=str(central), container_bind=['/tmp', torch_bind()],
+        container_env_defaults=LAIF_DEFAULTS, container_venv='pytorch',
+        wrapped_commands=['python', 'python3', 'pip', 'torchrun'],
+        container_components={'laif-base': '1.0', 'torch': '2.13.0'},
+        pip_requirements=['laif-top', 'laif-upgrade==2.0'], squash_user_software=SQUASHFS_WORKS,
+        pip_install_options=['--no-index', '--find-links=%s' % wheels])
+    settings.update(params)
+    ec = inst.write_easyconfig('PyTorch-2.13.0-laif.eb', demo_easyconfig(**settings))
+    inst.eb(ec)
+    return inst, inst.installdir('PyTorch', '2.13.0-laif'), central / LAIF_SIF_NAME

@@ -234,19 +234,23 @@ def make_test_sif(dest: Path, **layer) -> Path:
 
 
 def sif_partition_offset(path) -> int:
-    """Byte offset of the first SquashFS system partition of a SIF v1 file."""
+    """Byte offset of the image's root file system, the primary (or else the first) SquashFS system partition of a
+    SIF v1 file; ValueError says why there is none."""
     with open(path, "rb") as f:
         hdr = f.read(128)
         if len(hdr) < 128 or hdr[32:41] != b"SIF_MAGIC":
-            raise ValueError(f"{path}: not a SIF image")
+            raise ValueError("image format not recognized")
         total, doff, dsize = struct.unpack_from("<qqq", hdr, 0x58)
         f.seek(doff)
         descs = f.read(dsize)
     step = dsize // total if total else 0
+    found = []
     for i in range(total):
         # int32 datatype, bool used, 3x uint32 ids, int64 offset; extra at +201
         dtype, used, _, _, _, off = struct.unpack_from("<iBIIIq", descs, i * step)
         fstype, parttype = struct.unpack_from("<ii", descs, i * step + 201)
         if used and dtype == 0x4004 and fstype == 1 and parttype in (1, 2):
-            return off
-    raise ValueError(f"{path}: no SquashFS system partition")
+            found.append((parttype != 2, i, off))  # PrimSys (2) first
+    if not found:
+        raise ValueError("no SquashFS system partition found")
+    return min(found)[2]

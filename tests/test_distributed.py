@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAIF_MODULE, install_laif, torch_bind
-from harness import LMOD_INIT, Installation, demo_easyconfig, run
+from harness import LAIF_MODULE, LMOD_INIT, Installation, demo_easyconfig, fake_command, install_laif, run, torch_bind
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -273,10 +272,7 @@ def test_distributed_environment_defaults(pytorch, slurm):
 
 
 def test_distributed_environment_keeps_user_choices(pytorch, slurm, tmp_path):
-    fakebin = tmp_path / 'fakebin'
-    fakebin.mkdir()
-    (fakebin / 'rocm-smi').write_text('#!/bin/sh\necho "rocm-smi ran on rank $SLURM_PROCID"\n')
-    (fakebin / 'rocm-smi').chmod(0o755)
+    fakebin = fake_command(tmp_path / 'fakebin', 'rocm-smi', 'echo "rocm-smi ran on rank $SLURM_PROCID"\n')
     ranks, out = srun_show_env(pytorch, slurm, setup=(
         'export MASTER_PORT=23456 ROCR_VISIBLE_DEVICES=4,5 NCCL_SOCKET_IFNAME=lo MIOPEN_USER_DB_PATH=%s/miopen\n'
         'export SINGULARITYENV_APPEND_PATH=%s' % (tmp_path, fakebin)))

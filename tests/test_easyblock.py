@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import install_demo
-from harness import (EASYBLOCK, REPO, STANDIN_DIR, Installation, base_env, demo_easyconfig, require_runtime,
-                     require_tools, run)
+from harness import (EASYBLOCK, REPO, STANDIN_DIR, Installation, base_env, demo_easyconfig, fake_command, install_demo,
+                     require_runtime, require_tools, run)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -242,10 +241,8 @@ def test_make_and_unmake_squashfs(tmp_path, demo_sif):
 def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, demo_sif):
     require_runtime()
     inst, idir = install_demo(tmp_path, demo_sif)
-    fake = tmp_path / 'fakebin'
-    fake.mkdir()
-    (fake / 'mksquashfs').write_text('#!/bin/sh\necho partial > "$2"\necho "mksquashfs: disk full" >&2\nexit 1\n')
-    (fake / 'mksquashfs').chmod(0o755)
+    fake = fake_command(tmp_path / 'fakebin', 'mksquashfs', 'echo partial > "$2"\necho "mksquashfs: disk full" >&2\n'
+                                                            'exit 1\n')
     env = base_env([str(fake)])
     proc = run([str(idir / 'bin' / 'make-squashfs')], env=env, check=False)
     assert proc.returncode != 0
@@ -305,10 +302,7 @@ def test_make_squashfs_after_a_killed_run(tmp_path, demo_sif):
     require_tools('mksquashfs')
     inst, idir = install_demo(tmp_path, demo_sif)
     make = str(idir / 'bin' / 'make-squashfs')
-    fake = tmp_path / 'fakebin'
-    fake.mkdir()
-    (fake / 'mksquashfs').write_text('#!/bin/sh\necho partial > "$2"\nexec sleep 60\n')
-    (fake / 'mksquashfs').chmod(0o755)
+    fake = fake_command(tmp_path / 'fakebin', 'mksquashfs', 'echo partial > "$2"\nexec sleep 60\n')
     killed = subprocess.Popen([make], env=base_env([str(fake)]), stdout=subprocess.DEVNULL, start_new_session=True)
     leftover = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), killed.pid))
     for _ in range(200):

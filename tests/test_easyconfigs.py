@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import (CONTAINER_PYTHON_VERSION, EASYBLOCK, SQUASHFS_WORKS, REPO, Installation, require, require_runtime,
+from harness import (CONTAINER_PYTHON_VERSION, EASYBLOCK, REPO, SQUASHFS_WORKS, Installation, require, require_runtime,
                      require_tools, run, write_wheel)
 from sifimage import make_test_sif
 

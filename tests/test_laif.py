@@ -8,9 +8,8 @@ import re
 import pytest
 import yaml
 
-from conftest import LAIF_DEFAULTS, LAIF_MODULE as MODULE, LAIF_SIF_NAME, install_laif, torch_bind
-from harness import (CONTAINER_PYTHON_VERSION, SQUASHFS_WORKS, Installation, base_env, require_runtime, require_tools,
-                     run)
+from harness import (CONTAINER_PYTHON_VERSION, LAIF_DEFAULTS, LAIF_MODULE, LAIF_SIF_NAME, SQUASHFS_WORKS, Installation,
+                     base_env, install_laif, require_runtime, require_tools, run, torch_bind)
 from test_easyconfigs import generate_ec_command
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -27,7 +26,7 @@ def laif(request, tmp_path_factory, laif_sif, laif_wheels):
 
 
 def shell(inst, script, **kw):
-    return inst.shell('module load %s\n%s' % (MODULE, script), **kw)
+    return inst.shell('module load %s\n%s' % (LAIF_MODULE, script), **kw)
 
 
 def test_image_used_in_place(laif):
@@ -100,7 +99,8 @@ def test_make_and_unmake_squashfs(laif):
     inst, idir, _ = laif
     out = shell(inst, 'unmake-squashfs >/dev/null\nmv "$CONTAINERROOT/user-software.squashfs" "$CONTAINERROOT/keep"\n'
                       'make-squashfs >/dev/null\nrm -r "$CONTAINERROOT/user-software" "$CONTAINERROOT/keep"\n'
-                      'module load %s\npython -c "import laif_upgrade; print(laif_upgrade.VERSION)"' % MODULE).stdout
+                      'module load %s\npython -c "import laif_upgrade; print(laif_upgrade.VERSION)"'
+                % LAIF_MODULE).stdout
     assert out.strip() == '2.0'
 
 
@@ -109,7 +109,7 @@ def test_module_fails_clearly_when_the_central_image_is_gone(laif):
     moved = central_sif.with_name('moved-away.sif')
     os.rename(central_sif, moved)
     try:
-        proc = inst.shell('module load %s\necho "rc=$? SIF=${SIF:-unset}"' % MODULE, check=False)
+        proc = inst.shell('module load %s\necho "rc=$? SIF=${SIF:-unset}"' % LAIF_MODULE, check=False)
     finally:
         os.rename(moved, central_sif)
     message = ' '.join(proc.stderr.split())
@@ -132,7 +132,7 @@ def test_install_steps_and_sanity_check_run_through_the_runscript(tmp_path, laif
 def test_wrappers_refuse_without_the_module(laif):
     inst, idir, _ = laif
     proc = run([str(idir / 'bin' / 'python'), '-c', 'pass'], env=base_env(), check=False)
-    assert proc.returncode == 1 and "module %s is not loaded" % MODULE in proc.stderr
+    assert proc.returncode == 1 and "module %s is not loaded" % LAIF_MODULE in proc.stderr
 
 
 def test_inspect_to_installed_module(tmp_path, laif_sif, laif_wheels):

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from conftest import install_demo
-from harness import STANDIN_DIR, demo_easyconfig
+from harness import STANDIN_DIR, demo_easyconfig, install_demo
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 

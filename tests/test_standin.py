@@ -72,9 +72,12 @@ def test_version(standin):
 
 
 def test_sif_layout_matches_siftool(sif):
+    """The tests' SIF reader (which the stand-in uses) and the easyblock's agree with siftool."""
+    from generator.easyblock import easyblock
     out = subprocess.run(["siftool", "list", str(sif)], capture_output=True, text=True).stdout
     offset = sifimage.sif_partition_offset(sif)
     assert f"|{offset}-" in out and "Squashfs" in out
+    assert easyblock.sif_partition_offset(sif) == offset
 
 
 def test_env_script_is_sourced(standin, sif):

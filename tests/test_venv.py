@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import install_demo
-from harness import SQUASHFS_WORKS, Installation, demo_easyconfig, require_runtime, require_tools, write_wheel
+from harness import (SQUASHFS_WORKS, Installation, demo_easyconfig, fake_command, install_demo, require_runtime,
+                     require_tools, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -104,10 +104,8 @@ def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, e
 
 def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, eb_version):
     require_runtime()
-    fake = tmp_path / 'fakebin'
-    fake.mkdir()
-    (fake / 'mksquashfs').write_text('#!/bin/sh\necho partial > "$2"\necho "mksquashfs: no space left" >&2\nexit 1\n')
-    (fake / 'mksquashfs').chmod(0o755)
+    fake = fake_command(tmp_path / 'fakebin', 'mksquashfs', 'echo partial > "$2"\n'
+                                                            'echo "mksquashfs: no space left" >&2\nexit 1\n')
     inst = Installation(tmp_path / 'i', eb_version)
     (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-base'],
