@@ -194,9 +194,10 @@ JOB_SCRIPT = '''\
 source {lmod_init}
 module use {modules}
 module load PyTorch/2.13.0
-# Start only when the other job runs too, so that their job steps overlap.
+# Start only when the other job runs too, so that their job steps overlap; fail if it never comes.
 touch {barrier}/$SLURM_JOB_ID
 for i in $(seq 600); do [ "$(ls {barrier} | wc -l)" -ge 2 ] && break; sleep 0.1; done
+[ "$(ls {barrier} | wc -l)" -ge 2 ] || {{ echo "the other job did not start within 60 s" >&2; exit 1; }}
 srun singularity exec "$SIFPYTORCH" conda-python-distributed -u {root}/ddp_check.py
 '''
 

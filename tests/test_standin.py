@@ -6,7 +6,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -256,10 +255,8 @@ def test_sigterm_reaches_the_command(standin, sif, tmp_path):
     p = subprocess.Popen(["singularity", "exec", str(sif), "sh", "-c", "echo up; exec sleep 30"],
                          env=e, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "up\n"
-    t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=20) == -signal.SIGTERM
-    assert time.monotonic() - t0 < 10
     p.stdout.close()
 
 
@@ -267,10 +264,15 @@ def test_concurrent_runs(standin, sif, tmp_path):
     e = {k: v for k, v in os.environ.items() if not k.startswith("SINGULARITY")}
     e.update(PATH=f"{STANDIN_DIR}{os.pathsep}{os.environ['PATH']}",
              TMPDIR=str(tmp_path / "standin-tmp"))  # `standin` checks it afterwards
-    procs = [subprocess.Popen(["singularity", "exec", str(sif), "sh", "-c",
-                               f"sleep 0.5; echo {i}"], env=e, stdout=subprocess.PIPE, text=True)
+    # Each waits until all three are in their containers at once (files in a shared bind), then says so.
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    script = ('touch /meet/$0; for i in $(seq 300); do [ "$(ls /meet | wc -l)" -ge 3 ] && break; sleep 0.1; done; '
+              'echo "$0 saw $(ls /meet | wc -l)"')
+    procs = [subprocess.Popen(["singularity", "exec", "-B", f"{meet}:/meet", str(sif), "sh", "-c", script, str(i)],
+                              env=e, stdout=subprocess.PIPE, text=True)
              for i in range(3)]
-    assert [p.communicate(timeout=60)[0] for p in procs] == ["0\n", "1\n", "2\n"]
+    assert [p.communicate(timeout=60)[0] for p in procs] == ["0 saw 3\n", "1 saw 3\n", "2 saw 3\n"]
     assert all(p.returncode == 0 for p in procs)
 
 
