@@ -3,7 +3,7 @@
     python benchmarks/run.py [--quick] [--runs N] [--json OUT] [--markdown] [--workdir DIR] [--only NAMES]
     python benchmarks/run.py --from-json OUT [--markdown]     (print the tables of an earlier run)
 
-Five benchmarks (benchmarks/README.md says what each measures and how). Every figure is the median, min
+Six benchmarks (benchmarks/README.md says what each measures and how). Every figure is the median, min
 and max over the runs, after a warm-up run (--quick: tiny sizes, 1 run, no warm-up), and every comparison
 is computed per run from two things measured in that run, with the variants interleaved.
 """
@@ -28,7 +28,7 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / 'tests'))
 
 from generator.easyblock import easyblock  # noqa: E402
-from harness import (EB_VENVS, LMOD_CMD, Installation, base_env,  # noqa: E402
+from harness import (EB_VENVS, LMOD_CMD, LMOD_INIT, RUNTIME, STANDIN, Installation, base_env,  # noqa: E402
                      demo_easyconfig, write_wheel)
 from sifimage import make_test_sif  # noqa: E402
 
@@ -37,7 +37,7 @@ lua_str = easyblock.lua_str  # the module's own quoting, for the plain module to
 IOWRAP = BENCH_DIR / 'iowrap.py'
 GENERATOR_SPEC = REPO / 'easyconfigs' / 'p' / 'PyTorch' / 'PyTorch.yaml'
 DEFAULT_WORKDIR = Path('/var/tmp/lumi-container-bench')
-BENCHMARKS = ('install', 'squash', 'wrapper', 'module_load', 'generator')
+BENCHMARKS = ('install', 'squash', 'venv_pip', 'wrapper', 'module_load', 'generator')
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -58,12 +58,13 @@ class Settings:
     modules_per_wheel: int
     inner: int                 # invocations per run for the millisecond benchmarks
     generator_containers: int
+    venv_pip_modules: int      # modules of the one wheel in the venv-pip benchmark's venv (about 2 files each)
 
     @classmethod
     def make(cls, quick, runs):
         if quick:
-            return cls(True, runs or 1, 0, 4 * MiB, 1 * MiB, 1, 20, 1, 50)
-        return cls(False, runs or 5, 1, 2 * GiB, 16 * MiB, 3, 1000, 20, 50)
+            return cls(True, runs or 1, 0, 4 * MiB, 1 * MiB, 1, 20, 1, 50, 20)
+        return cls(False, runs or 5, 1, 2 * GiB, 16 * MiB, 3, 1000, 20, 50, 1400)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -486,7 +487,77 @@ def bench_squash(ctx):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# 3. Wrapper start-up and 4. module load
+# 3. venv-pip: one small package into a packed venv, against the manual procedure of LUMI's user guide
+# ---------------------------------------------------------------------------------------------------------------
+
+VENV_PIP_STEPS = {
+    'venv_pip': 'venv-pip install -q {find} bench-small',
+    'manual': 'unmake-squashfs\nrm "$CONTAINERROOT/user-software.squashfs"\nmodule load Pip/1.0\n'
+              'pip install -q {find} bench-small\nmake-squashfs\nmodule load Pip/1.0',
+}
+
+
+def venv_pip_install(ctx):
+    """Pip/1.0: a small image with a packed venv of one wheel of venv_pip_modules modules; (its install dir, the
+    wheelhouse, the module dir)."""
+    s = ctx.settings
+    wheels = ctx.scratch / 'venv-pip-wheels'
+    names = write_wheels(wheels, 1, s.venv_pip_modules)
+    write_wheel(wheels, 'bench-small', code='SMALL = True\n')
+    inst = Installation(ctx.scratch / 'venv-pip-install')
+    make_test_sif(inst.sources / 'bench.sif')
+    ec = inst.write_easyconfig('Pip-1.0.eb', demo_easyconfig(
+        name='Pip', sif='bench.sif', wrapped_commands=['python', 'pip'], pip_requirements=names,
+        pip_install_options=['--no-index', '--find-links=%s' % wheels], squash_user_software=True))
+    progress('installing Pip/1.0 with a packed venv of 1 wheel x %d modules' % s.venv_pip_modules)
+    checked([EB_VENVS['5'] / 'bin' / 'eb', ec], env=ctx.env(inst.env()), what='eb install of Pip/1.0')
+    return inst.installdir('Pip', '1.0'), wheels, inst.prefix / 'modules' / 'all'
+
+
+def bench_venv_pip(ctx):
+    idir, wheels, modules = venv_pip_install(ctx)
+    squashfs = idir / 'user-software.squashfs'
+    original = ctx.scratch / 'venv-pip-original.squashfs'
+    shutil.copy2(squashfs, original)
+    listing = checked(['unsquashfs', '-l', squashfs], what='unsquashfs -l').stdout
+    venv_entries = sum(1 for line in listing.splitlines() if line.startswith('squashfs-root/'))
+    find = '--no-index --find-links=%s' % wheels
+
+    def shell(script):
+        return ['bash', '-c', 'source %s\nmodule use %s\nmodule load Pip/1.0\n%s' % (LMOD_INIT, modules, script)]
+
+    def one_run(index):
+        values = {}
+        for name in rotated(list(VENV_PIP_STEPS), index):
+            values[name] = measure_io(shell(VENV_PIP_STEPS[name].format(find=find)), ctx.env(), ctx.scratch,
+                                      name)['seconds']
+            checked(shell('python -c "import bench_small"'), env=ctx.env(), what='import bench_small (%s)' % name)
+            values[name + '_left'] = count_entries(idir / 'user-software') if name == 'manual' else sum(
+                1 for p in idir.iterdir() if p.name.startswith('user-software') and p != squashfs)
+            shutil.rmtree(idir / 'user-software', ignore_errors=True)  # back to the installed state
+            shutil.copy2(original, squashfs)
+        values['speedup'] = values['manual'] / values['venv_pip']
+        return values
+
+    v = repeat(ctx.settings, 'venv_pip', one_run)
+    return {
+        'name': 'venv_pip',
+        'title': 'Add one small package to a packed venv of %d files and dirs' % venv_entries,
+        'figures': [
+            figure('venv_pip', 'venv-pip install (one command)', 's', v['venv_pip']),
+            figure('manual', 'the six manual steps (unmake-squashfs ... make-squashfs, reload)', 's', v['manual']),
+            figure('speedup', 'speed-up: manual steps / venv-pip', 'x', v['speedup']),
+            figure('venv_pip_left', 'entries venv-pip leaves besides user-software.squashfs', 'files',
+                   v['venv_pip_left']),
+            figure('manual_left', 'entries the manual steps leave (user-software/, to remove by hand)', 'files',
+                   v['manual_left']),
+        ],
+        'info': {'venv_entries': venv_entries, 'squashfs_bytes': original.stat().st_size},
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. Wrapper start-up and 5. module load
 # ---------------------------------------------------------------------------------------------------------------
 
 def shell_env(inst, script):
@@ -579,7 +650,7 @@ def bench_module_load(ctx):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# 5. Generator
+# 6. Generator
 # ---------------------------------------------------------------------------------------------------------------
 
 def write_generator_spec(path, count):
@@ -745,8 +816,8 @@ def filesystem_of(path):
 
 def missing_tools():
     missing = [tool for tool in ('mksquashfs', 'unsquashfs', 'siftool') if not shutil.which(tool)]
-    if not (shutil.which('singularity') or shutil.which('apptainer')):  # else the stand-in, which needs these
-        missing += [tool for tool in ('squashfuse', 'proot') if not shutil.which(tool)]
+    if RUNTIME == STANDIN and os.geteuid() != 0:  # no LUMI_CT_SINGULARITY: the tests' stand-in runs the images
+        missing.append('root (the singularity stand-in mounts the images in a mount namespace of its own)')
     if not (EB_VENVS['5'] / 'bin' / 'eb').exists():
         missing.append('EasyBuild 5 (%s)' % (EB_VENVS['5'] / 'bin' / 'eb'))
     if not os.path.exists(LMOD_CMD):
@@ -784,7 +855,8 @@ def run_benchmarks(args, workdir):
         result = {'date': datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
                   'machine': machine_info(workdir), 'settings': settings.__dict__, 'io_counter': ctx.counter,
                   'benchmarks': []}
-        functions = {'install': bench_install, 'squash': bench_squash, 'wrapper': bench_wrapper,
+        functions = {'install': bench_install, 'squash': bench_squash, 'venv_pip': bench_venv_pip,
+                     'wrapper': bench_wrapper,
                      'module_load': bench_module_load, 'generator': bench_generator}
         for name in BENCHMARKS:
             if name in args.only:

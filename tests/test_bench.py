@@ -14,7 +14,7 @@ from harness import REPO, require_eb, require_runtime, require_tools
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 RUNNER = REPO / 'benchmarks' / 'run.py'
-BENCHMARKS = ['install', 'squash', 'wrapper', 'module_load', 'generator']
+BENCHMARKS = ['install', 'squash', 'venv_pip', 'wrapper', 'module_load', 'generator']
 
 
 def is_number(value):

@@ -67,6 +67,7 @@ def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
     for word in ['SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'SINGULARITY_BINDPATH', 'start-shell', 'make-squashfs',
                  'unmake-squashfs', 'conda-python-distributed']:
         assert word in help_text
+    assert 'To add or remove packages: venv-pip install <package>' in ' '.join(help_text.split())
 
 
 def test_wrappers_pass_arguments_and_status(demo_install):

@@ -147,3 +147,31 @@ def test_image_packages_arrangement():
                                          '/usr/lib/python3.12/lib-dynload', '/opt/torch']
     stdlib_only = ['/usr/lib/python3.12', own]
     assert arrange(stdlib_only, own, image) == ['/usr/lib/python3.12', own] + image
+
+
+@pytest.mark.parametrize('args, runs', [
+    (['install', 'foo'], True), (['-q', 'install', '-r', 'req s.txt'], True), (['uninstall', '-y', 'foo'], True),
+    (['list', '--user'], True), (['install', '--user', 'foo'], False), (['--user', 'install', 'foo'], False)])
+def test_venv_pip_script(tmp_path, args, runs):
+    """The venv's pip runs the venv's Python with pip and the arguments as they are, but stops an install with
+    --user (the venv would not see it) and says what to run instead."""
+    bin_dir = tmp_path / 'venv' / 'bin'
+    bin_dir.mkdir(parents=True)
+    (bin_dir / 'python').write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (bin_dir / 'pip').write_text(easyblock.VENV_PIP_SCRIPT)
+    for script in ('python', 'pip'):
+        (bin_dir / script).chmod(0o755)
+    proc = subprocess.run([str(bin_dir / 'pip')] + args, capture_output=True, text=True, timeout=60)
+    if runs:
+        assert (proc.returncode, proc.stdout.splitlines()) == (0, ['-m', 'pip'] + args)
+    else:
+        assert (proc.returncode, proc.stdout) == (1, '')
+        assert proc.stderr == ('pip: --user would install into ~/.local, which %s does not see. Outside the '
+                               'container, with the module loaded, run: venv-pip install foo\n' % bin_dir.parent)
+
+
+def test_venv_pip_script_passes_shellcheck(tmp_path):
+    require(shutil.which('shellcheck'), 'shellcheck')
+    (tmp_path / 'pip').write_text(easyblock.VENV_PIP_SCRIPT)
+    proc = subprocess.run(['shellcheck', str(tmp_path / 'pip')], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout

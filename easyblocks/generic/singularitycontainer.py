@@ -541,8 +541,8 @@ LAUNCH_COMMAND = r'''exec "$runtime" @entry@ "$sif" @command@ "$@"'''
 LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
     /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"'''
 
-# make-squashfs and unmake-squashfs write under a temporary name, <target>.tmp.<host>.<pid>, and rename it when
-# done. A run killed with SIGKILL (which cannot be trapped) leaves that behind; it may be gigabytes.
+# make-squashfs, unmake-squashfs and venv-pip write under a temporary name, <target>.tmp.<host>.<pid>, and rename
+# it when done. A run killed with SIGKILL (which cannot be trapped) leaves that behind; it may be gigabytes.
 REMOVE_LEFTOVERS = r'''remove_leftovers() {
     local old host pid
     for old in "$1".tmp.*; do
@@ -552,7 +552,7 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
         host="${host%.*}"
         if [ "$host" != "$(hostname)" ]; then
             echo "${0##*/}: warning: $old was left by a run on $host; remove it if none runs there any more" >&2
-        elif grep -qas make-squashfs "/proc/$pid/cmdline"; then
+        elif grep -qas -e make-squashfs -e venv-pip "/proc/$pid/cmdline"; then
             die "$old is being written by process $pid; wait for it to finish"
         else
             echo "Removing $old, left by an interrupted run."
@@ -560,6 +560,89 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
         fi
     done
 }'''
+
+# venv-pip: pip against the module's venv, whatever its state. Changes to a packed venv are made on an unpacked copy,
+# packed again and checked, and only then put in place by a rename: a failure or a signal leaves the old SquashFS
+# file as it was, and jobs that have it mounted keep the old one.
+LAUNCH_VENV_PIP = r'''@remove_leftovers@
+
+# The venv lives in this install dir: unpacked in user-software/, or packed in user-software.squashfs.
+root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+dir="$root/user-software"
+squashfs="$root/user-software.squashfs"
+venv=@venv@
+pip() {
+    "$runtime" @entry@ "$sif" @python@ -m pip "$@"
+}
+
+# pip commands that only read: straight against the venv the module binds (read-only if packed)
+subcommand=$(for arg in "$@"; do case "$arg" in -*) ;; *) echo "$arg"; break ;; esac; done)
+case "$subcommand" in
+    ''|list|show|freeze|check|help|inspect|index|debug|hash|download|config|cache|completion)
+        pip "$@"
+        exit
+        ;;
+esac
+
+# One change at a time (make-squashfs and unmake-squashfs take the same lock)
+exec 9>>"$root/.user-software.lock"
+if ! flock -n 9; then
+    echo "venv-pip: waiting for another venv-pip, make-squashfs or unmake-squashfs on $root..." >&2
+    flock 9
+fi
+remove_leftovers "$squashfs"
+remove_leftovers "$dir.venv-pip"
+
+if [ ! -f "$squashfs" ]; then
+    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
+    pip "$@"
+    exit
+fi
+
+# The binds of the module, with the unpacked copy at /user-software instead of the SquashFS file
+without_user_software() {
+    local IFS=, entry kept=()
+    for entry in $1; do
+        case "$entry" in
+            *:/user-software | *:/user-software:*) ;;
+            *) kept+=("$entry") ;;
+        esac
+    done
+    echo "${kept[*]}"
+}
+work="$dir.venv-pip.tmp.$(hostname).$$"
+new="$squashfs.tmp.$(hostname).$$"
+# The long steps run in the background and are waited for: bash runs a trap only when the foreground command
+# ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once.
+child=
+in_background() {
+    local status=0
+    "$@" &
+    child=$!
+    wait "$child" || status=$?
+    child=
+    return "$status"
+}
+trap 'rm -rf "$work" "$new"' EXIT
+trap '[ -z "$child" ] || kill "$child" 2>/dev/null; exit 130' INT
+trap '[ -z "$child" ] || kill "$child" 2>/dev/null; exit 143' TERM
+in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/null ||
+    die "cannot unpack $squashfs; nothing was changed"
+binds=$(without_user_software "${SINGULARITY_BINDPATH:-}")
+export SINGULARITY_BINDPATH="${binds:+$binds,}$work:/user-software"
+binds=$(without_user_software "${APPTAINER_BINDPATH:-}")
+export APPTAINER_BINDPATH="${binds:+$binds,}$work:/user-software"
+status=0
+in_background pip "$@" || status=$?
+[ "$status" -eq 0 ] || die "pip failed (exit code $status); $squashfs was not changed"
+cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
+in_background mksquashfs "$work" "$new" -noappend -no-progress -quiet -processors "$cpus" >/dev/null ||
+    die "mksquashfs failed; $squashfs was not changed"
+# (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
+unsquashfs -l "$new" | grep -x "squashfs-root${venv#/user-software}/bin/python" >/dev/null ||
+    die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
+mv "$new" "$squashfs"
+echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."'''
 
 MAKE_SQUASHFS = r'''@header@
 @remove_leftovers@
@@ -569,6 +652,9 @@ root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 dir="$root/user-software"
 squashfs="$root/user-software.squashfs"
 
+# One change at a time (venv-pip takes the same lock)
+exec 9>>"$root/.user-software.lock"
+flock -n 9 || die "a venv-pip, make-squashfs or unmake-squashfs is changing $root; try again when it is done"
 remove_leftovers "$squashfs"
 [ ! -e "$squashfs" ] || die "$squashfs already exists; remove it (or run unmake-squashfs and remove it) first"
 [ -d "$dir" ] || die "there is no $dir to pack"
@@ -598,6 +684,9 @@ root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 dir="$root/user-software"
 squashfs="$root/user-software.squashfs"
 
+# One change at a time (venv-pip takes the same lock)
+exec 9>>"$root/.user-software.lock"
+flock -n 9 || die "a venv-pip, make-squashfs or unmake-squashfs is changing $root; try again when it is done"
 remove_leftovers "$dir"
 [ -f "$squashfs" ] || die "there is no $squashfs to unpack"
 [ ! -e "$dir" ] || die "$dir already exists; move it away first, it is not overwritten"
@@ -841,6 +930,8 @@ SCRIPTS = [
     ('bin/list-packages', 'list the Python packages in the container', 'bash', LAUNCHER),
     ('bin/make-squashfs', 'pack user-software/ into user-software.squashfs', 'bash', MAKE_SQUASHFS),
     ('bin/unmake-squashfs', 'unpack user-software.squashfs into user-software/', 'bash', UNMAKE_SQUASHFS),
+    ('bin/venv-pip', 'pip against the virtual environment, packed or not: venv-pip install torchmetrics', 'bash',
+     LAUNCHER),
     ('runscripts/init-conda-venv', 'prepare the image\'s Python and activate the virtual environment (source it)',
      'bash', RUNSCRIPT_INIT),
     ('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE),
@@ -914,8 +1005,30 @@ sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), IMAG
 '''
 
 # bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
+# Installing into the venv from inside the container cannot work while it is packed (read-only), and --user
+# installs are not seen by it: both are sent to venv-pip, which does it from outside.
 VENV_PIP_SCRIPT = r'''#!/bin/sh
 # The image's pip, run by this virtual environment's Python.
+venv=$(dirname "$(dirname "$0")")
+for arg in "$@"; do
+    case "$arg" in
+        -*) ;;
+        install | uninstall)
+            case " $* " in *" --user "*) user=yes ;; *) user= ;; esac
+            if [ -n "$user" ]; then
+                problem="--user would install into ~/.local, which $venv does not see."
+            elif [ ! -w "$venv/bin" ]; then
+                problem="$venv is packed (read-only) and cannot be changed from inside the container."
+            fi
+            if [ -n "${problem:-}" ]; then
+                suggested=$(for a in "$@"; do [ "$a" = --user ] || printf ' %s' "$a"; done)
+                echo "pip: $problem Outside the container, with the module loaded, run: venv-pip$suggested" >&2
+                exit 1
+            fi
+            break ;;
+        *) break ;;
+    esac
+done
 exec "$(dirname "$0")/python" -m pip "$@"
 '''
 
@@ -1357,6 +1470,12 @@ class SingularityContainer(EasyBlock):
         entry = self.cfg['container_entry']
         if relpath == 'bin/start-shell':
             return fill_template(LAUNCH_START_SHELL, entry=entry)
+        if relpath == 'bin/venv-pip':
+            python = '%s/bin/python' % self.container_venv
+            if self.cfg['container_init']:
+                python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
+            return fill_template(LAUNCH_VENV_PIP, remove_leftovers=REMOVE_LEFTOVERS, venv=sh_str(self.container_venv),
+                                 entry=entry, python=python)
         command = '/runscripts/list-packages' if relpath == 'bin/list-packages' else sh_str(name)
         if self.cfg['container_init'] and relpath != 'bin/list-packages':
             return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=command)
@@ -1522,8 +1641,9 @@ class SingularityContainer(EasyBlock):
             "Commands outside the container (in $CONTAINERROOT/bin):",
         ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
             "",
-            "To add packages: unmake-squashfs, remove $CONTAINERROOT/user-software.squashfs, reload the module, "
-            "pip install in the container, make-squashfs, reload the module.",
+            "To add or remove packages: venv-pip install <package> (or -r requirements.txt, uninstall, list, ...) "
+            "outside the container: it unpacks the virtual environment if it is packed, runs pip, packs it again and "
+            "puts it in place in one step; new jobs see the change, no reload needed.",
         ])
 
     def make_module_extra(self, *args, **kwargs):
