@@ -149,25 +149,46 @@ def test_image_packages_arrangement():
     assert arrange(stdlib_only, own, image) == ['/usr/lib/python3.12', own] + image
 
 
-@pytest.mark.parametrize('args, runs', [
-    (['install', 'foo'], True), (['-q', 'install', '-r', 'req s.txt'], True), (['uninstall', '-y', 'foo'], True),
-    (['list', '--user'], True), (['install', '--user', 'foo'], False), (['--user', 'install', 'foo'], False)])
-def test_venv_pip_script(tmp_path, args, runs):
+PIP_COMMANDS = [  # pip's arguments, whether they change the venv, whether they ask for --user
+    (['install', 'foo'], True, False), (['-q', 'install', '-r', 'req s.txt'], True, False),
+    (['uninstall', '-y', 'foo'], True, False), (['--log=pip.log', 'install', 'foo'], True, False),
+    (['install', '--user', 'foo'], True, True), (['--user', 'install', 'foo'], True, True),
+    (['list'], False, False), (['list', '--user'], False, True), (['--timeout', '60', 'freeze'], False, False),
+    (['--log', 'install', 'list'], False, False), (['show', 'install'], False, False), ([], False, False),
+    (['--version'], False, False), (['download', 'foo'], False, False), (['wheel', 'foo'], False, False),
+    (['install', '--dry-run', 'foo'], False, False), (['install', '--help'], False, False),
+    (['-h', 'install'], False, False), (['install', '--target', 'dir', 'foo'], False, False),
+    (['install', '--prefix=/x', 'foo'], False, False), (['--timeout'], False, False)]
+
+
+@pytest.mark.parametrize('shell', ['sh', 'bash'])
+@pytest.mark.parametrize('args, changes, user', PIP_COMMANDS)
+def test_pip_changes_venv(shell, args, changes, user):
+    """The one decision of venv-pip (bash) and the venv's pip (sh): does pip change the venv?"""
+    script = easyblock.PIP_CHANGES_VENV + '\nif pip_changes_venv "$@"; then echo yes "$pip_user"; else echo no; fi'
+    out = output_of([shell, '-c', script, 'sh'] + args).split()
+    assert out == (['yes', 'yes'] if user else ['yes']) if changes else ['no']
+
+
+@pytest.mark.parametrize('args, changes, user', PIP_COMMANDS)
+def test_venv_pip_script(tmp_path, args, changes, user):
     """The venv's pip runs the venv's Python with pip and the arguments as they are, but stops an install with
-    --user (the venv would not see it) and says what to run instead."""
+    --user (the venv would not see it) and says what to run instead, quoted for the shell."""
     bin_dir = tmp_path / 'venv' / 'bin'
     bin_dir.mkdir(parents=True)
     (bin_dir / 'python').write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     (bin_dir / 'pip').write_text(easyblock.VENV_PIP_SCRIPT)
     for script in ('python', 'pip'):
         (bin_dir / script).chmod(0o755)
-    proc = subprocess.run([str(bin_dir / 'pip')] + args, capture_output=True, text=True, timeout=60)
-    if runs:
-        assert (proc.returncode, proc.stdout.splitlines()) == (0, ['-m', 'pip'] + args)
-    else:
+    proc = subprocess.run([str(bin_dir / 'pip')] + args + ["it's"], capture_output=True, text=True, timeout=60)
+    if changes and user:
+        suggested = ' '.join(arg for arg in args if arg != '--user')
         assert (proc.returncode, proc.stdout) == (1, '')
         assert proc.stderr == ('pip: --user would install into ~/.local, which %s does not see. Outside the '
-                               'container, with the module loaded, run: venv-pip install foo\n' % bin_dir.parent)
+                               "container, with the module loaded, run: venv-pip %s 'it'\\''s'\n"
+                               % (bin_dir.parent, suggested))
+    else:
+        assert (proc.returncode, proc.stdout.splitlines()) == (0, ['-m', 'pip'] + args + ["it's"])
 
 
 def test_venv_pip_script_passes_shellcheck(tmp_path):

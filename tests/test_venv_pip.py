@@ -2,6 +2,7 @@
 not; changes to a packed one replace the SquashFS file only when everything worked. EasyBuild 5 and 4.9.4."""
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -9,8 +10,8 @@ import time
 
 import pytest
 
-from harness import (LAIF_MODULE, LMOD_INIT, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
-                     require_runtime, require_tools, write_wheel)
+from harness import (LAIF_MODULE, LMOD_INIT, RUNTIME, SQUASHFS_WORKS, base_env, fake_command, install_demo,
+                     install_laif, require_runtime, require_tools, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -33,11 +34,56 @@ def wheels(tmp_path_factory):
     return path
 
 
-def install(root, demo_sif, wheels, eb_version, squash=True):
+def install(root, demo_sif, wheels, eb_version, squash):
+    """Demo/1.0 with lumi-base in its venv, packed or not; (Installation, install dir, a copy of the venv as
+    installed, which fresh() puts back)."""
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs', 'flock')
-    return install_demo(root, demo_sif, eb_version, pip_requirements=['lumi-base'], squash_user_software=squash,
-                        pip_install_options=['--no-index', '--find-links=%s' % wheels])
+    options = ['--no-index', '--find-links=%s' % wheels]
+    inst, idir = install_demo(root / 'install', demo_sif, eb_version, pip_requirements=['lumi-base'],
+                              squash_user_software=squash, pip_install_options=options)
+    saved = root / 'as-installed'
+    saved.mkdir()
+    for path in user_software(idir):
+        shutil.copytree(path, saved / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, saved)
+    return inst, idir, saved
+
+
+def user_software(idir):
+    """What venv-pip, make-squashfs and unmake-squashfs work on: the venv, packed or not, their lock and leftovers."""
+    return [path for path in idir.iterdir() if path.name.startswith(('user-software', '.user-software'))]
+
+
+def fresh(installed):
+    """The install as eb left it (installing once per module and EasyBuild version saves minutes)."""
+    inst, idir, saved = installed
+    for path in user_software(idir):
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    for path in saved.iterdir():
+        shutil.copytree(path, idir / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, idir)
+    return inst, idir
+
+
+@pytest.fixture(scope='module')
+def packed_install(tmp_path_factory, demo_sif, wheels, eb_version):
+    return install(tmp_path_factory.mktemp('packed'), demo_sif, wheels, eb_version, squash=True)
+
+
+@pytest.fixture(scope='module')
+def unpacked_install(tmp_path_factory, demo_sif, wheels, eb_version):
+    return install(tmp_path_factory.mktemp('unpacked'), demo_sif, wheels, eb_version, squash=False)
+
+
+@pytest.fixture
+def packed(packed_install):
+    """Demo/1.0 with its venv in user-software.squashfs, as installed: (Installation, install dir)."""
+    return fresh(packed_install)
+
+
+@pytest.fixture
+def unpacked(unpacked_install):
+    """Demo/1.0 with its venv in user-software/, as installed: (Installation, install dir)."""
+    return fresh(unpacked_install)
 
 
 def module_shell(inst, script, check=True):
@@ -49,8 +95,8 @@ def sha256(path):
 
 
 @pytest.mark.needs('image-src')
-def test_install_and_uninstall_in_a_packed_venv(tmp_path, demo_sif, wheels, eb_version):
-    inst, idir = install(tmp_path, demo_sif, wheels, eb_version)
+def test_install_and_uninstall_in_a_packed_venv(packed, wheels):
+    inst, idir = packed
     out = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-later lumi-needs-wheel '
                              'lumi-many-files\n'
                              'python -c "import lumi_later, lumi_needs_wheel, wheel; print(wheel.__file__)"\n'
@@ -62,12 +108,14 @@ def test_install_and_uninstall_in_a_packed_venv(tmp_path, demo_sif, wheels, eb_v
     assert not (idir / 'user-software').exists()
     assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
 
-    out = module_shell(inst, 'venv-pip uninstall -y lumi-later\npython -c "import lumi_later" 2>&1 || true\n').stdout
+    # pip asks before it uninstalls: the answer reaches it
+    out = module_shell(inst, 'echo y | venv-pip uninstall lumi-later\n'
+                             'python -c "import lumi_later" 2>&1 || true\n').stdout
     assert 'Successfully uninstalled lumi-later-1.0' in out and "No module named 'lumi_later'" in out
 
 
-def test_install_in_an_unpacked_venv(tmp_path, demo_sif, wheels, eb_version):
-    inst, idir = install(tmp_path, demo_sif, wheels, eb_version, squash=False)
+def test_install_in_an_unpacked_venv(unpacked, wheels):
+    inst, idir = unpacked
     out = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-later\n'
                              'python -c "import lumi_later; print(lumi_later.__file__)"' % wheels).stdout
     assert '/user-software/venv/demo/lib/python' in out
@@ -76,8 +124,8 @@ def test_install_in_an_unpacked_venv(tmp_path, demo_sif, wheels, eb_version):
 
 
 @pytest.mark.needs('image-src')
-def test_a_failed_install_changes_nothing(tmp_path, demo_sif, wheels, eb_version):
-    inst, idir = install(tmp_path, demo_sif, wheels, eb_version)
+def test_a_failed_install_changes_nothing(packed, wheels):
+    inst, idir = packed
     before = sha256(idir / 'user-software.squashfs')
     proc = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-does-not-exist' % wheels, check=False)
     assert proc.returncode != 0
@@ -106,31 +154,47 @@ def wait_for(predicate, what, timeout=60):
         time.sleep(0.05)
 
 
+def slow_step(tmp_path, step):
+    """A directory to put first on PATH: its fake runtime (step 'pip') or mksquashfs (step 'pack') writes the file
+    it returns, then sleeps; the fake runtime, like a real one, passes a SIGTERM on to what it runs."""
+    started = tmp_path / 'started'
+    if step == 'pip':
+        return fake_command(tmp_path / 'slow', 'singularity', (
+            'case " $* " in *" -m pip install "*)\n'
+            '    : > %s\n    sleep 300 &\n    trap \'kill $!; exit 143\' TERM\n    wait $!\n    exit 1 ;;\n'
+            'esac\nexec %s "$@"\n') % (started, RUNTIME)), started
+    return fake_command(tmp_path / 'slow', 'mksquashfs',
+                        'echo partial > "$2"\n: > %s\nexec sleep 300\n' % started), started
+
+
 @pytest.mark.needs('image-src')
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGKILL], ids=['SIGTERM', 'SIGKILL'])
-def test_a_signal_in_the_middle(tmp_path, demo_sif, wheels, eb_version, signum):
-    """Killed while packing: the old SquashFS file is untouched and usable; the next run cleans up and works."""
-    inst, idir = install(tmp_path, demo_sif, wheels, eb_version)
+@pytest.mark.parametrize('step, signum', [('pip', signal.SIGTERM), ('pack', signal.SIGTERM), ('pack', signal.SIGKILL)],
+                         ids=['pip-SIGTERM', 'pack-SIGTERM', 'pack-SIGKILL'])
+def test_a_signal_in_the_middle(packed, tmp_path, wheels, step, signum):
+    """Stopped while pip runs or while it packs: the old SquashFS file is untouched and usable. After a SIGTERM
+    nothing is left running or on disk; after a SIGKILL the next run cleans up, and works."""
+    inst, idir = packed
     before = sha256(idir / 'user-software.squashfs')
-    slow = fake_command(tmp_path / 'slow', 'mksquashfs', 'echo partial > "$2"\nexec sleep 60\n')
+    slow, started = slow_step(tmp_path, step)
     proc = start_venv_pip(inst, wheels, slow)
-    wait_for(lambda: list(idir.glob('user-software.squashfs.tmp.*')), 'venv-pip to start packing')
+    wait_for(started.exists, 'venv-pip to reach the slow step')
     if signum == signal.SIGTERM:
-        os.kill(proc.pid, signum)  # venv-pip itself, as a scheduler or Ctrl-C would
+        os.kill(proc.pid, signum)  # venv-pip itself, as Slurm at the end of a job, or kill
     else:
         os.killpg(proc.pid, signum)  # everything, with no chance to clean up
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=30)  # what venv-pip left running would hold its output open
     assert proc.returncode == (143 if signum == signal.SIGTERM else -signal.SIGKILL)
-    if signum == signal.SIGTERM:
-        wait_for(lambda: not group_alive(proc.pid), 'pip and mksquashfs to end with venv-pip')
+    if signum == signal.SIGTERM:  # venv-pip stopped what it ran: nothing of its session runs on
+        wait_for(lambda: not group_alive(proc.pid), 'the processes of venv-pip to end', timeout=10)
     assert sha256(idir / 'user-software.squashfs') == before
     assert module_shell(inst, 'python -c "import lumi_base; print(lumi_base.NAME)"').stdout == 'base\n'
     leftovers = [p for p in idir.iterdir() if '.tmp.' in p.name]
     assert bool(leftovers) == (signum == signal.SIGKILL)
 
-    out = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-later' % wheels).stdout
+    done = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-later' % wheels)
     for leftover in leftovers:
-        assert 'Removing %s, left by an interrupted run.' % leftover in out
+        assert 'Removing %s, left by an interrupted run.' % leftover in done.stdout
+    assert 'waiting' not in done.stderr  # the lock went with the stopped run
     assert not [p for p in idir.iterdir() if '.tmp.' in p.name]
     assert module_shell(inst, 'python -c "import lumi_later; print(lumi_later.LATER)"').stdout == 'True\n'
 
@@ -144,10 +208,10 @@ def group_alive(pgid):
 
 
 @pytest.mark.needs('image-src')
-def test_two_at_once_and_a_job_reading_the_old_file(tmp_path, demo_sif, wheels, eb_version):
+def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheels):
     """Two venv-pip runs at once: the second waits for the first, both changes are there. A job that has the old
     SquashFS file mounted keeps reading it while it is replaced."""
-    inst, idir = install(tmp_path, demo_sif, wheels, eb_version)
+    inst, idir = packed
     reader = subprocess.Popen(
         ['bash', '-c', 'source %s\nmodule use %s\nmodule load Demo/1.0\nexec singularity exec "$SIF" sh -c '
          '"cat /user-software/requirements.txt; read line; cat /user-software/requirements.txt; '
@@ -170,9 +234,9 @@ def test_two_at_once_and_a_job_reading_the_old_file(tmp_path, demo_sif, wheels, 
     assert reader.returncode == 0
 
 
-def test_pip_install_user_in_the_container_points_to_venv_pip(tmp_path, demo_sif, wheels, eb_version):
+def test_pip_install_user_in_the_container_points_to_venv_pip(unpacked):
     """pip install --user in the container would install where the venv does not look: it says to use venv-pip."""
-    inst, idir = install(tmp_path, demo_sif, wheels, eb_version, squash=False)
+    inst, idir = unpacked
     proc = module_shell(inst, 'pip install --user lumi-later', check=False)
     assert proc.returncode == 1
     assert proc.stderr == ('pip: --user would install into ~/.local, which /user-software/venv/demo does not see. '
@@ -181,30 +245,63 @@ def test_pip_install_user_in_the_container_points_to_venv_pip(tmp_path, demo_sif
 
 
 @pytest.mark.needs('image-src')
-def test_pip_install_in_a_packed_venv_points_to_venv_pip(tmp_path, demo_sif, wheels, eb_version):
+def test_pip_install_in_a_packed_venv_points_to_venv_pip(packed):
     """pip install in the container while the venv is packed (read-only) says to use venv-pip."""
-    inst, idir = install(tmp_path, demo_sif, wheels, eb_version)
+    inst, idir = packed
     proc = module_shell(inst, 'pip install --no-index lumi-later', check=False)
     assert proc.returncode == 1
-    assert proc.stderr == ('pip: /user-software/venv/demo is packed (read-only) and cannot be changed from inside '
-                           'the container. Outside the container, with the module loaded, run: '
-                           'venv-pip install --no-index lumi-later\n')
+    assert proc.stderr == ('pip: /user-software/venv/demo is read-only in the container (packed in '
+                           'user-software.squashfs, or not yours). Outside the container, with the module loaded, '
+                           'run: venv-pip install --no-index lumi-later\n')
 
 
-def test_make_squashfs_refuses_while_venv_pip_runs(tmp_path, demo_sif, wheels, eb_version):
-    """make-squashfs refuses while venv-pip changes the install (they share a lock)."""
-    inst, idir = install(tmp_path, demo_sif, wheels, eb_version, squash=False)
-    holder = subprocess.Popen(['flock', str(idir / '.user-software.lock'), 'sleep', '30'])
+def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path, wheels):
+    """venv-pip holds the install dir's lock while pip runs (here in an unpacked venv): make-squashfs and
+    unmake-squashfs stop at once with a clear message."""
+    inst, idir = unpacked
+    slow, started = slow_step(tmp_path, 'pip')
+    running = start_venv_pip(inst, wheels, slow)
     try:
-        wait_for(lambda: (idir / '.user-software.lock').exists(), 'the lock')
-        time.sleep(0.2)
-        proc = module_shell(inst, 'make-squashfs', check=False)
+        wait_for(started.exists, 'venv-pip to run pip')
+        for command in ('make-squashfs', 'unmake-squashfs'):
+            proc = module_shell(inst, command, check=False)
+            assert (proc.returncode, proc.stderr) == (1, '%s: error: a venv-pip, make-squashfs or unmake-squashfs is '
+                                                         'changing %s; try again when it is done\n' % (command, idir))
+    finally:
+        os.kill(running.pid, signal.SIGTERM)
+        running.communicate(timeout=60)
+    assert not (idir / 'user-software.squashfs').exists()
+
+
+def test_an_install_dir_that_is_not_yours(unpacked):
+    """A read-only install dir (another user's, say): venv-pip and make-squashfs say so before anything else."""
+    require_tools('unshare', 'mount')
+    inst, idir = unpacked
+    readonly = 'mount --bind {0} {0} && mount -o remount,bind,ro {0} && '.format(idir)
+    for command in ('venv-pip install lumi-later', 'make-squashfs'):
+        proc = module_shell(inst, 'unshare -m sh -c %s' % shlex.quote(readonly + 'exec ' + command), check=False)
+        assert proc.returncode == 1
+        assert proc.stderr == '%s: error: %s is not writable for you: only whoever installed the module can ' \
+            'change it\n' % (command.split()[0], idir)
+
+
+@pytest.mark.needs('image-src')
+def test_commands_that_only_read_run_directly(packed, wheels):
+    """list, freeze with a general option before it, install --dry-run: straight against the packed venv, without
+    the lock (held here by someone else) and without a new SquashFS file."""
+    inst, idir = packed
+    before = sha256(idir / 'user-software.squashfs')
+    holder = subprocess.Popen(['flock', str(idir / '.user-software.lock'), 'sleep', '120'])
+    try:
+        wait_for((idir / '.user-software.lock').exists, 'the lock')
+        out = module_shell(inst, 'timeout 60 venv-pip list --format=freeze\ntimeout 60 venv-pip --timeout 30 freeze\n'
+                                 'timeout 60 venv-pip install --dry-run --no-index --find-links=%s lumi-later' % wheels)
     finally:
         holder.kill()
         holder.wait()
-    assert proc.returncode == 1
-    assert 'a venv-pip, make-squashfs or unmake-squashfs is changing %s; try again when it is done' % idir \
-        in proc.stderr
+    assert out.stdout.count('lumi-base==1.0') == 2 and 'Would install lumi-later-1.0' in out.stdout
+    assert 'waiting' not in out.stderr and 'has the change' not in out.stdout
+    assert sha256(idir / 'user-software.squashfs') == before
 
 
 def test_in_a_laif_module(tmp_path, laif_sif, laif_wheels, eb_version):

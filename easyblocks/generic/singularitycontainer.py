@@ -561,10 +561,42 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
     done
 }'''
 
+# venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock.
+LOCK_INSTALL_DIR = r'''[ -w "$root" ] ||
+    die "$root is not writable for you: only whoever installed the module can change it"
+command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
+exec 9>>"$root/.user-software.lock"'''
+
+# Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
+PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment: install or uninstall (the
+# first word that is neither an option nor the value of one of pip's general options), without --help, --dry-run
+# or a target of their own. Sets pip_user=yes for --user, which installs into ~/.local, where the virtual
+# environment does not look.
+pip_changes_venv() {
+    pip_subcommand=
+    pip_user=
+    while [ "$#" -gt 0 ]; do
+        case "$1" in
+            --python | --log | --log-file | --proxy | --retries | --timeout | --exists-action | --trusted-host | \
+                --cert | --client-cert | --cache-dir | --use-feature | --use-deprecated)
+                [ -n "$pip_subcommand" ] || [ "$#" -eq 1 ] || shift ;;
+            -h | --help | --dry-run | -t | --target | --target=* | --prefix | --prefix=* | --root | --root=*)
+                return 1 ;;
+            --user) pip_user=yes ;;
+            -*) ;;
+            *) [ -n "$pip_subcommand" ] || pip_subcommand=$1 ;;
+        esac
+        shift
+    done
+    [ "$pip_subcommand" = install ] || [ "$pip_subcommand" = uninstall ]
+}'''
+
 # venv-pip: pip against the module's venv, whatever its state. Changes to a packed venv are made on an unpacked copy,
 # packed again and checked, and only then put in place by a rename: a failure or a signal leaves the old SquashFS
 # file as it was, and jobs that have it mounted keep the old one.
 LAUNCH_VENV_PIP = r'''@remove_leftovers@
+
+@pip_changes_venv@
 
 # The venv lives in this install dir: unpacked in user-software/, or packed in user-software.squashfs.
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
@@ -572,20 +604,15 @@ dir="$root/user-software"
 squashfs="$root/user-software.squashfs"
 venv=@venv@
 pip() {
-    "$runtime" @entry@ "$sif" @python@ -m pip "$@"
+    exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
 }
 
-# pip commands that only read: straight against the venv the module binds (read-only if packed)
-subcommand=$(for arg in "$@"; do case "$arg" in -*) ;; *) echo "$arg"; break ;; esac; done)
-case "$subcommand" in
-    ''|list|show|freeze|check|help|inspect|index|debug|hash|download|config|cache|completion)
-        pip "$@"
-        exit
-        ;;
-esac
+# Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
+# the venv as the module binds it, read-only if packed.
+pip_changes_venv "$@" || pip "$@"
+[ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
-# One change at a time (make-squashfs and unmake-squashfs take the same lock)
-exec 9>>"$root/.user-software.lock"
+@lock_install_dir@
 if ! flock -n 9; then
     echo "venv-pip: waiting for another venv-pip, make-squashfs or unmake-squashfs on $root..." >&2
     flock 9
@@ -593,54 +620,75 @@ fi
 remove_leftovers "$squashfs"
 remove_leftovers "$dir.venv-pip"
 
-if [ ! -f "$squashfs" ]; then
-    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
-    pip "$@"
-    exit
-fi
-
-# The binds of the module, with the unpacked copy at /user-software instead of the SquashFS file
-without_user_software() {
-    local IFS=, entry kept=()
-    for entry in $1; do
+# The module's binds, with /user-software bound from where the venv is now (a change since the module was loaded
+# may have packed or unpacked it).
+bind_user_software_from() {
+    local IFS=, entry entries kept=()
+    read -ra entries <<<"$1"
+    for entry in "${entries[@]}"; do
         case "$entry" in
             *:/user-software | *:/user-software:*) ;;
             *) kept+=("$entry") ;;
         esac
     done
+    kept+=("$2:/user-software")
     echo "${kept[*]}"
 }
+use_for_user_software() {
+    SINGULARITY_BINDPATH=$(bind_user_software_from "${SINGULARITY_BINDPATH:-}" "$1")
+    APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$1")
+    export SINGULARITY_BINDPATH APPTAINER_BINDPATH
+}
+
+if [ ! -f "$squashfs" ]; then
+    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
+    use_for_user_software "$dir"
+    pip "$@"  # keeps the lock until pip ends
+fi
+
 work="$dir.venv-pip.tmp.$(hostname).$$"
 new="$squashfs.tmp.$(hostname).$$"
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
-# ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once.
+# ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
+# before it uninstalls).
 child=
 in_background() {
     local status=0
-    "$@" &
+    "$@" <&0 &
     child=$!
     wait "$child" || status=$?
     child=
     return "$status"
 }
+stop() {
+    if [ -n "$child" ]; then
+        kill "$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+    fi
+    exit "$1"
+}
 trap 'rm -rf "$work" "$new"' EXIT
-trap '[ -z "$child" ] || kill "$child" 2>/dev/null; exit 130' INT
-trap '[ -z "$child" ] || kill "$child" 2>/dev/null; exit 143' TERM
+trap 'stop 129' HUP
+trap 'stop 130' INT
+trap 'stop 143' TERM
 in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/null ||
     die "cannot unpack $squashfs; nothing was changed"
-binds=$(without_user_software "${SINGULARITY_BINDPATH:-}")
-export SINGULARITY_BINDPATH="${binds:+$binds,}$work:/user-software"
-binds=$(without_user_software "${APPTAINER_BINDPATH:-}")
-export APPTAINER_BINDPATH="${binds:+$binds,}$work:/user-software"
+use_for_user_software "$work"
 status=0
 in_background pip "$@" || status=$?
-[ "$status" -eq 0 ] || die "pip failed (exit code $status); $squashfs was not changed"
+if [ "$status" -ne 0 ]; then
+    echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
+    exit "$status"
+fi
 cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
 in_background mksquashfs "$work" "$new" -noappend -no-progress -quiet -processors "$cpus" >/dev/null ||
     die "mksquashfs failed; $squashfs was not changed"
 # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
 unsquashfs -l "$new" | grep -x "squashfs-root${venv#/user-software}/bin/python" >/dev/null ||
     die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
+# Whoever could read the old file can read the new one (a project's shared install)
+chmod --reference="$squashfs" "$new"
+chgrp --reference="$squashfs" "$new" 2>/dev/null || true
 mv "$new" "$squashfs"
 echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."'''
 
@@ -652,8 +700,7 @@ root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 dir="$root/user-software"
 squashfs="$root/user-software.squashfs"
 
-# One change at a time (venv-pip takes the same lock)
-exec 9>>"$root/.user-software.lock"
+@lock_install_dir@
 flock -n 9 || die "a venv-pip, make-squashfs or unmake-squashfs is changing $root; try again when it is done"
 remove_leftovers "$squashfs"
 [ ! -e "$squashfs" ] || die "$squashfs already exists; remove it (or run unmake-squashfs and remove it) first"
@@ -684,8 +731,7 @@ root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 dir="$root/user-software"
 squashfs="$root/user-software.squashfs"
 
-# One change at a time (venv-pip takes the same lock)
-exec 9>>"$root/.user-software.lock"
+@lock_install_dir@
 flock -n 9 || die "a venv-pip, make-squashfs or unmake-squashfs is changing $root; try again when it is done"
 remove_leftovers "$dir"
 [ -f "$squashfs" ] || die "there is no $squashfs to unpack"
@@ -1007,30 +1053,37 @@ sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), IMAG
 # bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
 # Installing into the venv from inside the container cannot work while it is packed (read-only), and --user
 # installs are not seen by it: both are sent to venv-pip, which does it from outside.
-VENV_PIP_SCRIPT = r'''#!/bin/sh
+VENV_PIP_SCRIPT = fill_template(r'''#!/bin/sh
 # The image's pip, run by this virtual environment's Python.
 venv=$(dirname "$(dirname "$0")")
-for arg in "$@"; do
-    case "$arg" in
-        -*) ;;
-        install | uninstall)
-            case " $* " in *" --user "*) user=yes ;; *) user= ;; esac
-            if [ -n "$user" ]; then
-                problem="--user would install into ~/.local, which $venv does not see."
-            elif [ ! -w "$venv/bin" ]; then
-                problem="$venv is packed (read-only) and cannot be changed from inside the container."
-            fi
-            if [ -n "${problem:-}" ]; then
-                suggested=$(for a in "$@"; do [ "$a" = --user ] || printf ' %s' "$a"; done)
-                echo "pip: $problem Outside the container, with the module loaded, run: venv-pip$suggested" >&2
-                exit 1
-            fi
-            break ;;
-        *) break ;;
-    esac
-done
+@pip_changes_venv@
+
+# The command venv-pip runs instead: these arguments without --user, quoted for the shell where needed
+as_venv_pip() {
+    printf 'venv-pip'
+    for arg in "$@"; do
+        [ "$arg" != --user ] || continue
+        case "$arg" in
+            '' | *[!A-Za-z0-9_./=:,+@%-]*) printf " '%s'" "$(printf '%s' "$arg" | sed "s/'/'\\\\''/g")" ;;
+            *) printf ' %s' "$arg" ;;
+        esac
+    done
+}
+
+if pip_changes_venv "$@"; then
+    problem=
+    if [ -n "$pip_user" ]; then
+        problem="--user would install into ~/.local, which $venv does not see."
+    elif [ ! -w "$venv/bin" ]; then
+        problem="$venv is read-only in the container (packed in user-software.squashfs, or not yours)."
+    fi
+    if [ -n "$problem" ]; then
+        echo "pip: $problem Outside the container, with the module loaded, run: $(as_venv_pip "$@")" >&2
+        exit 1
+    fi
+fi
 exec "$(dirname "$0")/python" -m pip "$@"
-'''
+''', pip_changes_venv=PIP_CHANGES_VENV)
 
 # Run by the sanity check in the container, with the checks as JSON on stdin. No single quotes in it, so that it
 # stays readable in the log once shell-quoted. A component's version matches as pip's == does: '2.9.1' also
@@ -1459,6 +1512,7 @@ class SingularityContainer(EasyBlock):
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
             'remove_leftovers': REMOVE_LEFTOVERS,
+            'lock_install_dir': LOCK_INSTALL_DIR,
         }
         if template == LAUNCHER:
             values['launch'] = self.launch_code(name, relpath)
@@ -1474,8 +1528,9 @@ class SingularityContainer(EasyBlock):
             python = '%s/bin/python' % self.container_venv
             if self.cfg['container_init']:
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
-            return fill_template(LAUNCH_VENV_PIP, remove_leftovers=REMOVE_LEFTOVERS, venv=sh_str(self.container_venv),
-                                 entry=entry, python=python)
+            return fill_template(LAUNCH_VENV_PIP, remove_leftovers=REMOVE_LEFTOVERS, lock_install_dir=LOCK_INSTALL_DIR,
+                                 pip_changes_venv=PIP_CHANGES_VENV, venv=sh_str(self.container_venv), entry=entry,
+                                 python=python)
         command = '/runscripts/list-packages' if relpath == 'bin/list-packages' else sh_str(name)
         if self.cfg['container_init'] and relpath != 'bin/list-packages':
             return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=command)
