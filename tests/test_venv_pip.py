@@ -255,6 +255,21 @@ def test_pip_install_in_a_packed_venv_points_to_venv_pip(packed):
                            'run: venv-pip install --no-index lumi-later\n')
 
 
+@pytest.mark.needs('image-src')
+def test_python_m_pip_in_a_packed_venv_installs_nowhere(packed, tmp_path, wheels):
+    """python -m pip goes round bin/pip: in a packed venv pip fails on the read-only file system; it neither
+    defaults to a --user install (the venv does not see ~/.local) nor accepts one."""
+    inst, idir = packed
+    home = tmp_path / 'home'
+    home.mkdir()
+    for options, error in (('', 'Read-only file system'), ('--user ', "Can not perform a '--user' install")):
+        proc = module_shell(inst, 'cd && HOME=%s python -m pip install %s--no-index --find-links=%s lumi-later'
+                            % (home, options, wheels), check=False)
+        assert proc.returncode != 0 and error in proc.stderr
+        assert 'Defaulting to user installation' not in proc.stdout + proc.stderr
+    assert not list(home.rglob('*lumi_later*'))
+
+
 def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path, wheels):
     """venv-pip holds the install dir's lock while pip runs (here in an unpacked venv): make-squashfs and
     unmake-squashfs stop at once with a clear message."""
