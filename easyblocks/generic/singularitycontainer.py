@@ -561,6 +561,13 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
     done
 }'''
 
+# Where venv-pip, make-squashfs and unmake-squashfs find the venv.
+USER_SOFTWARE_PATHS = r'''# The install dir this script lives in (module loaded or not), with the venv
+# unpacked in user-software/ or packed in user-software.squashfs.
+root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+dir="$root/user-software"
+squashfs="$root/user-software.squashfs"'''
+
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock.
 LOCK_INSTALL_DIR = r'''[ -w "$root" ] ||
     die "$root is not writable for you: only whoever installed the module can change it"
@@ -598,10 +605,7 @@ LAUNCH_VENV_PIP = r'''@remove_leftovers@
 
 @pip_changes_venv@
 
-# The venv lives in this install dir: unpacked in user-software/, or packed in user-software.squashfs.
-root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
-dir="$root/user-software"
-squashfs="$root/user-software.squashfs"
+@user_software_paths@
 venv=@venv@
 pip() {
     exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
@@ -695,10 +699,7 @@ echo "venv-pip: $squashfs has the change; new jobs use it (no module reload need
 MAKE_SQUASHFS = r'''@header@
 @remove_leftovers@
 
-# Works on the install dir it lives in, module loaded or not.
-root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
-dir="$root/user-software"
-squashfs="$root/user-software.squashfs"
+@user_software_paths@
 
 @lock_install_dir@
 flock -n 9 || die "a venv-pip, make-squashfs or unmake-squashfs is changing $root; try again when it is done"
@@ -726,10 +727,7 @@ echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS fi
 UNMAKE_SQUASHFS = r'''@header@
 @remove_leftovers@
 
-# Works on the install dir it lives in, module loaded or not.
-root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
-dir="$root/user-software"
-squashfs="$root/user-software.squashfs"
+@user_software_paths@
 
 @lock_install_dir@
 flock -n 9 || die "a venv-pip, make-squashfs or unmake-squashfs is changing $root; try again when it is done"
@@ -1513,6 +1511,7 @@ class SingularityContainer(EasyBlock):
             'container_init_word': sh_str(self.cfg['container_init']),
             'remove_leftovers': REMOVE_LEFTOVERS,
             'lock_install_dir': LOCK_INSTALL_DIR,
+            'user_software_paths': USER_SOFTWARE_PATHS,
         }
         if template == LAUNCHER:
             values['launch'] = self.launch_code(name, relpath)
@@ -1529,8 +1528,8 @@ class SingularityContainer(EasyBlock):
             if self.cfg['container_init']:
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
             return fill_template(LAUNCH_VENV_PIP, remove_leftovers=REMOVE_LEFTOVERS, lock_install_dir=LOCK_INSTALL_DIR,
-                                 pip_changes_venv=PIP_CHANGES_VENV, venv=sh_str(self.container_venv), entry=entry,
-                                 python=python)
+                                 user_software_paths=USER_SOFTWARE_PATHS, pip_changes_venv=PIP_CHANGES_VENV,
+                                 venv=sh_str(self.container_venv), entry=entry, python=python)
         command = '/runscripts/list-packages' if relpath == 'bin/list-packages' else sh_str(name)
         if self.cfg['container_init'] and relpath != 'bin/list-packages':
             return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=command)
