@@ -173,6 +173,11 @@ def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse, eb_ve
     out = inst.shell('module load Demo/1.0\npython -c "import lumi_base, os; print(os.environ[\'CONDA_DEFAULT_ENV\'])"'
                      '\nstart-shell -c "echo \\$CONDA_PREFIX"').stdout.split()
     assert out == ['pytorch', '/opt/miniconda3/envs/pytorch']
+    # venv-pip runs pip the same way: in the activated conda environment, into the venv
+    out = inst.shell('module load Demo/1.0\nvenv-pip install %s lumi-later\n'
+                     'python -c "import lumi_later; print(lumi_later.__file__)"' % ' '.join(options(wheelhouse))).stdout
+    assert 'Successfully installed lumi-later-1.0' in out
+    assert out.splitlines()[-1].startswith('/user-software/venv/demo/lib/python')
 
     bad = Installation(tmp_path / 'bad', eb_version)
     (bad.sources / 'demo.sif').write_bytes(Path(conda_sif).read_bytes())
