@@ -226,7 +226,7 @@ def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheels):
     second = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-needs-wheel' % wheels)
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
-    assert 'waiting for another venv-pip, make-squashfs or unmake-squashfs' in second.stderr
+    assert 'waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall' in second.stderr
     listed = module_shell(inst, 'venv-pip list --format=freeze').stdout.split()
     assert {'lumi-later==1.0', 'lumi-needs-wheel==1.0'} <= set(listed)
     rest, _ = reader.communicate('go on\n', timeout=60)
@@ -280,12 +280,33 @@ def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path,
         wait_for(started.exists, 'venv-pip to run pip')
         for command in ('make-squashfs', 'unmake-squashfs'):
             proc = module_shell(inst, command, check=False)
-            assert (proc.returncode, proc.stderr) == (1, '%s: error: a venv-pip, make-squashfs or unmake-squashfs is '
-                                                         'changing %s; try again when it is done\n' % (command, idir))
+            assert (proc.returncode, proc.stderr) == (1, '%s: error: a venv-pip, make-squashfs, unmake-squashfs or eb '
+                                                         'reinstall is changing %s; try again when it is done\n'
+                                                         % (command, idir))
     finally:
         os.kill(running.pid, signal.SIGTERM)
         running.communicate(timeout=60)
     assert not (idir / 'user-software.squashfs').exists()
+
+
+def test_a_reinstall_stops_while_venv_pip_runs(unpacked, tmp_path, wheels):
+    """eb --rebuild takes the same lock before it removes the module file, moves the user software aside and wipes
+    the install dir: while venv-pip runs, it stops with a clear message and changes nothing."""
+    inst, idir = unpacked
+    slow, started = slow_step(tmp_path, 'pip')
+    running = start_venv_pip(inst, wheels, slow)
+    try:
+        wait_for(started.exists, 'venv-pip to run pip')
+        before = sorted(str(p.relative_to(idir)) for p in idir.rglob('*'))
+        proc = inst.eb(inst.root / 'easyconfigs' / 'Demo-1.0.eb', '--rebuild', check=False)
+    finally:
+        os.kill(running.pid, signal.SIGTERM)
+        running.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert ('A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it is done. Nothing was '
+            'changed.' % idir) in proc.stdout + proc.stderr
+    assert sorted(str(p.relative_to(idir)) for p in idir.rglob('*')) == before
+    assert 'venv/demo' in module_shell(inst, 'echo "$SINGULARITYENV_VIRTUAL_ENV"').stdout  # the module is still there
 
 
 def test_an_install_dir_that_is_not_yours(unpacked):

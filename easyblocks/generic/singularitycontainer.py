@@ -12,6 +12,7 @@ with wrapper commands, run scripts and a Python virtual environment inside the c
 The module sets SIF/SIF<NAME>, CONTAINERROOT, RUNSCRIPTS/RUNSCRIPTS<NAME>, SINGULARITY_BINDPATH and
 SINGULARITYENV_* so that `singularity exec $SIF ...` and the wrappers in bin/ just work.
 """
+import fcntl
 import glob
 import json
 import os
@@ -60,6 +61,8 @@ SIF_PARTITION_DATATYPE, SIF_FS_SQUASHFS, SIF_PARTTYPES_SYSTEM = 0x4004, 1, (2, 1
 
 USER_SOFTWARE = 'user-software'
 USER_SOFTWARE_SQUASHFS = 'user-software.squashfs'
+# Held by whatever changes the user software: venv-pip, make-squashfs, unmake-squashfs and a reinstall
+USER_SOFTWARE_LOCK = '.user-software.lock'
 CONTAINER_USER_SOFTWARE = '/user-software'
 CONTAINER_RUNSCRIPTS = '/runscripts'
 # What the install found out about the image's Python, for people and tools (the venv has its own copy)
@@ -569,10 +572,10 @@ dir="$root/user-software"
 squashfs="$root/user-software.squashfs"'''
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock.
-LOCK_INSTALL_DIR = r'''[ -w "$root" ] ||
+LOCK_INSTALL_DIR = fill_template(r'''[ -w "$root" ] ||
     die "$root is not writable for you: only whoever installed the module can change it"
 command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
-exec 9>>"$root/.user-software.lock"'''
+exec 9>>"$root/@lock@"''', lock=USER_SOFTWARE_LOCK)
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment: install or uninstall (the
@@ -618,7 +621,7 @@ pip_changes_venv "$@" || pip "$@"
 
 @lock_install_dir@
 if ! flock -n 9; then
-    echo "venv-pip: waiting for another venv-pip, make-squashfs or unmake-squashfs on $root..." >&2
+    echo "venv-pip: waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall on $root..." >&2
     flock 9
 fi
 remove_leftovers "$squashfs"
@@ -702,7 +705,8 @@ MAKE_SQUASHFS = r'''@header@
 @user_software_paths@
 
 @lock_install_dir@
-flock -n 9 || die "a venv-pip, make-squashfs or unmake-squashfs is changing $root; try again when it is done"
+flock -n 9 ||
+    die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
 remove_leftovers "$squashfs"
 [ ! -e "$squashfs" ] || die "$squashfs already exists; remove it (or run unmake-squashfs and remove it) first"
 [ -d "$dir" ] || die "there is no $dir to pack"
@@ -730,7 +734,8 @@ UNMAKE_SQUASHFS = r'''@header@
 @user_software_paths@
 
 @lock_install_dir@
-flock -n 9 || die "a venv-pip, make-squashfs or unmake-squashfs is changing $root; try again when it is done"
+flock -n 9 ||
+    die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
 remove_leftovers "$dir"
 [ -f "$squashfs" ] || die "there is no $squashfs to unpack"
 [ ! -e "$dir" ] || die "$dir already exists; move it away first, it is not overwritten"
@@ -1310,6 +1315,7 @@ class SingularityContainer(EasyBlock):
         self.venv_name = self.cfg['container_venv'] or self.name.lower()
         self.container_venv = '%s/venv/%s' % (CONTAINER_USER_SOFTWARE, self.venv_name)
         self.installed_now = False  # not with --module-only, say
+        self.user_software_lock = None  # the open lock file while a reinstall holds it
 
     # Names and paths
 
@@ -1411,10 +1417,38 @@ class SingularityContainer(EasyBlock):
         """Nothing to build."""
         pass
 
+    def check_readiness_step(self):
+        """On a reinstall, take the user software's lock first: EasyBuild removes the module file next."""
+        self.lock_user_software()
+        super(SingularityContainer, self).check_readiness_step()
+
     def make_installdir(self, dontcreate=None):
         """Move software that users installed in the container aside before EasyBuild wipes the install dir."""
         self.back_up_user_software()
         super(SingularityContainer, self).make_installdir(dontcreate=dontcreate)
+        self.unlock_user_software()
+
+    def lock_user_software(self):
+        """Hold the lock of venv-pip, make-squashfs and unmake-squashfs on an existing install dir until it has been
+        wiped: none of them changes the user software while a reinstall moves it aside (stop if one does now)."""
+        if self.dry_run or not os.path.isdir(self.installdir):
+            return
+        try:
+            handle = open(os.path.join(self.installdir, USER_SOFTWARE_LOCK), 'a')
+        except OSError:  # not ours: EasyBuild says so later
+            return
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise EasyBuildError("A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it "
+                                 "is done. Nothing was changed.", self.installdir)
+        self.user_software_lock = handle
+
+    def unlock_user_software(self):
+        if self.user_software_lock:
+            self.user_software_lock.close()
+            self.user_software_lock = None
 
     def back_up_user_software(self):
         """Move user-software(.squashfs) of a previous installation next to the install dir if the user changed it
