@@ -578,10 +578,10 @@ command -v flock >/dev/null || die "flock not found on PATH (it comes with util-
 exec 9>>"$root/@lock@"''', lock=USER_SOFTWARE_LOCK)
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
-PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment: install or uninstall (the
-# first word that is neither an option nor the value of one of pip's general options), without --help, --dry-run
-# or a target of their own. Sets pip_user=yes for --user, which installs into ~/.local, where the virtual
-# environment does not look.
+PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment:
+# install or uninstall (the first word that is neither an option nor the value of one of pip's general options),
+# without --help, --dry-run or a target of their own. Sets pip_user=yes for --user, which installs into ~/.local,
+# where the virtual environment does not look.
 pip_changes_venv() {
     pip_subcommand=
     pip_user=
