@@ -305,19 +305,19 @@ if isFile(pathJoin(installdir, @us_squashfs@)) then
 elseif isDir(pathJoin(installdir, @us_dir@)) then
     binds = binds .. "," .. pathJoin(installdir, @us_dir@) .. ":/user-software"
 end
-local function with_user_value(name, ours)
-    local user = user_value(name) or ""
-    return user == "" and ours or (user .. "," .. ours)
+local function with_user_value(user, ours)
+    return (user or "") == "" and ours or (user .. "," .. ours)
 end
-local apptainer_user_binds = user_value("APPTAINER_BINDPATH") or user_value("SINGULARITY_BINDPATH") or ""
-restorable_env("SINGULARITY_BINDPATH", with_user_value("SINGULARITY_BINDPATH", binds))
-restorable_env("APPTAINER_BINDPATH", apptainer_user_binds == "" and binds or (apptainer_user_binds .. "," .. binds))
+local apptainer_user_binds = user_value("APPTAINER_BINDPATH") or user_value("SINGULARITY_BINDPATH")
+restorable_env("SINGULARITY_BINDPATH", with_user_value(user_value("SINGULARITY_BINDPATH"), binds))
+restorable_env("APPTAINER_BINDPATH", with_user_value(apptainer_user_binds, binds))
 
 -- The environment in the container
 local prepend = @prepend_path@
 local user_prepend = user_value("SINGULARITYENV_PREPEND_PATH") or ""
-restorable_env("SINGULARITYENV_PREPEND_PATH", user_prepend == "" and prepend or (prepend .. ":" .. user_prepend))
-restorable_env("APPTAINERENV_PREPEND_PATH", user_prepend == "" and prepend or (prepend .. ":" .. user_prepend))
+prepend = user_prepend == "" and prepend or (prepend .. ":" .. user_prepend)
+restorable_env("SINGULARITYENV_PREPEND_PATH", prepend)
+restorable_env("APPTAINERENV_PREPEND_PATH", prepend)
 for _, item in ipairs(@container_env@) do
     restorable_env("SINGULARITYENV_" .. item[1], item[2])
     restorable_env("APPTAINERENV_" .. item[1], item[2])
@@ -565,17 +565,21 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
 }'''
 
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv.
-USER_SOFTWARE_PATHS = r'''# The install dir this script lives in (module loaded or not), with the venv
-# unpacked in user-software/ or packed in user-software.squashfs.
+USER_SOFTWARE_PATHS = fill_template(r'''# The install dir this script lives in (module loaded or not), with the venv
+# unpacked in @us_dir@/ or packed in @us_squashfs@.
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
-dir="$root/user-software"
-squashfs="$root/user-software.squashfs"'''
+dir="$root/@us_dir@"
+squashfs="$root/@us_squashfs@"''', us_dir=USER_SOFTWARE, us_squashfs=USER_SOFTWARE_SQUASHFS)
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock.
 LOCK_INSTALL_DIR = fill_template(r'''[ -w "$root" ] ||
     die "$root is not writable for you: only whoever installed the module can change it"
 command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
 exec 9>>"$root/@lock@"''', lock=USER_SOFTWARE_LOCK)
+# make-squashfs and unmake-squashfs do not wait (venv-pip does)
+LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + r'''
+flock -n 9 ||
+    die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"'''
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment:
@@ -600,6 +604,23 @@ pip_changes_venv() {
     done
     [ "$pip_subcommand" = install ] || [ "$pip_subcommand" = uninstall ]
 }'''
+
+# The pieces above, by their placeholder in the script templates
+SCRIPT_SNIPPETS = {
+    'remove_leftovers': REMOVE_LEFTOVERS,
+    'user_software_paths': USER_SOFTWARE_PATHS,
+    'lock_install_dir': LOCK_INSTALL_DIR,
+    'lock_install_dir_or_stop': LOCK_INSTALL_DIR_OR_STOP,
+    'pip_changes_venv': PIP_CHANGES_VENV,
+}
+
+
+def fill_script_template(template, **values):
+    """fill_template with the SCRIPT_SNIPPETS and the values that the template has placeholders for."""
+    used = set(PLACEHOLDER.findall(template))
+    values = dict(SCRIPT_SNIPPETS, **values)
+    return fill_template(template, **dict((key, value) for key, value in values.items() if key in used))
+
 
 # venv-pip: pip against the module's venv, whatever its state. Changes to a packed venv are made on an unpacked copy,
 # packed again and checked, and only then put in place by a rename: a failure or a signal leaves the old SquashFS
@@ -704,9 +725,7 @@ MAKE_SQUASHFS = r'''@header@
 
 @user_software_paths@
 
-@lock_install_dir@
-flock -n 9 ||
-    die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
+@lock_install_dir_or_stop@
 remove_leftovers "$squashfs"
 [ ! -e "$squashfs" ] || die "$squashfs already exists; remove it (or run unmake-squashfs and remove it) first"
 [ -d "$dir" ] || die "there is no $dir to pack"
@@ -733,9 +752,7 @@ UNMAKE_SQUASHFS = r'''@header@
 
 @user_software_paths@
 
-@lock_install_dir@
-flock -n 9 ||
-    die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
+@lock_install_dir_or_stop@
 remove_leftovers "$dir"
 [ -f "$squashfs" ] || die "there is no $squashfs to unpack"
 [ ! -e "$dir" ] || die "$dir already exists; move it away first, it is not overwritten"
@@ -1056,7 +1073,7 @@ sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), IMAG
 # bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
 # Installing into the venv from inside the container cannot work while it is packed (read-only), and --user
 # installs are not seen by it: both are sent to venv-pip, which does it from outside.
-VENV_PIP_SCRIPT = fill_template(r'''#!/bin/sh
+VENV_PIP_SCRIPT = fill_script_template(r'''#!/bin/sh
 # The image's pip, run by this virtual environment's Python.
 venv=$(dirname "$(dirname "$0")")
 @pip_changes_venv@
@@ -1086,7 +1103,7 @@ if pip_changes_venv "$@"; then
     fi
 fi
 exec "$(dirname "$0")/python" -m pip "$@"
-''', pip_changes_venv=PIP_CHANGES_VENV)
+''')
 
 # Run by the sanity check in the container, with the checks as JSON on stdin. No single quotes in it, so that it
 # stays readable in the log once shell-quoted. A component's version matches as pip's == does: '2.9.1' also
@@ -1543,14 +1560,10 @@ class SingularityContainer(EasyBlock):
             'sif_var': 'SIF' + self.var_suffix,
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
-            'remove_leftovers': REMOVE_LEFTOVERS,
-            'lock_install_dir': LOCK_INSTALL_DIR,
-            'user_software_paths': USER_SOFTWARE_PATHS,
         }
         if template == LAUNCHER:
             values['launch'] = self.launch_code(name, relpath)
-        used = set(PLACEHOLDER.findall(template))
-        return fill_template(template, **dict((key, value) for key, value in values.items() if key in used))
+        return fill_script_template(template, **values)
 
     def launch_code(self, name, relpath):
         """The lines of a launcher script (see LAUNCHER) that start the container."""
@@ -1561,9 +1574,7 @@ class SingularityContainer(EasyBlock):
             python = '%s/bin/python' % self.container_venv
             if self.cfg['container_init']:
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
-            return fill_template(LAUNCH_VENV_PIP, remove_leftovers=REMOVE_LEFTOVERS, lock_install_dir=LOCK_INSTALL_DIR,
-                                 user_software_paths=USER_SOFTWARE_PATHS, pip_changes_venv=PIP_CHANGES_VENV,
-                                 venv=sh_str(self.container_venv), entry=entry, python=python)
+            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python)
         command = '/runscripts/list-packages' if relpath == 'bin/list-packages' else sh_str(name)
         if self.cfg['container_init'] and relpath != 'bin/list-packages':
             return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=command)
