@@ -65,6 +65,26 @@ def laif_wheels(tmp_path_factory):
     return wheels
 
 
+@pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
+def eb_version(request):
+    """Tests that take this run with EasyBuild 5.x and 4.9.4 (LUMI/24.03 and 24.11 use 4.9)."""
+    return request.param
+
+
+@pytest.fixture(scope='session')
+def wheelhouse(tmp_path_factory):
+    """Wheels of the demo installs: lumi-base, lumi-top (needs lumi-base), lumi-later, lumi-needs-wheel, which
+    needs a package the image has (Debian's wheel: there is no wheel of it here, so it cannot be fetched again),
+    and lumi-many-files, whose listing in a SquashFS file is longer than a pipe holds."""
+    wheels = tmp_path_factory.mktemp('wheels')
+    write_wheel(wheels, 'lumi-base', code='NAME = "base"\n')
+    write_wheel(wheels, 'lumi-top', requires=['lumi-base'], code='from lumi_base import NAME\nTOP = NAME + "+top"\n')
+    write_wheel(wheels, 'lumi-later', code='LATER = True\n')
+    write_wheel(wheels, 'lumi-needs-wheel', requires=['wheel'], code='import wheel\n')
+    write_wheel(wheels, 'lumi-many-files', code='', modules={'m%04d.py' % i: '' for i in range(800)})
+    return wheels
+
+
 @pytest.fixture(scope='session')
 def slurm():
     """A real one-node Slurm cluster (munged, slurmctld, slurmd), stopped at the end of the session."""

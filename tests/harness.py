@@ -1,4 +1,5 @@
 """Real parts for the tests: EasyBuild installs, Lmod shells, the singularity stand-in, test images."""
+import functools
 import os
 import re
 import shlex
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -41,11 +43,11 @@ FEATURES = {
 }
 
 
-def runtime_features(runtime=RUNTIME):
+def runtime_features():
     """The FEATURES the runtime has: all for the stand-in, else by its name and version."""
-    if runtime == STANDIN:
+    if RUNTIME == STANDIN:
         return set(FEATURES)
-    out = subprocess.run([runtime, '--version'], capture_output=True, text=True).stdout
+    out = subprocess.run([RUNTIME, '--version'], capture_output=True, text=True).stdout
     match = re.search(r'(\S+) version (\d+)\.(\d+)', out)
     if not match:
         return set()
@@ -73,29 +75,35 @@ def require_tools(*tools):
         require(shutil.which(tool), tool)
 
 
-def require_runtime():
-    """The runtime the tests use, and what the stand-in needs: root (mount namespaces, loop devices). A real
-    runtime that cannot start a container on this machine (no loop devices or mount namespaces, say) skips the
-    test, with what it said as the reason."""
-    require(os.access(RUNTIME, os.X_OK), 'the container runtime %s' % RUNTIME)
+def runtime_missing():
+    """What the runtime the tests use needs and this machine lacks: the runtime, and for the stand-in root (mount
+    namespaces, loop devices) and the tools it mounts with."""
+    missing = [] if os.access(RUNTIME, os.X_OK) else ['the container runtime %s' % RUNTIME]
     if not REAL_RUNTIME:
-        require(os.geteuid() == 0, 'root (the singularity stand-in mounts the image)')
-        require_tools('mount', 'unshare')
-    elif runtime_probe():
-        pytest.skip('%s cannot start a container on this machine: %s' % (RUNTIME, runtime_probe()))
+        if os.geteuid() != 0:
+            missing.append('root (the singularity stand-in mounts the image)')
+        missing += [tool for tool in ('mount', 'unshare') if not shutil.which(tool)]
+    return missing
 
 
-_PROBE = []
+def require_runtime():
+    """The runtime the tests use, and what it needs (runtime_missing). A real runtime that cannot start a container
+    on this machine (no loop devices or mount namespaces, say) skips the test, with what it said as the reason."""
+    for what in runtime_missing():
+        require(False, what)
+    if REAL_RUNTIME:
+        problem = runtime_probe()
+        if problem:
+            pytest.skip('%s cannot start a container on this machine: %s' % (RUNTIME, problem))
 
 
+@functools.lru_cache(maxsize=None)
 def runtime_probe():
     """None if the real runtime starts a container of a test image here, else what it said (once a session)."""
-    if not _PROBE:
-        from sifimage import make_test_sif
-        with tempfile.TemporaryDirectory() as tmp:
-            proc = run([RUNTIME, 'exec', str(make_test_sif(Path(tmp) / 'probe.sif')), '/bin/true'], check=False)
-        _PROBE.append(None if proc.returncode == 0 else (proc.stderr.strip() or 'exit code %d' % proc.returncode))
-    return _PROBE[0]
+    from sifimage import make_test_sif
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = run([RUNTIME, 'exec', str(make_test_sif(Path(tmp) / 'probe.sif')), '/bin/true'], check=False)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or 'exit code %d' % proc.returncode)
 
 
 def require_eb(version):
@@ -167,11 +175,18 @@ class Installation:
     def installdir(self, name, version):
         return self.prefix / 'software' / name / version
 
+    def shell_command(self, script, pre=''):
+        """The command that runs a bash script with Lmod initialised and this prefix's modules on MODULEPATH."""
+        modules = shlex.quote(str(self.prefix / 'modules' / 'all'))
+        return ['bash', '-c', 'source %s\n%s\nmodule use %s\n%s' % (LMOD_INIT, pre, modules, script)]
+
     def shell(self, script, check=True, env=None, pre=''):
         """Run a bash script with Lmod initialised and this prefix's modules on MODULEPATH."""
-        modules = shlex.quote(str(self.prefix / 'modules' / 'all'))
-        full = 'source %s\n%s\nmodule use %s\n%s' % (LMOD_INIT, pre, modules, script)
-        return run(['bash', '-c', full], env=env or base_env(), check=check)
+        return run(self.shell_command(script, pre), env=env or base_env(), check=check)
+
+    def module_shell(self, module, script, **kwargs):
+        """Run a bash script after 'module load module' (keyword arguments as for shell)."""
+        return self.shell('module load %s\n%s' % (module, script), **kwargs)
 
 
 def demo_easyconfig(name='Demo', version='1.0', suffix='', sif='demo.sif', **params):
@@ -215,6 +230,11 @@ def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', br
     return path
 
 
+def local_wheels(wheels):
+    """pip options that install from the directory wheels only."""
+    return ['--no-index', '--find-links=%s' % wheels]
+
+
 def fake_command(directory, name, script):
     """An executable `name` in directory (created) with the shell script's body; returns the directory, to put
     first on PATH."""
@@ -223,6 +243,34 @@ def fake_command(directory, name, script):
     (directory / name).write_text('#!/bin/sh\n' + script)
     (directory / name).chmod(0o755)
     return directory
+
+
+def failing_mksquashfs(directory):
+    """A directory to put first on PATH: its mksquashfs writes part of the file, then fails as a full disk would."""
+    return fake_command(directory, 'mksquashfs', 'echo partial > "$2"\necho "mksquashfs: no space left" >&2\nexit 1\n')
+
+
+def slow_step(directory, step):
+    """(A directory to put first on PATH, a file): its fake runtime (step 'pip': while it runs pip install) or
+    mksquashfs (step 'pack', after writing part of its output) writes the file, then sleeps; the fake runtime, like a
+    real one, passes a SIGTERM on to what it runs."""
+    directory = Path(directory)
+    started = directory / 'started'
+    if step == 'pip':
+        return fake_command(directory / 'slow', 'singularity', (
+            'case " $* " in *" -m pip install "*)\n'
+            '    : > %s\n    sleep 300 &\n    trap \'kill $!; exit 143\' TERM\n    wait $!\n    exit 1 ;;\n'
+            'esac\nexec %s "$@"\n') % (started, RUNTIME)), started
+    return fake_command(directory / 'slow', 'mksquashfs',
+                        'echo partial > "$2"\n: > %s\nexec sleep 300\n' % started), started
+
+
+def wait_for(predicate, what, timeout=60):
+    """Wait until predicate() is true; fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, 'timed out waiting for ' + what
+        time.sleep(0.05)
 
 
 # Test installations: the demo image, and a LUMI AI Factory-like one as the LAIF easyconfigs install it
@@ -269,7 +317,7 @@ def install_laif(root, laif_sif, wheels, eb_version='5', syntax='Lua', **params)
         wrapped_commands=['python', 'python3', 'pip', 'torchrun'],
         container_components={'laif-base': '1.0', 'torch': '2.13.0'},
         pip_requirements=['laif-top', 'laif-upgrade==2.0'], squash_user_software=SQUASHFS_WORKS,
-        pip_install_options=['--no-index', '--find-links=%s' % wheels])
+        pip_install_options=local_wheels(wheels))
     settings.update(params)
     ec = inst.write_easyconfig('PyTorch-2.13.0-laif.eb', demo_easyconfig(**settings))
     inst.eb(ec)

@@ -8,23 +8,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from harness import (EASYBLOCK, REPO, STANDIN_DIR, Installation, base_env, demo_easyconfig, fake_command, install_demo,
-                     require_runtime, require_tools, run)
+from harness import (EASYBLOCK, REPO, STANDIN, Installation, base_env, demo_easyconfig, failing_mksquashfs,
+                     install_demo, require_runtime, require_tools, run, slow_step, wait_for)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 ARGS = ['a b', "it's", '"quoted"', '$HOME', '*', '', 'back\\slash', '`date`']
 SHOW_ARGS = 'import json, sys; print(json.dumps(sys.argv[1:]))'
-
-
-def module_env(inst, script, pre='', check=True):
-    """Run script after 'module load Demo' and return its output."""
-    return inst.shell('module load Demo/1.0\n' + script, pre=pre, check=check)
 
 
 @pytest.mark.parametrize('eb_version,syntax', [('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua'), ('4.9', 'Tcl')])
@@ -73,27 +67,28 @@ def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
 def test_wrappers_pass_arguments_and_status(demo_install):
     inst, idir = demo_install
     script = 'python -c %s %s' % (shlex.quote(SHOW_ARGS), ' '.join(shlex.quote(a) for a in ARGS))
-    out = module_env(inst, script).stdout
+    out = inst.module_shell('Demo/1.0', script).stdout
     assert json.loads(out.splitlines()[-1]) == ARGS
-    status = module_env(inst, 'python -c "import sys; sys.exit(7)"', check=False)
+    status = inst.module_shell('Demo/1.0', 'python -c "import sys; sys.exit(7)"', check=False)
     assert status.returncode == 7
 
 
 def test_python_in_container_is_the_venv(demo_install):
     inst, idir = demo_install
-    out = module_env(inst, 'python -c "import sys, os; print(sys.prefix); print(os.environ[\'DEMO_VAR\'])"\n'
-                           'singularity exec "$SIF" python -c "import sys; print(sys.prefix)"\n'
-                           'start-shell -c "command -v python; echo \\$VIRTUAL_ENV; echo \\$DEMO_IMAGE_VAR"\n').stdout
+    out = inst.module_shell('Demo/1.0',
+                            'python -c "import sys, os; print(sys.prefix); print(os.environ[\'DEMO_VAR\'])"\n'
+                            'singularity exec "$SIF" python -c "import sys; print(sys.prefix)"\n'
+                            'start-shell -c "command -v python; echo \\$VIRTUAL_ENV; echo \\$DEMO_IMAGE_VAR"\n').stdout
     assert out.split() == ['/user-software/venv/demo', 'a', 'b', '$c', '/user-software/venv/demo',
                            '/user-software/venv/demo/bin/python', '/user-software/venv/demo', 'from-image']
 
 
 def test_start_shell_and_runscripts(demo_install):
     inst, idir = demo_install
-    out = module_env(inst, 'start-shell -c \'echo "$0|$1|$2"\' zero "one two" three\n'
-                           'singularity exec "$SIF" conda-python-simple -c "print(6 * 7)"\n'
-                           'singularity exec "$SIF" get-master "nid[005000-005003]-ib,x1"\n'
-                           'list-packages --format=freeze | grep -c pip\n').stdout.split('\n')
+    out = inst.module_shell('Demo/1.0', 'start-shell -c \'echo "$0|$1|$2"\' zero "one two" three\n'
+                                        'singularity exec "$SIF" conda-python-simple -c "print(6 * 7)"\n'
+                                        'singularity exec "$SIF" get-master "nid[005000-005003]-ib,x1"\n'
+                                        'list-packages --format=freeze | grep -c pip\n').stdout.split('\n')
     assert out[0] == 'zero|one two|three'
     assert out[1] == '42'
     assert out[2] == 'nid005000-ib'
@@ -107,11 +102,11 @@ def test_wrapper_errors(demo_install):
     assert proc.returncode != 0
     assert "module Demo/1.0 is not loaded; run 'module load Demo/1.0' first" in proc.stderr
 
-    proc = module_env(inst, 'singularity exec "$SIF" %s -c pass' % shlex.quote(wrapper), check=False)
+    proc = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" %s -c pass' % shlex.quote(wrapper), check=False)
     assert proc.returncode != 0
     assert 'already running inside a container' in proc.stderr
 
-    proc = module_env(inst, 'SIFDEMO=/nonexistent/x.sif python -c pass', check=False)
+    proc = inst.module_shell('Demo/1.0', 'SIFDEMO=/nonexistent/x.sif python -c pass', check=False)
     assert proc.returncode != 0
     assert 'container image /nonexistent/x.sif not found' in proc.stderr
 
@@ -242,8 +237,7 @@ def test_make_and_unmake_squashfs(tmp_path, demo_sif):
 def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, demo_sif):
     require_runtime()
     inst, idir = install_demo(tmp_path, demo_sif)
-    fake = fake_command(tmp_path / 'fakebin', 'mksquashfs', 'echo partial > "$2"\necho "mksquashfs: disk full" >&2\n'
-                                                            'exit 1\n')
+    fake = failing_mksquashfs(tmp_path / 'fakebin')
     env = base_env([str(fake)])
     proc = run([str(idir / 'bin' / 'make-squashfs')], env=env, check=False)
     assert proc.returncode != 0
@@ -303,13 +297,10 @@ def test_make_squashfs_after_a_killed_run(tmp_path, demo_sif):
     require_tools('mksquashfs')
     inst, idir = install_demo(tmp_path, demo_sif)
     make = str(idir / 'bin' / 'make-squashfs')
-    fake = fake_command(tmp_path / 'fakebin', 'mksquashfs', 'echo partial > "$2"\nexec sleep 60\n')
+    fake, started = slow_step(tmp_path, 'pack')
     killed = subprocess.Popen([make], env=base_env([str(fake)]), stdout=subprocess.DEVNULL, start_new_session=True)
     leftover = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), killed.pid))
-    for _ in range(200):
-        if leftover.exists():
-            break
-        time.sleep(0.05)
+    wait_for(started.exists, 'make-squashfs to start packing')
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
     assert leftover.read_text() == 'partial\n'
@@ -342,11 +333,11 @@ def test_a_wrapper_never_calls_itself(demo_install, tmp_path):
     inst, idir = demo_install
     runtime = tmp_path / 'runtime' / 'singularity'
     runtime.parent.mkdir()
-    standin = str(STANDIN_DIR / 'singularity')
     runtime.write_text('#!/usr/bin/env python3\nimport os, sys\nos.execv(%r, [%r] + sys.argv[1:])\n' % (
-        standin, standin))
+        STANDIN, STANDIN))
     runtime.chmod(0o755)
-    proc = module_env(inst, 'export PATH=%s:$PATH\ntimeout 60 python -c pass\necho "rc=$?"' % runtime.parent)
+    proc = inst.module_shell('Demo/1.0', 'export PATH=%s:$PATH\ntimeout 60 python -c pass\necho "rc=$?"'
+                             % runtime.parent)
     assert proc.stdout.strip() == 'rc=1'
     assert ('python3: error: %s started %s, which started %s: a loop' % (
         runtime, idir / 'bin' / 'python', idir / 'bin' / 'python3')) in ' '.join(proc.stderr.split())

@@ -17,16 +17,12 @@ pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs
 SITE = '/opt/venv/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 
 
-@pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
-def laif(request, tmp_path_factory, laif_sif, laif_wheels):
+@pytest.fixture(scope='module')
+def laif(tmp_path_factory, laif_sif, laif_wheels, eb_version):
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
-    return install_laif(tmp_path_factory.mktemp('laif'), laif_sif, laif_wheels, eb_version=request.param,
-                        syntax='Lua' if request.param == '5' else 'Tcl')
-
-
-def shell(inst, script, **kw):
-    return inst.shell('module load %s\n%s' % (LAIF_MODULE, script), **kw)
+    return install_laif(tmp_path_factory.mktemp('laif'), laif_sif, laif_wheels, eb_version=eb_version,
+                        syntax='Lua' if eb_version == '5' else 'Tcl')
 
 
 def test_image_used_in_place(laif):
@@ -36,7 +32,7 @@ def test_image_used_in_place(laif):
     link = idir / LAIF_SIF_NAME
     assert link.is_symlink() and os.readlink(link) == str(central_sif)
     assert not [p for p in idir.rglob('*') if p.is_file() and not p.is_symlink() and p.stat().st_size > 10 << 20]
-    out = shell(inst, 'echo "$SIF|$SIFPYTORCH"').stdout.strip()
+    out = inst.module_shell(LAIF_MODULE, 'echo "$SIF|$SIFPYTORCH"').stdout.strip()
     assert out == '%s|%s' % (central_sif, central_sif)
     image_python = json.loads((idir / 'image-python.json').read_text())
     assert image_python['kind'] == 'venv' and image_python['prefix'] == '/opt/venv'
@@ -49,7 +45,7 @@ def test_user_venv_sees_the_image_venv_and_wins(laif):
     inst, idir, _ = laif
     show = ('import laif_base, laif_top, laif_upgrade; '
             'print(laif_base.__file__.split(\\"/site-packages/\\")[0], laif_top.BASE, laif_upgrade.VERSION)')
-    out = shell(inst, '\n'.join([
+    out = inst.module_shell(LAIF_MODULE, '\n'.join([
         'python -c "%s"' % show,
         'start-shell -c \'python -c "%s"\'' % show,
         'singularity run "$SIF" python -c "%s"' % show,
@@ -62,13 +58,13 @@ def test_user_venv_sees_the_image_venv_and_wins(laif):
 def test_pip_counts_image_packages_as_installed(laif):
     """pip list shows the image's packages, and the requirement on laif-base did not install it again."""
     inst, idir, _ = laif
-    out = shell(inst, 'pip list --format=freeze\nlist-packages --format=json').stdout.splitlines()
+    out = inst.module_shell(LAIF_MODULE, 'pip list --format=freeze\nlist-packages --format=json').stdout.splitlines()
     assert {'laif-base==1.0', 'laif-upgrade==2.0', 'laif-top==1.0', 'pip'} & set(out) >= {
         'laif-base==1.0', 'laif-upgrade==2.0', 'laif-top==1.0'}
     listed = {entry['name']: entry['version'] for entry in json.loads(out[-1])}
     assert listed['laif-base'] == '1.0' and listed['laif-upgrade'] == '2.0'
-    venv = shell(inst, 'python -c "import os, sysconfig; print(*os.listdir(sysconfig.get_paths()[\'purelib\']))"'
-                 ).stdout.split()
+    venv = inst.module_shell(LAIF_MODULE, 'python -c "import os, sysconfig; '
+                                          'print(*os.listdir(sysconfig.get_paths()[\'purelib\']))"').stdout.split()
     assert 'laif_top' in venv and 'laif_upgrade' in venv and 'laif_base' not in venv
 
 
@@ -77,10 +73,11 @@ def test_runscript_runs_for_every_command(laif):
     with arguments intact and the exit status returned."""
     inst, idir, _ = laif
     args = ['a b', "it's", '$HOME', '', '`date`']
-    out = shell(inst, 'python -c "import os, sys; print(os.environ[\'LAIF_RUNSCRIPT_RAN\'], sys.argv[1:])" '
-                      '"a b" "it\'s" \'$HOME\' "" \'`date`\'\n'
-                      'start-shell -c \'echo "$LAIF_RUNSCRIPT_RAN"\'\n'
-                      'python -c "import sys; sys.exit(5)" || echo "status $?"\n').stdout.splitlines()
+    out = inst.module_shell(LAIF_MODULE,
+                            'python -c "import os, sys; print(os.environ[\'LAIF_RUNSCRIPT_RAN\'], sys.argv[1:])" '
+                            '"a b" "it\'s" \'$HOME\' "" \'`date`\'\n'
+                            'start-shell -c \'echo "$LAIF_RUNSCRIPT_RAN"\'\n'
+                            'python -c "import sys; sys.exit(5)" || echo "status $?"\n').stdout.splitlines()
     assert out == ['yes %r' % args, 'yes', 'status 5']
     for name in ('python', 'start-shell', 'list-packages'):
         assert '"$runtime" run "$sif"' in (idir / 'bin' / name).read_text()
@@ -90,17 +87,19 @@ def test_defaults_can_be_overridden(laif):
     """container_env_defaults reach the container, and a user's export after the load wins."""
     inst, idir, _ = laif
     show = 'python -c "import os; print(os.environ[\'FI_MR_CACHE_MONITOR\'], os.environ[\'NCCL_SOCKET_IFNAME\'])"'
-    out = shell(inst, '%s\nexport NCCL_SOCKET_IFNAME=hsn0\n%s\n' % (show, show)).stdout.splitlines()
+    out = inst.module_shell(LAIF_MODULE, '%s\nexport NCCL_SOCKET_IFNAME=hsn0\n%s\n' % (show, show)).stdout.splitlines()
     assert out == ['userfaultfd hsn0,hsn1,hsn2,hsn3', 'userfaultfd hsn0']
 
 
 @pytest.mark.needs('image-src')
 def test_make_and_unmake_squashfs(laif):
     inst, idir, _ = laif
-    out = shell(inst, 'unmake-squashfs >/dev/null\nmv "$CONTAINERROOT/user-software.squashfs" "$CONTAINERROOT/keep"\n'
-                      'make-squashfs >/dev/null\nrm -r "$CONTAINERROOT/user-software" "$CONTAINERROOT/keep"\n'
-                      'module load %s\npython -c "import laif_upgrade; print(laif_upgrade.VERSION)"'
-                % LAIF_MODULE).stdout
+    out = inst.module_shell(LAIF_MODULE,
+                            'unmake-squashfs >/dev/null\n'
+                            'mv "$CONTAINERROOT/user-software.squashfs" "$CONTAINERROOT/keep"\n'
+                            'make-squashfs >/dev/null\nrm -r "$CONTAINERROOT/user-software" "$CONTAINERROOT/keep"\n'
+                            'module load %s\npython -c "import laif_upgrade; print(laif_upgrade.VERSION)"'
+                            % LAIF_MODULE).stdout
     assert out.strip() == '2.0'
 
 

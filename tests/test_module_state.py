@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness import STANDIN_DIR, demo_easyconfig, install_demo
+from harness import STANDIN, demo_easyconfig, install_demo
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -133,7 +133,7 @@ def test_apptainer_behaves_like_singularity(two_modules, tmp_path):
     inst, idir = two_modules
     bindir = tmp_path / 'bin'
     bindir.mkdir()
-    (bindir / 'apptainer').symlink_to(STANDIN_DIR / 'singularity')
+    (bindir / 'apptainer').symlink_to(STANDIN)
     show = ('import os, sys; print(sys.argv[1], os.environ["VIRTUAL_ENV"], os.environ["DEMO_VAR"], '
             'os.environ["PATH"].split(":")[:2], sorted(os.listdir("/runscripts"))[:2], os.path.isdir("/mine"))')
     out = inst.shell('export PATH=%s:$PATH SINGULARITY_BINDPATH=%s:/mine\nmodule load Demo/1.0\n'

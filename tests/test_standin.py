@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sifimage  # noqa: E402
+from harness import STANDIN_DIR  # noqa: E402
 
-STANDIN_DIR = Path(__file__).resolve().parent / "standin"
 TOOLS = ("mksquashfs", "siftool", "mount", "unshare", "losetup")
 
 
@@ -35,12 +35,6 @@ def tools():
 def sif(tmp_path_factory):
     d = tmp_path_factory.mktemp("img")
     return sifimage.make_test_sif(d / "plain.sif", env={"GREETING": "hello 'image' $HOME \"x\""})
-
-
-@pytest.fixture(scope="module")
-def conda_sif(tmp_path_factory):
-    d = tmp_path_factory.mktemp("img")
-    return sifimage.make_test_sif(d / "conda.sif", conda=True)
 
 
 @pytest.fixture

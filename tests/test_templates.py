@@ -52,7 +52,7 @@ def test_fill_template():
 
 
 def test_every_script_template_has_all_its_values():
-    """The scripts of the table, filled for an installation: no placeholder left, bash ones parse."""
+    """The scripts of the table are bash or Python; the Python ones (run as they are) have no placeholders."""
     for path, _, kind, template in easyblock.SCRIPTS:
         assert kind in ('bash', 'python'), path
         if kind == 'python':

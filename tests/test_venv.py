@@ -4,29 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import (SQUASHFS_WORKS, Installation, demo_easyconfig, fake_command, install_demo, require_runtime,
-                     require_tools, write_wheel)
+from harness import (SQUASHFS_WORKS, Installation, demo_easyconfig, failing_mksquashfs, install_demo, local_wheels,
+                     require_runtime, require_tools, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
-
-
-@pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
-def eb_version(request):
-    """Every test here runs with EasyBuild 5.x and 4.9.4 (LUMI/24.03 and 24.11 use 4.9)."""
-    return request.param
-
-
-@pytest.fixture(scope='module')
-def wheelhouse(tmp_path_factory):
-    wheels = tmp_path_factory.mktemp('wheels')
-    write_wheel(wheels, 'lumi-base', code='NAME = "base"\n')
-    write_wheel(wheels, 'lumi-top', requires=['lumi-base'], code='from lumi_base import NAME\nTOP = NAME + "+top"\n')
-    write_wheel(wheels, 'lumi-later', code='LATER = True\n')
-    return wheels
-
-
-def options(wheels):
-    return ['--no-index', '--find-links=%s' % wheels]
 
 
 @pytest.fixture(scope='module')
@@ -34,7 +15,7 @@ def venv_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
     return install_demo(tmp_path_factory.mktemp('venv'), demo_sif, eb_version, pip_requirements=['lumi-top'],
-                        pip_install_options=options(wheelhouse), squash_user_software=SQUASHFS_WORKS)
+                        pip_install_options=local_wheels(wheelhouse), squash_user_software=SQUASHFS_WORKS)
 
 
 @pytest.mark.needs('image-src')
@@ -66,7 +47,7 @@ def test_bad_requirement_fails_with_pips_message(tmp_path, demo_sif, wheelhouse,
     require_runtime()
     with pytest.raises(AssertionError) as err:
         install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-does-not-exist'],
-                     pip_install_options=options(wheelhouse))
+                     pip_install_options=local_wheels(wheelhouse))
     text = str(err.value)
     # The cause comes first: EasyBuild 4.9 shows only the first 300 characters of the error.
     assert ('Installing the pip requirements in /user-software/venv/demo failed (exit code 1): '
@@ -80,7 +61,7 @@ def test_broken_wheel_fails(tmp_path, demo_sif, eb_version):
     write_wheel(wheels, 'lumi-broken', broken=True)
     with pytest.raises(AssertionError) as err:
         install_demo(tmp_path / 'i', demo_sif, eb_version, pip_requirements=['lumi-broken'],
-                     pip_install_options=options(wheels))
+                     pip_install_options=local_wheels(wheels))
     assert 'Installing the pip requirements in /user-software/venv/demo failed' in str(err.value)
 
 
@@ -89,7 +70,7 @@ def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, e
     lines = ['lumi-base ; python_version >= "3"  # a comment with $HOME and `false` and \'quotes\'',
              '# only a comment: $(false)']
     inst, idir = install_demo(tmp_path, demo_sif, eb_version, pip_requirements=lines,
-                              pip_install_options=options(wheelhouse), squash_user_software=False)
+                              pip_install_options=local_wheels(wheelhouse), squash_user_software=False)
     assert (idir / 'user-software' / 'requirements.txt').read_text() == '\n'.join(lines) + '\n'
     out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH"\npython -c "import lumi_base"').stdout
     assert '%s/user-software:/user-software' % idir in out
@@ -104,12 +85,11 @@ def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, e
 
 def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, eb_version):
     require_runtime()
-    fake = fake_command(tmp_path / 'fakebin', 'mksquashfs', 'echo partial > "$2"\n'
-                                                            'echo "mksquashfs: no space left" >&2\nexit 1\n')
+    fake = failing_mksquashfs(tmp_path / 'fakebin')
     inst = Installation(tmp_path / 'i', eb_version)
     (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-base'],
-                                                              pip_install_options=options(wheelhouse)))
+                                                              pip_install_options=local_wheels(wheelhouse)))
     env = inst.env()
     env['PATH'] = '%s:%s' % (fake, env['PATH'])
     proc = inst.eb(ec, check=False, env=env)
@@ -126,7 +106,7 @@ def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, e
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
     inst, idir = install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-base'],
-                              pip_install_options=options(wheelhouse))
+                              pip_install_options=local_wheels(wheelhouse))
     ec = inst.root / 'easyconfigs' / 'Demo-1.0.eb'
     for _ in range(2):
         out = inst.eb(ec, '--rebuild').stdout
@@ -153,12 +133,12 @@ def test_what_a_failed_install_left_is_not_kept(tmp_path, demo_sif, wheelhouse, 
     require_tools('mksquashfs')
     with pytest.raises(AssertionError):
         install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-does-not-exist'],
-                     pip_install_options=options(wheelhouse))
+                     pip_install_options=local_wheels(wheelhouse))
     inst = Installation(tmp_path, eb_version)
     idir = inst.installdir('Demo', '1.0')
     assert (idir / 'user-software' / 'venv').is_dir()
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-base'],
-                                                              pip_install_options=options(wheelhouse),
+                                                              pip_install_options=local_wheels(wheelhouse),
                                                               squash_user_software=SQUASHFS_WORKS))
     out = inst.eb(ec).stdout
     assert '%s was left by an installation that did not finish: it is replaced' % (idir / 'user-software') in out
@@ -169,13 +149,13 @@ def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse, eb_ve
     require_runtime()
     init = 'source /opt/miniconda3/bin/activate pytorch'
     inst, idir = install_demo(tmp_path, conda_sif, eb_version, container_init=init, pip_requirements=['lumi-base'],
-                              pip_install_options=options(wheelhouse), squash_user_software=SQUASHFS_WORKS)
+                              pip_install_options=local_wheels(wheelhouse), squash_user_software=SQUASHFS_WORKS)
     out = inst.shell('module load Demo/1.0\npython -c "import lumi_base, os; print(os.environ[\'CONDA_DEFAULT_ENV\'])"'
                      '\nstart-shell -c "echo \\$CONDA_PREFIX"').stdout.split()
     assert out == ['pytorch', '/opt/miniconda3/envs/pytorch']
     # venv-pip runs pip the same way: in the activated conda environment, into the venv
-    out = inst.shell('module load Demo/1.0\nvenv-pip install %s lumi-later\n'
-                     'python -c "import lumi_later; print(lumi_later.__file__)"' % ' '.join(options(wheelhouse))).stdout
+    out = inst.module_shell('Demo/1.0', 'venv-pip install %s lumi-later\npython -c "import lumi_later; '
+                                        'print(lumi_later.__file__)"' % ' '.join(local_wheels(wheelhouse))).stdout
     assert 'Successfully installed lumi-later-1.0' in out
     assert out.splitlines()[-1].startswith('/user-software/venv/demo/lib/python')
 

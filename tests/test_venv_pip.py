@@ -6,42 +6,22 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 
-from harness import (LAIF_MODULE, LMOD_INIT, RUNTIME, SQUASHFS_WORKS, base_env, fake_command, install_demo,
-                     install_laif, require_runtime, require_tools, write_wheel)
+from harness import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif, local_wheels,
+                     require_runtime, require_tools, slow_step, wait_for, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 
-@pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
-def eb_version(request):
-    return request.param
-
-
-@pytest.fixture(scope='module')
-def wheels(tmp_path_factory):
-    """lumi-base (installed at install time), lumi-later, and lumi-needs-wheel, which needs a package the image
-    has (Debian's wheel); the wheelhouse has no wheel of its own, so it cannot be fetched again."""
-    path = tmp_path_factory.mktemp('venv-pip-wheels')
-    write_wheel(path, 'lumi-base', code='NAME = "base"\n')
-    write_wheel(path, 'lumi-later', code='LATER = True\n')
-    write_wheel(path, 'lumi-needs-wheel', requires=['wheel'], code='import wheel\n')
-    # many files: the listing of the new SquashFS file is then longer than a pipe holds
-    write_wheel(path, 'lumi-many-files', code='', modules={'m%04d.py' % i: '' for i in range(800)})
-    return path
-
-
-def install(root, demo_sif, wheels, eb_version, squash):
+def install(root, demo_sif, wheelhouse, eb_version, squash):
     """Demo/1.0 with lumi-base in its venv, packed or not; (Installation, install dir, a copy of the venv as
     installed, which fresh() puts back)."""
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs', 'flock')
-    options = ['--no-index', '--find-links=%s' % wheels]
     inst, idir = install_demo(root / 'install', demo_sif, eb_version, pip_requirements=['lumi-base'],
-                              squash_user_software=squash, pip_install_options=options)
+                              squash_user_software=squash, pip_install_options=local_wheels(wheelhouse))
     saved = root / 'as-installed'
     saved.mkdir()
     for path in user_software(idir):
@@ -65,13 +45,13 @@ def fresh(installed):
 
 
 @pytest.fixture(scope='module')
-def packed_install(tmp_path_factory, demo_sif, wheels, eb_version):
-    return install(tmp_path_factory.mktemp('packed'), demo_sif, wheels, eb_version, squash=True)
+def packed_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
+    return install(tmp_path_factory.mktemp('packed'), demo_sif, wheelhouse, eb_version, squash=True)
 
 
 @pytest.fixture(scope='module')
-def unpacked_install(tmp_path_factory, demo_sif, wheels, eb_version):
-    return install(tmp_path_factory.mktemp('unpacked'), demo_sif, wheels, eb_version, squash=False)
+def unpacked_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
+    return install(tmp_path_factory.mktemp('unpacked'), demo_sif, wheelhouse, eb_version, squash=False)
 
 
 @pytest.fixture
@@ -86,21 +66,18 @@ def unpacked(unpacked_install):
     return fresh(unpacked_install)
 
 
-def module_shell(inst, script, check=True):
-    return inst.shell('module load Demo/1.0\n' + script, check=check)
-
-
 def sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.needs('image-src')
-def test_install_and_uninstall_in_a_packed_venv(packed, wheels):
+def test_install_and_uninstall_in_a_packed_venv(packed, wheelhouse):
     inst, idir = packed
-    out = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-later lumi-needs-wheel '
-                             'lumi-many-files\n'
-                             'python -c "import lumi_later, lumi_needs_wheel, wheel; print(wheel.__file__)"\n'
-                             'venv-pip list --format=freeze\n' % wheels).stdout
+    out = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-later lumi-needs-wheel '
+                                        'lumi-many-files\n'
+                                        'python -c "import lumi_later, lumi_needs_wheel, wheel; '
+                                        'print(wheel.__file__)"\n'
+                                        'venv-pip list --format=freeze\n' % wheelhouse).stdout
     assert 'Requirement already satisfied: wheel in /usr/lib/python3/dist-packages' in out  # the image's
     assert '/usr/lib/python3/dist-packages/wheel/__init__.py' in out
     assert {'lumi-base==1.0', 'lumi-later==1.0', 'lumi-needs-wheel==1.0'} <= set(out.split())
@@ -109,25 +86,26 @@ def test_install_and_uninstall_in_a_packed_venv(packed, wheels):
     assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
 
     # pip asks before it uninstalls: the answer reaches it
-    out = module_shell(inst, 'echo y | venv-pip uninstall lumi-later\n'
-                             'python -c "import lumi_later" 2>&1 || true\n').stdout
+    out = inst.module_shell('Demo/1.0', 'echo y | venv-pip uninstall lumi-later\n'
+                                        'python -c "import lumi_later" 2>&1 || true\n').stdout
     assert 'Successfully uninstalled lumi-later-1.0' in out and "No module named 'lumi_later'" in out
 
 
-def test_install_in_an_unpacked_venv(unpacked, wheels):
+def test_install_in_an_unpacked_venv(unpacked, wheelhouse):
     inst, idir = unpacked
-    out = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-later\n'
-                             'python -c "import lumi_later; print(lumi_later.__file__)"' % wheels).stdout
+    out = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-later\n'
+                                        'python -c "import lumi_later; print(lumi_later.__file__)"' % wheelhouse).stdout
     assert '/user-software/venv/demo/lib/python' in out
     assert list((idir / 'user-software' / 'venv' / 'demo' / 'lib').glob('python*/site-packages/lumi_later'))
     assert not (idir / 'user-software.squashfs').exists()
 
 
 @pytest.mark.needs('image-src')
-def test_a_failed_install_changes_nothing(packed, wheels):
+def test_a_failed_install_changes_nothing(packed, wheelhouse):
     inst, idir = packed
     before = sha256(idir / 'user-software.squashfs')
-    proc = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-does-not-exist' % wheels, check=False)
+    proc = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-does-not-exist' % wheelhouse,
+                             check=False)
     assert proc.returncode != 0
     errors = proc.stderr.splitlines()
     first_error = next(i for i, line in enumerate(errors) if 'ERROR' in line or 'error' in line)
@@ -138,45 +116,25 @@ def test_a_failed_install_changes_nothing(packed, wheels):
     assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
 
 
-def start_venv_pip(inst, wheels, *extra_path):
+def start_venv_pip(inst, wheelhouse, *extra_path):
     """venv-pip install lumi-later in the background, in its own process group; (process, its environment)."""
     env = base_env([str(p) for p in extra_path])
-    script = 'source %s\nmodule use %s\nmodule load Demo/1.0\nexec venv-pip install --no-index --find-links=%s ' \
-             'lumi-later' % (LMOD_INIT, inst.prefix / 'modules' / 'all', wheels)
-    return subprocess.Popen(['bash', '-c', script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    command = inst.shell_command('module load Demo/1.0\nexec venv-pip install %s lumi-later'
+                                 % ' '.join(local_wheels(wheelhouse)))
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-
-
-def wait_for(predicate, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, 'timed out waiting for ' + what
-        time.sleep(0.05)
-
-
-def slow_step(tmp_path, step):
-    """A directory to put first on PATH: its fake runtime (step 'pip') or mksquashfs (step 'pack') writes the file
-    it returns, then sleeps; the fake runtime, like a real one, passes a SIGTERM on to what it runs."""
-    started = tmp_path / 'started'
-    if step == 'pip':
-        return fake_command(tmp_path / 'slow', 'singularity', (
-            'case " $* " in *" -m pip install "*)\n'
-            '    : > %s\n    sleep 300 &\n    trap \'kill $!; exit 143\' TERM\n    wait $!\n    exit 1 ;;\n'
-            'esac\nexec %s "$@"\n') % (started, RUNTIME)), started
-    return fake_command(tmp_path / 'slow', 'mksquashfs',
-                        'echo partial > "$2"\n: > %s\nexec sleep 300\n' % started), started
 
 
 @pytest.mark.needs('image-src')
 @pytest.mark.parametrize('step, signum', [('pip', signal.SIGTERM), ('pack', signal.SIGTERM), ('pack', signal.SIGKILL)],
                          ids=['pip-SIGTERM', 'pack-SIGTERM', 'pack-SIGKILL'])
-def test_a_signal_in_the_middle(packed, tmp_path, wheels, step, signum):
+def test_a_signal_in_the_middle(packed, tmp_path, wheelhouse, step, signum):
     """Stopped while pip runs or while it packs: the old SquashFS file is untouched and usable. After a SIGTERM
     nothing is left running or on disk; after a SIGKILL the next run cleans up, and works."""
     inst, idir = packed
     before = sha256(idir / 'user-software.squashfs')
     slow, started = slow_step(tmp_path, step)
-    proc = start_venv_pip(inst, wheels, slow)
+    proc = start_venv_pip(inst, wheelhouse, slow)
     wait_for(started.exists, 'venv-pip to reach the slow step')
     if signum == signal.SIGTERM:
         os.kill(proc.pid, signum)  # venv-pip itself, as Slurm at the end of a job, or kill
@@ -187,16 +145,16 @@ def test_a_signal_in_the_middle(packed, tmp_path, wheels, step, signum):
     if signum == signal.SIGTERM:  # venv-pip stopped what it ran: nothing of its session runs on
         wait_for(lambda: not group_alive(proc.pid), 'the processes of venv-pip to end', timeout=10)
     assert sha256(idir / 'user-software.squashfs') == before
-    assert module_shell(inst, 'python -c "import lumi_base; print(lumi_base.NAME)"').stdout == 'base\n'
+    assert inst.module_shell('Demo/1.0', 'python -c "import lumi_base; print(lumi_base.NAME)"').stdout == 'base\n'
     leftovers = [p for p in idir.iterdir() if '.tmp.' in p.name]
     assert bool(leftovers) == (signum == signal.SIGKILL)
 
-    done = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-later' % wheels)
+    done = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-later' % wheelhouse)
     for leftover in leftovers:
         assert 'Removing %s, left by an interrupted run.' % leftover in done.stdout
     assert 'waiting' not in done.stderr  # the lock went with the stopped run
     assert not [p for p in idir.iterdir() if '.tmp.' in p.name]
-    assert module_shell(inst, 'python -c "import lumi_later; print(lumi_later.LATER)"').stdout == 'True\n'
+    assert inst.module_shell('Demo/1.0', 'python -c "import lumi_later; print(lumi_later.LATER)"').stdout == 'True\n'
 
 
 def group_alive(pgid):
@@ -208,26 +166,26 @@ def group_alive(pgid):
 
 
 @pytest.mark.needs('image-src')
-def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheels):
+def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheelhouse):
     """Two venv-pip runs at once: the second waits for the first, both changes are there. A job that has the old
     SquashFS file mounted keeps reading it while it is replaced."""
     inst, idir = packed
     reader = subprocess.Popen(
-        ['bash', '-c', 'source %s\nmodule use %s\nmodule load Demo/1.0\nexec singularity exec "$SIF" sh -c '
-         '"cat /user-software/requirements.txt; read line; cat /user-software/requirements.txt; '
-         'echo lumi_later: \\$(ls /user-software/venv/demo/lib/python*/site-packages | grep -c lumi_later)"'
-         % (LMOD_INIT, inst.prefix / 'modules' / 'all')],
+        inst.shell_command('module load Demo/1.0\nexec singularity exec "$SIF" sh -c '
+                           '"cat /user-software/requirements.txt; read line; cat /user-software/requirements.txt; '
+                           'echo lumi_later: \\$(ls /user-software/venv/demo/lib/python*/site-packages | grep -c '
+                           'lumi_later)"'),
         env=base_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     first_line = reader.stdout.readline()  # mounted now
     slow = fake_command(tmp_path / 'slow', 'mksquashfs',
                         ': > "$2"\nsleep 2\nexec %s "$@"\n' % shutil.which('mksquashfs'))
-    first = start_venv_pip(inst, wheels, slow)
+    first = start_venv_pip(inst, wheelhouse, slow)
     wait_for(lambda: list(idir.glob('user-software.squashfs.tmp.*')), 'the first venv-pip to start packing')
-    second = module_shell(inst, 'venv-pip install --no-index --find-links=%s lumi-needs-wheel' % wheels)
+    second = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-needs-wheel' % wheelhouse)
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
     assert 'waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall' in second.stderr
-    listed = module_shell(inst, 'venv-pip list --format=freeze').stdout.split()
+    listed = inst.module_shell('Demo/1.0', 'venv-pip list --format=freeze').stdout.split()
     assert {'lumi-later==1.0', 'lumi-needs-wheel==1.0'} <= set(listed)
     rest, _ = reader.communicate('go on\n', timeout=60)
     assert first_line == 'lumi-base\n' and rest == 'lumi-base\nlumi_later: 0\n'  # the old file: without lumi_later
@@ -237,7 +195,7 @@ def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheels):
 def test_pip_install_user_in_the_container_points_to_venv_pip(unpacked):
     """pip install --user in the container would install where the venv does not look: it says to use venv-pip."""
     inst, idir = unpacked
-    proc = module_shell(inst, 'pip install --user lumi-later', check=False)
+    proc = inst.module_shell('Demo/1.0', 'pip install --user lumi-later', check=False)
     assert proc.returncode == 1
     assert proc.stderr == ('pip: --user would install into ~/.local, which /user-software/venv/demo does not see. '
                            'Outside the container, with the module loaded, run: venv-pip install lumi-later\n')
@@ -248,7 +206,7 @@ def test_pip_install_user_in_the_container_points_to_venv_pip(unpacked):
 def test_pip_install_in_a_packed_venv_points_to_venv_pip(packed):
     """pip install in the container while the venv is packed (read-only) says to use venv-pip."""
     inst, idir = packed
-    proc = module_shell(inst, 'pip install --no-index lumi-later', check=False)
+    proc = inst.module_shell('Demo/1.0', 'pip install --no-index lumi-later', check=False)
     assert proc.returncode == 1
     assert proc.stderr == ('pip: /user-software/venv/demo is read-only in the container (packed in '
                            'user-software.squashfs, or not yours). Outside the container, with the module loaded, '
@@ -256,30 +214,30 @@ def test_pip_install_in_a_packed_venv_points_to_venv_pip(packed):
 
 
 @pytest.mark.needs('image-src')
-def test_python_m_pip_in_a_packed_venv_installs_nowhere(packed, tmp_path, wheels):
+def test_python_m_pip_in_a_packed_venv_installs_nowhere(packed, tmp_path, wheelhouse):
     """python -m pip goes round bin/pip: in a packed venv pip fails on the read-only file system; it neither
     defaults to a --user install (the venv does not see ~/.local) nor accepts one."""
     inst, idir = packed
     home = tmp_path / 'home'
     home.mkdir()
     for options, error in (('', 'Read-only file system'), ('--user ', "Can not perform a '--user' install")):
-        proc = module_shell(inst, 'cd && HOME=%s python -m pip install %s--no-index --find-links=%s lumi-later'
-                            % (home, options, wheels), check=False)
+        proc = inst.module_shell('Demo/1.0', 'cd && HOME=%s python -m pip install %s--no-index --find-links=%s '
+                                             'lumi-later' % (home, options, wheelhouse), check=False)
         assert proc.returncode != 0 and error in proc.stderr
         assert 'Defaulting to user installation' not in proc.stdout + proc.stderr
     assert not list(home.rglob('*lumi_later*'))
 
 
-def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path, wheels):
+def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path, wheelhouse):
     """venv-pip holds the install dir's lock while pip runs (here in an unpacked venv): make-squashfs and
     unmake-squashfs stop at once with a clear message."""
     inst, idir = unpacked
     slow, started = slow_step(tmp_path, 'pip')
-    running = start_venv_pip(inst, wheels, slow)
+    running = start_venv_pip(inst, wheelhouse, slow)
     try:
         wait_for(started.exists, 'venv-pip to run pip')
         for command in ('make-squashfs', 'unmake-squashfs'):
-            proc = module_shell(inst, command, check=False)
+            proc = inst.module_shell('Demo/1.0', command, check=False)
             assert (proc.returncode, proc.stderr) == (1, '%s: error: a venv-pip, make-squashfs, unmake-squashfs or eb '
                                                          'reinstall is changing %s; try again when it is done\n'
                                                          % (command, idir))
@@ -289,12 +247,12 @@ def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path,
     assert not (idir / 'user-software.squashfs').exists()
 
 
-def test_a_reinstall_stops_while_venv_pip_runs(unpacked, tmp_path, wheels):
+def test_a_reinstall_stops_while_venv_pip_runs(unpacked, tmp_path, wheelhouse):
     """eb --rebuild takes the same lock before it removes the module file, moves the user software aside and wipes
     the install dir: while venv-pip runs, it stops with a clear message and changes nothing."""
     inst, idir = unpacked
     slow, started = slow_step(tmp_path, 'pip')
-    running = start_venv_pip(inst, wheels, slow)
+    running = start_venv_pip(inst, wheelhouse, slow)
     try:
         wait_for(started.exists, 'venv-pip to run pip')
         before = sorted(str(p.relative_to(idir)) for p in idir.rglob('*'))
@@ -306,7 +264,8 @@ def test_a_reinstall_stops_while_venv_pip_runs(unpacked, tmp_path, wheels):
     assert ('A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it is done. Nothing was '
             'changed.' % idir) in proc.stdout + proc.stderr
     assert sorted(str(p.relative_to(idir)) for p in idir.rglob('*')) == before
-    assert 'venv/demo' in module_shell(inst, 'echo "$SINGULARITYENV_VIRTUAL_ENV"').stdout  # the module is still there
+    # the module is still there
+    assert 'venv/demo' in inst.module_shell('Demo/1.0', 'echo "$SINGULARITYENV_VIRTUAL_ENV"').stdout
 
 
 def test_an_install_dir_that_is_not_yours(unpacked):
@@ -315,14 +274,15 @@ def test_an_install_dir_that_is_not_yours(unpacked):
     inst, idir = unpacked
     readonly = 'mount --bind {0} {0} && mount -o remount,bind,ro {0} && '.format(idir)
     for command in ('venv-pip install lumi-later', 'make-squashfs'):
-        proc = module_shell(inst, 'unshare -m sh -c %s' % shlex.quote(readonly + 'exec ' + command), check=False)
+        proc = inst.module_shell('Demo/1.0', 'unshare -m sh -c %s' % shlex.quote(readonly + 'exec ' + command),
+                                 check=False)
         assert proc.returncode == 1
         assert proc.stderr == '%s: error: %s is not writable for you: only whoever installed the module can ' \
             'change it\n' % (command.split()[0], idir)
 
 
 @pytest.mark.needs('image-src')
-def test_commands_that_only_read_run_directly(packed, wheels):
+def test_commands_that_only_read_run_directly(packed, wheelhouse):
     """list, freeze with a general option before it, install --dry-run: straight against the packed venv, without
     the lock (held here by someone else) and without a new SquashFS file."""
     inst, idir = packed
@@ -330,8 +290,10 @@ def test_commands_that_only_read_run_directly(packed, wheels):
     holder = subprocess.Popen(['flock', str(idir / '.user-software.lock'), 'sleep', '120'])
     try:
         wait_for((idir / '.user-software.lock').exists, 'the lock')
-        out = module_shell(inst, 'timeout 60 venv-pip list --format=freeze\ntimeout 60 venv-pip --timeout 30 freeze\n'
-                                 'timeout 60 venv-pip install --dry-run --no-index --find-links=%s lumi-later' % wheels)
+        out = inst.module_shell('Demo/1.0', 'timeout 60 venv-pip list --format=freeze\n'
+                                            'timeout 60 venv-pip --timeout 30 freeze\n'
+                                            'timeout 60 venv-pip install --dry-run --no-index '
+                                            '--find-links=%s lumi-later' % wheelhouse)
     finally:
         holder.kill()
         holder.wait()
@@ -348,9 +310,9 @@ def test_in_a_laif_module(tmp_path, laif_sif, laif_wheels, eb_version):
     extra = tmp_path / 'wheels'
     extra.mkdir()
     write_wheel(extra, 'laif-extra', requires=['laif-base'], code='from laif_base import VERSION as BASE\n')
-    out = inst.shell('module load %s\nvenv-pip install --no-index --find-links=%s laif-extra\n'
-                     'python -c "import laif_extra; print(laif_extra.__file__, laif_extra.BASE)"\n'
-                     'venv-pip list --format=freeze' % (LAIF_MODULE, extra)).stdout
+    out = inst.module_shell(LAIF_MODULE, 'venv-pip install --no-index --find-links=%s laif-extra\n'
+                                         'python -c "import laif_extra; print(laif_extra.__file__, laif_extra.BASE)"\n'
+                                         'venv-pip list --format=freeze' % extra).stdout
     assert 'Requirement already satisfied: laif-base in /opt/venv/lib/' in out
     assert '/user-software/venv/pytorch/lib/python3.11/site-packages/laif_extra/__init__.py 1.0\n' in out
     assert {'laif-extra==1.0', 'laif-base==1.0', 'laif-top==1.0'} <= set(out.split())
