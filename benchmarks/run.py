@@ -28,11 +28,12 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / 'tests'))
 
 from generator.easyblock import easyblock  # noqa: E402
-from harness import (EB_VENVS, LMOD_CMD, LMOD_INIT, RUNTIME, STANDIN, Installation, base_env,  # noqa: E402
-                     demo_easyconfig, write_wheel)
+from harness import (EB_VENVS, LMOD_CMD, Installation, base_env, demo_easyconfig, local_wheels,  # noqa: E402
+                     runtime_missing, write_wheel)
 from sifimage import make_test_sif  # noqa: E402
 
 lua_str = easyblock.lua_str  # the module's own quoting, for the plain module to compare with
+USER_SOFTWARE, USER_SOFTWARE_SQUASHFS = easyblock.USER_SOFTWARE, easyblock.USER_SOFTWARE_SQUASHFS
 
 IOWRAP = BENCH_DIR / 'iowrap.py'
 GENERATOR_SPEC = REPO / 'easyconfigs' / 'p' / 'PyTorch' / 'PyTorch.yaml'
@@ -63,8 +64,10 @@ class Settings:
     @classmethod
     def make(cls, quick, runs):
         if quick:
-            return cls(True, runs or 1, 0, 4 * MiB, 1 * MiB, 1, 20, 1, 50, 20)
-        return cls(False, runs or 5, 1, 2 * GiB, 16 * MiB, 3, 1000, 20, 50, 1400)
+            return cls(quick=True, runs=runs or 1, warmup=0, image_size=4 * MiB, small_image_size=1 * MiB, wheels=1,
+                       modules_per_wheel=20, inner=1, generator_containers=50, venv_pip_modules=20)
+        return cls(quick=False, runs=runs or 5, warmup=1, image_size=2 * GiB, small_image_size=16 * MiB, wheels=3,
+                   modules_per_wheel=1000, inner=20, generator_containers=50, venv_pip_modules=1400)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -188,7 +191,7 @@ class Context:
     def env(self, base=None):
         """base (default: the harness's environment) with temporary files in the scratch dir."""
         env = dict(base or base_env())
-        env['TMPDIR'] = str(self.scratch / 'tmp')  # the stand-in's mount points, so that cleanup finds them
+        env['TMPDIR'] = str(self.scratch / 'tmp')  # temporary files of eb and the scripts, removed with it
         env.pop('SLURM_CPUS_PER_TASK', None)     # make-squashfs then uses all of nproc, as on a login node
         return env
 
@@ -218,28 +221,32 @@ class Context:
         s = self.settings
         wheels = self.scratch / 'wheels'
         names = write_wheels(wheels, s.wheels, s.modules_per_wheel)
-        inst = Installation(self.scratch / 'venv-install')
-        make_test_sif(inst.sources / 'bench.sif')
-        ec = inst.write_easyconfig('Bench-1.0.eb', demo_easyconfig(
-            name='Bench', sif='bench.sif', wrapped_commands=['python'], pip_requirements=names,
-            pip_install_options=['--no-index', '--find-links=%s' % wheels], squash_user_software=False))
         progress('installing Bench/1.0 with a venv of %d wheels x %d modules' % (s.wheels, s.modules_per_wheel))
-        checked([EB_VENVS['5'] / 'bin' / 'eb', ec], env=self.env(inst.env()), what='eb install of Bench/1.0')
-        self._venv_install = inst, inst.installdir('Bench', '1.0')
+        self._venv_install = self.install_with_wheels('Bench', wheels, names, squash=False, commands=['python'])
         return self._venv_install
+
+    def install_with_wheels(self, name, wheels, requirements, squash, commands):
+        """name/1.0 from a small image, with the requirements from the wheelhouse wheels in its venv, packed or
+        not; (Installation, install dir)."""
+        inst = Installation(self.scratch / ('%s-install' % name.lower()))
+        make_test_sif(inst.sources / 'bench.sif')
+        ec = inst.write_easyconfig('%s-1.0.eb' % name, demo_easyconfig(
+            name=name, sif='bench.sif', wrapped_commands=commands, pip_requirements=requirements,
+            pip_install_options=local_wheels(wheels), squash_user_software=squash))
+        checked([EB_VENVS['5'] / 'bin' / 'eb', ec], env=self.env(inst.env()), what='eb install of %s/1.0' % name)
+        return inst, inst.installdir(name, '1.0')
 
     def squashed_install(self):
         """Bench/1.0 as users get it: the venv packed into user-software.squashfs, the directory gone."""
         inst, idir = self.venv_install()
         if not self.squashed:
-            if not (idir / 'user-software.squashfs').exists():  # else kept from the squash benchmark
+            if not (idir / USER_SOFTWARE_SQUASHFS).exists():  # else kept from the squash benchmark
                 checked([idir / 'bin' / 'make-squashfs'], env=self.env(), what='make-squashfs')
-            os.rename(idir / 'user-software', self.scratch / 'user-software.unpacked')
+            os.rename(idir / USER_SOFTWARE, self.scratch / 'user-software.unpacked')
             self.squashed = True
         return inst, idir
 
     def cleanup(self):
-        unmount_below(self.scratch)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -289,20 +296,6 @@ def write_wheels(wheels, count, modules, per_subpackage=50):
     return names
 
 
-def mounts_below(path):
-    prefix = str(path).rstrip('/') + '/'
-    with open('/proc/self/mountinfo') as handle:
-        points = [line.split()[4] for line in handle]
-    return [p for p in points if p.startswith(prefix)]
-
-
-def unmount_below(path):
-    """Unmount what a crashed stand-in may have left mounted below path (rmtree must not enter it)."""
-    for point in sorted(mounts_below(path), reverse=True):
-        if subprocess.run(['umount', point], capture_output=True).returncode:
-            subprocess.run(['umount', '-l', point], capture_output=True)
-
-
 def choose_io_counter(ctx):
     """write_bytes (bytes sent to the storage layer) if this file system counts them, else wchar."""
     probe = ctx.scratch / 'io-probe'
@@ -342,6 +335,10 @@ def eb_steps(stdout):
     return steps
 
 
+# How each install variant of this easyblock sets copy_image ('cp' and 'today' are the baselines)
+COPY_IMAGE = {'easyblock': True, 'nocopy': False, 'nocopy_small': False}
+
+
 def install_variant(ctx, variant, image, rundir):
     """The command and environment that install image one way in a fresh directory, and the installed image."""
     if variant == 'cp':
@@ -349,10 +346,10 @@ def install_variant(ctx, variant, image, rundir):
         return ['cp', image, rundir / 'bench.sif'], ctx.env(), rundir / 'bench.sif'
     inst = Installation(rundir)
     (inst.sources / 'bench.sif').symlink_to(image)  # found by EasyBuild like the central image, not copied here
-    if variant != 'today':  # this easyblock: easyblock, nocopy, nocopy_small
+    if variant in COPY_IMAGE:
         ec = inst.write_easyconfig('Bench-1.0.eb', demo_easyconfig(name='Bench', sif='bench.sif',
                                                                    wrapped_commands=['python'],
-                                                                   copy_image=variant == 'easyblock'))
+                                                                   copy_image=COPY_IMAGE[variant]))
         installed = inst.installdir('Bench', '1.0') / 'bench.sif'
     else:
         ec = inst.write_easyconfig('Today-1.0.eb', TODAY_EASYCONFIG)
@@ -363,7 +360,7 @@ def install_variant(ctx, variant, image, rundir):
 def check_installed(installed, image, variant):
     """The measured install really copied the image (a symlink would make the figures meaningless), or, with
     copy_image = False, linked to it."""
-    if variant.startswith('nocopy'):
+    if COPY_IMAGE.get(variant) is False:
         if not installed.is_symlink() or os.path.realpath(installed) != os.path.realpath(image):
             raise BenchError('install (%s) did not leave a link to %s at %s' % (variant, image, installed))
     elif installed.is_symlink() or not installed.is_file() or installed.stat().st_size != image.stat().st_size:
@@ -439,8 +436,8 @@ def bench_squash(ctx):
     inst, idir = ctx.venv_install()
     if ctx.squashed:
         raise BenchError('the squash benchmark must run before the venv is squashed')
-    user_software = idir / 'user-software'
-    squashfs = idir / 'user-software.squashfs'
+    user_software = idir / USER_SOFTWARE
+    squashfs = idir / USER_SOFTWARE_SQUASHFS
     baseline = ctx.scratch / 'baseline.squashfs'
     cmds = {
         'make_squashfs': [idir / 'bin' / 'make-squashfs'],
@@ -481,7 +478,7 @@ def bench_squash(ctx):
             figure('files_after', 'entries in the install dir, venv squashed', 'files', [files_after]),
         ],
         'info': {'venv_entries': venv_entries, 'nproc': nproc,
-                 'squashfs_bytes': (idir / 'user-software.squashfs').stat().st_size,
+                 'squashfs_bytes': (idir / USER_SOFTWARE_SQUASHFS).stat().st_size,
                  'cpu_seconds_median': {name: statistics.median(v[name + '_cpu']) for name in cmds}},
     }
 
@@ -497,34 +494,22 @@ VENV_PIP_STEPS = {
 }
 
 
-def venv_pip_install(ctx):
-    """Pip/1.0: a small image with a packed venv of one wheel of venv_pip_modules modules; (its install dir, the
-    wheelhouse, the module dir)."""
-    s = ctx.settings
-    wheels = ctx.scratch / 'venv-pip-wheels'
-    names = write_wheels(wheels, 1, s.venv_pip_modules)
-    write_wheel(wheels, 'bench-small', code='SMALL = True\n')
-    inst = Installation(ctx.scratch / 'venv-pip-install')
-    make_test_sif(inst.sources / 'bench.sif')
-    ec = inst.write_easyconfig('Pip-1.0.eb', demo_easyconfig(
-        name='Pip', sif='bench.sif', wrapped_commands=['python', 'pip'], pip_requirements=names,
-        pip_install_options=['--no-index', '--find-links=%s' % wheels], squash_user_software=True))
-    progress('installing Pip/1.0 with a packed venv of 1 wheel x %d modules' % s.venv_pip_modules)
-    checked([EB_VENVS['5'] / 'bin' / 'eb', ec], env=ctx.env(inst.env()), what='eb install of Pip/1.0')
-    return inst.installdir('Pip', '1.0'), wheels, inst.prefix / 'modules' / 'all'
-
-
 def bench_venv_pip(ctx):
-    idir, wheels, modules = venv_pip_install(ctx)
-    squashfs = idir / 'user-software.squashfs'
+    # Pip/1.0: a small image with a packed venv of one wheel of venv_pip_modules modules
+    wheels = ctx.scratch / 'venv-pip-wheels'
+    names = write_wheels(wheels, 1, ctx.settings.venv_pip_modules)
+    write_wheel(wheels, 'bench-small', code='SMALL = True\n')
+    progress('installing Pip/1.0 with a packed venv of 1 wheel x %d modules' % ctx.settings.venv_pip_modules)
+    inst, idir = ctx.install_with_wheels('Pip', wheels, names, squash=True, commands=['python', 'pip'])
+    squashfs = idir / USER_SOFTWARE_SQUASHFS
     original = ctx.scratch / 'venv-pip-original.squashfs'
     shutil.copy2(squashfs, original)
     listing = checked(['unsquashfs', '-l', squashfs], what='unsquashfs -l').stdout
     venv_entries = sum(1 for line in listing.splitlines() if line.startswith('squashfs-root/'))
-    find = '--no-index --find-links=%s' % wheels
+    find = ' '.join(local_wheels(wheels))
 
     def shell(script):
-        return ['bash', '-c', 'source %s\nmodule use %s\nmodule load Pip/1.0\n%s' % (LMOD_INIT, modules, script)]
+        return inst.shell_command('module load Pip/1.0\n' + script)
 
     def one_run(index):
         values = {}
@@ -532,9 +517,9 @@ def bench_venv_pip(ctx):
             values[name] = measure_io(shell(VENV_PIP_STEPS[name].format(find=find)), ctx.env(), ctx.scratch,
                                       name)['seconds']
             checked(shell('python -c "import bench_small"'), env=ctx.env(), what='import bench_small (%s)' % name)
-            values[name + '_left'] = count_entries(idir / 'user-software') if name == 'manual' else sum(
-                1 for p in idir.iterdir() if p.name.startswith('user-software') and p != squashfs)
-            shutil.rmtree(idir / 'user-software', ignore_errors=True)  # back to the installed state
+            values[name + '_left'] = count_entries(idir / USER_SOFTWARE) if name == 'manual' else sum(
+                1 for p in idir.iterdir() if p.name.startswith(USER_SOFTWARE) and p != squashfs)
+            shutil.rmtree(idir / USER_SOFTWARE, ignore_errors=True)  # back to the installed state
             shutil.copy2(original, squashfs)
         values['speedup'] = values['manual'] / values['venv_pip']
         return values
@@ -816,8 +801,7 @@ def filesystem_of(path):
 
 def missing_tools():
     missing = [tool for tool in ('mksquashfs', 'unsquashfs', 'siftool') if not shutil.which(tool)]
-    if RUNTIME == STANDIN and os.geteuid() != 0:  # no LUMI_CT_SINGULARITY: the tests' stand-in runs the images
-        missing.append('root (the singularity stand-in mounts the images in a mount namespace of its own)')
+    missing += runtime_missing()
     if not (EB_VENVS['5'] / 'bin' / 'eb').exists():
         missing.append('EasyBuild 5 (%s)' % (EB_VENVS['5'] / 'bin' / 'eb'))
     if not os.path.exists(LMOD_CMD):
