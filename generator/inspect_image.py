@@ -15,7 +15,7 @@ import subprocess
 
 from generator import laif
 from generator.easyblock import easyblock
-from generator.spec import VERSION_RE, load_spec
+from generator.spec import load_spec
 
 SBOM = '.sbom.json'
 VENV_LIB = 'opt/venv/lib'
@@ -60,7 +60,7 @@ def _normalise(name):
 def spec_version(pip_version):
     """A pip version without its +local label, if the spec accepts it as a version; else None."""
     public = pip_version.split('+', 1)[0]
-    return public if VERSION_RE.match(public) else None
+    return public if easyblock.VERSION.match(public) else None
 
 
 # ---------------------------------------------------------------------------------------------------------------

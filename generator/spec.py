@@ -235,12 +235,9 @@ def load_yaml(path):
 TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'family_defaults', 'containers')
 TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
 
-VERSION_RE = easyblock.VERSION  # the easyblock's, as for the components
 DATE_RE = re.compile(r'^\d{8}$')
 DOCKERHASH_RE = re.compile(r'^[0-9a-f]{12}$')
 SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
-NAME_RE = easyblock.DISTRIBUTION_NAME
-VARIANT_RE = re.compile(r'^([A-Za-z0-9][A-Za-z0-9_.+-]*)?$')
 MODULECLASS_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 HOMEPAGE_RE = re.compile(r'^https?://\S+$')
 CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
@@ -304,10 +301,9 @@ class _Checker:
     def matching(self, path, value, regex, what, allow_empty=False):
         if not self.string(path, value, allow_empty=allow_empty):
             return False
-        if not regex.match(value):
-            self.error(path, '%r is not %s' % (value, what))
-            return False
-        return True
+        if allow_empty and value == '':
+            return True
+        return self.no_problem(path, easyblock.pattern_problem(regex, what)(value))
 
     def boolean(self, path, value):
         if isinstance(value, bool):
@@ -405,10 +401,7 @@ class _Checker:
         if not self.string(path, value):
             return False
         problem = laif.tag_problem(value)
-        if problem:
-            self.error(path, '%r %s' % (value, problem))
-            return False
-        return True
+        return self.no_problem(path, problem and '%r %s' % (value, problem))
 
 
 def _pattern(regex, what, allow_empty=False):
@@ -524,7 +517,7 @@ class Field:
 
 
 FIELDS = (
-    Field('version', CONTAINER, _pattern(VERSION_RE, 'a valid version (e.g. 2.7.1)'), required=True),
+    Field('version', CONTAINER, _pattern(easyblock.VERSION, 'a valid version (e.g. 2.7.1)'), required=True),
     Field('date', CONTAINER, _Checker.date, required=_amd, default=_default_date),
     Field('dockerhash', CONTAINER, _pattern(DOCKERHASH_RE, '12 lowercase hex digits'), required=_amd_unless_sif,
           family='amd'),
@@ -536,9 +529,10 @@ FIELDS = (
     Field('checksum', CONTAINER, _pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
     Field('family', SHARED, _one_of(FAMILIES, 'an image family'), default='amd'),
     Field('python', SHARED, _rule('container_python_version'), required=True),
-    Field('rocm', SHARED, _pattern(VERSION_RE, 'a valid ROCm version (e.g. 6.2.4)'), required=True),
-    Field('variant', SHARED, _pattern(VARIANT_RE, 'a valid variant (letters, digits, _.+-; may be empty)',
-                                      allow_empty=True), default=''),
+    Field('rocm', SHARED, _pattern(easyblock.VERSION, 'a valid ROCm version (e.g. 6.2.4)'), required=True),
+    Field('variant', SHARED, _pattern(easyblock.DISTRIBUTION_NAME,
+                                      'a valid variant (letters, digits, _.+-; may be empty)', allow_empty=True),
+          default=''),
     Field('venv', SHARED, _rule('container_venv'), default=_default_venv),
     Field('container_init', SHARED, _rule('container_init', allow_empty=True), default=''),
     Field('container_entry', SHARED, _rule('container_entry')),
@@ -589,7 +583,7 @@ def _check_top(chk, data):
             chk.error((key,), 'missing required key', line=chk.smap.line(()))
 
     name = data.get('name')
-    name_ok = 'name' in data and chk.matching(('name',), name, NAME_RE, 'a valid software name')
+    name_ok = 'name' in data and chk.matching(('name',), name, easyblock.DISTRIBUTION_NAME, 'a valid software name')
     if 'homepage' in data:
         chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL')
     if 'description' in data and chk.string(('description',), data['description']):
