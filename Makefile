@@ -73,15 +73,17 @@ $(SINGULARITY_342)/bin/singularity: | $(TOOLS)/apt.stamp
 # EasyBuild 4.9 variants, which give the runtime the same commands as the EasyBuild 5 ones). With
 # SINGULARITY=/path/to/singularity (or apptainer) it runs them all with that runtime instead, once, as on LUMI.
 TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra -p no:cacheprovider
+# The tests import the easyblock and generate-ec as installed: this checkout's, reinstalled before each run
+INSTALL_THIS := $(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
 ifeq ($(SINGULARITY),)
 test: setup $(SINGULARITY_342)/bin/singularity
-	$(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
+	$(INSTALL_THIS)
 	$(TEST) tests
 	LUMI_CT_SINGULARITY=$(SINGULARITY_342)/bin/singularity $(TEST) -m runtime -k 'not 4.9' tests
 else
 # No root needed here: the Debian packages and the root file system must be there already.
 test: $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp
-	$(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
+	$(INSTALL_THIS)
 	LUMI_CT_SINGULARITY=$(abspath $(SINGULARITY)) $(TEST) tests
 endif
 
