@@ -4,17 +4,17 @@
 TOOLS ?= /opt/lumi-container-tools
 PY := $(TOOLS)/venv/bin/python
 APT_PACKAGES := lmod lua5.3 tcl8.6 squashfs-tools siftool shellcheck python3 python3-venv python3-pip slurm-wlm munge mmdebstrap \
-		golang-go build-essential libssl-dev uuid-dev libgpgme-dev libseccomp-dev pkg-config cryptsetup-bin
+		patchelf
 PYTHON ?= python3
 TORCH_VERSION := 2.13.0
 
 .PHONY: setup test demo bench generate check-easyconfigs clean-tools lumi-user-repo
 
 ROOTFS := $(TOOLS)/rootfs/bookworm
-SINGULARITY_342 := $(TOOLS)/singularity-3.4.2
+APPTAINER := $(TOOLS)/apptainer/bin/apptainer
 
 setup: $(TOOLS)/apt.stamp $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp \
-	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(ROOTFS)/setup.stamp
+	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(APPTAINER) $(ROOTFS)/apptainer-layout.stamp
 
 $(TOOLS)/apt.stamp: Makefile
 	dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || \
@@ -43,43 +43,30 @@ $(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp: | $(TOOLS)/apt.stamp
 	test -d $(TOOLS)/torch-$(TORCH_VERSION)/torch
 	touch $@
 
-# The test images' operating system: a minimal Debian 12 from Debian's packages, built once (about 30 s).
-$(ROOTFS)/setup.stamp: | $(TOOLS)/apt.stamp
-	rm -rf $(ROOTFS) $(ROOTFS).tmp && mkdir -p $(dir $(ROOTFS))
+# The container runtime of the tests and the demo: Apptainer (1.4.5) from Debian's unstable suite, relocated into
+# $(TOOLS)/apptainer with a glibc of its own (about 10 s); $(TOOLS)/apptainer/bin/singularity is a link to it.
+$(APPTAINER): tools/install-apptainer.sh | $(TOOLS)/apt.stamp
+	tools/install-apptainer.sh $(TOOLS)/apptainer
+
+# The test images' operating system: a minimal Debian 12 from Debian's packages, with the /.singularity.d layout
+# (environment and action scripts, runscript, labels) that apptainer build gives it; built once (about 30 s).
+$(ROOTFS)/apptainer-layout.stamp: | $(TOOLS)/apt.stamp $(APPTAINER)
+	rm -rf $(ROOTFS) $(ROOTFS).tmp $(ROOTFS).debian && mkdir -p $(dir $(ROOTFS))
 	mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,python3-pip,python-is-python3,procps \
-	  $(foreach dir,doc man locale info,--dpkgopt='path-exclude=/usr/share/$(dir)/*') bookworm $(ROOTFS).tmp
-	mv $(ROOTFS).tmp $(ROOTFS) && touch $@
+	  $(foreach dir,doc man locale info,--dpkgopt='path-exclude=/usr/share/$(dir)/*') bookworm $(ROOTFS).debian
+	$(APPTAINER) --quiet build --sandbox $(ROOTFS).tmp $(ROOTFS).debian
+	rm -rf $(ROOTFS).debian && mv $(ROOTFS).tmp $(ROOTFS) && touch $@
 
-# A real Singularity: 3.4.2, the newest whose source carries its Go dependencies, so that it builds offline
-# (SINGULARITY_SOURCE: its vendored source tree and patch, see shared/runtime/README.md). As root: the starter is
-# setuid. make -j1: its Makefile races with -j2.
-SINGULARITY_SOURCE ?= $(firstword $(wildcard ../shared/runtime /work/shared/runtime))
-$(SINGULARITY_342)/bin/singularity: | $(TOOLS)/apt.stamp
-	@test -n "$(SINGULARITY_SOURCE)" || { echo "No Singularity source: set SINGULARITY_SOURCE to the directory of" \
-	  "singularity-3.4.2-vendored.tar.xz and squashfs-errors.patch" >&2; exit 1; }
-	rm -rf $(TOOLS)/build-singularity && mkdir -p $(TOOLS)/build-singularity
-	cd $(TOOLS)/build-singularity && tar xJf $(abspath $(SINGULARITY_SOURCE))/singularity-3.4.2-vendored.tar.xz && \
-	  cd singularity-3.4.2 && patch -s -p1 < $(abspath $(SINGULARITY_SOURCE))/squashfs-errors.patch && \
-	  echo 3.4.2 > VERSION && export GOFLAGS=-mod=vendor GOPROXY=off GOPATH=$$PWD/../gopath \
-	  GOCACHE=$$PWD/../gocache && ./mconfig -s --prefix=$(SINGULARITY_342) >/dev/null && \
-	  make -s -C builddir -j1 >/dev/null && make -s -C builddir install >/dev/null
-	# root here lacks CAP_SYS_RESOURCE, and 3.4.2 asks for every capability by default
-	sed -i 's/^root default capabilities = full/root default capabilities = no/' \
-	  $(SINGULARITY_342)/etc/singularity/singularity.conf
-	rm -rf $(TOOLS)/build-singularity
-
-# The suite drives the container runtime with the stand-in, and then the tests marked 'runtime' once more with the
-# real Singularity 3.4.2 built here (tests that need what 3.4.2 lacks are left out, and listed; so are their
-# EasyBuild 4.9 variants, which give the runtime the same commands as the EasyBuild 5 ones). With
-# SINGULARITY=/path/to/singularity (or apptainer) it runs them all with that runtime instead, once, as on LUMI.
+# The suite drives Apptainer, installed above, as 'singularity' (LUMI's name for its runtime) and, where a test says
+# so, as 'apptainer'. With SINGULARITY=/path/to/singularity (or apptainer) it drives that runtime instead: on LUMI,
+# SingularityCE 4.x.
 TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra -p no:cacheprovider
 # The tests import the easyblock and generate-ec as installed: this checkout's, reinstalled before each run
 INSTALL_THIS := $(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
 ifeq ($(SINGULARITY),)
-test: setup $(SINGULARITY_342)/bin/singularity
+test: setup
 	$(INSTALL_THIS)
-	$(TEST) tests
-	LUMI_CT_SINGULARITY=$(SINGULARITY_342)/bin/singularity $(TEST) -m runtime -k 'not 4.9' tests
+	LUMI_CT_SINGULARITY=$(TOOLS)/apptainer/bin/singularity $(TEST) tests
 else
 # No root needed here: the Debian packages and the root file system must be there already.
 test: $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp

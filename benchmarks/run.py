@@ -28,8 +28,8 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / 'tests'))
 
 from generator.easyblock import easyblock  # noqa: E402
-from harness import (EB_VENVS, LMOD_CMD, Installation, base_env, demo_easyconfig, local_wheels,  # noqa: E402
-                     runtime_missing, write_wheel)
+from harness import (EB_VENVS, LMOD_CMD, RUNTIME, Installation, base_env, demo_easyconfig,  # noqa: E402
+                     local_wheels, write_wheel)
 from sifimage import make_test_sif  # noqa: E402
 
 lua_str = easyblock.lua_str  # the module's own quoting, for the plain module to compare with
@@ -801,7 +801,8 @@ def filesystem_of(path):
 
 def missing_tools():
     missing = [tool for tool in ('mksquashfs', 'unsquashfs', 'siftool') if not shutil.which(tool)]
-    missing += runtime_missing()
+    if not os.access(RUNTIME, os.X_OK):
+        missing.append('the container runtime %s' % RUNTIME)
     if not (EB_VENVS['5'] / 'bin' / 'eb').exists():
         missing.append('EasyBuild 5 (%s)' % (EB_VENVS['5'] / 'bin' / 'eb'))
     if not os.path.exists(LMOD_CMD):

@@ -8,18 +8,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
 
-from harness import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, RUNTIME, RUNTIME_FEATURES, TORCH_IN_CONTAINER,  # noqa: E402
-                     TORCH_SITE, install_demo, require, require_runtime, require_tools, write_wheel)
+from harness import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,  # noqa: E402
+                     TORCH_IN_CONTAINER, TORCH_SITE, install_demo, require, require_runtime, require_tools, write_wheel)
 from sifimage import make_test_sif  # noqa: E402
 from slurmcluster import SLURM_COMMANDS, SlurmCluster  # noqa: E402
 
 
 @pytest.fixture(scope='session')
 def demo_sif(tmp_path_factory):
-    """A real SIF image whose Python is ready on PATH (images from 2025 on)."""
+    """A real SIF image whose Python is ready on PATH (images from 2025 on). The images of each family are made by
+    the real apptainer build."""
     require_tools('mksquashfs', 'siftool')
     path = tmp_path_factory.mktemp('images') / 'demo.sif'
-    return make_test_sif(path, env={'DEMO_IMAGE_VAR': 'from-image'})
+    return make_test_sif(path, builder='apptainer', env={'DEMO_IMAGE_VAR': 'from-image'})
 
 
 @pytest.fixture(scope='session')
@@ -27,7 +28,7 @@ def conda_sif(tmp_path_factory):
     """A real SIF image whose Python needs conda activation first (images before 2025)."""
     require_tools('mksquashfs', 'siftool')
     path = tmp_path_factory.mktemp('images') / 'conda.sif'
-    return make_test_sif(path, conda=True)
+    return make_test_sif(path, builder='apptainer', conda=True)
 
 
 @pytest.fixture(scope='session')
@@ -38,7 +39,8 @@ def torch_sif(tmp_path_factory):
     require((Path(TORCH_SITE) / 'torch').is_dir(), 'torch installed in %s' % TORCH_SITE)
     empty = tmp_path_factory.mktemp('torch-mount-point')
     path = tmp_path_factory.mktemp('images') / 'pytorch.sif'
-    return make_test_sif(path, trees={TORCH_IN_CONTAINER: empty}, env={'PYTHONPATH': TORCH_IN_CONTAINER})
+    return make_test_sif(path, builder='apptainer', trees={TORCH_IN_CONTAINER: empty},
+                         env={'PYTHONPATH': TORCH_IN_CONTAINER})
 
 
 @pytest.fixture(scope='session')
@@ -50,7 +52,7 @@ def laif_sif(tmp_path_factory):
     require((Path(TORCH_SITE) / 'torch').is_dir(), 'torch installed in %s' % TORCH_SITE)
     empty = tmp_path_factory.mktemp('torch-mount-point')
     path = tmp_path_factory.mktemp('laif-images') / LAIF_SIF_NAME
-    return make_test_sif(path, laif=LAIF_PACKAGES, laif_pythonpath=(TORCH_IN_CONTAINER,),
+    return make_test_sif(path, builder='apptainer', laif=LAIF_PACKAGES, laif_pythonpath=(TORCH_IN_CONTAINER,),
                          sbom_pip=dict(LAIF_PACKAGES, torch='2.13.0+cpu'), trees={TORCH_IN_CONTAINER: empty})
 
 
@@ -99,7 +101,8 @@ def demo_install(tmp_path_factory, demo_sif):
     """The demo image installed once with EasyBuild 5 and Lua modules."""
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
-    return install_demo(tmp_path_factory.mktemp('demo'), demo_sif, container_env={'DEMO_VAR': 'a b $c'})
+    return install_demo(tmp_path_factory.mktemp('demo'), demo_sif, container_env={'DEMO_VAR': 'a b "c"'},
+                        container_env_defaults={'DEMO_DEFAULT': LITERAL_DEFAULT})
 
 
 def pytest_configure(config):

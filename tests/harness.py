@@ -1,4 +1,4 @@
-"""Real parts for the tests: EasyBuild installs, Lmod shells, the singularity stand-in, test images."""
+"""Real parts for the tests: EasyBuild installs, Lmod shells, the container runtime, test images."""
 import functools
 import os
 import re
@@ -16,7 +16,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
-STANDIN_DIR = REPO / 'tests' / 'standin'
 TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
 EB_VENVS = {'5': TOOLS / 'eb5', '4.9': TOOLS / 'eb49'}
 # torch installed with pip --target by make setup, bound into the test image of the distributed tests.
@@ -28,26 +27,26 @@ IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
 # The test images' Python is Debian 12's (sifimage.ROOTFS), the same minor version as the one running the tests.
 CONTAINER_PYTHON_VERSION = '%d.%d' % sys.version_info[:2]
 
-# The container runtime the tests drive: a real singularity or apptainer if LUMI_CT_SINGULARITY names one
-# (make test SINGULARITY=/path/to/singularity), else the stand-in.
-STANDIN = str(STANDIN_DIR / 'singularity')
-REAL_RUNTIME = os.environ.get('LUMI_CT_SINGULARITY', '')
-RUNTIME = REAL_RUNTIME or STANDIN
+# The container runtime the tests drive: the one LUMI_CT_SINGULARITY names (make test SINGULARITY=...), else the
+# Apptainer that make setup installs, called as singularity (LUMI's name; it reads the SINGULARITY_* names too).
+APPTAINER = TOOLS / 'apptainer' / 'bin' / 'apptainer'
+RUNTIME = os.environ.get('LUMI_CT_SINGULARITY') or str(APPTAINER.parent / 'singularity')
 
-# What a runtime can do beyond Singularity 3.4.2, the oldest one the tests run against. A test that needs one of
+# What a runtime can do beyond Singularity 3.4.2, the oldest one the tests ran against. A test that needs one of
 # these is marked @pytest.mark.needs(feature) and left out (deselected) with a runtime that lacks it.
 FEATURES = {
     'image-src': 'SquashFS files bound with image-src= (Singularity 3.6 and later, Apptainer)',
     'env-precedence': "SINGULARITYENV_* winning over the image's own environment (Singularity 3.6 and later)",
-    'apptainer': "Apptainer's own names, APPTAINER_* (Apptainer, and the stand-in called as apptainer)",
+    'apptainer': "Apptainer's own names, APPTAINER_* (Apptainer)",
 }
 
 
 def runtime_features():
-    """The FEATURES the runtime has: all for the stand-in, else by its name and version."""
-    if RUNTIME == STANDIN:
+    """The FEATURES the runtime has, by its name and version."""
+    try:
+        out = subprocess.run([RUNTIME, '--version'], capture_output=True, text=True).stdout
+    except OSError:  # missing: require_runtime() says so
         return set(FEATURES)
-    out = subprocess.run([RUNTIME, '--version'], capture_output=True, text=True).stdout
     match = re.search(r'(\S+) version (\d+)\.(\d+)', out)
     if not match:
         return set()
@@ -75,26 +74,13 @@ def require_tools(*tools):
         require(shutil.which(tool), tool)
 
 
-def runtime_missing():
-    """What the runtime the tests use needs and this machine lacks: the runtime, and for the stand-in root (mount
-    namespaces, loop devices) and the tools it mounts with."""
-    missing = [] if os.access(RUNTIME, os.X_OK) else ['the container runtime %s' % RUNTIME]
-    if not REAL_RUNTIME:
-        if os.geteuid() != 0:
-            missing.append('root (the singularity stand-in mounts the image)')
-        missing += [tool for tool in ('mount', 'unshare') if not shutil.which(tool)]
-    return missing
-
-
 def require_runtime():
-    """The runtime the tests use, and what it needs (runtime_missing). A real runtime that cannot start a container
-    on this machine (no loop devices or mount namespaces, say) skips the test, with what it said as the reason."""
-    for what in runtime_missing():
-        require(False, what)
-    if REAL_RUNTIME:
-        problem = runtime_probe()
-        if problem:
-            pytest.skip('%s cannot start a container on this machine: %s' % (RUNTIME, problem))
+    """The runtime the tests use. One that cannot start a container on this machine (no loop devices or mount
+    namespaces, say) skips the test, with what it said as the reason (in CI: fails)."""
+    require(os.access(RUNTIME, os.X_OK), 'the container runtime %s' % RUNTIME)
+    problem = runtime_probe()
+    if problem:
+        require(False, '%s, which cannot start a container on this machine: %s' % (RUNTIME, problem))
 
 
 @functools.lru_cache(maxsize=None)
@@ -284,6 +270,9 @@ def install_demo(root, sif, eb_version='5', syntax='Lua', **params):
     inst.eb(ec, '--robot-paths=' + str(ec.parent))
     return inst, inst.installdir('Demo', '1.0')
 
+
+# A container_env_defaults value that a shell would expand or run: it reaches the container as written
+LITERAL_DEFAULT = 'pa$$word $(touch /tmp/lumi-ct-expanded) `id` \\ "q"'
 
 # Where the images of the distributed tests find torch: the host's torch tree, bound there (torch_bind())
 TORCH_IN_CONTAINER = '/opt/torch-site-packages'

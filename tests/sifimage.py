@@ -1,11 +1,14 @@
 """Real SIF images for the tests, the demo and the benchmarks, with an operating system of their own.
 
 Every image is a layer on top of a minimal Debian 12 root file system (bash, coreutils, python3 with venv and pip),
-which `make setup` builds once with mmdebstrap from Debian's packages into $TOOLS/rootfs/bookworm. The layer only
-adds files to a hard-linked copy of it (the root file system itself is never changed), which is packed with
-mksquashfs and put into a SIF file with siftool. It gets the /.singularity.d layout a real runtime expects of an
-image made by `singularity build`: the environment scripts, an (empty) actions directory over which the runtime
-mounts its own action scripts, the runscript and the labels. Needs no root. Stdlib only.
+which `make setup` builds once with mmdebstrap from Debian's packages into $TOOLS/rootfs/bookworm and gives the
+/.singularity.d layout of a real build with `apptainer build --sandbox` (environment scripts 01-base to
+99-runtimevars, action scripts, libs, runscript, startscript, labels): a real runtime needs it, Apptainer and
+SingularityCE set the user's SINGULARITYENV_* variables from 99-base.sh's turn. The layer only adds files to a
+hard-linked copy of it (the root file system itself is never changed; a file of the layout that the layer rewrites is
+replaced, not written through the link), and the tree is packed into a SIF file either by the real `apptainer build`
+(builder='apptainer') or, faster, with mksquashfs and siftool as that build does (builder='siftool').
+Stdlib only.
 """
 import json
 import os
@@ -20,7 +23,10 @@ from pathlib import Path
 __all__ = ["IMAGE_PYTHON", "ROOTFS", "build_sif", "image_layer", "make_test_sif", "sif_partition_offset",
            "write_distribution"]
 
-ROOTFS = Path(os.environ.get("LUMI_CT_TOOLS", "/opt/lumi-container-tools")) / "rootfs" / "bookworm"
+TOOLS = Path(os.environ.get("LUMI_CT_TOOLS", "/opt/lumi-container-tools"))
+ROOTFS = TOOLS / "rootfs" / "bookworm"
+APPTAINER = TOOLS / "apptainer" / "bin" / "apptainer"
+ENVIRONMENT_SCRIPT = ".singularity.d/env/90-environment.sh"
 IMAGE_PYTHON = "/usr/bin/python3"  # Debian's, also on PATH as python (python-is-python3)
 
 # Sourced as `source /opt/miniconda3/bin/activate ENV`, like conda's script.
@@ -35,24 +41,6 @@ else
     echo "EnvironmentNameNotFound: Could not find conda environment: ${1:-}" >&2
     return 1
 fi
-"""
-
-# Singularity 3.x passes SINGULARITYENV_PREPEND_PATH, _APPEND_PATH and _PATH on as SING_USER_DEFINED_*, for the
-# image's last environment script to apply (later runtimes do it themselves, and leave these unset).
-_RUNTIME_VARS = """\
-#!/bin/sh
-# The PATH changes the user asked the runtime for (SINGULARITYENV_PREPEND_PATH, _APPEND_PATH, _PATH).
-if [ -n "${SING_USER_DEFINED_PREPEND_PATH:-}" ]; then
-    PATH="$SING_USER_DEFINED_PREPEND_PATH:$PATH"
-fi
-if [ -n "${SING_USER_DEFINED_APPEND_PATH:-}" ]; then
-    PATH="$PATH:$SING_USER_DEFINED_APPEND_PATH"
-fi
-if [ -n "${SING_USER_DEFINED_PATH:-}" ]; then
-    PATH="$SING_USER_DEFINED_PATH"
-fi
-unset SING_USER_DEFINED_PREPEND_PATH SING_USER_DEFINED_APPEND_PATH SING_USER_DEFINED_PATH
-export PATH
 """
 
 _DEFAULT_RUNSCRIPT = """\
@@ -84,11 +72,16 @@ def _run(cmd, **kwargs):
     return r.stdout
 
 
-def build_sif(rootfs: Path, sif: Path) -> Path:
-    """Pack directory `rootfs` into a SIF file at `sif` (overwritten)."""
+def build_sif(rootfs: Path, sif: Path, builder: str = "siftool") -> Path:
+    """Pack directory `rootfs` into a SIF file at `sif` (overwritten), with `apptainer build` or, as it does it,
+    with mksquashfs and siftool (a SquashFS root file system partition in a new SIF file; level 1 compression for
+    both, as the images are packed again and again)."""
     sif = Path(sif)
     if sif.exists():
         sif.unlink()
+    if builder == "apptainer":
+        _run([APPTAINER, "--quiet", "build", "--mksquashfs-args", "-Xcompression-level 1", sif, rootfs])
+        return sif
     fd, sqfs = tempfile.mkstemp(suffix=".sqfs", dir=sif.parent)
     os.close(fd)
     try:
@@ -180,30 +173,34 @@ def _add_laif(root: Path, lines: list, packages: dict, pythonpath: tuple, sbom_p
     (root / ".sbom.json").write_text(json.dumps(sbom) + "\n")
 
 
-def _write_layout(root: Path, lines: list, runscript: str, labels: dict) -> None:
-    """/.singularity.d as `singularity build` makes it."""
-    sd = root / ".singularity.d"
-    for sub in ("env", "actions", "libs"):
-        (sd / sub).mkdir(parents=True, exist_ok=True)
-    (sd / "env/90-environment.sh").write_text("\n".join(lines) + "\n")
-    (sd / "env/99-runtimevars.sh").write_text(_RUNTIME_VARS)
-    (sd / "runscript").write_text(runscript)
-    for path in (sd / "env/90-environment.sh", sd / "env/99-runtimevars.sh", sd / "runscript"):
-        path.chmod(0o755)
-    (sd / "labels.json").write_text(json.dumps(dict({"org.label-schema.schema-version": "1.0"}, **labels),
-                                               indent=2) + "\n")
+def _replace(path: Path, text: str, mode: int = 0o755) -> None:
+    """Write a file of the layout anew (a new inode: the hard-linked original in ROOTFS stays as it is)."""
+    if path.exists():
+        path.unlink()
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _write_layout(root: Path, lines: list, runscript: str) -> None:
+    """The image's own part of /.singularity.d, as a build writes it from a definition file: its environment
+    (%environment, after the header of the build's 90-environment.sh) and its runscript (%runscript)."""
+    environment = root / ENVIRONMENT_SCRIPT
+    _replace(environment, environment.read_text() + "\n".join(lines) + "\n")
+    _replace(root / ".singularity.d/runscript", runscript)
 
 
 def image_layer(root: Path, *, conda: bool = False, laif: dict | None = None, laif_pythonpath: tuple = (),
-                sbom_pip: dict | None = None, env: dict | None = None, trees: dict | None = None) -> Path:
+                sbom_pip: dict | None = None, env: dict | None = None, trees: dict | None = None,
+                python_command: bool = True) -> Path:
     """Write a test image's layer into `root`, the image tree (the root file system under an overlay).
 
     By default the image mimics the AMD images from 2025 on (Python on PATH); conda=True the ones before 2025 (a
     `pytorch` environment to activate first, $WITH_CONDA); laif={name: version} the LUMI AI Factory images (see
     _add_laif). `env` adds exports to the image's environment script, `trees` copies host directories into it
-    ({path in the image: host directory}).
+    ({path in the image: host directory}). python_command=False leaves out `python` (python3 only, as in images
+    without Debian's python-is-python3).
     """
-    lines = ["#!/bin/sh", "# Test image environment"]
+    lines = ["# Test image environment"]
     runscript = _DEFAULT_RUNSCRIPT
     if laif is not None:
         _add_laif(root, lines, laif, laif_pythonpath, sbom_pip)
@@ -212,17 +209,20 @@ def image_layer(root: Path, *, conda: bool = False, laif: dict | None = None, la
         _add_conda(root, lines)
     for key, value in (env or {}).items():
         lines.append(f"export {key}={shlex.quote(str(value))}")
+    if not python_command:
+        (root / "usr/bin/python").unlink()
     for target, source in (trees or {}).items():
         shutil.copytree(source, root / target.lstrip("/"), symlinks=True, dirs_exist_ok=True)
-    _write_layout(root, lines, runscript, {"test.image.conda": str(conda), "test.image.laif": str(laif is not None)})
+    _write_layout(root, lines, runscript)
     return root
 
 
-def make_test_sif(dest: Path, **layer) -> Path:
-    """A SIF image at `dest`: the Debian root file system with image_layer(**layer) on top. The layer only adds
-    files, so the image tree can share the root file system's files (hard links; a copy on another file system)."""
-    if not (ROOTFS / "usr/bin/python3").exists():
-        raise RuntimeError(f"no root file system in {ROOTFS}; make setup builds it")
+def make_test_sif(dest: Path, builder: str = "siftool", **layer) -> Path:
+    """A SIF image at `dest`, packed by `builder` (see build_sif): the Debian root file system with
+    image_layer(**layer) on top. The layer only adds files, so the image tree can share the root file system's
+    files (hard links; a copy on another file system)."""
+    if not (ROOTFS / ENVIRONMENT_SCRIPT).exists():
+        raise RuntimeError(f"no root file system with a /.singularity.d layout in {ROOTFS}; make setup builds it")
     dest = Path(dest)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         root = Path(tmp) / "root"
@@ -230,7 +230,7 @@ def make_test_sif(dest: Path, **layer) -> Path:
             shutil.rmtree(root, ignore_errors=True)
             _run(["cp", "-a", ROOTFS, root])
         image_layer(root, **layer)
-        return build_sif(root, dest)
+        return build_sif(root, dest, builder)
 
 
 def sif_partition_offset(path) -> int:

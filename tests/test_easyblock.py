@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import (EASYBLOCK, REPO, STANDIN, Installation, base_env, demo_easyconfig, failing_mksquashfs,
-                     install_demo, require_runtime, require_tools, run, slow_step, wait_for)
+from harness import (EASYBLOCK, LITERAL_DEFAULT, RUNTIME, Installation, base_env, demo_easyconfig,
+                     failing_mksquashfs, install_demo, require_runtime, require_tools, run, slow_step, wait_for)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -26,7 +26,7 @@ def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
     """module load sets exactly the contract, on top of the user's binds; unload gives the user's values back."""
     require_runtime()
     inst, idir = install_demo(tmp_path, demo_sif, eb_version=eb_version, syntax=syntax,
-                              container_env={'DEMO_VAR': 'a b $c'})
+                              container_env={'DEMO_VAR': 'a b "c"'})
     names = ['SIF', 'SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'RUNSCRIPTSDEMO', 'SINGULARITY_BINDPATH',
              'SINGULARITYENV_PREPEND_PATH', 'SINGULARITYENV_VIRTUAL_ENV', 'SINGULARITYENV_DEMO_VAR']
     # the host's Python by its full path: python3 itself is a wrapper once the module is loaded
@@ -44,7 +44,7 @@ def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
             idir, idir),
         'SINGULARITYENV_PREPEND_PATH': '/runscripts:/user-software/venv/demo/bin',
         'SINGULARITYENV_VIRTUAL_ENV': '/user-software/venv/demo',
-        'SINGULARITYENV_DEMO_VAR': 'a b $c',
+        'SINGULARITYENV_DEMO_VAR': 'a b "c"',
     }
     assert str(idir / 'bin' / 'start-shell') in out
     assert reloaded == loaded
@@ -74,13 +74,20 @@ def test_wrappers_pass_arguments_and_status(demo_install):
 
 
 def test_python_in_container_is_the_venv(demo_install):
+    """The venv's Python everywhere; container_env and container_env_defaults values arrive as written."""
     inst, idir = demo_install
+    show = 'import json, os, sys; print(json.dumps([sys.prefix, os.environ["DEMO_VAR"], os.environ["DEMO_DEFAULT"]]))'
     out = inst.module_shell('Demo/1.0',
-                            'python -c "import sys, os; print(sys.prefix); print(os.environ[\'DEMO_VAR\'])"\n'
+                            'python -c %s\n'
                             'singularity exec "$SIF" python -c "import sys; print(sys.prefix)"\n'
-                            'start-shell -c "command -v python; echo \\$VIRTUAL_ENV; echo \\$DEMO_IMAGE_VAR"\n').stdout
-    assert out.split() == ['/user-software/venv/demo', 'a', 'b', '$c', '/user-software/venv/demo',
-                           '/user-software/venv/demo/bin/python', '/user-software/venv/demo', 'from-image']
+                            'start-shell -c "command -v python; echo \\$VIRTUAL_ENV; echo \\$DEMO_IMAGE_VAR"\n'
+                            % shlex.quote(show))
+    lines = out.stdout.splitlines()
+    assert json.loads(lines[0]) == ['/user-software/venv/demo', 'a b "c"', LITERAL_DEFAULT]
+    assert lines[1:] == ['/user-software/venv/demo', '/user-software/venv/demo/bin/python', '/user-software/venv/demo',
+                         'from-image']
+    assert out.stderr == ''
+    assert not os.path.exists('/tmp/lumi-ct-expanded')
 
 
 def test_start_shell_and_runscripts(demo_install):
@@ -93,6 +100,24 @@ def test_start_shell_and_runscripts(demo_install):
     assert out[1] == '42'
     assert out[2] == 'nid005000-ib'
     assert int(out[3]) >= 1
+
+
+def test_binds_whose_source_is_missing(tmp_path, demo_sif):
+    """A bind source that this machine lacks (LUMI's /pfs, say): the install goes on without it; the module binds
+    it only where it exists when the module loads, so that the runtime starts."""
+    require_runtime()
+    missing = tmp_path / 'on-other-nodes'
+    inst, idir = install_demo(tmp_path, demo_sif, container_bind=['/tmp', str(missing), '%s:/data:ro' % missing],
+                              squash_user_software=False)
+    show = 'echo "$SINGULARITY_BINDPATH"\npython -c "import os; print(os.path.isdir(\'/data\'))"'
+    out = inst.module_shell('Demo/1.0', show)
+    assert out.stdout.split() == ['/tmp,%s/runscripts:/runscripts,%s/user-software:/user-software' % (idir, idir),
+                                  'False']
+    assert out.stderr == ''
+    missing.mkdir()
+    out = inst.module_shell('Demo/1.0', show)
+    assert out.stdout.split()[0].startswith('/tmp,%s,%s:/data:ro,' % (missing, missing))
+    assert out.stdout.split()[1] == 'True'
 
 
 def test_wrapper_errors(demo_install):
@@ -272,7 +297,7 @@ def test_extended_dry_run_runs_no_container(tmp_path, demo_sif):
     inst = Installation(tmp_path)
     (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['six']))
-    env = inst.env(PATH='/nonexistent:' + base_env()['PATH'].replace(str(REPO / 'tests' / 'standin'), '/none'))
+    env = inst.env(PATH='/nonexistent:' + base_env()['PATH'].replace(os.path.dirname(RUNTIME), '/none'))
     proc = inst.eb(ec, '-x', env=env)
     out = proc.stdout + proc.stderr
     assert 'Creating the virtual environment /user-software/venv/demo in the container' in out
@@ -334,7 +359,7 @@ def test_a_wrapper_never_calls_itself(demo_install, tmp_path):
     runtime = tmp_path / 'runtime' / 'singularity'
     runtime.parent.mkdir()
     runtime.write_text('#!/usr/bin/env python3\nimport os, sys\nos.execv(%r, [%r] + sys.argv[1:])\n' % (
-        STANDIN, STANDIN))
+        RUNTIME, RUNTIME))
     runtime.chmod(0o755)
     proc = inst.module_shell('Demo/1.0', 'export PATH=%s:$PATH\ntimeout 60 python -c pass\necho "rc=$?"'
                              % runtime.parent)

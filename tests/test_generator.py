@@ -676,7 +676,8 @@ def test_escaping_and_wrapping(tmp_path, monkeypatch, capsys):
           rocm: "6.2.4"
           container_init: "source \\"/opt/x y\\"; echo 'hi'\\tthere"
           bind: [/pfs, "/a/very/long/path/%s"]
-          env: {QUOTE: "it's \\"x\\"", BACKSLASH: "a\\\\b", EMPTY: ""}
+          env: {QUOTE: "it's \\"x\\"", EMPTY: ""}
+          env_defaults: {BACKSLASH: "a\\\\b $HOME"}
           wrapped_commands: [%s]
           pip_requirements: ["pkg @ git+https://example.org/repo.git", "torch>=2.0"]
           pip_install_options: ["--extra-index-url=https://example.org/simple", --no-deps]
@@ -695,7 +696,8 @@ def test_escaping_and_wrapping(tmp_path, monkeypatch, capsys):
                                 + long_words + '.']
     assert values['container_init'] == 'source "/opt/x y"; echo \'hi\'\tthere'
     assert values['container_bind'] == ['/pfs', '/a/very/long/path/' + 'x' * 80]
-    assert values['container_env'] == {'QUOTE': 'it\'s "x"', 'BACKSLASH': 'a\\b', 'EMPTY': ''}
+    assert values['container_env'] == {'QUOTE': 'it\'s "x"', 'EMPTY': ''}
+    assert values['container_env_defaults'] == {'BACKSLASH': 'a\\b $HOME'}
     assert values['wrapped_commands'] == ['cmd%d' % i for i in range(40)]
     assert values['pip_requirements'] == ['pkg @ git+https://example.org/repo.git', 'torch>=2.0']
     assert values['pip_install_options'] == ['--extra-index-url=https://example.org/simple', '--no-deps']

@@ -2,12 +2,13 @@
 sequence of loads, reloads, unloads, swaps and purges; while loaded it is the user's value plus the module's
 additions; one container module at a time. EasyBuild 5 and 4.9.4, Lua and Tcl, under Lmod."""
 import json
+import os
 import shlex
 import sys
 
 import pytest
 
-from harness import STANDIN, demo_easyconfig, install_demo
+from harness import RUNTIME, demo_easyconfig, install_demo
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -133,7 +134,7 @@ def test_apptainer_behaves_like_singularity(two_modules, tmp_path):
     inst, idir = two_modules
     bindir = tmp_path / 'bin'
     bindir.mkdir()
-    (bindir / 'apptainer').symlink_to(STANDIN)
+    (bindir / 'apptainer').symlink_to(os.path.realpath(RUNTIME))  # Apptainer (needs), under its own name
     show = ('import os, sys; print(sys.argv[1], os.environ["VIRTUAL_ENV"], os.environ["DEMO_VAR"], '
             'os.environ["PATH"].split(":")[:2], sorted(os.listdir("/runscripts"))[:2], os.path.isdir("/mine"))')
     out = inst.shell('export PATH=%s:$PATH SINGULARITY_BINDPATH=%s:/mine\nmodule load Demo/1.0\n'

@@ -32,6 +32,18 @@ def test_requirements_installed_and_squashed(venv_install):
 
 
 @pytest.mark.needs('image-src')
+def test_no_runtime_warning_on_any_command(venv_install):
+    """Every command the module offers runs without a word from the runtime on stderr (the packed venv is bound
+    read-only, both names of each variable agree)."""
+    inst, idir = venv_install
+    for command in ('python -c pass', 'python3 -c pass', 'pip --version', 'start-shell -c true', 'list-packages',
+                    'venv-pip list', 'singularity exec "$SIF" true', 'singularity run "$SIF" true',
+                    'apptainer exec "$SIF" true', 'singularity exec "$SIF" conda-python-simple -c pass'):
+        proc = inst.module_shell('Demo/1.0', command + ' >/dev/null')
+        assert proc.stderr == '', command
+
+
+@pytest.mark.needs('image-src')
 def test_manual_procedure_of_the_user_guide(venv_install, wheelhouse):
     """unmake-squashfs, remove the squashfs, reload, pip install, make-squashfs, reload: both import."""
     inst, idir = venv_install

@@ -297,14 +297,23 @@ restorable_env("CONTAINERROOT", installdir)
 restorable_env("RUNSCRIPTS", pathJoin(installdir, "runscripts"))
 restorable_env("RUNSCRIPTS" .. suffix, pathJoin(installdir, "runscripts"))
 
--- Binds: the user's own, then the easyconfig's, the run scripts and the user software. Apptainer reads its own
--- names first, so they get the same values.
-local binds = @binds@
-if isFile(pathJoin(installdir, @us_squashfs@)) then
-    binds = binds .. "," .. pathJoin(installdir, @us_squashfs@) .. ":/user-software:image-src=/"
-elseif isDir(pathJoin(installdir, @us_dir@)) then
-    binds = binds .. "," .. pathJoin(installdir, @us_dir@) .. ":/user-software"
+-- Binds: the user's own, then those of the easyconfig whose source exists on this node (a modern runtime does not
+-- start a container with a missing one), the run scripts and the user software, packed (read-only: said, the
+-- runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+local kept = {}
+for _, bind in ipairs(@binds@) do
+    local source = bind:match("^[^:]*")
+    if isDir(source) or isFile(source) then
+        kept[#kept + 1] = bind
+    end
 end
+kept[#kept + 1] = @runscripts_bind@
+if isFile(pathJoin(installdir, @us_squashfs@)) then
+    kept[#kept + 1] = pathJoin(installdir, @us_squashfs@) .. ":/user-software:image-src=/,ro"
+elseif isDir(pathJoin(installdir, @us_dir@)) then
+    kept[#kept + 1] = pathJoin(installdir, @us_dir@) .. ":/user-software"
+end
+local binds = table.concat(kept, ",")
 local function with_user_value(user, ours)
     return (user or "") == "" and ours or (user .. "," .. ours)
 end
@@ -444,14 +453,22 @@ restorable_env CONTAINERROOT $installdir
 restorable_env RUNSCRIPTS [file join $installdir runscripts]
 restorable_env RUNSCRIPTS$suffix [file join $installdir runscripts]
 
-# Binds: the user's own, then the easyconfig's, the run scripts and the user software. Apptainer reads its own
-# names first, so they get the same values.
-set binds @binds@
-if { [file isfile [file join $installdir @us_squashfs@]] } {
-    append binds ",[file join $installdir @us_squashfs@]:/user-software:image-src=/"
-} elseif { [file isdirectory [file join $installdir @us_dir@]] } {
-    append binds ",[file join $installdir @us_dir@]:/user-software"
+# Binds: the user's own, then those of the easyconfig whose source exists on this node (a modern runtime does not
+# start a container with a missing one), the run scripts and the user software, packed (read-only: said, the
+# runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+set kept {}
+foreach bind @binds@ {
+    if { [file exists [lindex [split $bind :] 0]] } {
+        lappend kept $bind
+    }
 }
+lappend kept @runscripts_bind@
+if { [file isfile [file join $installdir @us_squashfs@]] } {
+    lappend kept "[file join $installdir @us_squashfs@]:/user-software:image-src=/,ro"
+} elseif { [file isdirectory [file join $installdir @us_dir@]] } {
+    lappend kept "[file join $installdir @us_dir@]:/user-software"
+}
+set binds [join $kept ,]
 proc with_user_value {user ours} {
     return [expr {$user eq "" ? $ours : "$user,$ours"}]
 }
@@ -651,12 +668,13 @@ remove_leftovers "$dir.venv-pip"
 # The module's binds, with /user-software bound from where the venv is now (a change since the module was loaded
 # may have packed or unpacked it).
 bind_user_software_from() {
-    local IFS=, entry entries kept=()
+    local IFS=, entry entries kept=() dropped=
     read -ra entries <<<"$1"
     for entry in "${entries[@]}"; do
         case "$entry" in
-            *:/user-software | *:/user-software:*) ;;
-            *) kept+=("$entry") ;;
+            *:/user-software | *:/user-software:*) dropped=yes ;;
+            ro | rw | image-src=* | id=*) [ -n "$dropped" ] || kept+=("$entry") ;;  # options of the entry before
+            *) dropped= ; kept+=("$entry") ;;
         esac
     done
     kept+=("$2:/user-software")
@@ -1036,11 +1054,14 @@ print("IMAGE-PYTHON " + json.dumps({
 # The venv does not use --system-site-packages: for an image whose Python is a venv that would be the wrong
 # packages. IMAGE_PACKAGES_MODULE adds the image's package dirs instead. An image with pip serves the venv
 # (add_pip_scripts): no copy of pip, which is about 1000 files and seconds of install time on Lustre.
-CREATE_VENV = r'''python -c @detect@
-if python -c 'import pip' >/dev/null 2>&1; then
-    python -m venv --without-pip @venv@
+CREATE_VENV = r'''# The image's Python: python, or python3 in images that have no python (the venv has both)
+python=$(command -v python || command -v python3) ||
+    { echo "error: the image has neither python nor python3 on its PATH" >&2; exit 1; }
+"$python" -c @detect@
+if "$python" -c 'import pip' >/dev/null 2>&1; then
+    "$python" -m venv --without-pip @venv@
 else
-    python -m venv @venv@
+    "$python" -m venv @venv@
 fi
 '''
 
@@ -1165,6 +1186,15 @@ def no_nul_problem(value):
     return "%r must not contain a NUL character" % value if '\0' in value else None
 
 
+def container_env_value_problem(value):
+    """Apptainer (and SingularityCE, as far as known) evaluates SINGULARITYENV_* values in a shell in the container:
+    $, backquotes and backslashes would be expanded or run there, so the value would not arrive as written."""
+    if re.search(r'[$`\\]', value):
+        return ("%r contains $, ` or \\, which the container runtime expands in SINGULARITYENV_* values; give it in "
+                "container_env_defaults, which reaches the container as written" % value)
+    return one_line_problem(value)
+
+
 def absolute_path_problem(value):
     return one_line_problem(value) or (None if value.startswith('/') else "%r is not an absolute path" % value)
 
@@ -1206,8 +1236,9 @@ PARAMETER_RULES = {
     'container_conflicts': ParameterRule('list', "a list of module names",
                                          pattern_problem(MODULE_NAME, 'a module name')),
     'container_entry': ParameterRule('text', "'exec' or 'run'", entry_problem),
-    'container_env': ParameterRule('dict', "a dict of variable names to one-line values",
-                                   pattern_problem(ENV_NAME, 'a valid environment variable name')),
+    'container_env': ParameterRule('dict', "a dict of variable names to one-line values without $, ` and \\",
+                                   pattern_problem(ENV_NAME, 'a valid environment variable name'),
+                                   container_env_value_problem),
     'container_env_defaults': ParameterRule('dict', "a dict of variable names to one-line values",
                                             pattern_problem(ENV_NAME, 'a valid environment variable name')),
     'container_init': ParameterRule('text', "shell code, as a string", no_nul_problem),
@@ -1369,10 +1400,20 @@ class SingularityContainer(EasyBlock):
                 return path
         return None
 
-    def bind_list(self):
-        """The easyconfig's bind list plus the run scripts; user-software is added when the module loads."""
-        return list(self.cfg['container_bind']) + [
-            '%s:%s' % (os.path.join(self.installdir, 'runscripts'), CONTAINER_RUNSCRIPTS)]
+    def runscripts_bind(self):
+        """The run scripts, bound in the container (user-software is added when the module loads)."""
+        return '%s:%s' % (os.path.join(self.installdir, 'runscripts'), CONTAINER_RUNSCRIPTS)
+
+    def install_binds(self):
+        """What the install binds: the easyconfig's binds whose source exists here (a modern runtime does not start
+        a container with a missing one; the module does the same on the node where it is loaded), the run scripts."""
+        binds = []
+        for bind in self.cfg['container_bind']:
+            if os.path.exists(bind.split(':')[0]):
+                binds.append(bind)
+            else:
+                self.log.info("Not binding %s during the installation: its source does not exist here", bind)
+        return binds + [self.runscripts_bind()]
 
     def prepend_path(self):
         """The container's PATH starts with the run scripts and the venv's commands."""
@@ -1585,7 +1626,7 @@ class SingularityContainer(EasyBlock):
         Run a bash script in the container with the module's binds and environment.
         The script reaches bash as one argument: nothing in it is expanded on the host.
         """
-        binds = ','.join(self.bind_list() + (extra_binds or []))
+        binds = ','.join(self.install_binds() + (extra_binds or []))
         env = [('SINGULARITY_BINDPATH', binds), ('APPTAINER_BINDPATH', binds)]
         for key, value in self.container_environment():
             env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
@@ -1751,6 +1792,10 @@ class SingularityContainer(EasyBlock):
         lua = self.module_generator.SYNTAX == 'Lua'
         quote, template = (lua_str, LUA_MODULE_LOGIC) if lua else (tcl_str, TCL_MODULE_LOGIC)
 
+        def quote_list(items):
+            """A list of strings as a Lua table, or a Tcl list."""
+            return ('{%s}' if lua else '[list %s]') % (', ' if lua else ' ').join(quote(item) for item in items)
+
         def pairs(items):
             """A list of (key, value) pairs as a Lua table of tables, or a flat Tcl list."""
             if lua:
@@ -1766,7 +1811,8 @@ class SingularityContainer(EasyBlock):
             template, family=quote(MODULE_FAMILY), conflicts=conflicts, installdir=quote(self.installdir),
             sif_name=quote(self.sif_name), suffix=quote(self.var_suffix), sif_path=quote(self.module_sif()),
             central_sif_dir=quote(self.cfg['central_sif_dir'] or ''), central_subdir=quote(LUMI_CENTRAL_SIF_SUBDIR),
-            central_default=quote(LUMI_CENTRAL_SIF_DEFAULT), binds=quote(','.join(self.bind_list())),
+            central_default=quote(LUMI_CENTRAL_SIF_DEFAULT), binds=quote_list(self.cfg['container_bind']),
+            runscripts_bind=quote(self.runscripts_bind()),
             us_squashfs=quote(USER_SOFTWARE_SQUASHFS), us_dir=quote(USER_SOFTWARE),
             prepend_path=quote(self.prepend_path()), container_env=pairs(self.container_environment()),
             env_defaults=pairs(self.cfg['container_env_defaults'].items()), **mod_name)

@@ -1,0 +1,54 @@
+#!/bin/bash
+# Install Apptainer from Debian's unstable suite (sid) into a directory of its own, relocated, on Debian 12 or 13,
+# without touching the system's apt sources: sid's apptainer needs a newer glibc than Debian 12 has, so its
+# binaries get sid's glibc through their ELF interpreter and RPATH.
+#
+#   tools/install-apptainer.sh DEST     ->  DEST/bin/apptainer, and DEST/bin/singularity linked to it
+#
+# Needs root (apt-get, and Debian's apptainer is built without setuid: it runs as root here), dpkg and patchelf.
+set -euo pipefail
+
+dest=${1:?usage: $0 DEST}
+arch=$(dpkg --print-architecture)
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo "$(uname -m)-linux-gnu")
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
+# The Debian archive this machine already uses, with the sid suite, in apt state of its own
+# shellcheck disable=SC2016  # apt-get's own $(...) fields
+mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' | awk '$2 !~ /security/ {print $1; exit}')
+[ -n "$mirror" ] || { echo "install-apptainer: no Debian archive in this machine's apt sources" >&2; exit 1; }
+echo "deb [arch=$arch] $mirror sid main" > "$work/sources.list"
+apt_opts=(-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o "Dir::Etc::SourceList=$work/sources.list"
+          -o Dir::Etc::SourceParts=/dev/null -o APT::Sandbox::User=root -o Debug::NoLocking=1)
+apt-get "${apt_opts[@]}" update -qq
+(cd "$work" && apt-get "${apt_opts[@]}" download -qq apptainer libc6 libseccomp2 libsqlite3-0)
+
+rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+for deb in "$work"/*.deb; do dpkg -x "$deb" "$dest.tmp"; done
+root=$dest.tmp/usr
+lib=$root/lib/$multiarch
+loaders=("$lib"/ld-linux*.so.*)
+loader=${loaders[0]##*/}
+for binary in "$root/bin/apptainer" "$lib/apptainer/bin/starter"; do
+    # RPATH, not RUNPATH: sid's libsqlite3 needs sid's libm as well, which only an RPATH reaches
+    patchelf --set-interpreter "$dest/usr/lib/$multiarch/$loader" --force-rpath --set-rpath "$dest/usr/lib/$multiarch" \
+        "$binary"
+done
+# A relocated install reads PREFIX/etc and PREFIX/lib/var (PREFIX = usr here)
+mkdir -p "$root/etc" "$root/lib/var/lib/apptainer/mnt/session"
+mv "$dest.tmp/etc/apptainer" "$root/etc/"
+# root on these machines lacks CAP_SYS_RESOURCE; asking for every capability (the default) fails
+sed -i 's/^root default capabilities = .*/root default capabilities = no/' "$root/etc/apptainer/apptainer.conf"
+mkdir -p "$dest.tmp/bin"
+ln -s ../usr/bin/apptainer "$dest.tmp/bin/apptainer"
+ln -s apptainer "$dest.tmp/bin/singularity"   # as many sites install it: reads SINGULARITY_* names too
+
+rm -rf "$dest" && mv "$dest.tmp" "$dest"
+got=$("$dest/bin/apptainer" --version)
+# Debian's unstable suite moves on (1.4.5 when this was written): whatever it serves must start
+case "$got" in
+    "apptainer version "*) echo "install-apptainer: $got in $dest" ;;
+    *) echo "install-apptainer: $dest/bin/apptainer --version says: $got" >&2; exit 1 ;;
+esac
