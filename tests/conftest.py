@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 
 from harness import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,  # noqa: E402
                      TORCH_IN_CONTAINER, TORCH_SITE, install_demo, require, require_runtime, require_tools, write_wheel)
-from sifimage import make_test_sif  # noqa: E402
+from sifimage import IMAGE_TOOL_COMMAND, make_test_sif  # noqa: E402
 from slurmcluster import SLURM_COMMANDS, SlurmCluster  # noqa: E402
 
 
@@ -84,6 +84,8 @@ def wheelhouse(tmp_path_factory):
     write_wheel(wheels, 'lumi-later', code='LATER = True\n')
     write_wheel(wheels, 'lumi-needs-wheel', requires=['wheel'], code='import wheel\n')
     write_wheel(wheels, 'lumi-many-files', code='', modules={'m%04d.py' % i: '' for i in range(800)})
+    write_wheel(wheels, 'lumi-report', code='def main():\n    print("from the venv")\n',
+                commands={IMAGE_TOOL_COMMAND: 'lumi_report:main'})
     return wheels
 
 

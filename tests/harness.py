@@ -195,9 +195,11 @@ def demo_easyconfig(name='Demo', version='1.0', suffix='', sif='demo.sif', **par
     return '\n'.join(lines) + '\n'
 
 
-def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', broken=False, modules=None):
+def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', broken=False, modules=None,
+                commands=None):
     """A pure-Python wheel, written directly as the zip file it is: package `name` (dashes as underscores) with
-    `code` as its __init__.py, plus `modules` ({path in the package: text}), compressed if there are any."""
+    `code` as its __init__.py, plus `modules` ({path in the package: text}), compressed if there are any, and
+    `commands` ({console script: 'module:function'})."""
     package = name.replace('-', '_')
     dist_info = '%s-%s.dist-info' % (package, version)
     metadata = 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' % (name, version)
@@ -205,6 +207,9 @@ def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', br
     files = {'%s/__init__.py' % package: code}
     files.update(('%s/%s' % (package, path), text) for path, text in (modules or {}).items())
     files['%s/METADATA' % dist_info] = metadata
+    if commands:
+        files['%s/entry_points.txt' % dist_info] = '[console_scripts]\n' + ''.join(
+            '%s = %s\n' % item for item in commands.items())
     files['%s/WHEEL' % dist_info] = 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'
     if broken:
         files.pop('%s/METADATA' % dist_info)

@@ -20,8 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["IMAGE_PYTHON", "ROOTFS", "build_sif", "image_layer", "make_test_sif", "sif_partition_offset",
-           "write_distribution"]
+__all__ = ["IMAGE_PYTHON", "IMAGE_TOOL_COMMAND", "ROOTFS", "build_sif", "image_layer", "make_test_sif",
+           "sif_partition_offset", "write_distribution"]
 
 TOOLS = Path(os.environ.get("LUMI_CT_TOOLS", "/opt/lumi-container-tools"))
 ROOTFS = TOOLS / "rootfs" / "bookworm"
@@ -95,17 +95,49 @@ def build_sif(rootfs: Path, sif: Path, builder: str = "siftool") -> Path:
     return sif
 
 
-def write_distribution(site: Path, name: str, version: str) -> None:
-    """An installed pure-Python distribution: module `name` (dashes as underscores) with VERSION, and its
-    dist-info."""
+# The image's own tool, a distribution with a console script in every test image: it says which Python runs it
+# and what that Python imports (as torchrun or accelerate would run with the image's Python or the venv's).
+IMAGE_TOOL, IMAGE_TOOL_COMMAND = "image-tools", "image-report"
+IMAGE_TOOL_CODE = """import importlib
+import json
+import sys
+
+
+def main():
+    \"\"\"Print this Python's prefix and the VERSION of each module named in the arguments (None: no such module).\"\"\"
+    found = {}
+    for name in sys.argv[1:]:
+        try:
+            found[name] = getattr(importlib.import_module(name), "VERSION", "imported")
+        except ImportError:
+            found[name] = None
+    print(json.dumps([sys.prefix, found]))
+"""
+
+
+def write_distribution(site: Path, name: str, version: str, code: str = "", commands: tuple = (),
+                       python: str = "") -> None:
+    """An installed pure-Python distribution: module `name` (dashes as underscores) with VERSION (and `code`), and
+    its dist-info; each of `commands` a console script calling the module's main(), installed as pip does it (a
+    script in the environment's bin/ run by `python`, listed in RECORD)."""
     module = name.replace("-", "_")
     (site / module).mkdir(parents=True)
-    (site / module / "__init__.py").write_text("VERSION = %r\n" % version)
+    (site / module / "__init__.py").write_text("VERSION = %r\n%s" % (version, code))
     info = site / ("%s-%s.dist-info" % (module, version))
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version))
     (info / "INSTALLER").write_text("pip\n")
-    (info / "RECORD").write_text("")
+    record = []
+    if commands:
+        (info / "entry_points.txt").write_text("[console_scripts]\n" + "".join(
+            "%s = %s:main\n" % (command, module) for command in commands))
+    for command in commands:
+        script = site / "../../../bin" / command
+        script.write_text("#!%s\nimport sys\nfrom %s import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
+                          % (python, module))
+        script.chmod(0o755)
+        record.append("../../../bin/%s,," % command)
+    (info / "RECORD").write_text("".join(line + "\n" for line in record))
 
 
 def _debian_packages(root: Path) -> dict:
@@ -164,6 +196,8 @@ def _add_laif(root: Path, lines: list, packages: dict, pythonpath: tuple, sbom_p
     _make_venv(root, "/opt/venv", short, deb_version.split("-")[0])
     for name, pkg_version in packages.items():
         write_distribution(root / site.lstrip("/"), name, pkg_version)
+    write_distribution(root / site.lstrip("/"), IMAGE_TOOL, "1.0", IMAGE_TOOL_CODE, (IMAGE_TOOL_COMMAND,),
+                       "/opt/venv/bin/python")
     lines.append('export PATH="/opt/venv/bin:$PATH"')
     lines.append('export PYTHONPATH="%s:$PYTHONPATH"' % ":".join((site,) + tuple(pythonpath)))
     sbom = {"apt": [{"name": "python" + short, "version": deb_version},
@@ -205,7 +239,10 @@ def image_layer(root: Path, *, conda: bool = False, laif: dict | None = None, la
     if laif is not None:
         _add_laif(root, lines, laif, laif_pythonpath, sbom_pip)
         runscript = LAIF_RUNSCRIPT
-    elif conda:
+    else:  # the image's tool in its system Python
+        write_distribution(root / "usr/lib/python3/dist-packages", IMAGE_TOOL, "1.0", IMAGE_TOOL_CODE,
+                           (IMAGE_TOOL_COMMAND,), IMAGE_PYTHON)
+    if conda:
         _add_conda(root, lines)
     for key, value in (env or {}).items():
         lines.append(f"export {key}={shlex.quote(str(value))}")

@@ -14,6 +14,7 @@ import pytest
 
 from harness import (EASYBLOCK, LITERAL_DEFAULT, RUNTIME, Installation, base_env, demo_easyconfig,
                      failing_mksquashfs, install_demo, require_runtime, require_tools, run, slow_step, wait_for)
+from sifimage import IMAGE_TOOL_COMMAND
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -118,6 +119,67 @@ def test_binds_whose_source_is_missing(tmp_path, demo_sif):
     out = inst.module_shell('Demo/1.0', show)
     assert out.stdout.split()[0].startswith('/tmp,%s,%s:/data:ro,' % (missing, missing))
     assert out.stdout.split()[1] == 'True'
+
+
+def test_the_images_commands_run_with_the_venv(demo_install):
+    """A console script of the image's system Python (#!/usr/bin/python3) runs with the venv's Python."""
+    inst, idir = demo_install
+    report = '%s lumi_demo' % IMAGE_TOOL_COMMAND
+    out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" %s\nstart-shell -c %s' % (report, shlex.quote(report)))
+    expected = ['/user-software/venv/demo', {'lumi_demo': None}]
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [expected] * 2
+
+
+def test_nothing_of_the_installers_home_or_environment_is_installed(tmp_path, demo_sif):
+    """The installer's ~/.local (their home is bound into the container) and PYTHONPATH stay out of the install:
+    image-python.json names the image's directories only, and Python in the container does not import from them
+    once the installer's settings are gone (as for another user)."""
+    require_runtime()
+    name = 'lumi_ct_installer_only_%d' % os.getpid()
+    user_site = Path.home() / '.local' / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages'
+    created = [path for path in reversed([user_site, *user_site.parents]) if not path.exists()]
+    user_site.mkdir(parents=True, exist_ok=True)
+    (user_site / (name + '.py')).write_text('')
+    (tmp_path / 'pythonpath').mkdir()
+    (tmp_path / 'pythonpath' / (name + '_pp.py')).write_text('')
+    try:
+        inst = Installation(tmp_path)
+        (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+        ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
+        inst.eb(ec, env=inst.env(PYTHONPATH=str(tmp_path / 'pythonpath'), PYTHONUSERBASE=str(Path.home() / '.local')))
+        written = (inst.installdir('Demo', '1.0') / 'image-python.json').read_text()
+        assert str(Path.home()) not in written and str(tmp_path / 'pythonpath') not in written
+        assert json.loads(written)['package_dirs'][-1] == '/usr/lib/python3/dist-packages'
+    finally:
+        (user_site / (name + '.py')).unlink()
+        for path in reversed(created):
+            path.rmdir()
+    proc = inst.module_shell('Demo/1.0', 'python -c "import %s"' % name, check=False)
+    assert 'No module named %r' % name in proc.stderr
+
+
+def test_a_rebuild_keeps_what_running_jobs_use(tmp_path, demo_sif):
+    """eb --rebuild while a job runs from the install (image used in place, venv unpacked): the job keeps
+    /runscripts and its venv; jobs started after it use the new installation."""
+    require_runtime()
+    inst, idir = install_demo(tmp_path, demo_sif, copy_image=False)
+    started, go_on = tmp_path / 'started', tmp_path / 'go-on'
+    job = subprocess.Popen(inst.shell_command('module load Demo/1.0\nstart-shell -c %s' % shlex.quote(
+        'touch %s; while [ ! -e %s ]; do sleep 0.1; done; ls /runscripts | head -n 1; python -c "import sys; '
+        'print(sys.prefix)"' % (started, go_on))), env=base_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for(started.exists, 'the job to start')
+        proc = inst.eb(inst.root / 'easyconfigs' / 'Demo-1.0.eb', '--rebuild')
+        go_on.touch()
+        out, _ = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert out.splitlines() == ['conda-python-distributed', '/user-software/venv/demo']
+    kept = [path for path in tmp_path.rglob('1.0.previous-*')]
+    assert len(kept) == 1 and sorted(p.name for p in kept[0].iterdir()) == ['runscripts', 'user-software']
+    assert 'runscripts and user-software of the previous installation moved to %s' % kept[0] in proc.stdout
+    assert inst.module_shell('Demo/1.0', 'python -c "import sys; print(sys.prefix)"').stdout == (
+        '/user-software/venv/demo\n')
 
 
 def test_wrapper_errors(demo_install):

@@ -4,12 +4,14 @@ import hashlib
 import json
 import os
 import re
+import shlex
 
 import pytest
 import yaml
 
 from harness import (CONTAINER_PYTHON_VERSION, LAIF_DEFAULTS, LAIF_MODULE, LAIF_SIF_NAME, SQUASHFS_WORKS, Installation,
                      base_env, install_laif, require_runtime, require_tools, run, torch_bind)
+from sifimage import IMAGE_TOOL_COMMAND
 from test_easyconfigs import generate_ec_command
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -53,6 +55,19 @@ def test_user_venv_sees_the_image_venv_and_wins(laif):
         'singularity exec "$SIF" conda-python-simple -c "%s"' % show,
     ])).stdout.splitlines()
     assert out == ['/opt/venv/lib/python%s 1.0 2.0' % CONTAINER_PYTHON_VERSION] * 5, out
+
+
+def test_the_images_commands_run_with_the_user_venv(laif):
+    """A console script of /opt/venv (#!/opt/venv/bin/python, as torchrun or accelerate) runs with the user venv's
+    Python however it is started: it sees the venv's upgrade and the packages added to it."""
+    inst, idir, _ = laif
+    report = '%s laif_upgrade laif_top' % IMAGE_TOOL_COMMAND
+    out = inst.module_shell(LAIF_MODULE, '\n'.join([
+        'singularity run "$SIF" ' + report, 'singularity exec "$SIF" ' + report,
+        'start-shell -c %s' % shlex.quote(report),
+        'singularity exec "$SIF" sh -c %s' % shlex.quote(report)])).stdout.splitlines()
+    expected = ['/user-software/venv/pytorch', {'laif_upgrade': '2.0', 'laif_top': 'imported'}]
+    assert [json.loads(line) for line in out] == [expected] * 4
 
 
 def test_pip_counts_image_packages_as_installed(laif):

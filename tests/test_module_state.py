@@ -84,8 +84,8 @@ def test_unload_gives_back_the_values_from_just_before_the_load(two_modules):
     # While loaded: the user's value plus exactly the module's additions; the user's default wins.
     loaded, first = shots['first-loaded'], shots['first']
     ours = '/tmp,%s/runscripts:/runscripts,%s/user-software:/user-software' % (idir, idir)
-    assert loaded['SINGULARITY_BINDPATH'] == '/first/SINGULARITY_BINDPATH,' + ours
-    assert loaded['APPTAINER_BINDPATH'] == '/first/APPTAINER_BINDPATH,' + ours
+    assert loaded['SINGULARITY_BINDPATH'] == loaded['APPTAINER_BINDPATH'] == (
+        '/first/APPTAINER_BINDPATH,/first/SINGULARITY_BINDPATH,' + ours)
     assert loaded['SINGULARITYENV_PREPEND_PATH'] == ('/runscripts:/user-software/venv/demo/bin:'
                                                      '/first/SINGULARITYENV_PREPEND_PATH')
     assert loaded['SINGULARITYENV_DEMO_VAR'] == loaded['APPTAINERENV_DEMO_VAR'] == 'from the module'
@@ -96,6 +96,21 @@ def test_unload_gives_back_the_values_from_just_before_the_load(two_modules):
     assert reloaded['SINGULARITY_BINDPATH'] == reloaded['APPTAINER_BINDPATH'] == ours
     assert reloaded['SINGULARITYENV_PREPEND_PATH'] == '/runscripts:/user-software/venv/demo/bin'
     assert reloaded['DEMO_DEFAULT'] == 'module default'
+
+
+def test_both_bind_variables_carry_the_same_binds(two_modules):
+    """The user's binds under one name only, or one name empty: both names get the same list (Apptainer warns
+    about different values on every command, and would bind other paths than SingularityCE)."""
+    inst, idir = two_modules
+    ours = '/tmp,%s/runscripts:/runscripts,%s/user-software:/user-software' % (idir, idir)
+    show = '%s -c %s' % (shlex.quote(sys.executable), shlex.quote(
+        'import os; print(os.environ["SINGULARITY_BINDPATH"]); print(os.environ["APPTAINER_BINDPATH"])'))
+    for before, mine in [('unset SINGULARITY_BINDPATH; export APPTAINER_BINDPATH=/tmp:/mine', '/tmp:/mine,'),
+                         ('export APPTAINER_BINDPATH= SINGULARITY_BINDPATH=/tmp:/mine', '/tmp:/mine,'),
+                         ('export APPTAINER_BINDPATH=/tmp:/a SINGULARITY_BINDPATH=/tmp:/a', '/tmp:/a,')]:
+        proc = inst.shell('%s\nmodule load Demo/1.0\n%s\nsingularity exec "$SIF" true' % (before, show))
+        assert proc.stdout.splitlines() == [mine + ours] * 2, before
+        assert proc.stderr == '', before
 
 
 def test_one_container_module_at_a_time(two_modules):

@@ -1,6 +1,7 @@
 """venv-pip: pip against the module's virtual environment in one command, packed in user-software.squashfs or
 not; changes to a packed one replace the SquashFS file only when everything worked. EasyBuild 5 and 4.9.4."""
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -11,6 +12,7 @@ import pytest
 
 from harness import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif, local_wheels,
                      require_runtime, require_tools, slow_step, wait_for, write_wheel)
+from sifimage import IMAGE_TOOL_COMMAND
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -317,3 +319,69 @@ def test_in_a_laif_module(tmp_path, laif_sif, laif_wheels, eb_version):
     assert '/user-software/venv/pytorch/lib/python3.11/site-packages/laif_extra/__init__.py 1.0\n' in out
     assert {'laif-extra==1.0', 'laif-base==1.0', 'laif-top==1.0'} <= set(out.split())
     assert ('user-software.squashfs has the change' in out) == SQUASHFS_WORKS  # packed where the runtime can
+
+
+def squashfs_modes(squashfs):
+    """{path in the SquashFS file: permission string} (unsquashfs -ll)."""
+    listing = subprocess.run(['unsquashfs', '-ll', str(squashfs)], capture_output=True, text=True, check=True)
+    return {line.split()[-1]: line.split()[0] for line in listing.stdout.splitlines()
+            if line.startswith(('-', 'd')) and 'squashfs-root' in line}
+
+
+@pytest.mark.needs('image-src')
+def test_what_venv_pip_adds_is_readable_for_all_under_umask_077(packed, wheelhouse):
+    """Others of a project read a shared install: what venv-pip adds is readable for them, whatever the umask."""
+    inst, idir = packed
+    inst.module_shell('Demo/1.0', 'umask 077\nvenv-pip install -q --no-index --find-links=%s lumi-later' % wheelhouse)
+    added = {path: mode for path, mode in squashfs_modes(idir / 'user-software.squashfs').items()
+             if 'lumi_later' in path}
+    assert added and all(mode[7] == 'r' for mode in added.values()), added
+
+
+@pytest.mark.needs('image-src')
+def test_a_venv_pip_that_changes_nothing_keeps_the_file(packed):
+    """pip install of what is installed already: the SquashFS file is not packed again, and venv-pip says so."""
+    inst, idir = packed
+    before = (idir / 'user-software.squashfs').stat()
+    proc = inst.module_shell('Demo/1.0', 'venv-pip install --no-index lumi-base')
+    after = (idir / 'user-software.squashfs').stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert 'venv-pip: nothing changed in /user-software/venv/demo' in proc.stdout
+    assert 'has the change' not in proc.stdout
+
+
+@pytest.mark.needs('image-src')
+def test_venv_pip_refuses_while_both_copies_exist(packed, wheelhouse):
+    """After unmake-squashfs the venv is there twice: venv-pip changes neither, and says how to go on."""
+    inst, idir = packed
+    before = sha256(idir / 'user-software.squashfs')
+    proc = inst.module_shell('Demo/1.0', 'unmake-squashfs >/dev/null\nvenv-pip install --no-index --find-links=%s '
+                             'lumi-later' % wheelhouse, check=False)
+    assert proc.returncode == 1
+    assert 'both %s and %s exist' % (idir / 'user-software.squashfs', idir / 'user-software') in proc.stderr
+    assert sha256(idir / 'user-software.squashfs') == before
+    assert not list((idir / 'user-software').rglob('lumi_later'))
+
+
+@pytest.mark.needs('image-src')
+def test_a_deleted_venv_is_reported(packed):
+    """user-software.squashfs deleted: module load and the wrappers say so, and what to do."""
+    inst, idir = packed
+    (idir / 'user-software.squashfs').unlink()
+    proc = inst.module_shell('Demo/1.0', 'python -c pass')
+    said = ' '.join(proc.stderr.split())
+    assert said.count('the virtual environment') == 2 and 'is missing' in said and 'eb --rebuild' in said
+
+
+def test_commands_of_the_image_and_of_venv_pip_packages_run_with_the_venv(unpacked, wheelhouse):
+    """The image's console script runs with the venv's Python, before and after venv-pip; a package installed with
+    venv-pip that has a command of that name replaces it, and uninstalling it brings the image's back."""
+    inst, idir = unpacked
+    report = '%s lumi_base' % IMAGE_TOOL_COMMAND
+    out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" ' + report).stdout
+    assert json.loads(out) == ['/user-software/venv/demo', {'lumi_base': 'imported'}]
+    inst.module_shell('Demo/1.0', 'venv-pip install -q --no-index --find-links=%s lumi-report' % wheelhouse)
+    assert inst.module_shell('Demo/1.0', 'singularity exec "$SIF" ' + report).stdout == 'from the venv\n'
+    inst.module_shell('Demo/1.0', 'venv-pip uninstall -y -q lumi-report')
+    out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" ' + report).stdout
+    assert json.loads(out) == ['/user-software/venv/demo', {'lumi_base': 'imported'}]

@@ -64,11 +64,18 @@ USER_SOFTWARE_SQUASHFS = 'user-software.squashfs'
 # Held by whatever changes the user software: venv-pip, make-squashfs, unmake-squashfs and a reinstall
 USER_SOFTWARE_LOCK = '.user-software.lock'
 CONTAINER_USER_SOFTWARE = '/user-software'
+# A reinstall moves the directories running jobs have bound to <installdir>.previous-<date> (keep_for_running_jobs),
+# removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days)
+PREVIOUS_INSTALLATION = 'previous'
+KEEP_PREVIOUS_DAYS = 7
 CONTAINER_RUNSCRIPTS = '/runscripts'
 # What the install found out about the image's Python, for people and tools (the venv has its own copy)
 IMAGE_PYTHON_JSON = 'image-python.json'
 # Module in the venv's site-packages (and the .pth file importing it) that adds the image's packages
 IMAGE_PACKAGES_MODULE = 'singularitycontainer_image_packages'
+# Module in the same place that gives the venv the image's commands (see IMAGE_COMMANDS), and its list of them
+IMAGE_COMMANDS_MODULE = 'singularitycontainer_image_commands'
+IMAGE_COMMANDS_MANIFEST = '.image-commands'
 CONTAINER_ENTRIES = ('exec', 'run')
 
 # lines of a failing command's output quoted in the error message
@@ -312,14 +319,26 @@ if isFile(pathJoin(installdir, @us_squashfs@)) then
     kept[#kept + 1] = pathJoin(installdir, @us_squashfs@) .. ":/user-software:image-src=/,ro"
 elseif isDir(pathJoin(installdir, @us_dir@)) then
     kept[#kept + 1] = pathJoin(installdir, @us_dir@) .. ":/user-software"
+elseif mode() == "load" then
+    LmodWarning(@mod_name@ .. ": the virtual environment is missing (neither " .. pathJoin(installdir, @us_squashfs@) ..
+                " nor " .. pathJoin(installdir, @us_dir@) .. " exists): Python in the container is the image's own. " ..
+                "Reinstall the module (eb --rebuild), or put the file back.")
 end
 local binds = table.concat(kept, ",")
-local function with_user_value(user, ours)
-    return (user or "") == "" and ours or (user .. "," .. ours)
+-- The user's own binds, under either name (both when they differ): both names get the same list, so that
+-- Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
+local user_binds = user_value("APPTAINER_BINDPATH") or ""
+local singularity_binds = user_value("SINGULARITY_BINDPATH") or ""
+if user_binds == "" then
+    user_binds = singularity_binds
+elseif singularity_binds ~= "" and singularity_binds ~= user_binds then
+    user_binds = user_binds .. "," .. singularity_binds
 end
-local apptainer_user_binds = user_value("APPTAINER_BINDPATH") or user_value("SINGULARITY_BINDPATH")
-restorable_env("SINGULARITY_BINDPATH", with_user_value(user_value("SINGULARITY_BINDPATH"), binds))
-restorable_env("APPTAINER_BINDPATH", with_user_value(apptainer_user_binds, binds))
+if user_binds ~= "" then
+    binds = user_binds .. "," .. binds
+end
+restorable_env("SINGULARITY_BINDPATH", binds)
+restorable_env("APPTAINER_BINDPATH", binds)
 
 -- The environment in the container
 local prepend = @prepend_path@
@@ -467,17 +486,26 @@ if { [file isfile [file join $installdir @us_squashfs@]] } {
     lappend kept "[file join $installdir @us_squashfs@]:/user-software:image-src=/,ro"
 } elseif { [file isdirectory [file join $installdir @us_dir@]] } {
     lappend kept "[file join $installdir @us_dir@]:/user-software"
+} elseif { [module-info mode load] } {
+    puts stderr "@mod_name_text@: the virtual environment is missing (neither\
+ [file join $installdir @us_squashfs@] nor [file join $installdir @us_dir@] exists): Python in the container is\
+ the image's own. Reinstall the module (eb --rebuild), or put the file back."
 }
 set binds [join $kept ,]
-proc with_user_value {user ours} {
-    return [expr {$user eq "" ? $ours : "$user,$ours"}]
+# The user's own binds, under either name (both when they differ): both names get the same list, so that
+# Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
+set user_binds [user_value APPTAINER_BINDPATH]
+set singularity_binds [user_value SINGULARITY_BINDPATH]
+if { $user_binds eq "" } {
+    set user_binds $singularity_binds
+} elseif { $singularity_binds ne "" && $singularity_binds ne $user_binds } {
+    append user_binds ",$singularity_binds"
 }
-set apptainer_user_binds [user_value APPTAINER_BINDPATH]
-if { $apptainer_user_binds eq "" } {
-    set apptainer_user_binds [user_value SINGULARITY_BINDPATH]
+if { $user_binds ne "" } {
+    set binds "$user_binds,$binds"
 }
-restorable_env SINGULARITY_BINDPATH [with_user_value [user_value SINGULARITY_BINDPATH] $binds]
-restorable_env APPTAINER_BINDPATH [with_user_value $apptainer_user_binds $binds]
+restorable_env SINGULARITY_BINDPATH $binds
+restorable_env APPTAINER_BINDPATH $binds
 
 # The environment in the container
 set prepend @prepend_path@
@@ -543,6 +571,11 @@ if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
         "found on PATH, and this module puts its wrappers there: make the runtime call its interpreter by full path"
 fi
 export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
+@user_software_paths@
+if [ ! -f "$squashfs" ] && [ ! -d "$dir" ]; then
+    echo "${0##*/}: warning: the virtual environment of $module is missing (neither $squashfs nor $dir exists):" \
+        "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put the file back." >&2
+fi
 @launch@
 '''
 
@@ -622,8 +655,14 @@ pip_changes_venv() {
     [ "$pip_subcommand" = install ] || [ "$pip_subcommand" = uninstall ]
 }'''
 
+# What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir
+READABLE_BY_ALL = r'''# What this writes is for everyone who may read the install dir (a project's shared install),
+# whatever the user's umask: who that is, the install dir's own permissions say.
+umask 022'''
+
 # The pieces above, by their placeholder in the script templates
 SCRIPT_SNIPPETS = {
+    'readable_by_all': READABLE_BY_ALL,
     'remove_leftovers': REMOVE_LEFTOVERS,
     'user_software_paths': USER_SOFTWARE_PATHS,
     'lock_install_dir': LOCK_INSTALL_DIR,
@@ -642,14 +681,23 @@ def fill_script_template(template, **values):
 # venv-pip: pip against the module's venv, whatever its state. Changes to a packed venv are made on an unpacked copy,
 # packed again and checked, and only then put in place by a rename: a failure or a signal leaves the old SquashFS
 # file as it was, and jobs that have it mounted keep the old one.
-LAUNCH_VENV_PIP = r'''@remove_leftovers@
+LAUNCH_VENV_PIP = r'''@readable_by_all@
+@remove_leftovers@
 
 @pip_changes_venv@
 
-@user_software_paths@
 venv=@venv@
 pip() {
     exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
+}
+# pip, then the image's commands for the venv again (a package that pip removed may have hidden one of them)
+pip_then_image_commands() {
+    "$runtime" @entry@ "$sif" @python@ -m pip "$@" &&
+        "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
+}
+# What the venv looks like: a change of pip's shows in it
+venv_state() {
+    find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
 }
 
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
@@ -689,8 +737,12 @@ use_for_user_software() {
 if [ ! -f "$squashfs" ]; then
     [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
     use_for_user_software "$dir"
-    pip "$@"  # keeps the lock until pip ends
+    pip_then_image_commands "$@"  # keeps the lock until pip ends
+    exit 0
 fi
+# After unmake-squashfs both are there: changing one of them would leave the other behind, silently
+[ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
+    "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
 
 work="$dir.venv-pip.tmp.$(hostname).$$"
 new="$squashfs.tmp.$(hostname).$$"
@@ -720,11 +772,16 @@ trap 'stop 143' TERM
 in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/null ||
     die "cannot unpack $squashfs; nothing was changed"
 use_for_user_software "$work"
+before=$(venv_state "$work")
 status=0
-in_background pip "$@" || status=$?
+in_background pip_then_image_commands "$@" || status=$?
 if [ "$status" -ne 0 ]; then
     echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
     exit "$status"
+fi
+if [ "$(venv_state "$work")" = "$before" ]; then
+    echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+    exit 0
 fi
 cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
 in_background mksquashfs "$work" "$new" -noappend -no-progress -quiet -processors "$cpus" >/dev/null ||
@@ -739,6 +796,7 @@ mv "$new" "$squashfs"
 echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."'''
 
 MAKE_SQUASHFS = r'''@header@
+@readable_by_all@
 @remove_leftovers@
 
 @user_software_paths@
@@ -766,6 +824,7 @@ echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS fi
 '''
 
 UNMAKE_SQUASHFS = r'''@header@
+@readable_by_all@
 @remove_leftovers@
 
 @user_software_paths@
@@ -1027,6 +1086,8 @@ SCRIPTS = [
     ('runscripts/get-master', 'print the first host of the Slurm job', 'python', RUNSCRIPT_GET_MASTER),
     ('runscripts/list-packages', 'list the Python packages', 'bash', RUNSCRIPT_LIST_PACKAGES),
 ]
+# The module's own commands in bin/, which wrapped_commands must not replace
+MODULE_COMMANDS = tuple(os.path.basename(path) for path, _, _, _ in SCRIPTS if path.startswith('bin/'))
 
 # ---------------------------------------------------------------------------------------------------------------
 # The virtual environment /user-software/venv/<name>, made at install time on top of the image's Python, whatever
@@ -1089,6 +1150,91 @@ def arrange(path, own, image_dirs):
 
 
 sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), IMAGE_PACKAGE_DIRS)
+'''
+
+# In the venv's site-packages too, run as a module by the install and by venv-pip after every change.
+IMAGE_COMMANDS = r'''"""The commands of the container image's Python packages, run by this virtual environment's Python.
+
+Written by EasyBuild's SingularityContainer easyblock for module @module@. The image's console scripts (torchrun,
+accelerate, ...) start the image's own Python: a package upgraded or added in this environment would not be seen.
+`python -m @module_name@` writes each of them into this environment's bin/, with this environment's Python, unless
+a package of this environment has a command of that name. The ones it wrote are listed in @manifest@.
+"""
+import importlib.metadata
+import os
+import sys
+
+from @packages_module@ import IMAGE_PACKAGE_DIRS
+
+MANIFEST = os.path.join(sys.prefix, "bin", "@manifest@")
+
+
+def script_commands(dist):
+    """{name: text} of the scripts in the bin/ of the distribution's environment that Python runs."""
+    commands = {}
+    for entry in dist.files or []:
+        path = str(dist.locate_file(entry))
+        if os.path.basename(os.path.dirname(path)) != "bin" or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as script:
+            text = script.read()
+        first_line, _, rest = text.partition(b"\n")
+        if first_line.startswith(b"#!") and b"python" in first_line:
+            commands[os.path.basename(path)] = rest
+    return commands
+
+
+def entry_point_commands(dist):
+    """{name: text} of launchers of the distribution's console and GUI scripts, as pip writes them."""
+    commands = {}
+    for point in dist.entry_points:
+        if point.group in ("console_scripts", "gui_scripts") and point.name and "/" not in point.name:
+            module, _, attribute = (part.strip() for part in point.value.partition(":"))
+            if module and attribute:
+                text = "import sys\nfrom %s import %s\nif __name__ == '__main__':\n    sys.exit(%s())\n" % (
+                    module, attribute.split(".")[0], attribute)
+                commands[point.name] = text.encode()
+    return commands
+
+
+def image_commands():
+    """{name: text without the #! line} of every command of the image's distributions."""
+    commands = {}
+    for dist in importlib.metadata.distributions(path=IMAGE_PACKAGE_DIRS):
+        for name, text in {**entry_point_commands(dist), **script_commands(dist)}.items():
+            commands.setdefault(name, text)
+    return commands
+
+
+def main():
+    bindir = os.path.join(sys.prefix, "bin")
+    shebang = ("#!%s\n" % os.path.join(bindir, "python")).encode()
+    try:
+        with open(MANIFEST) as manifest:
+            written_before = set(manifest.read().split())
+    except OSError:
+        written_before = set()
+    written = []
+    for name, text in sorted(image_commands().items()):
+        path = os.path.join(bindir, name)
+        if os.path.lexists(path):
+            if name not in written_before:
+                continue  # a package of this environment has it
+            with open(path, "rb") as old:
+                if old.read() != shebang + text:
+                    continue  # pip replaced it: a package of this environment has it now
+        else:  # nothing is rewritten as it was: venv-pip tells a change by what changed
+            with open(path, "wb") as script:
+                script.write(shebang + text)
+            os.chmod(path, 0o755)
+        written.append(name)
+    if set(written) != written_before or not os.path.exists(MANIFEST):
+        with open(MANIFEST, "w") as manifest:
+            manifest.write("".join(name + "\n" for name in written))
+
+
+if __name__ == "__main__":
+    main()
 '''
 
 # bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
@@ -1210,6 +1356,26 @@ def bind_problem(value):
     return None
 
 
+def wrapped_command_problem(value):
+    """A command name that is not one of the module's own commands (a wrapper would replace it)."""
+    problem = pattern_problem(COMMAND_NAME, 'a command name')(value)
+    if problem is None and value in MODULE_COMMANDS:
+        problem = "%r is a command of the module itself (%s): leave it out" % (value, ', '.join(MODULE_COMMANDS))
+    return problem
+
+
+# Set in the container by the module (or by the runtime from the module's values): container_env must not set them.
+MODULE_CONTAINER_VARIABLES = ('PATH', 'PREPEND_PATH', 'APPEND_PATH', 'VIRTUAL_ENV')
+
+
+def container_env_name_problem(value):
+    problem = pattern_problem(ENV_NAME, 'a valid environment variable name')(value)
+    if problem is None and value in MODULE_CONTAINER_VARIABLES:
+        problem = ("%r is set by the module itself (the virtual environment and /runscripts come first on PATH): "
+                   "leave it out" % value)
+    return problem
+
+
 def entry_problem(value):
     return None if value in CONTAINER_ENTRIES else "%r is neither 'exec' nor 'run'" % value
 
@@ -1236,9 +1402,9 @@ PARAMETER_RULES = {
     'container_conflicts': ParameterRule('list', "a list of module names",
                                          pattern_problem(MODULE_NAME, 'a module name')),
     'container_entry': ParameterRule('text', "'exec' or 'run'", entry_problem),
-    'container_env': ParameterRule('dict', "a dict of variable names to one-line values without $, ` and \\",
-                                   pattern_problem(ENV_NAME, 'a valid environment variable name'),
-                                   container_env_value_problem),
+    'container_env': ParameterRule('dict', "a dict of variable names (not %s) to one-line values without $, ` "
+                                           "and \\" % ', '.join(MODULE_CONTAINER_VARIABLES),
+                                   container_env_name_problem, container_env_value_problem),
     'container_env_defaults': ParameterRule('dict', "a dict of variable names to one-line values",
                                             pattern_problem(ENV_NAME, 'a valid environment variable name')),
     'container_init': ParameterRule('text', "shell code, as a string", no_nul_problem),
@@ -1252,8 +1418,8 @@ PARAMETER_RULES = {
     'pip_requirements': ParameterRule('list', "a list of requirement lines, one per entry, each once",
                                       one_line_problem, unique=True),
     'squash_user_software': ParameterRule('bool', "True or False"),
-    'wrapped_commands': ParameterRule('list', "a list of command names (letters, digits and '_.+-'), each once",
-                                      pattern_problem(COMMAND_NAME, 'a command name'), unique=True),
+    'wrapped_commands': ParameterRule('list', "a list of command names (letters, digits and '_.+-'), each once, "
+                                              "none of the module's own", wrapped_command_problem, unique=True),
 }
 
 TYPE_NAMES = [(bool, 'a boolean'), (str, 'a string'), (int, 'an integer'), (float, 'a float'), (list, 'a list'),
@@ -1481,8 +1647,10 @@ class SingularityContainer(EasyBlock):
         super(SingularityContainer, self).check_readiness_step()
 
     def make_installdir(self, dontcreate=None):
-        """Move software that users installed in the container aside before EasyBuild wipes the install dir."""
+        """Move software that users installed in the container aside before EasyBuild wipes the install dir, and
+        the directories that running jobs have bound."""
         self.back_up_user_software()
+        self.keep_for_running_jobs()
         super(SingularityContainer, self).make_installdir(dontcreate=dontcreate)
         self.unlock_user_software()
 
@@ -1537,6 +1705,29 @@ class SingularityContainer(EasyBlock):
                           "moved to %s. To use it with the new installation, move it back: mv %s %s" %
                           (path, backup, backup, path), silent=False)
 
+    def keep_for_running_jobs(self):
+        """Move runscripts/ and an unpacked user-software/ of a finished installation next to the install dir: a
+        running container has them bound, and would find them empty once EasyBuild wiped them (files such as the
+        image or a SquashFS file stay readable to it when they are deleted, directories do not). What earlier
+        reinstalls moved there goes once no job can run from it any more."""
+        if self.dry_run or not glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb')):
+            return
+        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
+            if time.time() - os.path.getmtime(old) > KEEP_PREVIOUS_DAYS * 86400:
+                remove_dir(old)
+                print_msg("Removed %s, kept for jobs that ran during an earlier reinstall" % old)
+        in_use = [entry for entry in ('runscripts', USER_SOFTWARE)
+                  if os.path.isdir(os.path.join(self.installdir, entry))]
+        if not in_use:
+            return
+        kept = '%s.%s-%s' % (self.installdir, PREVIOUS_INSTALLATION, time.strftime('%Y%m%d-%H%M%S'))
+        mkdir(kept, parents=True)
+        for entry in in_use:
+            os.rename(os.path.join(self.installdir, entry), os.path.join(kept, entry))
+        print_msg("%s of the previous installation moved to %s: jobs that run from it keep them. It is removed by a "
+                  "reinstall after %d days (remove it yourself when no such job runs any more)" %
+                  (' and '.join(in_use), kept, KEEP_PREVIOUS_DAYS))
+
     def user_software_fingerprints_file(self):
         return os.path.join(self.installdir, 'easybuild', 'user-software-as-installed.json')
 
@@ -1565,6 +1756,7 @@ class SingularityContainer(EasyBlock):
         self.create_venv()
         if self.cfg['pip_requirements']:
             self.install_requirements()
+        self.add_image_commands()
         if self.cfg['squash_user_software'] and self.cfg['pip_requirements']:
             self.squash_user_software()
 
@@ -1615,7 +1807,8 @@ class SingularityContainer(EasyBlock):
             python = '%s/bin/python' % self.container_venv
             if self.cfg['container_init']:
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
-            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python)
+            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
+                                        image_commands_module=IMAGE_COMMANDS_MODULE)
         command = '/runscripts/list-packages' if relpath == 'bin/list-packages' else sh_str(name)
         if self.cfg['container_init'] and relpath != 'bin/list-packages':
             return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=command)
@@ -1631,10 +1824,19 @@ class SingularityContainer(EasyBlock):
         for key, value in self.container_environment():
             env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
         env += [(key, value) for key, value in self.cfg['container_env_defaults'].items() if key not in os.environ]
-        cmd = ' '.join(['env'] + [sh_str('%s=%s' % item) for item in env] +
+        cmd = ' '.join([self.installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
                        [sh_str(self.container_runtime()), self.cfg['container_entry'], sh_str(self.installed_sif()),
-                        '/bin/bash', '-c', sh_str(script)])
+                        '/bin/bash', '-c', sh_str(READABLE_BY_ALL + '\n' + script)])
         return self.run_checked(cmd, what)
+
+    @staticmethod
+    def installer_independent_env():
+        """An env command line start that keeps the installer's Python and pip settings out of the container (the
+        runtime passes the host's environment in and binds their home): what the install writes must not depend on
+        who installs. PYTHONPATH, PIP_* and the like go; no user site (~/.local); no pip configuration files."""
+        unset = sorted(key for key in os.environ if key.startswith(('PYTHON', 'PIP_')))
+        return ' '.join(['env'] + ['-u %s' % sh_str(key) for key in unset] +
+                        ['PYTHONNOUSERSITE=1', 'PIP_CONFIG_FILE=%s' % os.devnull])
 
     def run_checked(self, cmd, what):
         """Run a shell command with EasyBuild, log its output; fail with its last lines if it fails."""
@@ -1711,6 +1913,9 @@ class SingularityContainer(EasyBlock):
                    fill_template(IMAGE_PACKAGES, module=self.full_mod_name, module_name=IMAGE_PACKAGES_MODULE,
                                  package_dirs=dirs))
         write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.pth'), 'import %s\n' % IMAGE_PACKAGES_MODULE)
+        write_file(os.path.join(site_packages, IMAGE_COMMANDS_MODULE + '.py'),
+                   fill_template(IMAGE_COMMANDS, module=self.full_mod_name, module_name=IMAGE_COMMANDS_MODULE,
+                                 packages_module=IMAGE_PACKAGES_MODULE, manifest=IMAGE_COMMANDS_MANIFEST))
 
     def add_pip_scripts(self, image_python):
         """Give a venv created without pip the commands pip, pip3 and pip3.X, running the image's pip."""
@@ -1733,6 +1938,13 @@ class SingularityContainer(EasyBlock):
             '-r %(us)s/requirements.txt\n' % {'venv': self.container_venv, 'options': options,
                                               'us': CONTAINER_USER_SOFTWARE})
         self.run_in_container(script, "Installing the pip requirements in %s" % self.container_venv,
+                              extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
+
+    def add_image_commands(self):
+        """Give the venv the image's commands, run by its own Python (see IMAGE_COMMANDS)."""
+        us_dir = os.path.join(self.installdir, USER_SOFTWARE)
+        script = self.init_shell_code() + '%s/bin/python -m %s\n' % (self.container_venv, IMAGE_COMMANDS_MODULE)
+        self.run_in_container(script, "Giving %s the image's commands" % self.container_venv,
                               extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
 
     def squash_user_software(self):
@@ -1847,5 +2059,5 @@ class SingularityContainer(EasyBlock):
         handle, path = tempfile.mkstemp(prefix='container-checks-', suffix='.json')
         with os.fdopen(handle, 'w') as checks_file:
             json.dump(checks, checks_file)
-        return 'start-shell -c %s check %s < %s' % (sh_str('python -c "$1"'), sh_str(CONTAINER_CHECK_SCRIPT),
-                                                    sh_str(path))
+        return '%s start-shell -c %s check %s < %s' % (self.installer_independent_env(), sh_str('python -c "$1"'),
+                                                       sh_str(CONTAINER_CHECK_SCRIPT), sh_str(path))
