@@ -170,13 +170,13 @@ def python_version(path, apt, paths):
     """major.minor of the image's Python: its apt python3.X package, else /opt/venv/lib/pythonX.Y."""
     found = set()
     for name in apt:
-        match = re.match(r'^python(3\.\d+)$', name)
+        match = re.fullmatch(r'python(3\.[0-9]+)', name)
         if match:
             found.add(match.group(1))
     if len(found) != 1:
         found = set()
         for entry in paths:
-            match = re.match(r'^%s/python(\d+\.\d+)$' % re.escape(VENV_LIB), entry)
+            match = re.fullmatch(r'%s/python([0-9]+\.[0-9]+)' % re.escape(VENV_LIB), entry)
             if match:
                 found.add(match.group(1))
     if len(found) != 1:
@@ -187,9 +187,9 @@ def python_version(path, apt, paths):
 
 def rocm_version(apt, digest):
     """(ROCm version, taken from the digest?): rocm-core's version from apt, else major.minor from the digest."""
-    match = re.match(r'^(\d+\.\d+\.\d+)', apt.get('rocm-core', ''))
+    match = re.match(r'[0-9]+\.[0-9]+\.[0-9]+', apt.get('rocm-core', ''))
     if match:
-        return match.group(1), False
+        return match.group(0), False
     return laif.parse_digest(digest)['ROCm'], True
 
 
@@ -216,7 +216,7 @@ def main_components(path, pip):
 def torch_version(path, pip):
     """torch's version without a +local label (only its release numbers if the rest is not a spec version)."""
     version = next(pip[name] for name in pip if _normalise(name) == 'torch')
-    match = re.match(r'^\d+(\.\d+)*', version)
+    match = re.match(r'[0-9]+(\.[0-9]+)*', version)
     if match is None:
         raise InspectError('%s: torch has the version %r in its pip list, which is not a version' % (path, version))
     return spec_version(version) or match.group(0)
@@ -255,7 +255,7 @@ YAML_WORDS = ('true', 'false', 'yes', 'no', 'on', 'off', 'null', 'y', 'n')
 
 def _scalar(value):
     """A YAML scalar: plain for a word that YAML reads back as the same string, else double-quoted."""
-    if re.match(r'^[A-Za-z][A-Za-z0-9_.-]*$', value) and value.lower() not in YAML_WORDS:
+    if re.fullmatch(r'[A-Za-z][A-Za-z0-9_.-]*', value) and value.lower() not in YAML_WORDS:
         return value
     return json.dumps(value)
 
@@ -286,7 +286,7 @@ def entry_text(facts, indent=2):
 
 def _containers_end(spec_path, lines):
     """(index of the line after the top-level containers list, indent of its items)."""
-    starts = [i for i, line in enumerate(lines) if re.match(r'^containers:[ \t]*(#.*)?$', line.rstrip('\r\n'))]
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(r'containers:[ \t]*(#.*)?', line.rstrip('\r\n'))]
     if len(starts) != 1:
         raise InspectError('%s: no block list "containers:" (the key on a line of its own, its entries below) to '
                            'append the entry to; add it by hand' % spec_path)

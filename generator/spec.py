@@ -235,11 +235,13 @@ def load_yaml(path):
 TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'family_defaults', 'containers')
 TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
 
-DATE_RE = re.compile(r'^\d{8}$')
-DOCKERHASH_RE = re.compile(r'^[0-9a-f]{12}$')
-SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
-MODULECLASS_RE = re.compile(r'^[a-z][a-z0-9_]*$')
-HOMEPAGE_RE = re.compile(r'^https?://\S+$')
+# Matched from the start, as the easyblock's patterns are (pattern_problem): \Z, as $ would take a newline at the
+# end; [0-9], as \d takes any Unicode digit.
+DATE_RE = re.compile(r'[0-9]{8}\Z')
+DOCKERHASH_RE = re.compile(r'[0-9a-f]{12}\Z')
+SHA256_RE = re.compile(r'[0-9a-f]{64}\Z')
+MODULECLASS_RE = re.compile(r'[a-z][a-z0-9_]*\Z')
+HOMEPAGE_RE = re.compile(r'https?://\S+\Z')
 CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
 
 FAMILIES = ('amd', 'laif')
@@ -389,7 +391,7 @@ class _Checker:
     def sif(self, path, value):
         if not self.string(path, value):
             return False
-        if '/' in value or not value.endswith('.sif') or CONTROL_RE.search(value) or value != value.strip():
+        if '/' in value or not value.endswith('.sif') or not value.isprintable() or value != value.strip():
             self.error(path, '%r is not a plain file name ending in .sif' % value)
             return False
         return True
@@ -434,7 +436,7 @@ def _rule(parameter, allow_empty=False):
 
 def _one_of(choices, what):
     """Validator: one of the strings ``choices``."""
-    regex = re.compile('^(%s)$' % '|'.join(re.escape(choice) for choice in choices))
+    regex = re.compile(r'(%s)\Z' % '|'.join(re.escape(choice) for choice in choices))
     return _pattern(regex, '%s (allowed: %s)' % (what, ', '.join(choices)))
 
 
@@ -673,7 +675,7 @@ def _check_laif_versions(chk, cpath, values):
     versions = laif.parse_digest(digest)
     for key, letter, what in (('rocm', 'r', 'ROCm'), ('version', 't', 'torch')):
         if isinstance(values.get(key), str) and laif.major_minor(values[key]) != versions[what]:
-            token = re.search(letter + r'\d+', digest).group(0)
+            token = re.search(letter + r'[0-9]+', digest).group(0)
             chk.error(cpath + (key,), '%r does not match the digest %s (%s: %s %s.x)'
                       % (values[key], digest, token, what, versions[what]))
     tag, date = values.get('tag'), values.get('date')

@@ -534,6 +534,23 @@ ERROR_CASES = {
     'moduleclass-bad': (
         dict(append='moduleclass: [devel]\n'),
         ['spec.yaml:12: moduleclass: must be a string, got a list']),
+    # a $ anchor would let these through with a newline at the end, into the easyconfig and its file name
+    'dockerhash-trailing-newline': (
+        dict(replace=[('dockerhash: 0d479e852886', 'dockerhash: "0d479e852886\\n"')]),
+        ["spec.yaml:11: containers[0].dockerhash: '0d479e852886\\n' is not 12 lowercase hex digits"]),
+    'checksum-trailing-newline': (
+        dict(append='    checksum: "%s\\n"\n' % ('0' * 64)),
+        ["spec.yaml:12: containers[0].checksum: '%s\\n' is not a sha256 checksum (64 lowercase hex digits)"
+         % ('0' * 64)]),
+    'moduleclass-trailing-newline': (
+        dict(append='moduleclass: "devel\\n"\n'),
+        ["spec.yaml:12: moduleclass: 'devel\\n' is not a valid module class (e.g. devel)"]),
+    'homepage-trailing-newline': (
+        dict(replace=[('homepage: https://pytorch.org/', 'homepage: "https://pytorch.org/\\n"')]),
+        ["spec.yaml:2: homepage: 'https://pytorch.org/\\n' is not an http(s) URL"]),
+    'sif-with-newline': (
+        dict(append='    sif: "x\\ny.sif"\n'),
+        ["spec.yaml:12: containers[0].sif: 'x\\ny.sif' is not a plain file name ending in .sif"]),
     'defaults-not-a-mapping': (
         dict(replace=[('defaults:\n  python: "3.12"\n  rocm: "6.2.4"\n  venv: pytorch\n', 'defaults: [x]\n')],
              append='    python: "3.12"\n    rocm: "6.2.4"\n'),
@@ -932,6 +949,18 @@ LAIF_ERROR_CASES = {
     'family-defaults-bad-value': (
         dict(append='family_defaults:\n  laif:\n    copy_image: "no"\n'),
         ['spec.yaml:16: family_defaults.laif.copy_image: must be true or false, got a string']),
+    'digest-trailing-newline': (
+        dict(replace=[('digest: u24r64f21m43t29', 'digest: "u24r64f21m43t29\\n"')]),
+        ["spec.yaml:11: containers[0].digest: 'u24r64f21m43t29\\n' is not a LAIF digest (u<Ubuntu>r<ROCm>"
+         "f<libfabric>m<MPICH>t<torch>, major and minor run together, e.g. u24r64f21m43t29)"]),
+    'digest-other-digits': (  # \d would take any Unicode digit, into the image's file name
+        dict(replace=[('digest: u24r64f21m43t29', 'digest: u\u0662\u0664r64f21m43t29')]),
+        ["spec.yaml:11: containers[0].digest: 'u\u0662\u0664r64f21m43t29' is not a LAIF digest (u<Ubuntu>r<ROCm>"
+         "f<libfabric>m<MPICH>t<torch>, major and minor run together, e.g. u24r64f21m43t29)"]),
+    'image-variant-trailing-newline': (
+        dict(replace=[('image_variant: full', 'image_variant: "full\\n"')]),
+        ["spec.yaml:13: containers[0].image_variant: 'full\\n' is not a LAIF image variant "
+         '(allowed: torch, full, plus, rocm, libfabric, mpich)']),
     'same-file-same-day': (
         dict(append='  - family: laif\n    version: "2.9.1"\n    rocm: "6.4.4"\n    digest: u24r64f21m43t29\n'
                     '    tag: "20260225_160000"\n    image_variant: full\n'),
@@ -1142,6 +1171,11 @@ def inspect_error_case(case, tmp_path, monkeypatch):
             '%s: the file name is not a LAIF image name: expected lumi-multitorch-<variant>-<digest>-<tag>.sif, with '
             'a variant out of torch, full, plus, rocm, libfabric, mpich, a digest like u24r64f21m43t29 and a tag '
             'YYYYMMDD_HHMMSS')
+    if case == 'name-with-newline':
+        return make_image(tmp_path, name + '\n', FULL_SBOM), (
+            '%s: the file name is not a LAIF image name: expected lumi-multitorch-<variant>-<digest>-<tag>.sif, with '
+            'a variant out of torch, full, plus, rocm, libfabric, mpich, a digest like u24r64f21m43t29 and a tag '
+            'YYYYMMDD_HHMMSS')
     if case == 'no-partition':
         return make_image(tmp_path, name, FULL_SBOM, partition=False), (
             '%s has no SquashFS root file system partition, so there is nothing to read in it')
@@ -1173,9 +1207,9 @@ def inspect_error_case(case, tmp_path, monkeypatch):
                  'code 255): FATAL: no space left' % bindir)
 
 
-@pytest.mark.parametrize('case', ['missing-file', 'not-a-sif', 'not-laif-shaped', 'no-partition', 'no-pip-list',
-                                  'no-torch', 'sbom-not-json', 'no-python', 'unsquashfs-missing', 'no-runtime',
-                                  'runtime-fails'])
+@pytest.mark.parametrize('case', ['missing-file', 'not-a-sif', 'not-laif-shaped', 'name-with-newline', 'no-partition',
+                                  'no-pip-list', 'no-torch', 'sbom-not-json', 'no-python', 'unsquashfs-missing',
+                                  'no-runtime', 'runtime-fails'])
 def test_inspect_errors(case, tmp_path, monkeypatch, capsys):
     sif, message = inspect_error_case(case, tmp_path, monkeypatch)
     code, out, err = generate_ec(['inspect', sif], capsys)
