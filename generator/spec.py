@@ -243,8 +243,20 @@ SHA256_RE = re.compile(r'[0-9a-f]{64}\Z')
 MODULECLASS_RE = re.compile(r'[a-z][a-z0-9_]*\Z')
 HOMEPAGE_RE = re.compile(r'https?://\S+\Z')
 CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
+# EasyBuild writes the module's help and whatis (with the description and homepage) as Lua long strings [==[...]==]
+# and refuses text with either bracket of one, when it makes the module: at the end of the install.
+LUA_LONG_STRING_BRACKETS = ('[==[', ']==]')
 
 FAMILIES = ('amd', 'laif')
+
+
+def module_help_problem(text):
+    """None if EasyBuild can show text in the module's help, else what is wrong."""
+    for bracket in LUA_LONG_STRING_BRACKETS:
+        if bracket in text:
+            return ("contains %r, which EasyBuild refuses in the module's help (it writes the help as a Lua string "
+                    "[==[...]==]); write it differently, e.g. %r" % (bracket, bracket[0] + ' ' + bracket[1:]))
+    return None
 
 
 def _kind(value):
@@ -434,6 +446,18 @@ def _rule(parameter, allow_empty=False):
     return check
 
 
+def _in_module_help(check):
+    """Validator: ``check``, then module_help_problem for a value that the module's description shows (each entry
+    of a list)."""
+    def checked(chk, path, value):
+        if not check(chk, path, value):
+            return False
+        entries = enumerate(value) if isinstance(value, list) else [(None, value)]
+        return all([chk.no_problem(path if index is None else tuple(path) + (index,), module_help_problem(entry))
+                    for index, entry in entries])
+    return checked
+
+
 def _one_of(choices, what):
     """Validator: one of the strings ``choices``."""
     regex = re.compile(r'(%s)\Z' % '|'.join(re.escape(choice) for choice in choices))
@@ -527,7 +551,7 @@ FIELDS = (
     Field('tag', CONTAINER, _Checker.tag, required=_laif, family='laif'),
     Field('image_variant', CONTAINER, _one_of(laif.VARIANTS, 'a LAIF image variant'), required=_laif,
           family='laif'),
-    Field('sif', CONTAINER, _Checker.sif, default=_default_sif),
+    Field('sif', CONTAINER, _in_module_help(_Checker.sif), default=_default_sif),
     Field('checksum', CONTAINER, _pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
     Field('family', SHARED, _one_of(FAMILIES, 'an image family'), default='amd'),
     Field('python', SHARED, _rule('container_python_version'), required=True),
@@ -542,7 +566,7 @@ FIELDS = (
     Field('env', SHARED, _rule('container_env'), default={}),
     Field('env_defaults', SHARED, _rule('container_env_defaults')),
     Field('wrapped_commands', SHARED, _rule('wrapped_commands'), default=[]),
-    Field('pip_requirements', SHARED, _rule('pip_requirements'), default=[]),
+    Field('pip_requirements', SHARED, _in_module_help(_rule('pip_requirements')), default=[]),
     Field('components', SHARED, _rule('container_components'), default={}),
     Field('pip_install_options', SHARED, _rule('pip_install_options')),
     Field('squash_user_software', SHARED, _rule('squash_user_software')),
@@ -586,11 +610,12 @@ def _check_top(chk, data):
 
     name = data.get('name')
     name_ok = 'name' in data and chk.matching(('name',), name, easyblock.DISTRIBUTION_NAME, 'a valid software name')
-    if 'homepage' in data:
-        chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL')
+    if 'homepage' in data and chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL'):
+        chk.no_problem(('homepage',), module_help_problem(data['homepage']))
     if 'description' in data and chk.string(('description',), data['description']):
         if CONTROL_RE.search(data['description']):
             chk.error(('description',), 'must not contain tabs or control characters')
+        chk.no_problem(('description',), module_help_problem(data['description']))
     moduleclass = data.get('moduleclass', 'devel')
     if 'moduleclass' in data:
         chk.matching(('moduleclass',), moduleclass, MODULECLASS_RE, 'a valid module class (e.g. devel)')

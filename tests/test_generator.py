@@ -367,6 +367,12 @@ def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
     assert 'pip requirement' not in values['description']
 
 
+# A module help text with either bracket of a Lua long string
+LUA_STRING_END = ("contains ']==]', which EasyBuild refuses in the module's help (it writes the help as a Lua string "
+                  "[==[...]==]); write it differently, e.g. '] ==]'")
+LUA_STRING_START = ("contains '[==[', which EasyBuild refuses in the module's help (it writes the help as a Lua "
+                    "string [==[...]==]); write it differently, e.g. '[ ==['")
+
 ERROR_CASES = {
     'date-format': (
         dict(replace=[('date: "20250827"', 'date: "2025-08-27"')]),
@@ -551,6 +557,22 @@ ERROR_CASES = {
     'sif-with-newline': (
         dict(append='    sif: "x\\ny.sif"\n'),
         ["spec.yaml:12: containers[0].sif: 'x\\ny.sif' is not a plain file name ending in .sif"]),
+    # EasyBuild writes the module's help and whatis (description, homepage) as Lua long strings [==[...]==]
+    'description-ends-the-lua-string': (
+        dict(replace=[('description: Test spec.', 'description: "Test ]==] spec."')]),
+        ["spec.yaml:3: description: " + LUA_STRING_END]),
+    'description-starts-a-lua-string': (
+        dict(replace=[('description: Test spec.', 'description: "Test\\n[==[ spec."')]),
+        ["spec.yaml:3: description: " + LUA_STRING_START]),
+    'homepage-ends-the-lua-string': (
+        dict(replace=[('homepage: https://pytorch.org/', 'homepage: https://pytorch.org/]==]')]),
+        ["spec.yaml:2: homepage: " + LUA_STRING_END]),
+    'sif-ends-the-lua-string': (  # the image's name is in the module's description
+        dict(replace=[('    dockerhash: 0d479e852886\n', '    sif: "x]==]y.sif"\n')]),
+        ["spec.yaml:11: containers[0].sif: " + LUA_STRING_END]),
+    'pip-requirement-ends-the-lua-string': (  # so are the pip requirements
+        dict(append='    pip_requirements: [torchmetrics, "x]==]"]\n'),
+        ["spec.yaml:12: containers[0].pip_requirements[1]: " + LUA_STRING_END]),
     'defaults-not-a-mapping': (
         dict(replace=[('defaults:\n  python: "3.12"\n  rocm: "6.2.4"\n  venv: pytorch\n', 'defaults: [x]\n')],
              append='    python: "3.12"\n    rocm: "6.2.4"\n'),
