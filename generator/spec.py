@@ -114,14 +114,63 @@ def default_sif_name(name, version, rocm, python, dockerhash):
 # ---------------------------------------------------------------------------------------------------------------
 
 _MERGE_TAG = 'tag:yaml.org,2002:merge'
+# The YAML nodes that all aliases of a spec may stand for together: far more than a spec needs (PyTorch.yaml's come
+# to a few dozen), far fewer than an alias bomb expands to (a "billion laughs": lists of aliases of lists of aliases,
+# each level multiplying the last), which is refused at the alias that gets past them, before anything is expanded.
+MAX_ALIASED_NODES = 100000
+ALIAS_BOMB = ('the alias *%%s takes the spec past %d values copied by aliases (aliases of aliases multiply); a spec '
+              'needs far fewer: use fewer or less deeply nested aliases' % MAX_ALIASED_NODES)
+# An alias in its own anchor's value makes a value that contains itself: of no use in a spec, and, with aliases of
+# the anchors around it, a bomb of its own.
+RECURSIVE_ALIAS = ("the alias *%s is inside the value of its own anchor, which would contain itself; a spec has no "
+                   "use for that: remove the alias or write the value out")
+
+
+def _path_part(index):
+    """The key path part of a node that the composer composes at ``index``: a list index, the text of a mapping key,
+    or None (the document, or a mapping key itself)."""
+    if isinstance(index, yaml.Node):
+        return index.value if isinstance(index, yaml.ScalarNode) else '?'
+    return index
+
+
+def _children(node):
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
 
 
 class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that remembers explicitly duplicated mapping keys (plain SafeLoader silently keeps the last)."""
+    """SafeLoader that remembers explicitly duplicated mapping keys (plain SafeLoader silently keeps the last), and
+    refuses an alias bomb."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, source):
         super().__init__(stream)
+        self.source = source
         self.duplicate_key_nodes = set()
+        self.expanded_sizes = {}  # id(node): its nodes, with those of its aliases
+        self.aliased_nodes = 0
+        self.key_path = []
+
+    def compose_node(self, parent, index):
+        """Compose as SafeLoader does, counting the nodes that aliases stand for without expanding them."""
+        self.key_path.append(_path_part(index))
+        alias = self.peek_event() if self.check_event(yaml.AliasEvent) else None
+        node = super().compose_node(parent, index)
+        if alias is None:
+            self.expanded_sizes[id(node)] = 1 + sum(self.expanded_sizes[id(child)] for child in _children(node))
+        elif id(node) not in self.expanded_sizes:  # its anchor's value is still being composed
+            self._refuse(alias, RECURSIVE_ALIAS)
+        else:
+            self.aliased_nodes += self.expanded_sizes[id(node)]
+            if self.aliased_nodes > MAX_ALIASED_NODES:
+                self._refuse(alias, ALIAS_BOMB)
+        self.key_path.pop()
+        return node
+
+    def _refuse(self, alias, message):
+        path = format_path(part for part in self.key_path if part is not None)
+        raise LoadError(Issue(self.source, alias.start_mark.line + 1, path, message % alias.anchor))
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -159,14 +208,11 @@ class SourceMap:
         return self.key_lines.get(path) or self.line(path)
 
 
-def _walk(loader, node, path, smap, ancestors):
-    if id(node) in ancestors:  # recursive alias; nothing sensible to record
-        return
+def _walk(loader, node, path, smap):
     smap.value_lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.ScalarNode):
         smap.raw.setdefault(path, node.value)
     elif isinstance(node, yaml.MappingNode):
-        ancestors = ancestors | {id(node)}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 continue
@@ -178,11 +224,10 @@ def _walk(loader, node, path, smap, ancestors):
             if id(key_node) in loader.duplicate_key_nodes:
                 smap.duplicates.append((kpath, key_node.start_mark.line + 1))
             smap.key_lines[kpath] = key_node.start_mark.line + 1
-            _walk(loader, value_node, kpath, smap, ancestors)
+            _walk(loader, value_node, kpath, smap)
     elif isinstance(node, yaml.SequenceNode):
-        ancestors = ancestors | {id(node)}
         for i, item in enumerate(node.value):
-            _walk(loader, item, path + (i,), smap, ancestors)
+            _walk(loader, item, path + (i,), smap)
 
 
 class LoadError(Exception):
@@ -207,13 +252,13 @@ def load_yaml(path):
     except UnicodeDecodeError as err:
         raise LoadError(Issue(path, 0, '', 'cannot read spec file: not UTF-8 (%s)' % err.reason)) from None
 
-    loader = _LineLoader(text)
+    loader = _LineLoader(text, path)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
         smap = SourceMap()
         if node is not None:
-            _walk(loader, node, (), smap, frozenset())
+            _walk(loader, node, (), smap)  # the text's nodes, and at most MAX_ALIASED_NODES more from aliases
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         problem = err.problem or err.context or 'cannot parse'

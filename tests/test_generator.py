@@ -10,10 +10,12 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import yaml
@@ -573,6 +575,10 @@ ERROR_CASES = {
     'pip-requirement-ends-the-lua-string': (  # so are the pip requirements
         dict(append='    pip_requirements: [torchmetrics, "x]==]"]\n'),
         ["spec.yaml:12: containers[0].pip_requirements[1]: " + LUA_STRING_END]),
+    'recursive-alias': (
+        dict(append='    env: &env {A: *env}\n'),
+        ['spec.yaml:12: containers[0].env.A: the alias *env is inside the value of its own anchor, which would '
+         'contain itself; a spec has no use for that: remove the alias or write the value out']),
     'defaults-not-a-mapping': (
         dict(replace=[('defaults:\n  python: "3.12"\n  rocm: "6.2.4"\n  venv: pytorch\n', 'defaults: [x]\n')],
              append='    python: "3.12"\n    rocm: "6.2.4"\n'),
@@ -682,6 +688,65 @@ def test_yaml_is_loaded_safely(tmp_path, monkeypatch, capsys):
     code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
     assert code == 2
     assert err.startswith('spec.yaml:12:') and 'invalid YAML' in err
+
+
+def alias_bomb(levels):
+    """A "billion laughs": lists of nine aliases of the list before, levels deep (9**levels strings in all)."""
+    lines = ['lol0: &lol0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]']
+    for level in range(1, levels + 1):
+        lines.append('lol%d: &lol%d [%s]' % (level, level, ', '.join(['*lol%d' % (level - 1)] * 9)))
+    return '\n'.join(lines) + '\n'
+
+
+def recursive_alias_bomb(levels):
+    """Lists in lists, levels deep, each with aliases of the lists around it: walked as a tree, the paths multiply
+    with each level (unrefused, 17 levels took 12 s and 1.4 GB, 20 levels more than 5 GB)."""
+    def nested(level):
+        if level > levels:
+            return '[%s]' % ', '.join('*x%d' % outer for outer in range(1, levels + 1))
+        return '&x%d [%s%s]' % (level, nested(level + 1), ''.join(', *x%d' % outer for outer in range(1, level)))
+    return 'x: %s\ny: [*x%d]\n' % (nested(1), levels)
+
+
+def limit_memory():
+    """In the child process: at most 1 GiB of address space, far less than an expanded alias bomb needs."""
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+@pytest.mark.parametrize('bomb, message', [
+    (alias_bomb(9),  # 700 bytes that stand for 9**9 strings
+     'spec.yaml:17: lol5[0]: the alias *lol4 takes the spec past 100000 values copied by aliases (aliases of aliases '
+     'multiply); a spec needs far fewer: use fewer or less deeply nested aliases'),
+    (recursive_alias_bomb(20),  # 1.3 kB
+     'spec.yaml:12: x%s: the alias *x1 is inside the value of its own anchor, which would contain itself; a spec has '
+     'no use for that: remove the alias or write the value out' % ('[0]' * 21)),
+], ids=['billion-laughs', 'recursive'])
+def test_alias_bomb_is_refused_without_expanding_it(bomb, message, tmp_path):
+    """Refused at the alias that makes the bomb, fast, by a process that could not hold what the aliases stand for
+    (a separate one, so that a regression cannot take this one's memory)."""
+    (tmp_path / 'spec.yaml').write_text(spec_text(append=bomb))
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'spec.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True, timeout=60, preexec_fn=limit_memory)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [message, 'generate-ec: 1 error(s), nothing written']
+    assert elapsed < 3, 'refused after %.1f s' % elapsed  # of which the start of Python and EasyBuild takes most
+    assert not (tmp_path / 'out').exists()
+
+
+def test_anchors_aliases_and_merge_keys_still_work(tmp_path, monkeypatch, capsys):
+    text = spec_text(replace=[('defaults:\n', 'defaults: &defaults\n')],
+                     append='    wrapped_commands: &commands [python, pip]\n'
+                            '  - <<: *defaults\n'
+                            '    version: "2.6.0"\n    date: "20250301"\n    dockerhash: 0123456789ab\n'
+                            '    wrapped_commands: *commands\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    first, second = [check_easyconfig(path) for path in out.split()]
+    assert first['wrapped_commands'] == second['wrapped_commands'] == ['python', 'pip']
+    assert second['container_venv'] == 'pytorch'
 
 
 def test_same_output_from_two_specs(tmp_path, monkeypatch, capsys):
