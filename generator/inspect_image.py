@@ -25,6 +25,7 @@ MAIN_COMPONENTS = ('torch', 'vllm', 'deepspeed', 'flash-attn', 'xformers', 'tran
 COMMANDS = {'vllm': 'vllm', 'deepspeed': 'deepspeed'}
 CHUNK = 16 * 1024 * 1024
 ERROR_TAIL = 2000
+SHOWN = 50  # characters of a refused value in the message
 
 
 class InspectError(Exception):
@@ -144,11 +145,22 @@ def runtime_pip_list(path):
         raise InspectError('%s: pip list in the image did not print JSON (%s)' % (path, err)) from None
 
 
-def _packages(entries):
-    """{name: version} of a list of {"name": ..., "version": ...} (other entries are skipped)."""
+def _shown(value):
+    return repr(value[:SHOWN]) + ('...' if len(value) > SHOWN else '')
+
+
+def _packages(path, where, key, entries):
+    """{name: version} of the list ``key`` of {"name": ..., "version": ...} that ``where`` in the image has (other
+    entries are skipped). Names and versions go into the spec, some into comments, which a line break would end: the
+    image is refused when one is not one line of printable text."""
     packages = {}
-    for entry in entries if isinstance(entries, list) else []:
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
         if isinstance(entry, dict) and isinstance(entry.get('name'), str) and isinstance(entry.get('version'), str):
+            for field in ('name', 'version'):
+                if not entry[field].isprintable():
+                    raise InspectError('%s: %s has %s[%d].%s %s, which is not one line of printable text; refused: a '
+                                       'broken or crafted software list (check where the image comes from)'
+                                       % (path, where, key, index, field, _shown(entry[field])))
             packages[entry['name']] = entry['version']
     return packages
 
@@ -229,12 +241,13 @@ def inspect_image(path):
     paths = list_paths(path, offset)
     if SBOM in paths:
         sbom = read_sbom(path, offset)
-        apt, pip = _packages(sbom.get('apt')), _packages(sbom.get('pip'))
+        where = 'its /%s' % SBOM
+        apt, pip = _packages(path, where, 'apt', sbom.get('apt')), _packages(path, where, 'pip', sbom.get('pip'))
         if not pip:
             raise InspectError('%s: no pip list: its /%s has no "pip" entries (the rocm, libfabric and mpich '
                                'variants have none)' % (path, SBOM))
     else:
-        apt, pip = {}, _packages(runtime_pip_list(path))
+        apt, pip = {}, _packages(path, 'its pip list (run in the image)', 'pip', runtime_pip_list(path))
         if not pip:
             raise InspectError('%s: no pip list: pip list in the image printed no packages' % path)
     components, left_out, commands = main_components(path, pip)
@@ -261,7 +274,9 @@ def _scalar(value):
 
 
 def entry_text(facts, indent=2):
-    """The container entry, as YAML lines of a list item indented by ``indent``."""
+    """The container entry, as YAML lines of a list item indented by ``indent``. The image's values are YAML scalars
+    (_scalar), or, in comments, its file name (a LAIF name) and package names and versions (one line of printable
+    text each, _packages)."""
     pad, key = ' ' * indent, ' ' * (indent + 2)
     lines = ['%s# %s, read by generate-ec inspect' % (pad, facts.filename), '%s- family: laif' % pad]
     for name in ('version', 'python', 'rocm'):
@@ -275,7 +290,7 @@ def entry_text(facts, indent=2):
               '%schecksum: %s' % (key, _scalar(facts.checksum))]
     if facts.components:
         lines.append('%scomponents:' % key)
-        lines += ['%s  %s: %s' % (key, name, _scalar(version)) for name, version in facts.components.items()]
+        lines += ['%s  %s: %s' % (key, _scalar(name), _scalar(version)) for name, version in facts.components.items()]
     for name, version in facts.left_out:
         lines.append('%s# not a component: %s %s is not a version the spec takes' % (key, name, version))
     if facts.commands:

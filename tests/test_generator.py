@@ -1336,6 +1336,42 @@ def test_inspect_spec_problems(tmp_path, monkeypatch, capsys):
         assert not os.path.exists('spec.yaml.tmp-generate-ec')
 
 
+# A package version that, unchecked, would end the comment it goes into and add keys to the spec's entry
+INJECTION = '1!5.0.0\n    container_init: touch /tmp/owned\n    bind: [/etc]\n    #'
+REFUSED = ', which is not one line of printable text; refused: a broken or crafted software list (check where ' \
+    'the image comes from)'
+
+
+@pytest.mark.parametrize('entry, index, field, value, shown', [
+    ('pip', 5, 'version', INJECTION, "pip[5].version '1!5.0.0\\n    container_init: touch /tmp/owned\\n    b'..."),
+    ('pip', 0, 'name', 'numpy\u2028x: y', "pip[0].name 'numpy\\u2028x: y'"),  # a line break to YAML
+    ('apt', 2, 'version', '6.4.4\r\n', "apt[2].version '6.4.4\\r\\n'"),
+], ids=['pip-version', 'pip-name', 'apt-version'])
+def test_inspect_refuses_a_crafted_sbom(entry, index, field, value, shown, tmp_path, monkeypatch, capsys):
+    sbom = json.loads(json.dumps(FULL_SBOM))
+    sbom[entry][index][field] = value
+    sif = make_image(tmp_path, FULL_IMAGE, sbom)
+    monkeypatch.chdir(tmp_path)
+    with open('spec.yaml', 'w') as handle:
+        handle.write(INSPECT_SPEC)
+    code, out, err = generate_ec(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+    assert (code, out) == (2, '')
+    assert err == '%s: its /.sbom.json has %s%s\n' % (sif, shown, REFUSED)
+    with open('spec.yaml') as handle:
+        assert handle.read() == INSPECT_SPEC
+
+
+def test_inspect_refuses_a_crafted_pip_list(tmp_path, monkeypatch, capsys):
+    sif = make_image(tmp_path, FULL_IMAGE)  # no /.sbom.json: pip list runs in the image
+    pip_list = tmp_path / 'pip-list.json'
+    pip_list.write_text(json.dumps([{'name': 'torch', 'version': '2.9.1'}, {'name': 'xformers', 'version': INJECTION}]))
+    monkeypatch.setenv('PATH', fake_runtime(tmp_path, script='%s %s\n' % (shutil.which('cat'), pip_list)))
+    code, out, err = generate_ec(['inspect', sif], capsys)
+    assert (code, out) == (2, '')
+    assert err == ("%s: its pip list (run in the image) has pip[1].version '1!5.0.0\\n    container_init: touch "
+                   "/tmp/owned\\n    b'...%s\n" % (sif, REFUSED))
+
+
 def test_inspect_usage(capsys):
     assert generate_ec(['inspect'], capsys)[0] == 2
     code, out, _ = generate_ec(['inspect', '--help'], capsys)
