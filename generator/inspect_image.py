@@ -25,6 +25,7 @@ MAIN_COMPONENTS = ('torch', 'vllm', 'deepspeed', 'flash-attn', 'xformers', 'tran
 COMMANDS = {'vllm': 'vllm', 'deepspeed': 'deepspeed'}
 CHUNK = 16 * 1024 * 1024
 ERROR_TAIL = 2000
+SHOWN = 50  # characters of a refused value in the message
 
 
 class InspectError(Exception):
@@ -144,11 +145,22 @@ def runtime_pip_list(path):
         raise InspectError('%s: pip list in the image did not print JSON (%s)' % (path, err)) from None
 
 
-def _packages(entries):
-    """{name: version} of a list of {"name": ..., "version": ...} (other entries are skipped)."""
+def _shown(value):
+    return repr(value[:SHOWN]) + ('...' if len(value) > SHOWN else '')
+
+
+def _packages(path, where, key, entries):
+    """{name: version} of the list ``key`` of {"name": ..., "version": ...} that ``where`` in the image has (other
+    entries are skipped). Names and versions go into the spec, some into comments, which a line break would end: the
+    image is refused when one is not one line of printable text."""
     packages = {}
-    for entry in entries if isinstance(entries, list) else []:
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
         if isinstance(entry, dict) and isinstance(entry.get('name'), str) and isinstance(entry.get('version'), str):
+            for field in ('name', 'version'):
+                if not entry[field].isprintable():
+                    raise InspectError('%s: %s has %s[%d].%s %s, which is not one line of printable text; refused: a '
+                                       'broken or crafted software list (check where the image comes from)'
+                                       % (path, where, key, index, field, _shown(entry[field])))
             packages[entry['name']] = entry['version']
     return packages
 
@@ -170,13 +182,13 @@ def python_version(path, apt, paths):
     """major.minor of the image's Python: its apt python3.X package, else /opt/venv/lib/pythonX.Y."""
     found = set()
     for name in apt:
-        match = re.match(r'^python(3\.\d+)$', name)
+        match = re.fullmatch(r'python(3\.[0-9]+)', name)
         if match:
             found.add(match.group(1))
     if len(found) != 1:
         found = set()
         for entry in paths:
-            match = re.match(r'^%s/python(\d+\.\d+)$' % re.escape(VENV_LIB), entry)
+            match = re.fullmatch(r'%s/python([0-9]+\.[0-9]+)' % re.escape(VENV_LIB), entry)
             if match:
                 found.add(match.group(1))
     if len(found) != 1:
@@ -187,9 +199,9 @@ def python_version(path, apt, paths):
 
 def rocm_version(apt, digest):
     """(ROCm version, taken from the digest?): rocm-core's version from apt, else major.minor from the digest."""
-    match = re.match(r'^(\d+\.\d+\.\d+)', apt.get('rocm-core', ''))
+    match = re.match(r'[0-9]+\.[0-9]+\.[0-9]+', apt.get('rocm-core', ''))
     if match:
-        return match.group(1), False
+        return match.group(0), False
     return laif.parse_digest(digest)['ROCm'], True
 
 
@@ -216,7 +228,7 @@ def main_components(path, pip):
 def torch_version(path, pip):
     """torch's version without a +local label (only its release numbers if the rest is not a spec version)."""
     version = next(pip[name] for name in pip if _normalise(name) == 'torch')
-    match = re.match(r'^\d+(\.\d+)*', version)
+    match = re.match(r'[0-9]+(\.[0-9]+)*', version)
     if match is None:
         raise InspectError('%s: torch has the version %r in its pip list, which is not a version' % (path, version))
     return spec_version(version) or match.group(0)
@@ -229,12 +241,13 @@ def inspect_image(path):
     paths = list_paths(path, offset)
     if SBOM in paths:
         sbom = read_sbom(path, offset)
-        apt, pip = _packages(sbom.get('apt')), _packages(sbom.get('pip'))
+        where = 'its /%s' % SBOM
+        apt, pip = _packages(path, where, 'apt', sbom.get('apt')), _packages(path, where, 'pip', sbom.get('pip'))
         if not pip:
             raise InspectError('%s: no pip list: its /%s has no "pip" entries (the rocm, libfabric and mpich '
                                'variants have none)' % (path, SBOM))
     else:
-        apt, pip = {}, _packages(runtime_pip_list(path))
+        apt, pip = {}, _packages(path, 'its pip list (run in the image)', 'pip', runtime_pip_list(path))
         if not pip:
             raise InspectError('%s: no pip list: pip list in the image printed no packages' % path)
     components, left_out, commands = main_components(path, pip)
@@ -255,13 +268,15 @@ YAML_WORDS = ('true', 'false', 'yes', 'no', 'on', 'off', 'null', 'y', 'n')
 
 def _scalar(value):
     """A YAML scalar: plain for a word that YAML reads back as the same string, else double-quoted."""
-    if re.match(r'^[A-Za-z][A-Za-z0-9_.-]*$', value) and value.lower() not in YAML_WORDS:
+    if re.fullmatch(r'[A-Za-z][A-Za-z0-9_.-]*', value) and value.lower() not in YAML_WORDS:
         return value
     return json.dumps(value)
 
 
 def entry_text(facts, indent=2):
-    """The container entry, as YAML lines of a list item indented by ``indent``."""
+    """The container entry, as YAML lines of a list item indented by ``indent``. The image's values are YAML scalars
+    (_scalar), or, in comments, its file name (a LAIF name) and package names and versions (one line of printable
+    text each, _packages)."""
     pad, key = ' ' * indent, ' ' * (indent + 2)
     lines = ['%s# %s, read by generate-ec inspect' % (pad, facts.filename), '%s- family: laif' % pad]
     for name in ('version', 'python', 'rocm'):
@@ -275,7 +290,7 @@ def entry_text(facts, indent=2):
               '%schecksum: %s' % (key, _scalar(facts.checksum))]
     if facts.components:
         lines.append('%scomponents:' % key)
-        lines += ['%s  %s: %s' % (key, name, _scalar(version)) for name, version in facts.components.items()]
+        lines += ['%s  %s: %s' % (key, _scalar(name), _scalar(version)) for name, version in facts.components.items()]
     for name, version in facts.left_out:
         lines.append('%s# not a component: %s %s is not a version the spec takes' % (key, name, version))
     if facts.commands:
@@ -286,7 +301,7 @@ def entry_text(facts, indent=2):
 
 def _containers_end(spec_path, lines):
     """(index of the line after the top-level containers list, indent of its items)."""
-    starts = [i for i, line in enumerate(lines) if re.match(r'^containers:[ \t]*(#.*)?$', line.rstrip('\r\n'))]
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(r'containers:[ \t]*(#.*)?', line.rstrip('\r\n'))]
     if len(starts) != 1:
         raise InspectError('%s: no block list "containers:" (the key on a line of its own, its entries below) to '
                            'append the entry to; add it by hand' % spec_path)

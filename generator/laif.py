@@ -14,11 +14,13 @@ import re
 ROOT = '/appl/local/laifs/containers'
 VARIANTS = ('torch', 'full', 'plus', 'rocm', 'libfabric', 'mpich')
 DIGEST_PARTS = (('u', 'Ubuntu'), ('r', 'ROCm'), ('f', 'libfabric'), ('m', 'MPICH'), ('t', 'torch'))
-DIGEST_RE = re.compile(r'^u(\d{2})r(\d)(\d+)f(\d)(\d+)m(\d)(\d+)t(\d)(\d+)$')
+# Matched from the start: \Z, as $ would take a newline at the end; [0-9], as \d takes any Unicode digit.
+DIGEST_RE = re.compile(r'u([0-9]{2})r([0-9])([0-9]+)f([0-9])([0-9]+)m([0-9])([0-9]+)t([0-9])([0-9]+)\Z')
 DIGEST_FORMAT = 'u<Ubuntu>r<ROCm>f<libfabric>m<MPICH>t<torch>, major and minor run together, e.g. u24r64f21m43t29'
-TAG_RE = re.compile(r'^\d{8}_\d{6}$')
+TAG_RE = re.compile(r'[0-9]{8}_[0-9]{6}\Z')
 TAG_FORMAT = 'YYYYMMDD_HHMMSS, e.g. 20260225_144743'
-SIF_NAME_RE = re.compile(r'^lumi-multitorch-(?P<variant>[a-z]+)-(?P<digest>u[0-9a-z]+)-(?P<tag>\d{8}_\d{6})\.sif$')
+SIF_NAME_RE = re.compile(r'lumi-multitorch-(?P<variant>[a-z]+)-(?P<digest>u[0-9a-z]+)-(?P<tag>[0-9]{8}_[0-9]{6})'
+                         r'\.sif\Z')
 
 
 def parse_digest(digest):
@@ -51,7 +53,7 @@ def tag_date(tag):
 
 def major_minor(version):
     """'2.9.1+rocm6.4.4' -> '2.9'; None when the version has no minor number."""
-    match = re.match(r'^(\d+)\.(\d+)', version)
+    match = re.match(r'([0-9]+)\.([0-9]+)', version)
     return '%s.%d' % (match.group(1), int(match.group(2))) if match else None
 
 

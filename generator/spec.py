@@ -114,14 +114,63 @@ def default_sif_name(name, version, rocm, python, dockerhash):
 # ---------------------------------------------------------------------------------------------------------------
 
 _MERGE_TAG = 'tag:yaml.org,2002:merge'
+# The YAML nodes that all aliases of a spec may stand for together: far more than a spec needs (PyTorch.yaml's come
+# to a few dozen), far fewer than an alias bomb expands to (a "billion laughs": lists of aliases of lists of aliases,
+# each level multiplying the last), which is refused at the alias that gets past them, before anything is expanded.
+MAX_ALIASED_NODES = 100000
+ALIAS_BOMB = ('the alias *%%s takes the spec past %d values copied by aliases (aliases of aliases multiply); a spec '
+              'needs far fewer: use fewer or less deeply nested aliases' % MAX_ALIASED_NODES)
+# An alias in its own anchor's value makes a value that contains itself: of no use in a spec, and, with aliases of
+# the anchors around it, a bomb of its own.
+RECURSIVE_ALIAS = ("the alias *%s is inside the value of its own anchor, which would contain itself; a spec has no "
+                   "use for that: remove the alias or write the value out")
+
+
+def _path_part(index):
+    """The key path part of a node that the composer composes at ``index``: a list index, the text of a mapping key,
+    or None (the document, or a mapping key itself)."""
+    if isinstance(index, yaml.Node):
+        return index.value if isinstance(index, yaml.ScalarNode) else '?'
+    return index
+
+
+def _children(node):
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
 
 
 class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that remembers explicitly duplicated mapping keys (plain SafeLoader silently keeps the last)."""
+    """SafeLoader that remembers explicitly duplicated mapping keys (plain SafeLoader silently keeps the last), and
+    refuses an alias bomb."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, source):
         super().__init__(stream)
+        self.source = source
         self.duplicate_key_nodes = set()
+        self.expanded_sizes = {}  # id(node): its nodes, with those of its aliases
+        self.aliased_nodes = 0
+        self.key_path = []
+
+    def compose_node(self, parent, index):
+        """Compose as SafeLoader does, counting the nodes that aliases stand for without expanding them."""
+        self.key_path.append(_path_part(index))
+        alias = self.peek_event() if self.check_event(yaml.AliasEvent) else None
+        node = super().compose_node(parent, index)
+        if alias is None:
+            self.expanded_sizes[id(node)] = 1 + sum(self.expanded_sizes[id(child)] for child in _children(node))
+        elif id(node) not in self.expanded_sizes:  # its anchor's value is still being composed
+            self._refuse(alias, RECURSIVE_ALIAS)
+        else:
+            self.aliased_nodes += self.expanded_sizes[id(node)]
+            if self.aliased_nodes > MAX_ALIASED_NODES:
+                self._refuse(alias, ALIAS_BOMB)
+        self.key_path.pop()
+        return node
+
+    def _refuse(self, alias, message):
+        path = format_path(part for part in self.key_path if part is not None)
+        raise LoadError(Issue(self.source, alias.start_mark.line + 1, path, message % alias.anchor))
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -159,14 +208,11 @@ class SourceMap:
         return self.key_lines.get(path) or self.line(path)
 
 
-def _walk(loader, node, path, smap, ancestors):
-    if id(node) in ancestors:  # recursive alias; nothing sensible to record
-        return
+def _walk(loader, node, path, smap):
     smap.value_lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.ScalarNode):
         smap.raw.setdefault(path, node.value)
     elif isinstance(node, yaml.MappingNode):
-        ancestors = ancestors | {id(node)}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 continue
@@ -178,11 +224,10 @@ def _walk(loader, node, path, smap, ancestors):
             if id(key_node) in loader.duplicate_key_nodes:
                 smap.duplicates.append((kpath, key_node.start_mark.line + 1))
             smap.key_lines[kpath] = key_node.start_mark.line + 1
-            _walk(loader, value_node, kpath, smap, ancestors)
+            _walk(loader, value_node, kpath, smap)
     elif isinstance(node, yaml.SequenceNode):
-        ancestors = ancestors | {id(node)}
         for i, item in enumerate(node.value):
-            _walk(loader, item, path + (i,), smap, ancestors)
+            _walk(loader, item, path + (i,), smap)
 
 
 class LoadError(Exception):
@@ -207,13 +252,13 @@ def load_yaml(path):
     except UnicodeDecodeError as err:
         raise LoadError(Issue(path, 0, '', 'cannot read spec file: not UTF-8 (%s)' % err.reason)) from None
 
-    loader = _LineLoader(text)
+    loader = _LineLoader(text, path)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
         smap = SourceMap()
         if node is not None:
-            _walk(loader, node, (), smap, frozenset())
+            _walk(loader, node, (), smap)  # the text's nodes, and at most MAX_ALIASED_NODES more from aliases
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         problem = err.problem or err.context or 'cannot parse'
@@ -235,14 +280,28 @@ def load_yaml(path):
 TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'family_defaults', 'containers')
 TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
 
-DATE_RE = re.compile(r'^\d{8}$')
-DOCKERHASH_RE = re.compile(r'^[0-9a-f]{12}$')
-SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
-MODULECLASS_RE = re.compile(r'^[a-z][a-z0-9_]*$')
-HOMEPAGE_RE = re.compile(r'^https?://\S+$')
+# Matched from the start, as the easyblock's patterns are (pattern_problem): \Z, as $ would take a newline at the
+# end; [0-9], as \d takes any Unicode digit.
+DATE_RE = re.compile(r'[0-9]{8}\Z')
+DOCKERHASH_RE = re.compile(r'[0-9a-f]{12}\Z')
+SHA256_RE = re.compile(r'[0-9a-f]{64}\Z')
+MODULECLASS_RE = re.compile(r'[a-z][a-z0-9_]*\Z')
+HOMEPAGE_RE = re.compile(r'https?://\S+\Z')
 CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
+# EasyBuild writes the module's help and whatis (with the description and homepage) as Lua long strings [==[...]==]
+# and refuses text with either bracket of one, when it makes the module: at the end of the install.
+LUA_LONG_STRING_BRACKETS = ('[==[', ']==]')
 
 FAMILIES = ('amd', 'laif')
+
+
+def module_help_problem(text):
+    """None if EasyBuild can show text in the module's help, else what is wrong."""
+    for bracket in LUA_LONG_STRING_BRACKETS:
+        if bracket in text:
+            return ("contains %r, which EasyBuild refuses in the module's help (it writes the help as a Lua string "
+                    "[==[...]==]); write it differently, e.g. %r" % (bracket, bracket[0] + ' ' + bracket[1:]))
+    return None
 
 
 def _kind(value):
@@ -389,7 +448,7 @@ class _Checker:
     def sif(self, path, value):
         if not self.string(path, value):
             return False
-        if '/' in value or not value.endswith('.sif') or CONTROL_RE.search(value) or value != value.strip():
+        if '/' in value or not value.endswith('.sif') or not value.isprintable() or value != value.strip():
             self.error(path, '%r is not a plain file name ending in .sif' % value)
             return False
         return True
@@ -432,9 +491,21 @@ def _rule(parameter, allow_empty=False):
     return check
 
 
+def _in_module_help(check):
+    """Validator: ``check``, then module_help_problem for a value that the module's description shows (each entry
+    of a list)."""
+    def checked(chk, path, value):
+        if not check(chk, path, value):
+            return False
+        entries = enumerate(value) if isinstance(value, list) else [(None, value)]
+        return all([chk.no_problem(path if index is None else tuple(path) + (index,), module_help_problem(entry))
+                    for index, entry in entries])
+    return checked
+
+
 def _one_of(choices, what):
     """Validator: one of the strings ``choices``."""
-    regex = re.compile('^(%s)$' % '|'.join(re.escape(choice) for choice in choices))
+    regex = re.compile(r'(%s)\Z' % '|'.join(re.escape(choice) for choice in choices))
     return _pattern(regex, '%s (allowed: %s)' % (what, ', '.join(choices)))
 
 
@@ -525,7 +596,7 @@ FIELDS = (
     Field('tag', CONTAINER, _Checker.tag, required=_laif, family='laif'),
     Field('image_variant', CONTAINER, _one_of(laif.VARIANTS, 'a LAIF image variant'), required=_laif,
           family='laif'),
-    Field('sif', CONTAINER, _Checker.sif, default=_default_sif),
+    Field('sif', CONTAINER, _in_module_help(_Checker.sif), default=_default_sif),
     Field('checksum', CONTAINER, _pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
     Field('family', SHARED, _one_of(FAMILIES, 'an image family'), default='amd'),
     Field('python', SHARED, _rule('container_python_version'), required=True),
@@ -540,7 +611,7 @@ FIELDS = (
     Field('env', SHARED, _rule('container_env'), default={}),
     Field('env_defaults', SHARED, _rule('container_env_defaults')),
     Field('wrapped_commands', SHARED, _rule('wrapped_commands'), default=[]),
-    Field('pip_requirements', SHARED, _rule('pip_requirements'), default=[]),
+    Field('pip_requirements', SHARED, _in_module_help(_rule('pip_requirements')), default=[]),
     Field('components', SHARED, _rule('container_components'), default={}),
     Field('pip_install_options', SHARED, _rule('pip_install_options')),
     Field('squash_user_software', SHARED, _rule('squash_user_software')),
@@ -584,11 +655,12 @@ def _check_top(chk, data):
 
     name = data.get('name')
     name_ok = 'name' in data and chk.matching(('name',), name, easyblock.DISTRIBUTION_NAME, 'a valid software name')
-    if 'homepage' in data:
-        chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL')
+    if 'homepage' in data and chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL'):
+        chk.no_problem(('homepage',), module_help_problem(data['homepage']))
     if 'description' in data and chk.string(('description',), data['description']):
         if CONTROL_RE.search(data['description']):
             chk.error(('description',), 'must not contain tabs or control characters')
+        chk.no_problem(('description',), module_help_problem(data['description']))
     moduleclass = data.get('moduleclass', 'devel')
     if 'moduleclass' in data:
         chk.matching(('moduleclass',), moduleclass, MODULECLASS_RE, 'a valid module class (e.g. devel)')
@@ -673,7 +745,7 @@ def _check_laif_versions(chk, cpath, values):
     versions = laif.parse_digest(digest)
     for key, letter, what in (('rocm', 'r', 'ROCm'), ('version', 't', 'torch')):
         if isinstance(values.get(key), str) and laif.major_minor(values[key]) != versions[what]:
-            token = re.search(letter + r'\d+', digest).group(0)
+            token = re.search(letter + r'[0-9]+', digest).group(0)
             chk.error(cpath + (key,), '%r does not match the digest %s (%s: %s %s.x)'
                       % (values[key], digest, token, what, versions[what]))
     tag, date = values.get('tag'), values.get('date')

@@ -10,10 +10,12 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import yaml
@@ -367,6 +369,12 @@ def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
     assert 'pip requirement' not in values['description']
 
 
+# A module help text with either bracket of a Lua long string
+LUA_STRING_END = ("contains ']==]', which EasyBuild refuses in the module's help (it writes the help as a Lua string "
+                  "[==[...]==]); write it differently, e.g. '] ==]'")
+LUA_STRING_START = ("contains '[==[', which EasyBuild refuses in the module's help (it writes the help as a Lua "
+                    "string [==[...]==]); write it differently, e.g. '[ ==['")
+
 ERROR_CASES = {
     'date-format': (
         dict(replace=[('date: "20250827"', 'date: "2025-08-27"')]),
@@ -534,6 +542,43 @@ ERROR_CASES = {
     'moduleclass-bad': (
         dict(append='moduleclass: [devel]\n'),
         ['spec.yaml:12: moduleclass: must be a string, got a list']),
+    # a $ anchor would let these through with a newline at the end, into the easyconfig and its file name
+    'dockerhash-trailing-newline': (
+        dict(replace=[('dockerhash: 0d479e852886', 'dockerhash: "0d479e852886\\n"')]),
+        ["spec.yaml:11: containers[0].dockerhash: '0d479e852886\\n' is not 12 lowercase hex digits"]),
+    'checksum-trailing-newline': (
+        dict(append='    checksum: "%s\\n"\n' % ('0' * 64)),
+        ["spec.yaml:12: containers[0].checksum: '%s\\n' is not a sha256 checksum (64 lowercase hex digits)"
+         % ('0' * 64)]),
+    'moduleclass-trailing-newline': (
+        dict(append='moduleclass: "devel\\n"\n'),
+        ["spec.yaml:12: moduleclass: 'devel\\n' is not a valid module class (e.g. devel)"]),
+    'homepage-trailing-newline': (
+        dict(replace=[('homepage: https://pytorch.org/', 'homepage: "https://pytorch.org/\\n"')]),
+        ["spec.yaml:2: homepage: 'https://pytorch.org/\\n' is not an http(s) URL"]),
+    'sif-with-newline': (
+        dict(append='    sif: "x\\ny.sif"\n'),
+        ["spec.yaml:12: containers[0].sif: 'x\\ny.sif' is not a plain file name ending in .sif"]),
+    # EasyBuild writes the module's help and whatis (description, homepage) as Lua long strings [==[...]==]
+    'description-ends-the-lua-string': (
+        dict(replace=[('description: Test spec.', 'description: "Test ]==] spec."')]),
+        ["spec.yaml:3: description: " + LUA_STRING_END]),
+    'description-starts-a-lua-string': (
+        dict(replace=[('description: Test spec.', 'description: "Test\\n[==[ spec."')]),
+        ["spec.yaml:3: description: " + LUA_STRING_START]),
+    'homepage-ends-the-lua-string': (
+        dict(replace=[('homepage: https://pytorch.org/', 'homepage: https://pytorch.org/]==]')]),
+        ["spec.yaml:2: homepage: " + LUA_STRING_END]),
+    'sif-ends-the-lua-string': (  # the image's name is in the module's description
+        dict(replace=[('    dockerhash: 0d479e852886\n', '    sif: "x]==]y.sif"\n')]),
+        ["spec.yaml:11: containers[0].sif: " + LUA_STRING_END]),
+    'pip-requirement-ends-the-lua-string': (  # so are the pip requirements
+        dict(append='    pip_requirements: [torchmetrics, "x]==]"]\n'),
+        ["spec.yaml:12: containers[0].pip_requirements[1]: " + LUA_STRING_END]),
+    'recursive-alias': (
+        dict(append='    env: &env {A: *env}\n'),
+        ['spec.yaml:12: containers[0].env.A: the alias *env is inside the value of its own anchor, which would '
+         'contain itself; a spec has no use for that: remove the alias or write the value out']),
     'defaults-not-a-mapping': (
         dict(replace=[('defaults:\n  python: "3.12"\n  rocm: "6.2.4"\n  venv: pytorch\n', 'defaults: [x]\n')],
              append='    python: "3.12"\n    rocm: "6.2.4"\n'),
@@ -643,6 +688,65 @@ def test_yaml_is_loaded_safely(tmp_path, monkeypatch, capsys):
     code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
     assert code == 2
     assert err.startswith('spec.yaml:12:') and 'invalid YAML' in err
+
+
+def alias_bomb(levels):
+    """A "billion laughs": lists of nine aliases of the list before, levels deep (9**levels strings in all)."""
+    lines = ['lol0: &lol0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]']
+    for level in range(1, levels + 1):
+        lines.append('lol%d: &lol%d [%s]' % (level, level, ', '.join(['*lol%d' % (level - 1)] * 9)))
+    return '\n'.join(lines) + '\n'
+
+
+def recursive_alias_bomb(levels):
+    """Lists in lists, levels deep, each with aliases of the lists around it: walked as a tree, the paths multiply
+    with each level (unrefused, 17 levels took 12 s and 1.4 GB, 20 levels more than 5 GB)."""
+    def nested(level):
+        if level > levels:
+            return '[%s]' % ', '.join('*x%d' % outer for outer in range(1, levels + 1))
+        return '&x%d [%s%s]' % (level, nested(level + 1), ''.join(', *x%d' % outer for outer in range(1, level)))
+    return 'x: %s\ny: [*x%d]\n' % (nested(1), levels)
+
+
+def limit_memory():
+    """In the child process: at most 1 GiB of address space, far less than an expanded alias bomb needs."""
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+@pytest.mark.parametrize('bomb, message', [
+    (alias_bomb(9),  # 700 bytes that stand for 9**9 strings
+     'spec.yaml:17: lol5[0]: the alias *lol4 takes the spec past 100000 values copied by aliases (aliases of aliases '
+     'multiply); a spec needs far fewer: use fewer or less deeply nested aliases'),
+    (recursive_alias_bomb(20),  # 1.3 kB
+     'spec.yaml:12: x%s: the alias *x1 is inside the value of its own anchor, which would contain itself; a spec has '
+     'no use for that: remove the alias or write the value out' % ('[0]' * 21)),
+], ids=['billion-laughs', 'recursive'])
+def test_alias_bomb_is_refused_without_expanding_it(bomb, message, tmp_path):
+    """Refused at the alias that makes the bomb, fast, by a process that could not hold what the aliases stand for
+    (a separate one, so that a regression cannot take this one's memory)."""
+    (tmp_path / 'spec.yaml').write_text(spec_text(append=bomb))
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'spec.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True, timeout=60, preexec_fn=limit_memory)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [message, 'generate-ec: 1 error(s), nothing written']
+    assert elapsed < 3, 'refused after %.1f s' % elapsed  # of which the start of Python and EasyBuild takes most
+    assert not (tmp_path / 'out').exists()
+
+
+def test_anchors_aliases_and_merge_keys_still_work(tmp_path, monkeypatch, capsys):
+    text = spec_text(replace=[('defaults:\n', 'defaults: &defaults\n')],
+                     append='    wrapped_commands: &commands [python, pip]\n'
+                            '  - <<: *defaults\n'
+                            '    version: "2.6.0"\n    date: "20250301"\n    dockerhash: 0123456789ab\n'
+                            '    wrapped_commands: *commands\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    first, second = [check_easyconfig(path) for path in out.split()]
+    assert first['wrapped_commands'] == second['wrapped_commands'] == ['python', 'pip']
+    assert second['container_venv'] == 'pytorch'
 
 
 def test_same_output_from_two_specs(tmp_path, monkeypatch, capsys):
@@ -934,6 +1038,18 @@ LAIF_ERROR_CASES = {
     'family-defaults-bad-value': (
         dict(append='family_defaults:\n  laif:\n    copy_image: "no"\n'),
         ['spec.yaml:16: family_defaults.laif.copy_image: must be true or false, got a string']),
+    'digest-trailing-newline': (
+        dict(replace=[('digest: u24r64f21m43t29', 'digest: "u24r64f21m43t29\\n"')]),
+        ["spec.yaml:11: containers[0].digest: 'u24r64f21m43t29\\n' is not a LAIF digest (u<Ubuntu>r<ROCm>"
+         "f<libfabric>m<MPICH>t<torch>, major and minor run together, e.g. u24r64f21m43t29)"]),
+    'digest-other-digits': (  # \d would take any Unicode digit, into the image's file name
+        dict(replace=[('digest: u24r64f21m43t29', 'digest: u\u0662\u0664r64f21m43t29')]),
+        ["spec.yaml:11: containers[0].digest: 'u\u0662\u0664r64f21m43t29' is not a LAIF digest (u<Ubuntu>r<ROCm>"
+         "f<libfabric>m<MPICH>t<torch>, major and minor run together, e.g. u24r64f21m43t29)"]),
+    'image-variant-trailing-newline': (
+        dict(replace=[('image_variant: full', 'image_variant: "full\\n"')]),
+        ["spec.yaml:13: containers[0].image_variant: 'full\\n' is not a LAIF image variant "
+         '(allowed: torch, full, plus, rocm, libfabric, mpich)']),
     'same-file-same-day': (
         dict(append='  - family: laif\n    version: "2.9.1"\n    rocm: "6.4.4"\n    digest: u24r64f21m43t29\n'
                     '    tag: "20260225_160000"\n    image_variant: full\n'),
@@ -1144,6 +1260,11 @@ def inspect_error_case(case, tmp_path, monkeypatch):
             '%s: the file name is not a LAIF image name: expected lumi-multitorch-<variant>-<digest>-<tag>.sif, with '
             'a variant out of torch, full, plus, rocm, libfabric, mpich, a digest like u24r64f21m43t29 and a tag '
             'YYYYMMDD_HHMMSS')
+    if case == 'name-with-newline':
+        return make_image(tmp_path, name + '\n', FULL_SBOM), (
+            '%s: the file name is not a LAIF image name: expected lumi-multitorch-<variant>-<digest>-<tag>.sif, with '
+            'a variant out of torch, full, plus, rocm, libfabric, mpich, a digest like u24r64f21m43t29 and a tag '
+            'YYYYMMDD_HHMMSS')
     if case == 'no-partition':
         return make_image(tmp_path, name, FULL_SBOM, partition=False), (
             '%s has no SquashFS root file system partition, so there is nothing to read in it')
@@ -1175,9 +1296,9 @@ def inspect_error_case(case, tmp_path, monkeypatch):
                  'code 255): FATAL: no space left' % bindir)
 
 
-@pytest.mark.parametrize('case', ['missing-file', 'not-a-sif', 'not-laif-shaped', 'no-partition', 'no-pip-list',
-                                  'no-torch', 'sbom-not-json', 'no-python', 'unsquashfs-missing', 'no-runtime',
-                                  'runtime-fails'])
+@pytest.mark.parametrize('case', ['missing-file', 'not-a-sif', 'not-laif-shaped', 'name-with-newline', 'no-partition',
+                                  'no-pip-list', 'no-torch', 'sbom-not-json', 'no-python', 'unsquashfs-missing',
+                                  'no-runtime', 'runtime-fails'])
 def test_inspect_errors(case, tmp_path, monkeypatch, capsys):
     sif, message = inspect_error_case(case, tmp_path, monkeypatch)
     code, out, err = generate_ec(['inspect', sif], capsys)
@@ -1215,6 +1336,42 @@ def test_inspect_spec_problems(tmp_path, monkeypatch, capsys):
         with open('spec.yaml') as handle:
             assert handle.read() == text
         assert not os.path.exists('spec.yaml.tmp-generate-ec')
+
+
+# A package version that, unchecked, would end the comment it goes into and add keys to the spec's entry
+INJECTION = '1!5.0.0\n    container_init: touch /tmp/owned\n    bind: [/etc]\n    #'
+REFUSED = ', which is not one line of printable text; refused: a broken or crafted software list (check where ' \
+    'the image comes from)'
+
+
+@pytest.mark.parametrize('entry, index, field, value, shown', [
+    ('pip', 5, 'version', INJECTION, "pip[5].version '1!5.0.0\\n    container_init: touch /tmp/owned\\n    b'..."),
+    ('pip', 0, 'name', 'numpy\u2028x: y', "pip[0].name 'numpy\\u2028x: y'"),  # a line break to YAML
+    ('apt', 2, 'version', '6.4.4\r\n', "apt[2].version '6.4.4\\r\\n'"),
+], ids=['pip-version', 'pip-name', 'apt-version'])
+def test_inspect_refuses_a_crafted_sbom(entry, index, field, value, shown, tmp_path, monkeypatch, capsys):
+    sbom = json.loads(json.dumps(FULL_SBOM))
+    sbom[entry][index][field] = value
+    sif = make_image(tmp_path, FULL_IMAGE, sbom)
+    monkeypatch.chdir(tmp_path)
+    with open('spec.yaml', 'w') as handle:
+        handle.write(INSPECT_SPEC)
+    code, out, err = generate_ec(['inspect', sif, '--spec', 'spec.yaml'], capsys)
+    assert (code, out) == (2, '')
+    assert err == '%s: its /.sbom.json has %s%s\n' % (sif, shown, REFUSED)
+    with open('spec.yaml') as handle:
+        assert handle.read() == INSPECT_SPEC
+
+
+def test_inspect_refuses_a_crafted_pip_list(tmp_path, monkeypatch, capsys):
+    sif = make_image(tmp_path, FULL_IMAGE)  # no /.sbom.json: pip list runs in the image
+    pip_list = tmp_path / 'pip-list.json'
+    pip_list.write_text(json.dumps([{'name': 'torch', 'version': '2.9.1'}, {'name': 'xformers', 'version': INJECTION}]))
+    monkeypatch.setenv('PATH', fake_runtime(tmp_path, script='%s %s\n' % (shutil.which('cat'), pip_list)))
+    code, out, err = generate_ec(['inspect', sif], capsys)
+    assert (code, out) == (2, '')
+    assert err == ("%s: its pip list (run in the image) has pip[1].version '1!5.0.0\\n    container_init: touch "
+                   "/tmp/owned\\n    b'...%s\n" % (sif, REFUSED))
 
 
 def test_inspect_usage(capsys):
