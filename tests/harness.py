@@ -191,6 +191,7 @@ def demo_easyconfig(name='Demo', version='1.0', suffix='', sif='demo.sif', **par
     ]
     params.setdefault('container_bind', ['/tmp'])
     params.setdefault('container_python_version', CONTAINER_PYTHON_VERSION)
+    params.setdefault('torch_runscripts', True)
     for key, value in params.items():
         lines.append('%s = %r' % (key, value))
     return '\n'.join(lines) + '\n'
