@@ -61,7 +61,8 @@ $(ROOTFS)/apptainer-layout.stamp: | $(TOOLS)/apt.stamp $(APPTAINER)
 # so, as 'apptainer'. With SINGULARITY=/path/to/singularity (or apptainer) it drives that runtime instead: on LUMI,
 # SingularityCE 4.x.
 TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra -p no:cacheprovider
-# The tests import the easyblock and generate-ec as installed: this checkout's, reinstalled before each run
+# The tests, the demo and the benchmarks import the easyblock, generate-ec and the test kit (testkit/) as installed:
+# this checkout's, reinstalled before each run
 INSTALL_THIS := $(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
 ifeq ($(SINGULARITY),)
 test: setup
@@ -75,11 +76,13 @@ test: $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp
 endif
 
 demo: setup
+	$(INSTALL_THIS)
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) demo/demo.py
 
 # Benchmarks (not part of make test, which runs them once in a quick mode): a table, and JSON with
 # make bench BENCH_ARGS="--json bench.json --markdown".
 bench: setup
+	$(INSTALL_THIS)
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) benchmarks/run.py $(BENCH_ARGS)
 
 # Maintainers: regenerate the easyconfigs from their spec, or check that they are in sync.

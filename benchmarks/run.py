@@ -23,14 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from generator.easyblock import easyblock
+from testkit.images import make_test_sif
+from testkit.install import (EB_VENVS, LMOD_CMD, RUNTIME, Installation, base_env, demo_easyconfig, local_wheels,
+                             write_wheel)
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-sys.path.insert(0, str(REPO / 'tests'))
-
-from generator.easyblock import easyblock  # noqa: E402
-from harness import (EB_VENVS, LMOD_CMD, RUNTIME, Installation, base_env, demo_easyconfig,  # noqa: E402
-                     local_wheels, write_wheel)
-from sifimage import make_test_sif  # noqa: E402
 
 lua_str = easyblock.lua_str  # the module's own quoting, for the plain module to compare with
 USER_SOFTWARE, USER_SOFTWARE_SQUASHFS = easyblock.USER_SOFTWARE, easyblock.USER_SOFTWARE_SQUASHFS
@@ -189,7 +188,7 @@ class Context:
         self.squashed = False
 
     def env(self, base=None):
-        """base (default: the harness's environment) with temporary files in the scratch dir."""
+        """base (default: the test kit's base_env()) with temporary files in the scratch dir."""
         env = dict(base or base_env())
         env['TMPDIR'] = str(self.scratch / 'tmp')  # temporary files of eb and the scripts, removed with it
         env.pop('SLURM_CPUS_PER_TASK', None)     # make-squashfs then uses all of nproc, as on a login node

@@ -7,11 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / 'tests'))
-
-from harness import Installation, demo_easyconfig, run, write_wheel  # noqa: E402
-from sifimage import make_test_sif  # noqa: E402
+from testkit.images import make_test_sif
+from testkit.install import Installation, Missing, demo_easyconfig, run, write_wheel
 
 
 def step(text):
@@ -83,5 +80,5 @@ ls "$CONTAINERROOT" | grep user-software
 if __name__ == '__main__':
     try:
         main()
-    except (subprocess.CalledProcessError, AssertionError) as err:
+    except (subprocess.CalledProcessError, AssertionError, Missing) as err:
         sys.exit('demo failed: %s' % err)

@@ -1,17 +1,16 @@
-"""The fixtures of the suite: test images, test installations, a Slurm cluster; and what the runtime in use
-leaves out. The helpers themselves are in harness.py (and sifimage.py, the images)."""
+"""The fixtures of the suite: test images, test installations, a Slurm cluster; what the runtime in use leaves
+out; and a test kit install that finds a tool missing skips the test (in CI: fails). The helpers themselves are in
+the package testkit (install, images, slurm), and what they need from pytest in support.py."""
 import os
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pytest
 
-import pytest  # noqa: E402
-
-from harness import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,  # noqa: E402
-                     TORCH_IN_CONTAINER, TORCH_SITE, install_demo, require, require_runtime, require_tools, write_wheel)
-from sifimage import IMAGE_TOOL_COMMAND, make_test_sif  # noqa: E402
-from slurmcluster import SLURM_COMMANDS, SlurmCluster  # noqa: E402
+from support import require, require_runtime, require_tools
+from testkit.images import IMAGE_TOOL_COMMAND, make_test_sif
+from testkit.install import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,
+                             TORCH_IN_CONTAINER, TORCH_SITE, Missing, install_demo, write_wheel)
+from testkit.slurm import SLURM_COMMANDS, SlurmCluster
 
 
 @pytest.fixture(scope='session')
@@ -34,7 +33,7 @@ def conda_sif(tmp_path_factory):
 @pytest.fixture(scope='session')
 def torch_sif(tmp_path_factory):
     """A real SIF image whose Python finds torch (CPU build) at TORCH_IN_CONTAINER, like LUMI's PyTorch images.
-    The torch tree is bound there from the host (harness.torch_bind()) rather than packed into every image."""
+    The torch tree is bound there from the host (testkit.install.torch_bind()) rather than packed into every image."""
     require_tools('mksquashfs', 'siftool')
     require((Path(TORCH_SITE) / 'torch').is_dir(), 'torch installed in %s' % TORCH_SITE)
     empty = tmp_path_factory.mktemp('torch-mount-point')
@@ -47,7 +46,7 @@ def torch_sif(tmp_path_factory):
 def laif_sif(tmp_path_factory):
     """A real SIF image like the LUMI AI Factory ones: Python in a venv at /opt/venv (on PATH and PYTHONPATH) with
     LAIF_PACKAGES, a runscript that sets LAIF_RUNSCRIPT_RAN=yes and ends in exec "$@", and a /.sbom.json; torch
-    (bound from the host by harness.torch_bind()) is on its PYTHONPATH too."""
+    (bound from the host by testkit.install.torch_bind()) is on its PYTHONPATH too."""
     require_tools('mksquashfs', 'siftool')
     require((Path(TORCH_SITE) / 'torch').is_dir(), 'torch installed in %s' % TORCH_SITE)
     empty = tmp_path_factory.mktemp('torch-mount-point')
@@ -109,7 +108,25 @@ def demo_install(tmp_path_factory, demo_sif):
 
 def pytest_configure(config):
     config.addinivalue_line('markers', 'runtime: drives the container runtime (run again with a real one)')
-    config.addinivalue_line('markers', 'needs(feature): needs a feature of harness.FEATURES from the runtime')
+    config.addinivalue_line('markers', 'needs(feature): needs a feature of testkit.install.FEATURES from the runtime')
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """A test kit install in a fixture that finds something missing (testkit.install.Missing): as require()."""
+    try:
+        return (yield)
+    except Missing as missing:
+        require(False, missing.what)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """The same in a test."""
+    try:
+        return (yield)
+    except Missing as missing:
+        require(False, missing.what)
 
 
 LEFT_OUT = {}

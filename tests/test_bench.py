@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness import REPO, require_eb, require_runtime, require_tools
+from support import REPO, require_eb, require_runtime, require_tools
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import require_runtime, require_tools
+from support import require_runtime, require_tools
 
 DEMO = Path(__file__).resolve().parent.parent / 'demo' / 'demo.py'
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import LAIF_MODULE, LMOD_INIT, Installation, demo_easyconfig, fake_command, install_laif, run, torch_bind
+from testkit.install import (LAIF_MODULE, LMOD_INIT, Installation, demo_easyconfig, fake_command, install_laif, run,
+                             torch_bind)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import (CONTAINER_PYTHON_VERSION, EASYBLOCK, REPO, SQUASHFS_WORKS, Installation, require, require_runtime,
-                     require_tools, run, write_wheel)
-from sifimage import make_test_sif
+from support import EASYBLOCK, REPO, require, require_runtime, require_tools
+from testkit.images import make_test_sif
+from testkit.install import CONTAINER_PYTHON_VERSION, SQUASHFS_WORKS, Installation, run, write_wheel
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 

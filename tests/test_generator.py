@@ -25,7 +25,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from generator.cli import main  # noqa: E402
-from harness import require_tools  # noqa: E402
+from support import require_tools  # noqa: E402
 from generator.spec import load_spec  # noqa: E402
 
 DATA = os.path.join(REPO, 'tests', 'data', 'generator')

@@ -4,8 +4,9 @@ import subprocess
 
 import pytest
 
-from harness import APPTAINER, install_demo, require, require_runtime, require_tools, run
-from sifimage import ROOTFS, build_sif, image_layer, make_test_sif, sif_partition_offset
+from support import require, require_runtime, require_tools
+from testkit.images import ROOTFS, build_sif, image_layer, make_test_sif, sif_partition_offset
+from testkit.install import APPTAINER, install_demo, run
 
 pytestmark = pytest.mark.runtime
 

@@ -9,9 +9,10 @@ import shlex
 import pytest
 import yaml
 
-from harness import (CONTAINER_PYTHON_VERSION, LAIF_DEFAULTS, LAIF_MODULE, LAIF_SIF_NAME, SQUASHFS_WORKS, Installation,
-                     base_env, install_laif, require_runtime, require_tools, run, torch_bind)
-from sifimage import IMAGE_TOOL_COMMAND
+from support import require_runtime, require_tools
+from testkit.images import IMAGE_TOOL_COMMAND
+from testkit.install import (CONTAINER_PYTHON_VERSION, LAIF_DEFAULTS, LAIF_MODULE, LAIF_SIF_NAME, SQUASHFS_WORKS,
+                             Installation, base_env, install_laif, run, torch_bind)
 from test_easyconfigs import generate_ec_command
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness import RUNTIME, demo_easyconfig, install_demo
+from testkit.install import RUNTIME, demo_easyconfig, install_demo
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 

@@ -7,7 +7,8 @@ import yaml
 
 from generator.easyblock import easyblock
 from generator.spec import load_spec
-from harness import REPO, Installation, demo_easyconfig
+from support import REPO
+from testkit.install import Installation, demo_easyconfig
 
 # (easyconfig parameter, spec key, value, accepted)
 CASES = [

@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
-from harness import RUNTIME, require_runtime, require_tools
-from sifimage import build_sif, make_test_sif, sif_partition_offset
+from support import require_runtime, require_tools
+from testkit.images import build_sif, make_test_sif, sif_partition_offset
+from testkit.install import RUNTIME
 
 pytestmark = pytest.mark.runtime
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness import REPO, require
+from support import REPO, require
 
 try:
     import pycodestyle

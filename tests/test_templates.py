@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from generator.easyblock import easyblock
-from harness import require
+from support import require
 
 TRICKY = ['plain', "it's", 'say "hi"', '$HOME ${X} $(id)', '`date`', 'back\\slash \\n \\\\', 'two\nlines',
           'tab\there', 'carriage\rreturn', 'ünïcödé €', '', '{braces} [brackets] ;&|<>*?~#!', '-n', '%s %d']

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import (SQUASHFS_WORKS, Installation, demo_easyconfig, failing_mksquashfs, install_demo, local_wheels,
-                     require_runtime, require_tools, write_wheel)
+from support import require_runtime, require_tools
+from testkit.install import (SQUASHFS_WORKS, Installation, demo_easyconfig, failing_mksquashfs, install_demo,
+                             local_wheels, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 

@@ -10,9 +10,10 @@ import subprocess
 
 import pytest
 
-from harness import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif, local_wheels,
-                     require_runtime, require_tools, slow_step, wait_for, write_wheel)
-from sifimage import IMAGE_TOOL_COMMAND
+from support import require_runtime, require_tools
+from testkit.images import IMAGE_TOOL_COMMAND
+from testkit.install import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
+                             local_wheels, slow_step, wait_for, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 

@@ -1,5 +1,11 @@
-"""Real parts for the tests: EasyBuild installs, Lmod shells, the container runtime, test images."""
+"""Installs with the real parts: EasyBuild (5.x and 4.9.4) installs with this project's easyblock, Lmod shells,
+the container runtime in use and what it can do, the demo and LAIF-like test installations, wheels and fake commands.
+
+No pytest: the tests, make demo and make bench use it alike. Where something it needs is not installed, it raises
+Missing (the tests skip on it, or fail in CI: tests/conftest.py).
+"""
 import functools
+import importlib.util
 import os
 import re
 import shlex
@@ -12,19 +18,29 @@ import time
 import zipfile
 from pathlib import Path
 
-import pytest
+from .images import make_test_sif
 
-REPO = Path(__file__).resolve().parent.parent
-EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
+
+def _easyblock_file():
+    """The easyblock installed beside this kit (setup.cfg installs both from one checkout; make test, demo and bench
+    reinstall it first): the file `import singularitycontainer` loads. Else, in a checkout that was not installed,
+    the checkout's."""
+    spec = importlib.util.find_spec('singularitycontainer')
+    if spec is None:
+        return Path(__file__).resolve().parent.parent / 'easyblocks' / 'generic' / 'singularitycontainer.py'
+    return Path(spec.origin)
+
+
+# The easyblock the installs use (EASYBUILD_INCLUDE_EASYBLOCKS)
+EASYBLOCK = _easyblock_file()
 TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
 EB_VENVS = {'5': TOOLS / 'eb5', '4.9': TOOLS / 'eb49'}
 # torch installed with pip --target by make setup, bound into the test image of the distributed tests.
 TORCH_SITE = os.environ.get('LUMI_CT_TORCH', str(TOOLS / 'torch-2.13.0'))
 LMOD_CMD = os.environ.get('LMOD_CMD') or '/usr/share/lmod/lmod/libexec/lmod'
 LMOD_INIT = '/usr/share/lmod/lmod/init/bash'
-IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
 
-# The test images' Python is Debian 12's (sifimage.ROOTFS), the same minor version as the one running the tests.
+# The test images' Python is Debian 12's (images.ROOTFS), the same minor version as the one running the tests.
 CONTAINER_PYTHON_VERSION = '%d.%d' % sys.version_info[:2]
 
 # The container runtime the tests drive: the one LUMI_CT_SINGULARITY names (make test SINGULARITY=...), else the
@@ -33,7 +49,8 @@ APPTAINER = TOOLS / 'apptainer' / 'bin' / 'apptainer'
 RUNTIME = os.environ.get('LUMI_CT_SINGULARITY') or str(APPTAINER.parent / 'singularity')
 
 # What a runtime can do beyond Singularity 3.4.2, the oldest one the tests ran against. A test that needs one of
-# these is marked @pytest.mark.needs(feature) and left out (deselected) with a runtime that lacks it.
+# these is marked @pytest.mark.needs(feature) and left out (deselected) with a runtime that lacks it
+# (tests/conftest.py).
 FEATURES = {
     'image-src': 'SquashFS files bound with image-src= (Singularity 3.6 and later, Apptainer)',
     'env-precedence': "SINGULARITYENV_* winning over the image's own environment (Singularity 3.6 and later)",
@@ -45,7 +62,7 @@ def runtime_features():
     """The FEATURES the runtime has, by its name and version."""
     try:
         out = subprocess.run([RUNTIME, '--version'], capture_output=True, text=True).stdout
-    except OSError:  # missing: require_runtime() says so
+    except OSError:  # missing: the tests' require_runtime() says so
         return set(FEATURES)
     match = re.search(r'(\S+) version (\d+)\.(\d+)', out)
     if not match:
@@ -61,40 +78,29 @@ RUNTIME_FEATURES = runtime_features()
 SQUASHFS_WORKS = 'image-src' in RUNTIME_FEATURES
 
 
-def require(condition, what):
-    """Skip when a tool is missing, but fail in CI, where every tool must be there."""
-    if not condition:
-        if IN_CI:
-            pytest.fail('%s is missing; in CI this is a failure (run make test to install it)' % what)
-        pytest.skip('%s is missing (make test installs it)' % what)
+class Missing(Exception):
+    """Something the kit needs is not installed here; `what` names it."""
 
-
-def require_tools(*tools):
-    for tool in tools:
-        require(shutil.which(tool), tool)
-
-
-def require_runtime():
-    """The runtime the tests use. One that cannot start a container on this machine (no loop devices or mount
-    namespaces, say) skips the test, with what it said as the reason (in CI: fails)."""
-    require(os.access(RUNTIME, os.X_OK), 'the container runtime %s' % RUNTIME)
-    problem = runtime_probe()
-    if problem:
-        require(False, '%s, which cannot start a container on this machine: %s' % (RUNTIME, problem))
+    def __init__(self, what):
+        super().__init__('%s is missing (make setup installs it)' % what)
+        self.what = what
 
 
 @functools.lru_cache(maxsize=None)
 def runtime_probe():
-    """None if the real runtime starts a container of a test image here, else what it said (once a session)."""
-    from sifimage import make_test_sif
+    """None if the real runtime starts a container of a test image here, else what it said (once a process)."""
     with tempfile.TemporaryDirectory() as tmp:
         proc = run([RUNTIME, 'exec', str(make_test_sif(Path(tmp) / 'probe.sif')), '/bin/true'], check=False)
     return None if proc.returncode == 0 else (proc.stderr.strip() or 'exit code %d' % proc.returncode)
 
 
-def require_eb(version):
-    require((EB_VENVS[version] / 'bin' / 'eb').exists(), 'EasyBuild %s in %s' % (version, EB_VENVS[version]))
-    require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
+def eb_missing(version):
+    """What installs with EasyBuild `version` ('5' or '4.9') lack here (its venv, Lmod), or None."""
+    if not (EB_VENVS[version] / 'bin' / 'eb').exists():
+        return 'EasyBuild %s in %s' % (version, EB_VENVS[version])
+    if not os.path.exists(LMOD_CMD):
+        return 'Lmod (%s)' % LMOD_CMD
+    return None
 
 
 def base_env(extra_path=()):
@@ -126,7 +132,9 @@ class Installation:
     """An EasyBuild prefix with sources, where easyconfigs get installed with this project's easyblock."""
 
     def __init__(self, root, eb_version='5', syntax='Lua'):
-        require_eb(eb_version)
+        missing = eb_missing(eb_version)
+        if missing:
+            raise Missing(missing)
         self.root = Path(root)
         self.prefix = self.root / 'prefix'
         self.sources = self.root / 'sources'

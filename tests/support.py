@@ -1,0 +1,43 @@
+"""The test kit's pytest side: skip a test when a tool it needs is missing (in CI: fail), and where the checkout is.
+
+The tests import this module as `support`: pytest's import mode prepend (setup.cfg) puts tests/ on sys.path.
+"""
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from testkit.install import RUNTIME, eb_missing, runtime_probe
+
+REPO = Path(__file__).resolve().parent.parent
+# The easyblock's source in this checkout (the installs use the installed copy: testkit.install.EASYBLOCK)
+EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
+IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
+
+
+def require(condition, what):
+    """Skip when a tool is missing, but fail in CI, where every tool must be there."""
+    if not condition:
+        if IN_CI:
+            pytest.fail('%s is missing; in CI this is a failure (run make test to install it)' % what)
+        pytest.skip('%s is missing (make test installs it)' % what)
+
+
+def require_tools(*tools):
+    for tool in tools:
+        require(shutil.which(tool), tool)
+
+
+def require_runtime():
+    """The runtime the tests use. One that cannot start a container on this machine (no loop devices or mount
+    namespaces, say) skips the test, with what it said as the reason (in CI: fails)."""
+    require(os.access(RUNTIME, os.X_OK), 'the container runtime %s' % RUNTIME)
+    problem = runtime_probe()
+    if problem:
+        require(False, '%s, which cannot start a container on this machine: %s' % (RUNTIME, problem))
+
+
+def require_eb(version):
+    missing = eb_missing(version)
+    require(missing is None, missing)
