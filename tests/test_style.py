@@ -13,7 +13,7 @@ try:
 except ImportError:  # pragma: no cover - make test installs it
     pycodestyle = None
 
-PYTHON_TREES = ['easyblocks', 'generator', 'tests', 'demo', 'benchmarks', 'setup.py']
+PYTHON_TREES = ['easyblocks', 'generator', 'testkit', 'tests', 'demo', 'benchmarks', 'setup.py']
 PRODUCT = ['easyblocks', 'generator']
 MAX_FUNCTION_LINES = 60
 
