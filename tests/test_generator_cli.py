@@ -1,0 +1,155 @@
+"""generate-ec's command line and how it writes files: output directory, --list, --check, python -m generator,
+usage errors, and all or nothing."""
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+from generator_support import (GOLDEN, LAIF_SPEC, OVERRIDES_SPEC, PYTORCH_FILES, PYTORCH_SPEC, REPO, generate_ec,
+                               read_bytes, tree)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Output modes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_deterministic(tmp_path):
+    """The same output from separate processes whose dict and set orders differ (other hash seeds)."""
+    for run_dir, seed in (('a', '1'), ('b', '2'), ('c', '12345')):
+        proc = subprocess.run([sys.executable, '-m', 'generator', PYTORCH_SPEC, OVERRIDES_SPEC, LAIF_SPEC, '-o',
+                               str(tmp_path / run_dir)], env=dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=REPO),
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    first = tree(str(tmp_path / 'a'))
+    assert tree(str(tmp_path / 'b')) == first == tree(str(tmp_path / 'c')) and len(first) == 7
+
+
+def test_default_outdir(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = generate_ec([PYTORCH_SPEC], capsys)
+    assert code == 0, err
+    expected = [os.path.join('easyconfigs', 'p', 'PyTorch', name) for name in PYTORCH_FILES]
+    assert out.splitlines() == expected
+    for path in expected:
+        assert read_bytes(path) == read_bytes(os.path.join(GOLDEN, 'PyTorch', os.path.basename(path)))
+
+
+def test_rerun_keeps_unchanged_files(tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    assert generate_ec([PYTORCH_SPEC, '-o', str(outdir)], capsys)[0] == 0
+    target = outdir / PYTORCH_FILES[0]
+    os.utime(str(target), (1000, 1000))
+    assert generate_ec([PYTORCH_SPEC, '-o', str(outdir)], capsys)[0] == 0
+    assert os.stat(str(target)).st_mtime == 1000
+    assert sorted(os.listdir(str(outdir))) == sorted(PYTORCH_FILES)  # no temporary files left
+
+
+def test_list(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = generate_ec(['--list', PYTORCH_SPEC], capsys)
+    assert code == 0
+    assert out.splitlines() == PYTORCH_FILES
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_check_in_sync(tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    shutil.copytree(os.path.join(GOLDEN, 'PyTorch'), str(outdir))
+    before = tree(str(outdir))
+    code, out, err = generate_ec(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    assert (code, out) == (0, '')
+    assert tree(str(outdir)) == before
+
+
+def test_check_missing(tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    code, out, err = generate_ec(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    assert code == 1
+    assert not outdir.exists()
+    for name in PYTORCH_FILES:
+        assert '--- %s (missing)\n' % os.path.join(str(outdir), name) in out
+        assert '+++ %s (generated)\n' % os.path.join(str(outdir), name) in out
+    assert "+version = '2.7.1'\n" in out
+    assert '2 of 2 easyconfig(s) missing or out of date' in err
+
+
+def test_check_differs(tmp_path, capsys):
+    outdir = tmp_path / 'out'
+    shutil.copytree(os.path.join(GOLDEN, 'PyTorch'), str(outdir))
+    stale = outdir / PYTORCH_FILES[0]
+    stale.write_bytes(stale.read_bytes().replace(b"'hsn'", b"'ib0'"))
+    before = tree(str(outdir))
+    code, out, err = generate_ec(['--check', PYTORCH_SPEC, '-o', str(outdir)], capsys)
+    assert code == 1
+    assert "-    'NCCL_SOCKET_IFNAME': 'ib0',\n+    'NCCL_SOCKET_IFNAME': 'hsn',\n" in out
+    assert PYTORCH_FILES[0] in out and PYTORCH_FILES[1] not in out
+    assert out.startswith('--- ')
+    assert tree(str(outdir)) == before
+    assert '1 of 2 easyconfig(s) missing or out of date' in err
+
+
+def test_check_and_list_are_exclusive(capsys):
+    code, _, err = generate_ec(['--check', '--list', PYTORCH_SPEC], capsys)
+    assert code == 2
+    assert 'not allowed with' in err
+
+
+def test_usage_errors(capsys):
+    assert generate_ec([], capsys)[0] == 2
+    assert generate_ec(['--bogus', PYTORCH_SPEC], capsys)[0] == 2
+    assert generate_ec(['--help'], capsys)[0] == 0
+
+
+def test_python_m_generator(tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    outdir = tmp_path / 'out'
+    proc = subprocess.run([sys.executable, '-m', 'generator', PYTORCH_SPEC, '-o', str(outdir)], cwd=str(tmp_path),
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert tree(str(outdir)) == tree(os.path.join(GOLDEN, 'PyTorch'))
+    proc = subprocess.run([sys.executable, '-m', 'generator', '--check', PYTORCH_SPEC, '-o', str(outdir)],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (0, '')
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('name: [\n')
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'bad.yaml', '-o', str(tmp_path / 'none')],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith('bad.yaml:2:1: invalid YAML: ')
+    assert 'Traceback' not in proc.stderr
+    assert not (tmp_path / 'none').exists()
+
+
+def test_all_or_nothing_when_one_target_is_a_directory(tmp_path, capsys):
+    """200 easyconfigs, one of whose targets is a directory: nothing is written, no temporary file is left."""
+    with open(PYTORCH_SPEC) as handle:
+        spec = yaml.safe_load(handle)
+    first = datetime.date(2025, 1, 1)
+    spec['containers'] = [dict(spec['containers'][0], dockerhash='%012x' % index,
+                               date=(first + datetime.timedelta(days=index)).strftime('%Y%m%d'))
+                          for index in range(200)]
+    path = tmp_path / 'spec.yaml'
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / 'out'
+    names = generate_ec(['--list', str(path)], capsys)[1].split()
+    assert len(names) == 200
+    (out / names[150]).mkdir(parents=True)
+    code, stdout, err = generate_ec(['-o', str(out), str(path)], capsys)
+    assert code == 2 and stdout == ''
+    assert err == 'generate-ec: cannot write %s: is a directory, not a file; nothing was written\n' % (
+        out / names[150])
+    assert sorted(p.name for p in out.iterdir()) == [names[150]]
+    assert not list((out / names[150]).iterdir())
+
+
+def test_outdir_that_is_a_file(tmp_path, capsys):
+    target = tmp_path / 'file'
+    target.write_text('mine\n')
+    code, stdout, err = generate_ec(['-o', str(target), PYTORCH_SPEC], capsys)
+    assert (code, stdout) == (2, '')
+    assert err == 'generate-ec: -o %s: not a directory\n' % target
+    assert target.read_text() == 'mine\n'

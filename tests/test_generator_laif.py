@@ -1,0 +1,240 @@
+"""generate-ec for the LUMI AI Factory images (family: laif): values, names, family_defaults and their errors."""
+import os
+import shutil
+import textwrap
+
+import pytest
+
+from generator.spec import load_spec
+from generator_support import (GOLDEN, LAIF_FILES, LAIF_NAME, PYTORCH_FILES, check_easyconfig, laif_text, read_bytes,
+                               run_spec, spec_text)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LUMI AI Factory images (family: laif)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_laif_values():
+    torch = check_easyconfig(os.path.join(GOLDEN, 'laif', LAIF_FILES[0]))
+    assert torch['version'] == '2.9.1'
+    assert torch['versionsuffix'] == '-rocm-6.4.4-python-3.12-singularity-laif-torch-20260225'  # date from tag
+    assert torch['sources'] == ['lumi-multitorch-torch-u24r64f21m43t29-20260225_144743.sif']
+    assert torch['central_sif_dir'] == '/appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743'
+    assert torch['container_entry'] == 'run'
+    assert torch['copy_image'] is False
+    assert torch['container_bind'] == ['/pfs', '/scratch']  # family_defaults replace defaults
+    assert torch['container_env'] == {}
+    assert list(torch['container_env_defaults'].items()) == [
+        ('NCCL_SOCKET_IFNAME', 'hsn0,hsn1,hsn2,hsn3'), ('FI_MR_CACHE_MONITOR', 'userfaultfd')]
+    assert torch['wrapped_commands'] == ['python', 'pip', 'torchrun']
+    assert torch['container_components'] == {'torch': '2.9.1'}
+    assert torch['container_python_version'] == '3.12'
+    assert 'checksums' not in torch and 'container_init' not in torch
+    assert torch['description'] == textwrap.dedent("""
+        PyTorch in a LUMI AI Factory container.
+
+        Container image: lumi-multitorch-torch-u24r64f21m43t29-20260225_144743.sif
+        (PyTorch 2.9.1, ROCm 6.4.4, Python 3.12), with torch 2.9.1.
+        A LUMI AI Factory image: the torch variant of the release in
+        /appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743.
+        """)
+
+    full = check_easyconfig(os.path.join(GOLDEN, 'laif', LAIF_FILES[1]))
+    assert full['versionsuffix'] == '-rocm-7.0.2-python-3.12-singularity-laif-full-20260415'
+    assert full['sources'] == ['lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif']
+    assert full['checksums'] == ['0123456789abcdef' * 4]
+    assert full['container_env'] == {'HF_HUB_OFFLINE': '1'}
+    assert full['container_env_defaults'] == {'FI_MR_CACHE_MONITOR': 'kdreg2', 'QUOTED': 'it\'s "x"'}  # entry wins
+    assert full['wrapped_commands'][-2:] == ['vllm', 'deepspeed']
+    assert 'the full variant of the release in\n/appl/local/laifs/containers/lumi-multitorch-u24r70f21m50t210-' \
+           '20260415_130625.\n' in full['description']
+
+
+def test_env_defaults_rendering():
+    text = read_bytes(os.path.join(GOLDEN, 'laif', LAIF_FILES[1])).decode()
+    assert ("container_env_defaults = {\n    'FI_MR_CACHE_MONITOR': 'kdreg2',\n    'QUOTED': 'it\\'s \"x\"',\n}\n"
+            in text)
+    assert "container_entry = 'run'\n" in text and 'copy_image = False\n' in text
+    # AMD easyconfigs that do not set them do not get the new parameters at all
+    for name in PYTORCH_FILES:
+        amd = read_bytes(os.path.join(GOLDEN, 'PyTorch', name)).decode()
+        for parameter in ('container_env_defaults', 'container_entry', 'copy_image'):
+            assert parameter not in amd
+
+
+def test_laif_base_spec(tmp_path, monkeypatch, capsys):
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, laif_text())
+    assert code == 0, err
+    assert out == os.path.join('out', LAIF_NAME) + '\n'
+    values = check_easyconfig(os.path.join('out', LAIF_NAME))
+    assert values['sources'] == ['lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif']
+    # nothing LAIF-specific is implied: the entry point, copying and environment come from the spec
+    for absent in ('container_entry', 'copy_image', 'container_env_defaults'):
+        assert absent not in values
+
+
+def test_laif_date_from_tag_and_family_in_defaults(tmp_path):
+    path = tmp_path / 'spec.yaml'
+    path.write_text(laif_text(replace=[('  venv: pytorch\n', '  venv: pytorch\n  family: laif\n'),
+                                       ('  - family: laif\n    version', '  - version')]))
+    spec, issues = load_spec(str(path))
+    assert issues == []
+    container = spec.containers[0]
+    assert (container.family, container.date, container.tag) == ('laif', '20260225', '20260225_144743')
+    assert container.release_dir == '/appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743'
+    assert container.filename == LAIF_NAME
+
+
+def test_laif_variant_naming(tmp_path, monkeypatch, capsys):
+    """An exampleVenv-style variant comes after the image variant, like -exampleVenv- in the AMD names."""
+    text = laif_text(append='    variant: exampleVenv\n    pip_requirements: [torchmetrics]\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    assert os.path.basename(out.strip()) == (
+        'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-exampleVenv-20260225.eb')
+
+
+def test_laif_names_are_unique_and_sort_by_date(tmp_path, monkeypatch, capsys):
+    entry = '  - family: laif\n    version: "2.9.1"\n    rocm: "6.4.4"\n    digest: u24r64f21m43t29\n'
+    text = laif_text(append=entry + '    tag: "20260124_092648"\n    image_variant: full\n'
+                     + entry + '    tag: "20260124_092648"\n    image_variant: torch\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    names = [os.path.basename(line) for line in out.splitlines()]
+    assert sorted(names) == [
+        'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260124.eb',
+        LAIF_NAME,
+        'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-torch-20260124.eb',
+    ]
+
+
+def test_amd_entries_ignore_family_defaults(tmp_path, monkeypatch, capsys):
+    plain_code, plain_out, _ = run_spec(tmp_path, monkeypatch, capsys, spec_text())
+    plain = read_bytes(plain_out.strip())
+    shutil.rmtree('out')
+    text = spec_text(append='family_defaults:\n  laif: {copy_image: false, bind: [/pfs]}\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert (plain_code, code) == (0, 0), err
+    assert read_bytes(out.strip()) == plain
+
+
+LAIF_ERROR_CASES = {
+    'family-unknown': (
+        dict(replace=[('family: laif', 'family: laiff')]),
+        ["spec.yaml:8: containers[0].family: 'laiff' is not an image family (allowed: amd, laif)"]),
+    'digest-format': (
+        dict(replace=[('digest: u24r64f21m43t29', 'digest: u24r64')]),
+        ["spec.yaml:11: containers[0].digest: 'u24r64' is not a LAIF digest (u<Ubuntu>r<ROCm>f<libfabric>m<MPICH>"
+         "t<torch>, major and minor run together, e.g. u24r64f21m43t29)"]),
+    'tag-format': (
+        dict(replace=[('tag: "20260225_144743"', 'tag: "2026-02-25"')]),
+        ["spec.yaml:12: containers[0].tag: '2026-02-25' is not a LAIF release tag "
+         "(YYYYMMDD_HHMMSS, e.g. 20260225_144743)"]),
+    'tag-unquoted': (
+        dict(replace=[('tag: "20260225_144743"', 'tag: 20260225_144743')]),
+        ['spec.yaml:12: containers[0].tag: must be a string, quote it: "20260225_144743" '
+         '(unquoted, YAML reads it as an integer 20260225144743)']),
+    'tag-unreal-time': (
+        dict(replace=[('tag: "20260225_144743"', 'tag: "20260225_246000"')]),
+        ["spec.yaml:12: containers[0].tag: '20260225_246000' is not a valid date and time"]),
+    'image-variant-unknown': (
+        dict(replace=[('image_variant: full', 'image_variant: large')]),
+        ["spec.yaml:13: containers[0].image_variant: 'large' is not a LAIF image variant "
+         '(allowed: torch, full, plus, rocm, libfabric, mpich)']),
+    'rocm-not-the-digest': (
+        dict(replace=[('rocm: "6.4.4"', 'rocm: "6.2.4"')]),
+        ["spec.yaml:10: containers[0].rocm: '6.2.4' does not match the digest u24r64f21m43t29 (r64: ROCm 6.4.x)"]),
+    'version-not-the-digest': (
+        dict(replace=[('version: "2.9.1"', 'version: "2.10.0"')]),
+        ["spec.yaml:9: containers[0].version: '2.10.0' does not match the digest u24r64f21m43t29 "
+         '(t29: torch 2.9.x)']),
+    'version-not-t210': (
+        dict(replace=[('rocm: "6.4.4"', 'rocm: "7.0.2"'), ('u24r64f21m43t29', 'u24r70f21m50t210')]),
+        ["spec.yaml:9: containers[0].version: '2.9.1' does not match the digest u24r70f21m50t210 "
+         '(t210: torch 2.10.x)']),
+    'rocm-from-defaults-not-the-digest': (
+        dict(replace=[('    rocm: "6.4.4"\n', ''), ('  venv: pytorch\n', '  venv: pytorch\n  rocm: "6.2.4"\n')]),
+        ["spec.yaml:9: containers[0].rocm: '6.2.4' does not match the digest u24r64f21m43t29 (r64: ROCm 6.4.x)"]),
+    'date-not-the-tag': (
+        dict(append='    date: "20260226"\n'),
+        ["spec.yaml:14: containers[0].date: '20260226' does not match the tag 20260225_144743 "
+         '(its date is 20260225; or leave date out)']),
+    'dockerhash-in-laif': (
+        dict(append='    dockerhash: 0d479e852886\n'),
+        ["spec.yaml:14: containers[0].dockerhash: 'dockerhash' is only for family: amd (this entry is family: laif)"]),
+    'missing-laif-keys': (
+        dict(replace=[('    digest: u24r64f21m43t29\n    tag: "20260225_144743"\n    image_variant: full\n', '')]),
+        ['spec.yaml:8: containers[0].digest: missing required key (set it in the container entry)',
+         'spec.yaml:8: containers[0].tag: missing required key (set it in the container entry)',
+         'spec.yaml:8: containers[0].image_variant: missing required key (set it in the container entry)']),
+    'missing-rocm': (
+        dict(replace=[('    rocm: "6.4.4"\n', '')]),
+        ['spec.yaml:8: containers[0].rocm: missing required key (set it in the container entry or in defaults)']),
+    'container-entry-unknown': (
+        dict(append='    container_entry: shell\n'),
+        ["spec.yaml:14: containers[0].container_entry: 'shell' is neither 'exec' nor 'run'"]),
+    'copy-image-not-a-boolean': (
+        dict(append='    copy_image: "no"\n'),
+        ['spec.yaml:14: containers[0].copy_image: must be true or false, got a string']),
+    'env-defaults-bad': (
+        dict(append='    env_defaults:\n      1BAD: x\n      OK: 3\n'),
+        ["spec.yaml:15: containers[0].env_defaults.1BAD: '1BAD' is not a valid environment variable name",
+         'spec.yaml:16: containers[0].env_defaults.OK: must be a string, quote it: "3" '
+         '(unquoted, YAML reads it as an integer 3)']),
+    'env-defaults-not-a-mapping': (
+        dict(append='    env_defaults: [A=1]\n'),
+        ['spec.yaml:14: containers[0].env_defaults: must be a mapping, got a list']),
+    'family-defaults-not-a-mapping': (
+        dict(append='family_defaults: [laif]\n'),
+        ['spec.yaml:14: family_defaults: must be a mapping of image families to defaults, got a list']),
+    'family-defaults-unknown-family': (
+        dict(append='family_defaults:\n  amdd: {}\n'),
+        ["spec.yaml:15: family_defaults.amdd: 'amdd' is not an image family (allowed: amd, laif)"]),
+    'family-defaults-sets-family': (
+        dict(append='family_defaults:\n  laif: {family: laif}\n'),
+        ["spec.yaml:15: family_defaults.laif.family: 'family' is not allowed in family_defaults "
+         '(set it in the container entry or in defaults)']),
+    'family-defaults-container-key': (
+        dict(append='family_defaults:\n  laif:\n    tag: "20260225_144743"\n'),
+        ["spec.yaml:16: family_defaults.laif.tag: 'tag' is not allowed in family_defaults (set it per container)"]),
+    'family-defaults-bad-value': (
+        dict(append='family_defaults:\n  laif:\n    copy_image: "no"\n'),
+        ['spec.yaml:16: family_defaults.laif.copy_image: must be true or false, got a string']),
+    'digest-trailing-newline': (
+        dict(replace=[('digest: u24r64f21m43t29', 'digest: "u24r64f21m43t29\\n"')]),
+        ["spec.yaml:11: containers[0].digest: 'u24r64f21m43t29\\n' is not a LAIF digest (u<Ubuntu>r<ROCm>"
+         "f<libfabric>m<MPICH>t<torch>, major and minor run together, e.g. u24r64f21m43t29)"]),
+    'digest-other-digits': (  # \d would take any Unicode digit, into the image's file name
+        dict(replace=[('digest: u24r64f21m43t29', 'digest: u\u0662\u0664r64f21m43t29')]),
+        ["spec.yaml:11: containers[0].digest: 'u\u0662\u0664r64f21m43t29' is not a LAIF digest (u<Ubuntu>r<ROCm>"
+         "f<libfabric>m<MPICH>t<torch>, major and minor run together, e.g. u24r64f21m43t29)"]),
+    'image-variant-trailing-newline': (
+        dict(replace=[('image_variant: full', 'image_variant: "full\\n"')]),
+        ["spec.yaml:13: containers[0].image_variant: 'full\\n' is not a LAIF image variant "
+         '(allowed: torch, full, plus, rocm, libfabric, mpich)']),
+    'same-file-same-day': (
+        dict(append='  - family: laif\n    version: "2.9.1"\n    rocm: "6.4.4"\n    digest: u24r64f21m43t29\n'
+                    '    tag: "20260225_160000"\n    image_variant: full\n'),
+        ['spec.yaml:14: containers[1]: would produce the same file %s as containers[0]' % LAIF_NAME]),
+}
+
+
+@pytest.mark.parametrize('case', sorted(LAIF_ERROR_CASES))
+def test_laif_validation_errors(case, tmp_path, monkeypatch, capsys):
+    kwargs, expected = LAIF_ERROR_CASES[case]
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, laif_text(**kwargs))
+    assert (code, out) == (2, '')
+    assert err.splitlines() == expected + ['generate-ec: %d error(s), nothing written' % len(expected)]
+    assert not os.path.exists('out')
+
+
+def test_laif_keys_in_an_amd_entry(tmp_path, monkeypatch, capsys):
+    text = spec_text(append='    digest: u24r64f21m43t29\n    tag: "20260225_144743"\n')
+    code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 2
+    assert err.splitlines() == [
+        "spec.yaml:12: containers[0].digest: 'digest' is only for family: laif (this entry is family: amd)",
+        "spec.yaml:13: containers[0].tag: 'tag' is only for family: laif (this entry is family: amd)",
+        'generate-ec: 2 error(s), nothing written',
+    ]
