@@ -261,6 +261,18 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               'list', "a list of module names", pattern_problem(MODULE_NAME, 'a module name')),
 ])
 
+
+def venv_name(software_name, container_venv):
+    """The virtual environment's name: container_venv, by default the software name in lower case (generate-ec
+    names it in the module's description too)."""
+    return container_venv or software_name.lower()
+
+
+def container_venv_path(name):
+    """The virtual environment called name, as the container sees it."""
+    return '%s/venv/%s' % (CONTAINER_USER_SOFTWARE, name)
+
+
 TYPE_NAMES = [(bool, 'a boolean'), (str, 'a string'), (int, 'an integer'), (float, 'a float'), (list, 'a list'),
               (tuple, 'a tuple'), (dict, 'a dict'), (type(None), 'None')]
 
@@ -323,8 +335,8 @@ class SingularityContainer(EasyBlock):
         """Initialise the names derived from the easyconfig."""
         super(SingularityContainer, self).__init__(*args, **kwargs)
         self.var_suffix = convert_name(self.name, upper=True)
-        self.venv_name = self.cfg['container_venv'] or self.name.lower()
-        self.container_venv = '%s/venv/%s' % (CONTAINER_USER_SOFTWARE, self.venv_name)
+        self.venv_name = venv_name(self.name, self.cfg['container_venv'])
+        self.container_venv = container_venv_path(self.venv_name)
         self.installed_now = False  # not with --module-only, say
         self.user_software_lock = None  # the open lock file while a reinstall holds it
 
