@@ -25,6 +25,23 @@ def generate_ec_command():
     return path
 
 
+def laif_easyconfig_names(spec):
+    """The easyconfig names of the spec's LAIF entries, by the naming rule of README.md (written out here, so that
+    generate-ec's own code is checked against it), and the releases (tags) with their image variants."""
+    names, variants = [], {}
+    for entry in spec['containers']:
+        family = entry.get('family', spec['defaults'].get('family'))
+        if family != 'laif':
+            continue
+        values = dict(spec['defaults'], **spec.get('family_defaults', {}).get('laif', {}))
+        values.update(entry)
+        names.append('%s-%s-rocm-%s-python-%s-singularity-laif-%s%s-%s.eb' % (
+            spec['name'], values['version'], values['rocm'], values['container_python_version'],
+            values['image_variant'], '-' + values['variant'] if values.get('variant') else '', values['tag'][:8]))
+        variants.setdefault(values['tag'], set()).add(values['image_variant'])
+    return names, variants
+
+
 def test_easyconfigs_match_their_spec():
     generate_ec = generate_ec_command()
     proc = run([generate_ec, '--check', '-o', '.', 'PyTorch.yaml'], cwd=EC_DIR, check=False)
@@ -34,15 +51,13 @@ def test_easyconfigs_match_their_spec():
     assert 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb' in names
     assert 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-exampleVenv-20250827.eb' in names
     assert 'PyTorch-2.3.1-rocm-6.0.3-python-3.12-singularity-exampleVenv-20240923.eb' in names
-    # LUMI AI Factory images: the torch and the full variant of each release. Their easyconfigs use the
-    # easyblock's container_entry, copy_image and container_env_defaults, so test_check_style_and_dry_run needs
+    # LUMI AI Factory images: the torch and the full variant of each release in the spec. Their easyconfigs use
+    # the easyblock's container_entry, copy_image and container_env_defaults, so test_check_style_and_dry_run needs
     # an easyblock with those parameters.
     laif = [name for name in names if '-singularity-laif-' in name]
-    releases = [('2.9.1', '6.4.4', date) for date in ('20260124', '20260216', '20260225', '20260319')]
-    releases.append(('2.10.0', '7.0.2', '20260415'))
-    expected = ['PyTorch-%s-rocm-%s-python-3.12-singularity-laif-%s-%s.eb' % (torch, rocm, variant, date)
-                for torch, rocm, date in releases for variant in ('torch', 'full')]
-    assert sorted(laif) == sorted(expected)
+    expected, variants = laif_easyconfig_names(yaml.safe_load((EC_DIR / 'PyTorch.yaml').read_text()))
+    assert sorted(laif) == sorted(expected) and len(variants) >= 5
+    assert all(found == {'torch', 'full'} for found in variants.values()), variants
     full = (EC_DIR / 'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260225.eb').read_text()
     for line in ("container_entry = 'run'\n", 'copy_image = False\n', "    'FI_MR_CACHE_MONITOR': 'userfaultfd',\n",
                  "sources = ['lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif']\n",
@@ -78,9 +93,9 @@ def test_generated_easyconfig_installs_and_works(tmp_path):
     for requirement in spec['defaults']['pip_requirements']:
         write_wheel(wheels, requirement, code='GENERATED = True\n')
     spec['defaults'].update(
-        python=CONTAINER_PYTHON_VERSION, bind=['/tmp'], pip_install_options=['--no-index', '--find-links=%s' % wheels],
-        squash_user_software=SQUASHFS_WORKS,
-        wrapped_commands=[cmd.replace(spec['defaults']['python'], CONTAINER_PYTHON_VERSION)
+        container_python_version=CONTAINER_PYTHON_VERSION, container_bind=['/tmp'],
+        pip_install_options=['--no-index', '--find-links=%s' % wheels], squash_user_software=SQUASHFS_WORKS,
+        wrapped_commands=[cmd.replace(spec['defaults']['container_python_version'], CONTAINER_PYTHON_VERSION)
                           for cmd in spec['defaults']['wrapped_commands']])
     entry = next(c for c in spec['containers'] if c['version'] == '2.7.1' and 'variant' not in c)
     spec['containers'] = [entry]
@@ -92,7 +107,7 @@ def test_generated_easyconfig_installs_and_works(tmp_path):
 
     # The image: the spec's components as installed distributions, found through PYTHONPATH.
     dists = tmp_path / 'dists'
-    for name, version in entry['components'].items():
+    for name, version in entry['container_components'].items():
         info = dists / ('%s-%s.dist-info' % (name.replace('-', '_'), version))
         info.mkdir(parents=True)
         (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: %s\nVersion: %s\n' % (name, version))
