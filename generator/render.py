@@ -10,6 +10,7 @@ from collections import namedtuple
 
 import jinja2
 
+from generator import easyconfig_names
 from generator.easyblock import easyblock
 
 MAX_LINE = 120
@@ -197,11 +198,13 @@ def parameter_assignments(container):
 def render(spec, container):
     """Easyconfig text for one container of a validated spec."""
     template = environment().get_template('easyconfig.eb.j2')
+    field = easyconfig_names.names(spec.easybuild)
     text = template.render(
         spec=spec,
         c=container,
+        field=field,
         spec_file=_safe_comment(spec.source_name),
-        whatis=py_list('whatis', [whatis_description(spec)], one_line=False),
+        whatis=py_list(field['whatis'], [whatis_description(spec)], one_line=False),
         description=description_text(spec, container),
         parameters=parameter_assignments(container),
     )

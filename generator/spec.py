@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from generator import families
+from generator import easyconfig_names, families
 from generator.easyblock import easyblock
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -97,6 +97,7 @@ class Spec:
     description: str
     moduleclass: str
     containers: list = field(default_factory=list)
+    easybuild: Optional[str] = None  # '5': EasyBuild 5's names of easyconfig fields; None: names 4.9 reads too
 
     @property
     def source_name(self):
@@ -275,7 +276,8 @@ def load_yaml(path):
 # Validation
 # ---------------------------------------------------------------------------------------------------------------
 
-TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'family_defaults', 'containers')
+TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'easybuild', 'easybuild_4_9', 'defaults',
+            'family_defaults', 'containers')
 TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
 
 # Matched from the start, as the easyblock's patterns are (pattern_problem): \Z, as $ would take a newline at the
@@ -632,6 +634,31 @@ def _check_top(chk, data):
     return (name if name_ok else None), moduleclass
 
 
+EASYBUILD_5 = ("must be 5, for EasyBuild 5's names of easyconfig fields (%s), or left out, for names that "
+               "EasyBuild 4.9 and 5 both read; not %%s" % easyconfig_names.renamed_fields())
+EASYBUILD_5_WITH_4_9 = ("5 writes EasyBuild 5's names of easyconfig fields (%s), which EasyBuild 4.9 "
+                        "does not read, but easybuild_4_9: true (line %%d) says the easyconfigs must work with "
+                        "EasyBuild 4.9 too: remove one of the two" % easyconfig_names.renamed_fields())
+
+
+def _check_easybuild(chk, data):
+    """The EasyBuild whose names the easyconfigs use: '5' (easybuild: 5), or None: names that 4.9 and 5 both read
+    (easybuild_4_9: true says they must)."""
+    if 'easybuild_4_9' in data:
+        chk.boolean(('easybuild_4_9',), data['easybuild_4_9'])
+    if 'easybuild' not in data:
+        return None
+    value = data['easybuild']
+    if str(value) != '5':
+        chk.error(('easybuild',), EASYBUILD_5 % (chk.smap.raw.get(('easybuild',)) or _kind(value)))
+        return None
+    if not chk.no_problem(('easybuild',), easyconfig_names.easybuild_5_problem()):
+        return None
+    if data.get('easybuild_4_9') is True:
+        chk.error(('easybuild',), EASYBUILD_5_WITH_4_9 % chk.smap.key_line(('easybuild_4_9',)))
+    return '5'
+
+
 def _given_values(chk, path, mapping, allowed):
     """Validate the allowed keys of ``mapping``: {key: value, or _INVALID when the value is not valid}; a key under
     its old name counts as an invalid one under its new name (it is reported as renamed, and only so)."""
@@ -760,6 +787,7 @@ def load_spec(source):
         return None, chk.issues
 
     name, moduleclass = _check_top(chk, data)
+    easybuild_version = _check_easybuild(chk, data)
     defaults = _check_defaults(chk, data)
     family_defaults = _check_family_defaults(chk, data)
     containers, seen_files = [], {}
@@ -777,7 +805,7 @@ def load_spec(source):
     if chk.issues:
         return None, sorted(chk.issues, key=lambda issue: issue.line)
     spec = Spec(source=source, name=name, homepage=data['homepage'], description=data['description'],
-                moduleclass=moduleclass, containers=containers)
+                moduleclass=moduleclass, containers=containers, easybuild=easybuild_version)
     return spec, []
 
 

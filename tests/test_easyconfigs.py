@@ -2,6 +2,7 @@
 and installed for real from the shipped spec."""
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,8 +79,24 @@ def test_check_style_and_dry_run(tmp_path, eb_version):
         assert 'PyTorch/%s' % ec.name[len('PyTorch-'):-len('.eb')] in out
 
 
-def test_generated_easyconfig_installs_and_works(tmp_path):
-    """The shipped spec's exampleVenv entry, adapted only to this machine, generated and installed with eb.
+def check_easybuild_5_names(tmp_path, ec):
+    """An easyconfig with EasyBuild 5's names: clean for EasyBuild 5's --check-style and -x; EasyBuild 4.9 cannot
+    read it (which is why a spec cannot ask for both)."""
+    text = ec.read_text()
+    assert "\nversion_suffix = '" in text and "\nenv_mod_category = 'devel'\n" in text
+    assert '\nversionsuffix = ' not in text and '\nmoduleclass = ' not in text
+    with tempfile.TemporaryDirectory(prefix='eb5-') as short:  # eb -x names a lock after its whole prefix path
+        eb5 = Installation(short)
+        eb5.eb('--check-style', ec)
+        assert ec.name[:-len('.eb')].replace('PyTorch-', 'PyTorch/', 1) in eb5.eb('-x', ec).stdout
+        proc = Installation(Path(short) / '4.9', eb_version='4.9').eb('-x', ec, check=False)
+    assert proc.returncode != 0 and 'version_suffix -> versionsuffix' in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize('names', ['4.9-and-5', '5'])
+def test_generated_easyconfig_installs_and_works(tmp_path, names):
+    """The shipped spec's exampleVenv entry, adapted only to this machine, generated and installed with eb (5):
+    with the names of easyconfig fields that EasyBuild 4.9 and 5 both read, and with EasyBuild 5's (easybuild: 5).
 
     Adapted: the Python version (the test image's), the binds (LUMI's file systems do not exist here) and
     pip's options (local wheels, no network). The image is a real SIF with the components' metadata, named
@@ -99,11 +116,16 @@ def test_generated_easyconfig_installs_and_works(tmp_path):
                           for cmd in spec['defaults']['wrapped_commands']])
     entry = next(c for c in spec['containers'] if c['version'] == '2.7.1' and 'variant' not in c)
     spec['containers'] = [entry]
+    if names == '5':
+        del spec['easybuild_4_9']
+        spec['easybuild'] = 5
     (tmp_path / 'spec.yaml').write_text(yaml.safe_dump(spec))
     run([generate_ec_command(), '-o', str(tmp_path / 'ecs'), str(tmp_path / 'spec.yaml')])
     suffix = '-rocm-6.2.4-python-%s-singularity-exampleVenv-20250827' % CONTAINER_PYTHON_VERSION
     ec = tmp_path / 'ecs' / ('PyTorch-2.7.1%s.eb' % suffix)
     assert [p.name for p in (tmp_path / 'ecs').iterdir()] == [ec.name]
+    if names == '5':
+        check_easybuild_5_names(tmp_path, ec)
 
     # The image: the spec's components as installed distributions, found through PYTHONPATH.
     dists = tmp_path / 'dists'
