@@ -586,6 +586,9 @@ FIELDS = (
     + tuple(_parameter_field(name) for name in easyblock.PARAMETERS)
 )
 FIELDS_BY_KEY = {fld.key: fld for fld in FIELDS}
+if len(FIELDS_BY_KEY) != len(FIELDS):  # a family's key under the name of another key: one would hide the other
+    raise ImportError('generate-ec: a key of an image family has the name of another key of the spec: %s; name it '
+                      'differently' % ', '.join(sorted({f.key for f in FIELDS if f is not FIELDS_BY_KEY[f.key]})))
 CONTAINER_ONLY_KEYS = tuple(fld.key for fld in FIELDS if fld.where == CONTAINER)
 SHARED_KEYS = tuple(fld.key for fld in FIELDS if fld.where == SHARED)
 CONTAINER_KEYS = tuple(fld.key for fld in FIELDS)

@@ -987,6 +987,19 @@ def test_a_new_family_is_one_module(tmp_path):
         "bad.yaml:12: containers[0].jax_build: 'jax_build' is only for family: jax (this entry is family: amd)")
 
 
+def test_a_family_key_must_not_hide_another(tmp_path):
+    """A family module whose key has the name of another key of the spec stops generate-ec, saying which."""
+    shutil.copytree(os.path.join(REPO, 'generator'), str(tmp_path / 'generator'),
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    (tmp_path / 'generator' / 'families' / 'jax.py').write_text(JAX_FAMILY.replace("'jax_build'", "'digest'"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([sys.executable, '-m', 'generator', '--list', 'spec.yaml'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert ('ImportError: generate-ec: a key of an image family has the name of another key of the spec: digest; '
+            'name it differently') in proc.stderr
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Escaping, wrapping and style of unusual values
 # ---------------------------------------------------------------------------------------------------------------

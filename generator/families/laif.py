@@ -8,7 +8,7 @@ The digest names the main versions, each as major and minor run together: u<Ubun
 m<MPICH> t<torch>, e.g. u24r64f21m43t29 = Ubuntu 24.04, ROCm 6.4, libfabric 2.1, MPICH 4.3, torch 2.9; t210 is
 torch 2.10.  The tag is the release's date and time, YYYYMMDD_HHMMSS.
 
-Easyconfig:        <name>-<version>-rocm-<rocm>-python-<python>-singularity-laif-<variant>[-<variant>]-<date>.eb
+Easyconfig:        <name>-<version>-rocm-<rocm>-python-<python>-singularity-laif-<variant>[-<spec variant>]-<date>.eb
 """
 
 import datetime
