@@ -1455,7 +1455,8 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv.
 USER_SOFTWARE_PATHS = fill_template(r'''# The install dir this script lives in (module loaded or not), with the venv
 # unpacked in @us_dir@/ or packed in @us_squashfs@.
-root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+root=$(readlink -f "${BASH_SOURCE[0]}")
+root=${root%/*/*}
 dir="$root/@us_dir@"
 squashfs="$root/@us_squashfs@"''', us_dir=USER_SOFTWARE, us_squashfs=USER_SOFTWARE_SQUASHFS)
 
@@ -1506,19 +1507,24 @@ __cache_root="@cache_root@/${USER:-$(id -un)}-caches"
 if [ -n "${SLURM_JOB_ID:-}" ]; then
     __cache_root="$__cache_root-$SLURM_JOB_ID-${SLURM_NODEID:-0}"
 fi
+__cache_dirs=()
 for __cache in @cache_dirs@; do
-    __cache_dir=$(printenv "${__cache%%=*}") || __cache_dir=
+    __cache_name=${__cache%%=*}
+    __cache_dir=${!__cache_name-}
     if [ -z "$__cache_dir" ]; then
         __cache_dir="$__cache_root/${__cache#*=}"
     elif [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
         [ "${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}" != "$__cache_dir" ]; then
         __cache_dir="$__cache_root/${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}"
     fi
-    export "${__cache%%=*}=$__cache_dir"
-    mkdir -p "$__cache_dir" 2>/dev/null || true
+    export "$__cache_name=$__cache_dir"
+    __cache_dirs+=("$__cache_dir")
 done
+if [ "${#__cache_dirs[@]}" -gt 0 ]; then
+    mkdir -p "${__cache_dirs[@]}" 2>/dev/null || true
+fi
 export SINGULARITYCONTAINER_CACHE_ROOT="$__cache_root"
-unset __cache __cache_dir __cache_root'''
+unset __cache __cache_name __cache_dir __cache_dirs __cache_root'''
 
 # The pieces above, by their placeholder in the script templates
 SCRIPT_SNIPPETS = {
