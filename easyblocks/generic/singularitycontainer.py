@@ -79,6 +79,14 @@ IMAGE_COMMANDS_MODULE = 'singularitycontainer_image_commands'
 IMAGE_COMMANDS_MANIFEST = '.image-commands'
 CONTAINER_ENTRIES = ('exec', 'run')
 
+# Caches that PyTorch and its tools write under $HOME by default, and where they go instead: a directory of each under
+# CACHE_ROOT (per user, job and node; see CACHE_SETUP), for container_cache_dirs
+CACHE_DIRS = OrderedDict([('MIOPEN_USER_DB_PATH', 'miopen'), ('MIOPEN_CUSTOM_CACHE_DIR', 'miopen'),
+                          ('TRITON_CACHE_DIR', 'triton'), ('TORCHINDUCTOR_CACHE_DIR', 'torchinductor'),
+                          ('TORCH_EXTENSIONS_DIR', 'torch_extensions'), ('VLLM_CACHE_ROOT', 'vllm')])
+# node-local: MIOpen's databases need file locks, which Lustre lacks, and ranks must not share a compile cache
+CACHE_ROOT = '/tmp'
+
 # lines of a failing command's output quoted in the error message
 ERROR_TAIL_LINES = 25
 # Set in the container by the module (or by the runtime from the module's values): container_env must not set them.
@@ -241,6 +249,14 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               "'torchrun']",
               'list', "a list of command names (letters, digits and '_.+-'), each once, none of the module's own",
               wrapped_command_problem, unique=True),
+    Parameter('container_cache_dirs', CACHE_DIRS,
+              "Cache directories the module sets where the user has not set them ({'VARIABLE': 'subdirectory'}), "
+              "so that PyTorch's and its tools' caches stay off $HOME (quota, Lustre) and apart per job and node: "
+              "%s/<user>-caches-<job>-<node>/<subdirectory>, created when a wrapper or a run script starts" %
+              CACHE_ROOT,
+              'dict', "a dict of variable names to subdirectory names",
+              pattern_problem(ENV_NAME, 'a valid environment variable name'),
+              pattern_problem(COMMAND_NAME, 'a directory name (letters, digits and \'_.+-\')')),
     Parameter('torch_runscripts', False,
               "Write the run scripts for torch.distributed jobs under Slurm: conda-python-distributed, "
               "torchrun-distributed, distributed-env and get-master",
@@ -601,6 +617,8 @@ class SingularityContainer(EasyBlock):
             'sif_var': 'SIF' + self.var_suffix,
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
+            'cache_setup': fill_template(CACHE_SETUP, cache_root=sh_str(CACHE_ROOT), cache_dirs=' '.join(
+                sh_str('%s=%s' % item) for item in self.cfg['container_cache_dirs'].items())),
         }
         if script.launch:
             values['launch'] = self.launch_code(name, script.launch)
@@ -718,19 +736,10 @@ class SingularityContainer(EasyBlock):
         for key, value in self.container_environment():
             env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
         env += [(key, value) for key, value in self.cfg['container_env_defaults'].items() if key not in os.environ]
-        cmd = ' '.join([self.installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
+        cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
                        [sh_str(self.container_runtime()), self.cfg['container_entry'], sh_str(self.installed_sif()),
                         '/bin/bash', '-c', sh_str(READABLE_BY_ALL + '\n' + script)])
         return self.run_checked(cmd, what)
-
-    @staticmethod
-    def installer_independent_env():
-        """An env command line start that keeps the installer's Python and pip settings out of the container (the
-        runtime passes the host's environment in and binds their home): what the install writes must not depend on
-        who installs. PYTHONPATH, PIP_* and the like go; no user site (~/.local); no pip configuration files."""
-        unset = sorted(key for key in os.environ if key.startswith(('PYTHON', 'PIP_')))
-        return ' '.join(['env'] + ['-u %s' % sh_str(key) for key in unset] +
-                        ['PYTHONNOUSERSITE=1', 'PIP_CONFIG_FILE=%s' % os.devnull])
 
     def run_checked(self, cmd, what):
         """Run a shell command with EasyBuild, log its output; fail with its last lines if it fails."""
@@ -802,7 +811,7 @@ class SingularityContainer(EasyBlock):
         handle, path = tempfile.mkstemp(prefix='container-checks-', suffix='.json')
         with os.fdopen(handle, 'w') as checks_file:
             json.dump(checks, checks_file)
-        return '%s start-shell -c %s check %s < %s' % (self.installer_independent_env(), sh_str('python -c "$1"'),
+        return '%s start-shell -c %s check %s < %s' % (installer_independent_env(), sh_str('python -c "$1"'),
                                                        sh_str(CONTAINER_CHECK_SCRIPT), sh_str(path))
 
     # module: the help, the fingerprints of the user software, the load-time logic
@@ -847,6 +856,12 @@ class SingularityContainer(EasyBlock):
             "Commands outside the container (in $CONTAINERROOT/bin):",
         ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
             "",
+            "Caches stay off $HOME, apart per job and node: unless you set them, %s are directories in "
+            "%s/<user>-caches-<job>-<node>/ (made when a wrapper or a run script starts; loaded outside a job, the "
+            "module's own values say <user>-caches). To keep a cache across jobs, set it yourself, e.g. "
+            "export TRITON_CACHE_DIR=/scratch/<project>/$USER/triton." % (
+                ', '.join(self.cfg['container_cache_dirs']) or 'none', CACHE_ROOT),
+            "",
             "To add or remove packages: venv-pip install <package> (or -r requirements.txt, uninstall, list, ...) "
             "outside the container: it unpacks the virtual environment if it is packed, runs pip, packs it again and "
             "puts it in place in one step; new jobs see the change, no reload needed.",
@@ -873,6 +888,7 @@ class SingularityContainer(EasyBlock):
         # Tcl's error message is a "..." word with $variables in it: the module name goes in without quoting chars
         mod_name = {'mod_name': quote(self.full_mod_name)} if lua else {
             'mod_name_text': re.sub(r'[\\"$\[\]{}]', '', self.full_mod_name)}
+        cache_root = {'cache_root': quote(CACHE_ROOT)} if lua else {'cache_root_text': CACHE_ROOT}
         return txt + fill_template(
             template, family=quote(MODULE_FAMILY), conflicts=conflicts, installdir=quote(self.installdir),
             sif_name=quote(self.sif_name), suffix=quote(self.var_suffix), sif_path=quote(self.module_sif()),
@@ -881,7 +897,8 @@ class SingularityContainer(EasyBlock):
             runscripts_bind=quote(self.runscripts_bind()),
             us_squashfs=quote(USER_SOFTWARE_SQUASHFS), us_dir=quote(USER_SOFTWARE),
             prepend_path=quote(self.prepend_path()), container_env=pairs(self.container_environment()),
-            env_defaults=pairs(self.cfg['container_env_defaults'].items()), **mod_name)
+            env_defaults=pairs(self.cfg['container_env_defaults'].items()),
+            cache_dirs=pairs(self.cfg['container_cache_dirs'].items()), **dict(mod_name, **cache_root))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -951,6 +968,15 @@ def tree_fingerprint(path):
             entry = os.lstat(os.path.join(root, name))
             count, size, newest = count + 1, size + entry.st_size, max(newest, entry.st_mtime_ns)
     return [count, size, newest]
+
+
+def installer_independent_env():
+    """An env command line start that keeps the installer's Python and pip settings out of the container (the
+    runtime passes the host's environment in and binds their home): what the install writes must not depend on who
+    installs. PYTHONPATH, PIP_* and the like go; no user site (~/.local); no pip configuration files."""
+    unset = sorted(key for key in os.environ if key.startswith(('PYTHON', 'PIP_')))
+    return ' '.join(['env'] + ['-u %s' % sh_str(key) for key in unset] +
+                    ['PYTHONNOUSERSITE=1', 'PIP_CONFIG_FILE=%s' % os.devnull])
 
 
 def requirement_names(requirement_lines):
@@ -1155,10 +1181,20 @@ end
 
 -- Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
 -- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
+-- The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
+-- wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
+local job = os.getenv("SLURM_JOB_ID")
+local cache_root = @cache_root@ .. "/" .. (os.getenv("USER") or "nobody") .. "-caches" ..
+                   (job and ("-" .. job .. "-" .. (os.getenv("SLURM_NODEID") or "0")) or "")
+local defaults = @env_defaults@
+for _, item in ipairs(@cache_dirs@) do
+    defaults[#defaults + 1] = {item[1], cache_root .. "/" .. item[2]}
+end
+restorable_env("SINGULARITYCONTAINER_CACHE_ROOT", cache_root)
 local defaults_set = "SINGULARITYCONTAINER_DEFAULTS_" .. suffix
 local set_before = " " .. (os.getenv(defaults_set) or "") .. " "
 local set_now = {}
-for _, item in ipairs(@env_defaults@) do
+for _, item in ipairs(defaults) do
     if mode() == "unload" then
         if set_before:find(" " .. item[1] .. " ", 1, true) then
             restorable_env(item[1], item[2])
@@ -1322,10 +1358,21 @@ foreach {key value} @container_env@ {
 
 # Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
 # that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
+# The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
+# wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
+set cache_root "@cache_root_text@/[expr {[info exists ::env(USER)] ? $::env(USER) : "nobody"}]-caches"
+if { [info exists ::env(SLURM_JOB_ID)] } {
+    append cache_root "-$::env(SLURM_JOB_ID)-[expr {[info exists ::env(SLURM_NODEID)] ? $::env(SLURM_NODEID) : 0}]"
+}
+set defaults @env_defaults@
+foreach {key subdir} @cache_dirs@ {
+    lappend defaults $key "$cache_root/$subdir"
+}
+restorable_env SINGULARITYCONTAINER_CACHE_ROOT $cache_root
 set defaults_set SINGULARITYCONTAINER_DEFAULTS_$suffix
 set set_before [split [user_value $defaults_set]]
 set set_now {}
-foreach {key value} @env_defaults@ {
+foreach {key value} $defaults {
     if { [unloading] } {
         if { [lsearch -exact $set_before $key] >= 0 } {
             restorable_env $key $value
@@ -1378,6 +1425,7 @@ if [ ! -f "$squashfs" ] && [ ! -d "$dir" ]; then
     echo "${0##*/}: warning: the virtual environment of $module is missing (neither $squashfs nor $dir exists):" \
         "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put the file back." >&2
 fi
+@cache_setup@
 @launch@
 '''
 
@@ -1419,7 +1467,8 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv.
 USER_SOFTWARE_PATHS = fill_template(r'''# The install dir this script lives in (module loaded or not), with the venv
 # unpacked in @us_dir@/ or packed in @us_squashfs@.
-root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+root=$(readlink -f "${BASH_SOURCE[0]}")
+root=${root%/*/*}
 dir="$root/@us_dir@"
 squashfs="$root/@us_squashfs@"''', us_dir=USER_SOFTWARE, us_squashfs=USER_SOFTWARE_SQUASHFS)
 
@@ -1462,6 +1511,33 @@ READABLE_BY_ALL = r'''# What this writes is for everyone who may read the instal
 # whatever the user's umask: who that is, the install dir's own permissions say.
 umask 022'''
 
+# The caches (container_cache_dirs) for the job and node this runs in: /tmp/<user>-caches-<job>-<node>/<subdir>. A
+# value of the user's stays; a value the module set when it was loaded (elsewhere, or outside the job) moves here.
+# Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
+CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays
+__cache_root="@cache_root@/${USER:-$(id -un)}-caches"
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+    __cache_root="$__cache_root-$SLURM_JOB_ID-${SLURM_NODEID:-0}"
+fi
+__cache_dirs=()
+for __cache in @cache_dirs@; do
+    __cache_name=${__cache%%=*}
+    __cache_dir=${!__cache_name-}
+    if [ -z "$__cache_dir" ]; then
+        __cache_dir="$__cache_root/${__cache#*=}"
+    elif [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
+        [ "${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}" != "$__cache_dir" ]; then
+        __cache_dir="$__cache_root/${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}"
+    fi
+    export "$__cache_name=$__cache_dir"
+    __cache_dirs+=("$__cache_dir")
+done
+if [ "${#__cache_dirs[@]}" -gt 0 ]; then
+    mkdir -p "${__cache_dirs[@]}" 2>/dev/null || true
+fi
+export SINGULARITYCONTAINER_CACHE_ROOT="$__cache_root"
+unset __cache __cache_name __cache_dir __cache_dirs __cache_root'''
+
 # The pieces above, by their placeholder in the script templates
 SCRIPT_SNIPPETS = {
     'readable_by_all': READABLE_BY_ALL,
@@ -1492,10 +1568,9 @@ venv=@venv@
 pip() {
     exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
 }
-# pip, then the image's commands for the venv again (a package that pip removed may have hidden one of them)
-pip_then_image_commands() {
-    "$runtime" @entry@ "$sif" @python@ -m pip "$@" &&
-        "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
+# After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
+image_commands() {
+    exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
 }
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
@@ -1536,18 +1611,6 @@ use_for_user_software() {
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
 
-if [ ! -f "$squashfs" ]; then
-    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
-    use_for_user_software "$dir"
-    pip_then_image_commands "$@"  # keeps the lock until pip ends
-    exit 0
-fi
-# After unmake-squashfs both are there: changing one of them would leave the other behind, silently
-[ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
-    "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
-
-work="$dir.venv-pip.tmp.$(hostname).$$"
-new="$squashfs.tmp.$(hostname).$$"
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
 # ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
 # before it uninstalls).
@@ -1567,20 +1630,35 @@ stop() {
     fi
     exit "$1"
 }
-trap 'rm -rf "$work" "$new"' EXIT
 trap 'stop 129' HUP
 trap 'stop 130' INT
 trap 'stop 143' TERM
+
+if [ ! -f "$squashfs" ]; then
+    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
+    use_for_user_software "$dir"
+    in_background pip "$@"  # the lock is held until pip and image_commands end
+    in_background image_commands
+    exit 0
+fi
+# After unmake-squashfs both are there: changing one of them would leave the other behind, silently
+[ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
+    "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
+
+work="$dir.venv-pip.tmp.$(hostname).$$"
+new="$squashfs.tmp.$(hostname).$$"
+trap 'rm -rf "$work" "$new"' EXIT
 in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/null ||
     die "cannot unpack $squashfs; nothing was changed"
 use_for_user_software "$work"
 before=$(venv_state "$work")
 status=0
-in_background pip_then_image_commands "$@" || status=$?
+in_background pip "$@" || status=$?
 if [ "$status" -ne 0 ]; then
     echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
     exit "$status"
 fi
+in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
 if [ "$(venv_state "$work")" = "$before" ]; then
     echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
     exit 0
@@ -1666,6 +1744,7 @@ if [ -f @venv@/bin/activate ]; then
     # shellcheck disable=SC1091
     source @venv@/bin/activate || { echo "init-conda-venv: error: cannot activate @venv@" >&2; return 1; }
 fi
+@cache_setup@
 '''
 
 RUNSCRIPT_PYTHON_SIMPLE = r'''#!/bin/bash
@@ -1689,7 +1768,7 @@ exec python -m pip list "$@"
 # per-node set-up. Needs SLURM_PROCID, which srun sets in each task.
 RUNSCRIPT_DISTRIBUTED_ENV = r'''# shellcheck shell=bash
 # distributed-env: source this in a Slurm task in the container to set up a torch.distributed job: the image's
-# environment and the virtual environment, MASTER_ADDR, MASTER_PORT and the MIOpen cache.
+# environment, the virtual environment and the caches (init-conda-venv), MASTER_ADDR and MASTER_PORT.
 # Written by EasyBuild's SingularityContainer easyblock for module @module@.
 #
 # MASTER_PORT, unless set by the user, is 10000 + (SLURM_JOB_ID * 16 + SLURM_STEP_ID) % 22000: in
@@ -1713,12 +1792,6 @@ set -euo pipefail
 if [ "$SLURM_LOCALID" -eq 0 ] && command -v rocm-smi >/dev/null 2>&1; then
     rocm-smi || echo "${0##*/}: warning: rocm-smi failed" >&2
 fi
-
-# MIOpen's caches cannot live on Lustre (no file locking): one directory per user, job and node in /tmp.
-# Every rank creates it (mkdir -p is safe when racing) and none deletes it, as other ranks may use it.
-export MIOPEN_USER_DB_PATH="${MIOPEN_USER_DB_PATH:-/tmp/$(id -un)-miopen-cache-${SLURM_JOB_ID:-0}-${SLURM_NODEID:-0}}"
-export MIOPEN_CUSTOM_CACHE_DIR="${MIOPEN_CUSTOM_CACHE_DIR:-$MIOPEN_USER_DB_PATH}"
-mkdir -p "$MIOPEN_USER_DB_PATH" "$MIOPEN_CUSTOM_CACHE_DIR"
 
 if [ -z "${MASTER_ADDR:-}" ]; then
     MASTER_ADDR=$(/runscripts/get-master) || die "cannot tell the master host from the job's node list (see above)"
