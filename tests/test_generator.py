@@ -25,6 +25,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from generator.cli import main  # noqa: E402
+from generator.easyblock import easyblock  # noqa: E402
 from harness import require_tools  # noqa: E402
 from generator.spec import load_spec  # noqa: E402
 
@@ -343,6 +344,11 @@ containers:
 #                            8 containers, 9 version, 10 date, 11 dockerhash; appended lines start at 12
 
 
+# The keys of a container entry: generate-ec's own, the families', and the easyblock's parameters under their names
+ENTRY_KEYS = sorted(['checksum', 'date', 'digest', 'dockerhash', 'family', 'image_variant', 'python_check', 'rocm',
+                     'sif', 'tag', 'variant', 'version'] + list(easyblock.PARAMETERS))
+
+
 def spec_text(replace=(), append=''):
     text = BASE
     for old, new in replace:
@@ -436,11 +442,7 @@ ERROR_CASES = {
          "spec.yaml:3: descripton: unknown key 'descripton' (did you mean 'description'?)"]),
     'unknown-key-no-match': (
         dict(append='    zzz: 1\n'),
-        ["spec.yaml:12: containers[0].zzz: unknown key 'zzz' (allowed: central_sif_dir, checksum, container_bind, "
-         'container_components, container_conflicts, container_entry, container_env, container_env_defaults, '
-         'container_init, container_python_version, container_venv, copy_image, date, digest, dockerhash, family, '
-         'image_variant, pip_install_options, pip_requirements, python_check, rocm, sif, squash_user_software, tag, '
-         'torch_runscripts, variant, version, wrapped_commands)']),
+        ["spec.yaml:12: containers[0].zzz: unknown key 'zzz' (allowed: %s)" % ', '.join(ENTRY_KEYS)]),
     'unknown-defaults-key': (
         dict(replace=[('  container_venv: pytorch', '  container_venvv: pytorch')]),
         ["spec.yaml:7: defaults.container_venvv: unknown key 'container_venvv' (did you mean 'container_venv'?)"]),
@@ -800,7 +802,6 @@ def test_old_keys_name_the_new_key(old, new, value, where, tmp_path, monkeypatch
 
 def test_parameters_are_written_in_the_easyblocks_order(tmp_path, monkeypatch, capsys):
     """Every parameter the spec gives, and only those, in the order of the easyblock's table, each by its shape."""
-    from generator.easyblock import easyblock
     given = textwrap.dedent("""\
         container_conflicts: [other-bindings]
         torch_runscripts: false
