@@ -1512,7 +1512,8 @@ READABLE_BY_ALL = r'''# What this writes is for everyone who may read the instal
 umask 022'''
 
 # The caches (container_cache_dirs) for the job and node this runs in: /tmp/<user>-caches-<job>-<node>/<subdir>. A
-# value of the user's stays; a value the module set when it was loaded (elsewhere, or outside the job) moves here.
+# value of the user's stays, and the caches of the same subdir after it follow it (MIOpen's two); a value the module
+# set when it was loaded (elsewhere, or outside the job) moves here.
 # Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
 CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays
 __cache_root="@cache_root@/${USER:-$(id -un)}-caches"
@@ -1520,14 +1521,19 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
     __cache_root="$__cache_root-$SLURM_JOB_ID-${SLURM_NODEID:-0}"
 fi
 __cache_dirs=()
+declare -A __cache_users=()
 for __cache in @cache_dirs@; do
     __cache_name=${__cache%%=*}
+    __cache_sub=${__cache#*=}
     __cache_dir=${!__cache_name-}
-    if [ -z "$__cache_dir" ]; then
-        __cache_dir="$__cache_root/${__cache#*=}"
-    elif [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
+    if [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
         [ "${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}" != "$__cache_dir" ]; then
-        __cache_dir="$__cache_root/${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}"
+        __cache_dir=  # the module's
+    fi
+    if [ -n "$__cache_dir" ]; then
+        __cache_users[$__cache_sub]=$__cache_dir
+    else
+        __cache_dir=${__cache_users[$__cache_sub]:-$__cache_root/$__cache_sub}
     fi
     export "$__cache_name=$__cache_dir"
     __cache_dirs+=("$__cache_dir")
@@ -1536,7 +1542,7 @@ if [ "${#__cache_dirs[@]}" -gt 0 ]; then
     mkdir -p "${__cache_dirs[@]}" 2>/dev/null || true
 fi
 export SINGULARITYCONTAINER_CACHE_ROOT="$__cache_root"
-unset __cache __cache_name __cache_dir __cache_dirs __cache_root'''
+unset __cache __cache_name __cache_sub __cache_dir __cache_dirs __cache_users __cache_root'''
 
 # The pieces above, by their placeholder in the script templates
 SCRIPT_SNIPPETS = {
