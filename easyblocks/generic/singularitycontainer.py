@@ -1184,7 +1184,8 @@ end
 -- The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
 -- wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
 local job = os.getenv("SLURM_JOB_ID")
-local cache_root = @cache_root@ .. "/" .. (os.getenv("USER") or "nobody") .. "-caches" ..
+local user = os.getenv("USER") or os.getenv("LOGNAME") or capture("id -un"):gsub("%s+$", "")
+local cache_root = @cache_root@ .. "/" .. user .. "-caches" ..
                    (job and ("-" .. job .. "-" .. (os.getenv("SLURM_NODEID") or "0")) or "")
 local defaults = @env_defaults@
 for _, item in ipairs(@cache_dirs@) do
@@ -1360,7 +1361,7 @@ foreach {key value} @container_env@ {
 # that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
 # The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
 # wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
-set cache_root "@cache_root_text@/[expr {[info exists ::env(USER)] ? $::env(USER) : "nobody"}]-caches"
+set cache_root "@cache_root_text@/[expr {[info exists ::env(USER)] ? $::env(USER) : [exec id -un]}]-caches"
 if { [info exists ::env(SLURM_JOB_ID)] } {
     append cache_root "-$::env(SLURM_JOB_ID)-[expr {[info exists ::env(SLURM_NODEID)] ? $::env(SLURM_NODEID) : 0}]"
 }
