@@ -472,8 +472,8 @@ def _pattern(regex, what, allow_empty=False):
 
 def _rule(parameter, allow_empty=False):
     """Validator: the easyblock's rule for the easyconfig parameter that this key becomes (one definition for both,
-    easyblock.PARAMETER_RULES), after generate-ec's own type checks, which can tell what YAML made of a value."""
-    rule = easyblock.PARAMETER_RULES[parameter]
+    easyblock.PARAMETERS), after generate-ec's own type checks, which can tell what YAML made of a value."""
+    rule = easyblock.PARAMETERS[parameter]
 
     def text(chk, path, value, check, empty=allow_empty):
         return chk.string(path, value, allow_empty=empty) and chk.no_problem(path, check(value) if check else None)

@@ -101,7 +101,8 @@ def base_env(extra_path=()):
     """The environment for eb and module commands: Lmod, and the runtime the tests use first on PATH."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(('EASYBUILD_', 'SINGULARITY', 'APPTAINER', 'LMOD', '__LMOD', '_LMFILES_',
-                                'LOADEDMODULES', 'MODULEPATH', 'SIF', 'RUNSCRIPTS', 'CONTAINERROOT'))}
+                                'LOADEDMODULES', 'MODULEPATH', 'SIF', 'RUNSCRIPTS', 'CONTAINERROOT', 'PIP_'))}
+    env['PIP_CONFIG_FILE'] = os.devnull  # pip in the container as a user without pip settings of their own
     path = list(extra_path) + [os.path.dirname(RUNTIME)]
     env['PATH'] = os.pathsep.join(path + [env.get('PATH', '/usr/bin:/bin')])
     env['LMOD_CMD'] = LMOD_CMD
@@ -190,6 +191,7 @@ def demo_easyconfig(name='Demo', version='1.0', suffix='', sif='demo.sif', **par
     ]
     params.setdefault('container_bind', ['/tmp'])
     params.setdefault('container_python_version', CONTAINER_PYTHON_VERSION)
+    params.setdefault('torch_runscripts', True)
     for key, value in params.items():
         lines.append('%s = %r' % (key, value))
     return '\n'.join(lines) + '\n'

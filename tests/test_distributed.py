@@ -3,6 +3,7 @@ import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -94,12 +95,12 @@ def pytorch(tmp_path_factory, torch_sif):
     (inst.sources / 'pytorch.sif').write_bytes(Path(torch_sif).read_bytes())
     ec = inst.write_easyconfig('PyTorch-2.13.0.eb', demo_easyconfig(
         name='PyTorch', version='2.13.0', sif='pytorch.sif', container_components={'torch': '2.13.0+cpu'},
-        container_bind=['/tmp', torch_bind()], container_env_defaults=RCCL_DEFAULTS))
+        container_bind=['/tmp', torch_bind()], container_env_defaults=RCCL_DEFAULTS, wrapped_commands=['python']))
     inst.eb(ec)
     (root / 'ddp_check.py').write_text(DDP_CHECK)
-    caches = set(Path('/tmp').glob('*-miopen-cache-*'))
+    caches = set(Path('/tmp').glob('*-caches*'))
     yield inst, root
-    for cache in set(Path('/tmp').glob('*-miopen-cache-*')) - caches:  # the jobs' MIOpen caches, kept by design
+    for cache in set(Path('/tmp').glob('*-caches*')) - caches:  # the jobs' caches, kept by design
         shutil.rmtree(cache, ignore_errors=True)
 
 
@@ -269,7 +270,7 @@ def test_distributed_environment_defaults(pytorch, slurm):
         assert env['ROCR_VISIBLE_DEVICES'] == str(rank)
         assert (env['NCCL_SOCKET_IFNAME'], env['NCCL_NET_GDR_LEVEL']) == ('hsn', '3')
         # One MIOpen cache per user, job and node, in /tmp; still there after the job step (nobody deletes it).
-        assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '/tmp/%s-miopen-cache-%d-0' % (
+        assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '/tmp/%s-caches-%d-0/miopen' % (
             os.environ.get('USER') or pwd.getpwuid(os.getuid()).pw_name, job)
         assert os.path.isdir(env['MIOPEN_USER_DB_PATH'])
     shutil.rmtree(ranks[0]['MIOPEN_USER_DB_PATH'])
@@ -288,6 +289,41 @@ def test_distributed_environment_keeps_user_choices(pytorch, slurm, tmp_path):
         assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '%s/miopen' % tmp_path
     # rocm-smi runs once per node, on local rank 0, when the container has it.
     assert re.findall('rocm-smi ran on rank .', out) == ['rocm-smi ran on rank 0'], out
+
+
+CACHES = ['MIOPEN_USER_DB_PATH', 'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR', 'TORCH_EXTENSIONS_DIR',
+          'VLLM_CACHE_ROOT']
+SHOW_CACHES = 'import json, os; print("CACHES " + json.dumps([os.environ.get(name) for name in %r]))' % CACHES
+
+
+def test_caches_per_job_off_home(pytorch, slurm):
+    """Every way into the container gets its caches in /tmp per user, job and node (two jobs: two places), made
+    when it starts; a user's export wins; nothing lands in $HOME."""
+    inst, root = pytorch
+    user = os.environ.get('USER') or pwd.getpwuid(os.getuid()).pw_name
+    home = Path.home()
+    home_before = sorted(str(path) for path in home.rglob('*') if '.cache' in path.parts or path.parent == home)
+    show = shlex.quote(SHOW_CACHES)
+    out = inst.shell('module load PyTorch/2.13.0\ncd %s\n'
+                     'srun -n 1 singularity exec "$SIFPYTORCH" conda-python-simple -c %s\n'
+                     'srun -n 1 python -c %s\n'
+                     'srun -n 1 start-shell -c %s\n'
+                     'export TRITON_CACHE_DIR=%s/mine\nsrun -n 1 python -c %s'
+                     % (root, show, show, shlex.quote('python -c %s' % show), root, show),
+                     env=slurm.env(inst.env())).stdout
+    seen = [json.loads(line[len('CACHES '):]) for line in out.splitlines() if line.startswith('CACHES ')]
+    assert len(seen) == 4, out
+    roots = [caches[0].rsplit('/', 1)[0] for caches in seen]
+    assert len(set(roots)) == 4 and all(re.fullmatch('/tmp/%s-caches-[0-9]+-0' % user, r) for r in roots), roots
+    for job, (caches, cache_root) in enumerate(zip(seen, roots)):
+        subdirs = ('miopen', 'triton', 'torchinductor', 'torch_extensions', 'vllm')
+        expected = ['%s/%s' % (cache_root, sub) for sub in subdirs]
+        if job == 3:  # the user's export wins
+            expected[1] = '%s/mine' % root
+        assert caches == expected
+        assert all(os.path.isdir(path) for path in caches)
+    assert sorted(str(path) for path in home.rglob('*') if '.cache' in path.parts or path.parent == home) == \
+        home_before
 
 
 def srun_in_module(inst, root, module, srun, slurm, check=True):

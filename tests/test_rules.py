@@ -7,7 +7,7 @@ import yaml
 
 from generator.easyblock import easyblock
 from generator.spec import load_spec
-from harness import Installation, demo_easyconfig
+from harness import REPO, Installation, demo_easyconfig
 
 # (easyconfig parameter, spec key, value, accepted)
 CASES = [
@@ -94,7 +94,28 @@ def test_easyblock_and_generate_ec_apply_the_same_rules(tmp_path, parameter, key
 def test_every_parameter_has_a_rule():
     """Every parameter of the easyblock's own is checked, and the generator can emit only checked ones."""
     own = set(easyblock.SingularityContainer.extra_options()) - set(easyblock.EasyBlock.extra_options())
-    assert own == set(easyblock.PARAMETER_RULES)
+    assert own == set(easyblock.PARAMETERS)
+
+
+def parameter_table():
+    """The README's table of the easyblock's parameters, made from PARAMETERS."""
+    rows = ['| Parameter | Default | What it does |', '|---|---|---|']
+    for name, parameter in easyblock.PARAMETERS.items():
+        default = parameter.default
+        if default is easyblock.LUMI_BIND_PATHS:
+            default = "LUMI's file systems: " + ', '.join('`%s`' % path for path in default)
+        elif default is easyblock.LUMI_BINDING_MODULES:
+            default = ', '.join('`%s`' % module for module in default)
+        else:
+            default = '`%r`' % (default,)
+        rows.append('| `%s` | %s | %s |' % (name, default, parameter.help.replace('|', '\\|')))
+    return '\n'.join(rows) + '\n'
+
+
+def test_the_readme_has_the_parameter_table():
+    """The README's table of parameters is the easyblock's table, in its order (made by parameter_table())."""
+    readme = (REPO / 'README.md').read_text()
+    assert parameter_table() in readme, 'README.md: replace the table of parameters with:\n' + parameter_table()
 
 
 @pytest.mark.parametrize('eb_version', ['5', '4.9'])

@@ -53,10 +53,10 @@ def test_fill_template():
 
 def test_every_script_template_has_all_its_values():
     """The scripts of the table are bash or Python; the Python ones (run as they are) have no placeholders."""
-    for path, _, kind, template in easyblock.SCRIPTS:
-        assert kind in ('bash', 'python'), path
-        if kind == 'python':
-            assert not easyblock.PLACEHOLDER.search(template), path
+    for script in easyblock.SCRIPTS:
+        assert script.kind in ('bash', 'python'), script.path
+        if script.kind == 'python':
+            assert not easyblock.PLACEHOLDER.search(script.template), script.path
 
 
 GET_MASTER_CASES = [

@@ -22,6 +22,7 @@ import shutil
 import struct
 import tempfile
 import time
+from collections import OrderedDict, namedtuple
 
 from easybuild.framework.easyblock import EasyBlock
 from easybuild.framework.easyconfig import CUSTOM
@@ -78,8 +79,814 @@ IMAGE_COMMANDS_MODULE = 'singularitycontainer_image_commands'
 IMAGE_COMMANDS_MANIFEST = '.image-commands'
 CONTAINER_ENTRIES = ('exec', 'run')
 
+# Caches that PyTorch and its tools write under $HOME by default, and where they go instead: a directory of each under
+# CACHE_ROOT (per user, job and node; see CACHE_SETUP), for container_cache_dirs
+CACHE_DIRS = OrderedDict([('MIOPEN_USER_DB_PATH', 'miopen'), ('MIOPEN_CUSTOM_CACHE_DIR', 'miopen'),
+                          ('TRITON_CACHE_DIR', 'triton'), ('TORCHINDUCTOR_CACHE_DIR', 'torchinductor'),
+                          ('TORCH_EXTENSIONS_DIR', 'torch_extensions'), ('VLLM_CACHE_ROOT', 'vllm')])
+# node-local: MIOpen's databases need file locks, which Lustre lacks, and ranks must not share a compile cache
+CACHE_ROOT = '/tmp'
+
 # lines of a failing command's output quoted in the error message
 ERROR_TAIL_LINES = 25
+# Set in the container by the module (or by the runtime from the module's values): container_env must not set them.
+MODULE_CONTAINER_VARIABLES = ('PATH', 'PREPEND_PATH', 'APPEND_PATH', 'VIRTUAL_ENV')
+
+
+# Names and versions the parameters take
+VENV_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*\Z')
+COMMAND_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z')
+ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*\Z')
+MODULE_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.+/-]*\Z')
+DISTRIBUTION_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.+-]*\Z')
+VERSION = re.compile(r'[0-9]+(\.[0-9]+)*([.+-][0-9A-Za-z]+)*\Z')
+PYTHON_VERSION = re.compile(r'[0-9]+\.[0-9]+\Z')
+# newlines, NUL and the other control characters; a tab is fine
+CONTROL_CHARACTER = re.compile(r'[\x00-\x08\x0a-\x1f\x7f]')
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The easyconfig parameters: one table (PARAMETERS) for extra_options, the checks of the easyblock and those of
+# generate-ec (generator/easyblock.py imports this module). A check returns what is wrong with one value (or an
+# entry of a list or dict), or None.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def pattern_problem(regex, what):
+    """A check: the value must match regex, else it is not what."""
+    def problem(value):
+        return None if regex.match(value) else "%r is not %s" % (value, what)
+    return problem
+
+
+def one_line_problem(value):
+    if CONTROL_CHARACTER.search(value):
+        return "%r must not contain a newline or other control characters" % value
+    return None
+
+
+def no_nul_problem(value):
+    return "%r must not contain a NUL character" % value if '\0' in value else None
+
+
+def container_env_value_problem(value):
+    """Apptainer (and SingularityCE, as far as known) evaluates SINGULARITYENV_* values in a shell in the container:
+    $, backquotes and backslashes would be expanded or run there, so the value would not arrive as written."""
+    if re.search(r'[$`\\]', value):
+        return ("%r contains $, ` or \\, which the container runtime expands in SINGULARITYENV_* values; give it in "
+                "container_env_defaults, which reaches the container as written" % value)
+    return one_line_problem(value)
+
+
+def absolute_path_problem(value):
+    return one_line_problem(value) or (None if value.startswith('/') else "%r is not an absolute path" % value)
+
+
+def bind_problem(value):
+    if re.search(r'[\s,]', value):
+        return "%r must not contain whitespace or commas" % value
+    problem = one_line_problem(value)
+    if problem:
+        return problem
+    if not all(path.startswith('/') for path in value.split(':')[:2]):
+        return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
+    return None
+
+
+def wrapped_command_problem(value):
+    """A command name that is not one of the module's own commands (a wrapper would replace it)."""
+    problem = pattern_problem(COMMAND_NAME, 'a command name')(value)
+    if problem is None and value in MODULE_COMMANDS:
+        problem = "%r is a command of the module itself (%s): leave it out" % (value, ', '.join(MODULE_COMMANDS))
+    return problem
+
+
+def container_env_name_problem(value):
+    problem = pattern_problem(ENV_NAME, 'a valid environment variable name')(value)
+    if problem is None and value in MODULE_CONTAINER_VARIABLES:
+        problem = ("%r is set by the module itself (the virtual environment and /runscripts come first on PATH): "
+                   "leave it out" % value)
+    return problem
+
+
+def entry_problem(value):
+    return None if value in CONTAINER_ENTRIES else "%r is neither 'exec' nor 'run'" % value
+
+
+class Parameter(object):
+    """An easyconfig parameter of this easyblock: its name, default and help (extra_options), and what its value
+    may be (checked by check_parameters before anything is copied, and by generate-ec in a spec).
+
+    shape: 'text', 'optional text' (None too), 'list' of texts, 'dict' of text to text, or 'bool'.
+    check: what is wrong with a text, a list entry or a dict key (None: nothing); value_check the same for dict
+    values. unique: a list entry may appear only once. allowed: said in the error message.
+    """
+
+    def __init__(self, name, default, help, shape, allowed, check=None, value_check=one_line_problem, unique=False):
+        self.name, self.default, self.help = name, default, help
+        self.shape, self.allowed, self.check, self.value_check, self.unique = shape, allowed, check, value_check, unique
+
+
+# The parameters, in the order an easyconfig gives them (generate-ec writes them in this order): where the image is
+# and how it starts, the binds and the environment, the virtual environment, the commands, the checks.
+PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
+    Parameter('central_sif_dir', None,
+              "Directory with a central copy of the image. eb takes the image from there when it is there (nothing "
+              "is downloaded or copied into the source path), and the module falls back to it when the image in the "
+              "install dir is gone (default for the module: $LUMI_CONTAINER_REPOSITORY_ROOT/%s if that variable is "
+              "set when the module loads, else %s)" % (LUMI_CENTRAL_SIF_SUBDIR, LUMI_CENTRAL_SIF_DEFAULT),
+              'optional text', "an absolute path, or None", absolute_path_problem),
+    Parameter('copy_image', True,
+              "Copy the image into the install dir. False puts a symbolic link to it there instead, and the module "
+              "uses the image where it is: for images that stay in a central place for good, such as the 20+ GB "
+              "LUMI AI Factory images",
+              'bool', "True or False"),
+    Parameter('container_entry', 'exec',
+              "How commands start in the container: 'exec' runs them directly, 'run' through the image's runscript "
+              "(singularity run), for images whose runscript sets things up and ends in exec \"$@\", such as the "
+              "LUMI AI Factory images",
+              'text', "'exec' or 'run'", entry_problem),
+    Parameter('container_init', '',
+              "Shell code run in the container before Python is used, e.g. 'source /opt/miniconda3/bin/activate "
+              "pytorch' for images before 2025; empty for images that set up their environment themselves",
+              'text', "shell code, as a string", no_nul_problem),
+    Parameter('container_bind', LUMI_BIND_PATHS,
+              "Host paths bound in the container (SINGULARITY_BINDPATH), each 'path' or 'src:dst[:opts]'; the "
+              "module binds those whose source exists on the node where it is loaded",
+              'list', "a list of absolute host paths or 'src:dst[:opts]' with absolute paths, one bind per entry, "
+                      "each once", bind_problem, unique=True),
+    Parameter('container_env', {},
+              "Environment variables set in the container, as SINGULARITYENV_<KEY> (and APPTAINERENV_<KEY>): they "
+              "win over the user's own values. The runtime expands $, ` and \\ in them: such values go in "
+              "container_env_defaults",
+              'dict', "a dict of variable names (not %s) to one-line values without $, ` and \\" %
+                      ', '.join(MODULE_CONTAINER_VARIABLES), container_env_name_problem, container_env_value_problem),
+    Parameter('container_env_defaults', {},
+              "Environment defaults for the container: set by the module as plain variables, which the runtime "
+              "passes in as they are, only where the user has none, so that a user's own value wins, also one "
+              "exported after the load",
+              'dict', "a dict of variable names to one-line values",
+              pattern_problem(ENV_NAME, 'a valid environment variable name')),
+    Parameter('container_venv', None,
+              "Name of the virtual environment in %s/venv; default: the software name in lower case" %
+              CONTAINER_USER_SOFTWARE,
+              'optional text', "letters, digits and '._-', not starting with '.' or '-' (None: the software name "
+                               "in lower case)", pattern_problem(VENV_NAME, 'a valid virtual environment name')),
+    Parameter('pip_requirements', [],
+              "Requirement lines installed with pip in the virtual environment at install time, in pip's "
+              "requirements file format",
+              'list', "a list of requirement lines, one per entry, each once", one_line_problem, unique=True),
+    Parameter('pip_install_options', [],
+              "Extra options for 'pip install', e.g. ['--no-index', '--find-links=/path/to/wheels'] for a site "
+              "without network",
+              'list', "a list of options, one per entry", one_line_problem),
+    Parameter('squash_user_software', True,
+              "Pack user-software/ into user-software.squashfs after installing the pip requirements (without "
+              "requirements, the empty virtual environment stays a directory, ready for pip install)",
+              'bool', "True or False"),
+    Parameter('wrapped_commands', [],
+              "Commands that get a wrapper in bin/ running them in the container, e.g. ['python', 'pip', "
+              "'torchrun']",
+              'list', "a list of command names (letters, digits and '_.+-'), each once, none of the module's own",
+              wrapped_command_problem, unique=True),
+    Parameter('container_cache_dirs', CACHE_DIRS,
+              "Cache directories the module sets where the user has not set them ({'VARIABLE': 'subdirectory'}), "
+              "so that PyTorch's and its tools' caches stay off $HOME (quota, Lustre) and apart per job and node: "
+              "%s/<user>-caches-<job>-<node>/<subdirectory>, created when a wrapper or a run script starts" %
+              CACHE_ROOT,
+              'dict', "a dict of variable names to subdirectory names",
+              pattern_problem(ENV_NAME, 'a valid environment variable name'),
+              pattern_problem(COMMAND_NAME, 'a directory name (letters, digits and \'_.+-\')')),
+    Parameter('torch_runscripts', False,
+              "Write the run scripts for torch.distributed jobs under Slurm: conda-python-distributed, "
+              "torchrun-distributed, distributed-env and get-master",
+              'bool', "True or False"),
+    Parameter('container_python_version', None,
+              "Python version (e.g. '3.12') the sanity check expects in the container; not checked if None",
+              'optional text', "a version such as '3.12', or None",
+              pattern_problem(PYTHON_VERSION, 'a valid Python version (e.g. 3.12)')),
+    Parameter('container_components', {},
+              "Python distributions the image ships and their versions ({'name': 'version'}), checked in the "
+              "sanity check; '2.9.1' also matches '2.9.1+rocm6.4.4'",
+              'dict', "a dict of distribution names to versions such as '2.9.1'",
+              pattern_problem(DISTRIBUTION_NAME, 'a valid component name'),
+              pattern_problem(VERSION, 'a valid version')),
+    Parameter('container_conflicts', LUMI_BINDING_MODULES,
+              "Modules that must not be loaded together with this one, as their binds would collide with its binds "
+              "(other modules of this easyblock are swapped out anyway: Lmod family %s)" % MODULE_FAMILY,
+              'list', "a list of module names", pattern_problem(MODULE_NAME, 'a module name')),
+])
+
+TYPE_NAMES = [(bool, 'a boolean'), (str, 'a string'), (int, 'an integer'), (float, 'a float'), (list, 'a list'),
+              (tuple, 'a tuple'), (dict, 'a dict'), (type(None), 'None')]
+
+
+def type_name(value):
+    return next((name for kind, name in TYPE_NAMES if isinstance(value, kind)), 'a %s' % type(value).__name__)
+
+
+def parameter_problems(name, value):
+    """What is wrong with the value of easyconfig parameter name: a list of (where, problem), where being '' or
+    the entry ('[1]', "['KEY']")."""
+    rule = PARAMETERS[name]
+    if rule.shape == 'bool':
+        return [] if isinstance(value, bool) else [('', 'must be True or False, not %s' % type_name(value))]
+    if rule.shape == 'optional text' and value is None:
+        return []
+    if rule.shape in ('text', 'optional text'):
+        entries = [('', value, rule.check)]
+    elif rule.shape == 'list':
+        if not isinstance(value, (list, tuple)):
+            return [('', 'must be a list of strings, not %s (%r)' % (type_name(value), value))]
+        entries = [('[%d]' % index, entry, rule.check) for index, entry in enumerate(value)]
+    else:
+        if not isinstance(value, dict):
+            return [('', 'must be a dict, not %s (%r)' % (type_name(value), value))]
+        entries = [("[%r]" % key, key, rule.check) for key in value]
+        entries += [("[%r]" % key, entry, rule.value_check) for key, entry in value.items()]
+    problems = []
+    for where, entry, check in entries:
+        problem = 'must be a string, not %s (%r)' % (type_name(entry), entry) if not isinstance(entry, str) else \
+            check(entry) if check else None
+        if problem:
+            problems.append((where, problem))
+    if rule.unique and not problems:
+        first = {}
+        for index, entry in enumerate(value):
+            if entry in first:
+                problems.append(('[%d]' % index, '%r is listed twice (also at index %d)' % (entry, first[entry])))
+            first.setdefault(entry, index)
+    return problems
+
+
+class SingularityContainer(EasyBlock):
+    """
+    Install a Singularity/Apptainer image (the easyconfig's first source) as a module: the image,
+    wrapper commands in bin/, run scripts for /runscripts, a virtual environment in /user-software.
+    """
+
+    # Parameters, and the names and paths derived from them
+
+    @staticmethod
+    def extra_options(extra_vars=None):
+        """Easyconfig parameters specific to SingularityContainer: the table PARAMETERS."""
+        extra_vars = EasyBlock.extra_options(extra_vars)
+        extra_vars.update((name, [parameter.default, parameter.help, CUSTOM])
+                          for name, parameter in PARAMETERS.items())
+        return extra_vars
+
+    def __init__(self, *args, **kwargs):
+        """Initialise the names derived from the easyconfig."""
+        super(SingularityContainer, self).__init__(*args, **kwargs)
+        self.var_suffix = convert_name(self.name, upper=True)
+        self.venv_name = self.cfg['container_venv'] or self.name.lower()
+        self.container_venv = '%s/venv/%s' % (CONTAINER_USER_SOFTWARE, self.venv_name)
+        self.installed_now = False  # not with --module-only, say
+        self.user_software_lock = None  # the open lock file while a reinstall holds it
+
+    @property
+    def sif_name(self):
+        """File name of the image: the first source's name."""
+        if not self.cfg['sources']:
+            raise EasyBuildError("%s: no sources; the container image (.sif) must be the first source",
+                                 self.cfg.path)
+        source = self.cfg['sources'][0]
+        return os.path.basename(source['filename'] if isinstance(source, dict) else source)
+
+    def source_sif(self):
+        """Path of the image found by the fetch step (in a dry run it may not have been located)."""
+        if self.src:
+            return self.src[0]['path']
+        return os.path.join('<source path>', self.sif_name)
+
+    def installed_sif(self):
+        """The image in the install dir (with copy_image = False, a symbolic link to the image)."""
+        return os.path.join(self.installdir, self.sif_name)
+
+    def module_sif(self):
+        """The image the module uses: the one in the install dir, or the central image its link points to."""
+        if self.cfg['copy_image']:
+            return self.installed_sif()
+        return os.path.realpath(self.installed_sif())
+
+    def central_sif(self):
+        """The image in central_sif_dir, if that is set and has it."""
+        if self.cfg['central_sif_dir']:
+            path = os.path.join(self.cfg['central_sif_dir'], self.sif_name)
+            if os.path.isfile(path):
+                return path
+        return None
+
+    def runscripts_bind(self):
+        """The run scripts, bound in the container (user-software is added when the module loads)."""
+        return '%s:%s' % (os.path.join(self.installdir, 'runscripts'), CONTAINER_RUNSCRIPTS)
+
+    def install_binds(self):
+        """What the install binds: the easyconfig's binds whose source exists here (a modern runtime does not start
+        a container with a missing one; the module does the same on the node where it is loaded), the run scripts."""
+        binds = []
+        for bind in self.cfg['container_bind']:
+            if os.path.exists(bind.split(':')[0]):
+                binds.append(bind)
+            else:
+                self.log.info("Not binding %s during the installation: its source does not exist here", bind)
+        return binds + [self.runscripts_bind()]
+
+    def prepend_path(self):
+        """The container's PATH starts with the run scripts and the venv's commands."""
+        return '%s:%s/bin' % (CONTAINER_RUNSCRIPTS, self.container_venv)
+
+    def container_environment(self):
+        """The variables the module sets in the container (SINGULARITYENV_<KEY>), in order."""
+        return [('VIRTUAL_ENV', self.container_venv)] + [(str(key), value)
+                                                         for key, value in self.cfg['container_env'].items()]
+
+    # EasyBuild's steps, in the order they run, each followed by its helpers.
+    # fetch: the parameters are checked before anything is copied; the image is found
+
+    def fetch_step(self, *args, **kwargs):
+        """Check the parameters, locate the image like any source, then check that it is a SIF file."""
+        self.check_parameters()
+        # fetch_step reads every source to log its checksums (EasyBuild 4.9: MD5 and SHA256, two reads), on top
+        # of checksum_step's verification: for a 10-20 GB image on Lustre that is minutes of I/O for a log line.
+        # checksum_step still verifies the checksums the easyconfig gives.
+        kwargs['skip_checksums'] = True
+        super(SingularityContainer, self).fetch_step(*args, **kwargs)
+        if self.dry_run:
+            return
+        path = self.source_sif()
+        problem = sif_problem(path)
+        if problem:
+            raise EasyBuildError("The source %s is not a usable container image: %s. Put the real .sif file in "
+                                 "the source path (eb --sourcepath) and try again.", path, problem)
+
+    def check_parameters(self):
+        """Stop before anything is copied if a parameter of this easyblock has a value it cannot use."""
+        problems = []
+        for name, parameter in sorted(PARAMETERS.items()):
+            for where, problem in parameter_problems(name, self.cfg[name]):
+                problems.append("%s%s: %s (allowed: %s)" % (name, where, problem, parameter.allowed))
+        if problems:
+            # All of them on screen: EasyBuild 4.9 shows only the first 300 characters of the error itself.
+            print_warning("Invalid easyconfig parameters in %s:\n  %s" % (self.cfg.path, '\n  '.join(problems)),
+                          silent=False)
+            raise EasyBuildError("Invalid easyconfig parameter %s; nothing was installed (all %d problems are "
+                                 "listed above)", problems[0], len(problems))
+
+    def obtain_file(self, filename, *args, **kwargs):
+        """The image from central_sif_dir when it is there, else from the source path as usual."""
+        if filename == self.sif_name and self.central_sif():
+            self.log.info("Using the image in central_sif_dir: %s", self.central_sif())
+            return self.central_sif()
+        return super(SingularityContainer, self).obtain_file(filename, *args, **kwargs)
+
+    # ready: on a reinstall, the lock of the user software
+
+    def check_readiness_step(self):
+        """On a reinstall, take the user software's lock first: EasyBuild removes the old module file in this step,
+        and venv-pip, make-squashfs and unmake-squashfs must not change the user software from then on until
+        make_installdir has moved it aside (it releases the lock)."""
+        self.lock_user_software()
+        super(SingularityContainer, self).check_readiness_step()
+
+    def lock_user_software(self):
+        """Hold the lock of venv-pip, make-squashfs and unmake-squashfs on an existing install dir until it has been
+        wiped: none of them changes the user software while a reinstall moves it aside (stop if one does now)."""
+        if self.dry_run or not os.path.isdir(self.installdir):
+            return
+        try:
+            handle = open(os.path.join(self.installdir, USER_SOFTWARE_LOCK), 'a')
+        except OSError:  # not ours: EasyBuild says so later
+            return
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise EasyBuildError("A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it "
+                                 "is done. Nothing was changed.", self.installdir)
+        self.user_software_lock = handle
+
+    # extract, configure, build: nothing to do
+
+    def extract_step(self):
+        """Nothing to extract: the image is copied straight into the install dir by the install step."""
+        if self.src:
+            self.src[0]['finalpath'] = self.builddir
+
+    def configure_step(self):
+        """Nothing to configure."""
+        pass
+
+    def build_step(self):
+        """Nothing to build."""
+        pass
+
+    # install: what users and running jobs have is moved aside, then the image, scripts and the venv
+
+    def make_installdir(self, dontcreate=None):
+        """Move software that users installed in the container aside before EasyBuild wipes the install dir, and
+        the directories that running jobs have bound."""
+        self.back_up_user_software()
+        self.keep_for_running_jobs()
+        super(SingularityContainer, self).make_installdir(dontcreate=dontcreate)
+        self.unlock_user_software()
+
+    def back_up_user_software(self):
+        """Move user-software(.squashfs) of a previous installation next to the install dir if the user changed it
+        since that installation, and say what happened to it."""
+        if self.dry_run or not os.path.isdir(self.installdir):
+            return
+        # EasyBuild copies the easyconfig into easybuild/ when an installation has finished
+        finished = glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb'))
+        installed = self.read_user_software_fingerprints()
+        stamp = time.strftime('%Y%m%d-%H%M%S')
+        for entry in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE):
+            path = os.path.join(self.installdir, entry)
+            if not os.path.lexists(path):
+                continue
+            if not finished:
+                print_msg("%s was left by an installation that did not finish: it is replaced" % path)
+                continue
+            if installed.get(entry) == tree_fingerprint(path):
+                print_msg("%s is as the previous installation made it: it is replaced" % path)
+                continue
+            backup = '%s.%s.backup-%s' % (self.installdir, entry, stamp)
+            try:
+                os.rename(path, backup)
+            except OSError as err:
+                raise EasyBuildError("Cannot move %s aside before reinstalling (to %s): %s. Nothing was removed; "
+                                     "move it yourself and run eb again.", path, backup, err)
+            print_warning("Software installed in the container was kept: %s, changed since it was installed, was "
+                          "moved to %s. To use it with the new installation, move it back: mv %s %s" %
+                          (path, backup, backup, path), silent=False)
+
+    def read_user_software_fingerprints(self):
+        """{entry: fingerprint} of the user software as the previous installation left it ({} if unknown)."""
+        try:
+            with open(self.user_software_fingerprints_file()) as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return {}
+
+    def user_software_fingerprints_file(self):
+        return os.path.join(self.installdir, 'easybuild', 'user-software-as-installed.json')
+
+    def keep_for_running_jobs(self):
+        """Move runscripts/ and an unpacked user-software/ of a finished installation next to the install dir: a
+        running container has them bound, and would find them empty once EasyBuild wiped them (files such as the
+        image or a SquashFS file stay readable to it when they are deleted, directories do not). What earlier
+        reinstalls moved there goes once no job can run from it any more."""
+        if self.dry_run or not glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb')):
+            return
+        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
+            if time.time() - os.path.getmtime(old) > KEEP_PREVIOUS_DAYS * 86400:
+                remove_dir(old)
+                print_msg("Removed %s, kept for jobs that ran during an earlier reinstall" % old)
+        in_use = [entry for entry in ('runscripts', USER_SOFTWARE)
+                  if os.path.isdir(os.path.join(self.installdir, entry))]
+        if not in_use:
+            return
+        kept = '%s.%s-%s' % (self.installdir, PREVIOUS_INSTALLATION, time.strftime('%Y%m%d-%H%M%S'))
+        mkdir(kept, parents=True)
+        for entry in in_use:
+            os.rename(os.path.join(self.installdir, entry), os.path.join(kept, entry))
+        print_msg("%s of the previous installation moved to %s: jobs that run from it keep them. It is removed by a "
+                  "reinstall after %d days (remove it yourself when no such job runs any more)" %
+                  (' and '.join(in_use), kept, KEEP_PREVIOUS_DAYS))
+
+    def unlock_user_software(self):
+        if self.user_software_lock:
+            self.user_software_lock.close()
+            self.user_software_lock = None
+
+    def install_step(self):
+        """Install the image, write the scripts, create the virtual environment and install the requirements."""
+        self.installed_now = True
+        self.install_image()
+        self.write_scripts()
+        self.create_venv()
+        if self.cfg['pip_requirements']:
+            self.install_requirements()
+        self.add_image_commands()
+        if self.cfg['squash_user_software'] and self.cfg['pip_requirements']:
+            self.squash_user_software()
+
+    def install_image(self):
+        """Copy the image into the install dir, once, following symlinks; or link to it (copy_image = False)."""
+        if self.cfg['copy_image']:
+            copy_file(self.source_sif(), self.installed_sif())
+        elif self.dry_run:
+            self.dry_run_msg("  linking %s to %s\n", self.installed_sif(), self.source_sif())
+        else:
+            os.symlink(os.path.realpath(self.source_sif()), self.installed_sif())
+
+    def write_scripts(self):
+        """Write bin/ (commands for outside the container) and runscripts/ (seen as /runscripts inside)."""
+        for script in self.scripts():
+            path = os.path.join(self.installdir, script.path)
+            write_file(path, self.script_text(script))
+            if not self.dry_run:
+                adjust_permissions(path, 0o755, add=True)
+
+    def scripts(self):
+        """The rows of SCRIPTS this installation gets, and one for the wrapper of each of wrapped_commands."""
+        wanted = [script for script in SCRIPTS if script.wanted_if is None or self.cfg[script.wanted_if]]
+        return wanted + [Script('bin/' + command, 'run %s in the container; all arguments are passed on' % command,
+                                'bash', LAUNCHER, 'command', None) for command in self.cfg['wrapped_commands']]
+
+    def script_text(self, script):
+        """The text of one script (a row of scripts()) for this installation."""
+        name = os.path.basename(script.path)
+        values = {
+            'header': fill_template(SCRIPT_HEADER, name=name, purpose=script.purpose, module=self.full_mod_name,
+                                    module_word=sh_str(self.full_mod_name)),
+            'module': self.full_mod_name,
+            'venv': self.container_venv,
+            'sif_var': 'SIF' + self.var_suffix,
+            'container_init': self.cfg['container_init'] or ':',
+            'container_init_word': sh_str(self.cfg['container_init']),
+            'cache_setup': fill_template(CACHE_SETUP, cache_root=sh_str(CACHE_ROOT), cache_dirs=' '.join(
+                sh_str('%s=%s' % item) for item in self.cfg['container_cache_dirs'].items())),
+        }
+        if script.launch:
+            values['launch'] = self.launch_code(name, script.launch)
+        return fill_script_template(script.template, **values)
+
+    def launch_code(self, name, launch):
+        """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
+        says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself) or
+        'command' (the command <name>, after container_init)."""
+        entry = self.cfg['container_entry']
+        if launch == 'shell':
+            return fill_template(LAUNCH_START_SHELL, entry=entry)
+        if launch == 'venv-pip':
+            python = '%s/bin/python' % self.container_venv
+            if self.cfg['container_init']:
+                python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
+            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
+                                        image_commands_module=IMAGE_COMMANDS_MODULE)
+        if launch == 'runscript':
+            return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
+        if self.cfg['container_init']:
+            return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=sh_str(name))
+        return fill_template(LAUNCH_COMMAND, entry=entry, command=sh_str(name))
+
+    def create_venv(self):
+        """Create the virtual environment /user-software/venv/<name> on top of the image's Python."""
+        us_dir = os.path.join(self.installdir, USER_SOFTWARE)
+        mkdir(os.path.join(us_dir, 'venv'), parents=True)
+        script = self.init_shell_code() + fill_template(CREATE_VENV, detect=sh_str(DETECT_IMAGE_PYTHON),
+                                                        venv=self.container_venv)
+        output = self.run_in_container(script, "Creating the virtual environment %s in the container" %
+                                       self.container_venv, extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
+        if self.dry_run:
+            return
+        image_python = self.image_python(output)
+        write_file(os.path.join(self.installdir, IMAGE_PYTHON_JSON), json.dumps(image_python, indent=2) + '\n')
+        self.add_image_packages(image_python)
+        self.add_pip_scripts(image_python)
+
+    def image_python(self, output):
+        """What DETECT_IMAGE_PYTHON found out about the image's Python."""
+        for line in output.splitlines():
+            if line.startswith('IMAGE-PYTHON '):
+                return json.loads(line[len('IMAGE-PYTHON '):])
+        raise EasyBuildError("The image's Python did not say where its packages are; output:\n%s", output)
+
+    def venv_site_packages(self, image_python):
+        """The venv's site-packages on the host."""
+        return os.path.join(self.installdir, USER_SOFTWARE, 'venv', self.venv_name, 'lib',
+                            'python%s' % image_python['version'], 'site-packages')
+
+    def add_image_packages(self, image_python):
+        """Make the image's packages visible in the venv, after the venv's own (see IMAGE_PACKAGES)."""
+        site_packages = self.venv_site_packages(image_python)
+        dirs = '[\n%s]' % ''.join('    %r,\n' % path for path in image_python['package_dirs'])
+        write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.py'),
+                   fill_template(IMAGE_PACKAGES, module=self.full_mod_name, module_name=IMAGE_PACKAGES_MODULE,
+                                 package_dirs=dirs))
+        write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.pth'), 'import %s\n' % IMAGE_PACKAGES_MODULE)
+        write_file(os.path.join(site_packages, IMAGE_COMMANDS_MODULE + '.py'),
+                   fill_template(IMAGE_COMMANDS, module=self.full_mod_name, module_name=IMAGE_COMMANDS_MODULE,
+                                 packages_module=IMAGE_PACKAGES_MODULE, manifest=IMAGE_COMMANDS_MANIFEST))
+
+    def add_pip_scripts(self, image_python):
+        """Give a venv created without pip the commands pip, pip3 and pip3.X, running the image's pip."""
+        venv_bin = os.path.join(self.installdir, USER_SOFTWARE, 'venv', self.venv_name, 'bin')
+        if os.path.exists(os.path.join(venv_bin, 'pip')):
+            return
+        for name in ['pip', 'pip3', 'pip' + image_python['version']]:
+            path = os.path.join(venv_bin, name)
+            write_file(path, VENV_PIP_SCRIPT)
+            adjust_permissions(path, 0o755, add=True)
+
+    def install_requirements(self):
+        """Install pip_requirements in the virtual environment, from a requirements file written here."""
+        us_dir = os.path.join(self.installdir, USER_SOFTWARE)
+        requirements = os.path.join(us_dir, 'requirements.txt')
+        write_file(requirements, '\n'.join(self.cfg['pip_requirements']) + '\n')
+        options = ' '.join(sh_str(opt) for opt in self.cfg['pip_install_options'])
+        script = self.init_shell_code() + (
+            '%(venv)s/bin/python -m pip install --no-input --disable-pip-version-check %(options)s '
+            '-r %(us)s/requirements.txt\n' % {'venv': self.container_venv, 'options': options,
+                                              'us': CONTAINER_USER_SOFTWARE})
+        self.run_in_container(script, "Installing the pip requirements in %s" % self.container_venv,
+                              extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
+
+    def add_image_commands(self):
+        """Give the venv the image's commands, run by its own Python (see IMAGE_COMMANDS)."""
+        us_dir = os.path.join(self.installdir, USER_SOFTWARE)
+        script = self.init_shell_code() + '%s/bin/python -m %s\n' % (self.container_venv, IMAGE_COMMANDS_MODULE)
+        self.run_in_container(script, "Giving %s the image's commands" % self.container_venv,
+                              extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
+
+    def squash_user_software(self):
+        """Pack user-software/ with bin/make-squashfs, check the result, and only then remove the directory."""
+        make_squashfs = os.path.join(self.installdir, 'bin', 'make-squashfs')
+        self.run_checked(sh_str(make_squashfs), "Packing user-software with make-squashfs")
+        if self.dry_run:
+            return
+        squashfs = os.path.join(self.installdir, USER_SOFTWARE_SQUASHFS)
+        listing = self.run_checked('unsquashfs -l %s' % sh_str(squashfs), "Listing %s" % squashfs)
+        expected = 'squashfs-root/venv/%s/bin/python' % self.venv_name
+        if expected not in listing.split():
+            raise EasyBuildError("%s does not contain venv/%s/bin/python; %s/ was kept. Remove the SquashFS file "
+                                 "and run make-squashfs again.", squashfs, self.venv_name, USER_SOFTWARE)
+        remove_dir(os.path.join(self.installdir, USER_SOFTWARE))
+
+    def run_in_container(self, script, what, extra_binds=None):
+        """
+        Run a bash script in the container with the module's binds and environment.
+        The script reaches bash as one argument: nothing in it is expanded on the host.
+        """
+        binds = ','.join(self.install_binds() + (extra_binds or []))
+        env = [('SINGULARITY_BINDPATH', binds), ('APPTAINER_BINDPATH', binds)]
+        for key, value in self.container_environment():
+            env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
+        env += [(key, value) for key, value in self.cfg['container_env_defaults'].items() if key not in os.environ]
+        cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
+                       [sh_str(self.container_runtime()), self.cfg['container_entry'], sh_str(self.installed_sif()),
+                        '/bin/bash', '-c', sh_str(READABLE_BY_ALL + '\n' + script)])
+        return self.run_checked(cmd, what)
+
+    def run_checked(self, cmd, what):
+        """Run a shell command with EasyBuild, log its output; fail with its last lines if it fails."""
+        if self.dry_run:
+            self.dry_run_msg("  %s: %s\n", what, cmd)
+            return ''
+        self.log.info("%s: %s", what, cmd)
+        if run_shell_cmd:
+            res = run_shell_cmd(cmd, fail_on_error=False, hidden=True)
+            output, exit_code = res.output, res.exit_code
+        else:
+            output, exit_code = run_cmd(cmd, log_ok=False, log_all=False, simple=False, trace=False)
+        self.log.info("Output of %s (exit code %s):\n%s", what, exit_code, output)
+        if exit_code:
+            lines = [line for line in output.rstrip().splitlines() if line.strip()] or ['(no output)']
+            # EasyBuild 4.9 shows only the first 300 characters of an error: the cause goes first.
+            errors = [line for line in lines if re.match(r'\s*(error|fatal|\S+: error)\b', line, re.I)]
+            raise EasyBuildError("%s failed (exit code %s): %s\nLast lines of its output (all of it is in the "
+                                 "log):\n%s\nCommand: %s", what, exit_code, (errors or lines)[-1].strip(),
+                                 '\n'.join(lines[-ERROR_TAIL_LINES:]), cmd)
+        return output
+
+    def container_runtime(self):
+        """The container runtime on PATH: singularity, else apptainer."""
+        for runtime in ('singularity', 'apptainer'):
+            path = shutil.which(runtime)
+            if path:
+                return path
+        if self.dry_run:
+            return 'singularity'
+        raise EasyBuildError("Neither singularity nor apptainer found on PATH; they are needed to create the "
+                             "virtual environment in the container. Load or install a container runtime.")
+
+    def init_shell_code(self):
+        """Bash code running container_init, failing loudly (sourced activate scripts dislike 'set -eu')."""
+        init = self.cfg['container_init']
+        if not init:
+            return 'set -euo pipefail\n'
+        return ('if ! { %s\n}; then echo "container_init failed:" %s >&2; exit 1; fi\nset -euo pipefail\n' %
+                (init, sh_str(init)))
+
+    # sanity check: the scripts, and the container
+
+    def sanity_check_step(self, *args, **kwargs):
+        """Check the scripts, and, when the image is there, the container's Python and packages."""
+        scripts = self.scripts()
+        custom_paths = {'files': [script.path for script in scripts], 'dirs': []}
+        custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, script.path))
+                           for script in scripts if script.kind == 'bash']
+        if os.path.isfile(self.installed_sif()) or self.dry_run:
+            custom_commands.append(self.container_check_command())
+            for cmd in self.cfg['wrapped_commands']:
+                if cmd.startswith('python'):
+                    custom_commands.append('%s -c pass' % cmd)
+        else:
+            self.log.warning("%s not found: container checks skipped", self.installed_sif())
+
+        return super(SingularityContainer, self).sanity_check_step(custom_paths=custom_paths,
+                                                                   custom_commands=custom_commands)
+
+    def container_check_command(self):
+        """Shell command checking in the container: the Python version, the components, the requirements. The
+        checks go in on stdin: thousands of requirement names do not fit on a command line."""
+        checks = {
+            'python': self.cfg['container_python_version'] or '',
+            'components': dict(self.cfg['container_components']),
+            'requirements': requirement_names(self.cfg['pip_requirements']),
+        }
+        handle, path = tempfile.mkstemp(prefix='container-checks-', suffix='.json')
+        with os.fdopen(handle, 'w') as checks_file:
+            json.dump(checks, checks_file)
+        return '%s start-shell -c %s check %s < %s' % (installer_independent_env(), sh_str('python -c "$1"'),
+                                                       sh_str(CONTAINER_CHECK_SCRIPT), sh_str(path))
+
+    # module: the help, the fingerprints of the user software, the load-time logic
+
+    def make_module_step(self, fake=False):
+        """Describe the variables and commands in the module's help, unless the easyconfig has a usage text. The
+        real module is made after the sanity check, so this is where the installation is complete: its user software
+        as installed is remembered here (a reinstall keeps it only if it changed since)."""
+        if not self.cfg['usage']:
+            self.cfg['usage'] = self.usage_text()
+        if not fake and not self.dry_run and self.installed_now:
+            self.write_user_software_fingerprints()
+        return super(SingularityContainer, self).make_module_step(fake=fake)
+
+    def write_user_software_fingerprints(self):
+        """Remember what the user software looks like as installed: a reinstall keeps it only if it changed."""
+        fingerprints = {}
+        for entry in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE):
+            path = os.path.join(self.installdir, entry)
+            if os.path.lexists(path):
+                fingerprints[entry] = tree_fingerprint(path)
+        write_file(self.user_software_fingerprints_file(), json.dumps(fingerprints) + '\n')
+
+    def usage_text(self):
+        """Module help: what the module sets and which commands it offers."""
+        suffix = self.var_suffix
+        scripts = self.scripts()
+        commands = ['  %s: %s' % (os.path.basename(script.path), script.purpose) for script in scripts
+                    if script.path.startswith('bin/')]
+        runscripts = ['  %s: %s' % (os.path.basename(script.path), script.purpose) for script in scripts
+                      if script.path.startswith('runscripts/')]
+        return '\n'.join([
+            "The container image is in $SIF and $SIF%s: run software in it with 'singularity %s $SIF <command>'." %
+            (suffix, self.cfg['container_entry']),
+            "$CONTAINERROOT is the install dir; $RUNSCRIPTS and $RUNSCRIPTS%s hold the run scripts, seen as "
+            "/runscripts in the container." % suffix,
+            "SINGULARITY_BINDPATH (added to your own value) binds the host file systems, /runscripts and "
+            "/user-software; SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up "
+            "the environment in the container, with the virtual environment %s active (APPTAINER_BINDPATH and "
+            "APPTAINERENV_* get the same values)." % self.container_venv,
+            "",
+            "Commands outside the container (in $CONTAINERROOT/bin):",
+        ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
+            "",
+            "Caches stay off $HOME, apart per job and node: unless you set them, %s are directories in "
+            "%s/<user>-caches-<job>-<node>/ (made when a wrapper or a run script starts; loaded outside a job, the "
+            "module's own values say <user>-caches). To keep a cache across jobs, set it yourself, e.g. "
+            "export TRITON_CACHE_DIR=/scratch/<project>/$USER/triton." % (
+                ', '.join(self.cfg['container_cache_dirs']) or 'none', CACHE_ROOT),
+            "",
+            "To add or remove packages: venv-pip install <package> (or -r requirements.txt, uninstall, list, ...) "
+            "outside the container: it unpacks the virtual environment if it is packed, runs pip, packs it again and "
+            "puts it in place in one step; new jobs see the change, no reload needed.",
+        ])
+
+    def make_module_extra(self, *args, **kwargs):
+        """Add the load-time container logic, in the syntax of the module generator."""
+        txt = super(SingularityContainer, self).make_module_extra(*args, **kwargs)
+        lua = self.module_generator.SYNTAX == 'Lua'
+        quote, template = (lua_str, LUA_MODULE_LOGIC) if lua else (tcl_str, TCL_MODULE_LOGIC)
+
+        def quote_list(items):
+            """A list of strings as a Lua table, or a Tcl list."""
+            return ('{%s}' if lua else '[list %s]') % (', ' if lua else ' ').join(quote(item) for item in items)
+
+        def pairs(items):
+            """A list of (key, value) pairs as a Lua table of tables, or a flat Tcl list."""
+            if lua:
+                return '{%s}' % ', '.join('{%s, %s}' % (quote(key), quote(value)) for key, value in items)
+            return '[list %s]' % ' '.join('%s %s' % (quote(key), quote(value)) for key, value in items)
+
+        conflicts = '\n'.join(('conflict(%s)' if lua else 'conflict %s') % quote(name)
+                              for name in self.cfg['container_conflicts'])
+        # Tcl's error message is a "..." word with $variables in it: the module name goes in without quoting chars
+        mod_name = {'mod_name': quote(self.full_mod_name)} if lua else {
+            'mod_name_text': re.sub(r'[\\"$\[\]{}]', '', self.full_mod_name)}
+        cache_root = {'cache_root': quote(CACHE_ROOT)} if lua else {'cache_root_text': CACHE_ROOT}
+        return txt + fill_template(
+            template, family=quote(MODULE_FAMILY), conflicts=conflicts, installdir=quote(self.installdir),
+            sif_name=quote(self.sif_name), suffix=quote(self.var_suffix), sif_path=quote(self.module_sif()),
+            central_sif_dir=quote(self.cfg['central_sif_dir'] or ''), central_subdir=quote(LUMI_CENTRAL_SIF_SUBDIR),
+            central_default=quote(LUMI_CENTRAL_SIF_DEFAULT), binds=quote_list(self.cfg['container_bind']),
+            runscripts_bind=quote(self.runscripts_bind()),
+            us_squashfs=quote(USER_SOFTWARE_SQUASHFS), us_dir=quote(USER_SOFTWARE),
+            prepend_path=quote(self.prepend_path()), container_env=pairs(self.container_environment()),
+            env_defaults=pairs(self.cfg['container_env_defaults'].items()),
+            cache_dirs=pairs(self.cfg['container_cache_dirs'].items()), **dict(mod_name, **cache_root))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -149,6 +956,15 @@ def tree_fingerprint(path):
             entry = os.lstat(os.path.join(root, name))
             count, size, newest = count + 1, size + entry.st_size, max(newest, entry.st_mtime_ns)
     return [count, size, newest]
+
+
+def installer_independent_env():
+    """An env command line start that keeps the installer's Python and pip settings out of the container (the
+    runtime passes the host's environment in and binds their home): what the install writes must not depend on who
+    installs. PYTHONPATH, PIP_* and the like go; no user site (~/.local); no pip configuration files."""
+    unset = sorted(key for key in os.environ if key.startswith(('PYTHON', 'PIP_')))
+    return ' '.join(['env'] + ['-u %s' % sh_str(key) for key in unset] +
+                    ['PYTHONNOUSERSITE=1', 'PIP_CONFIG_FILE=%s' % os.devnull])
 
 
 def requirement_names(requirement_lines):
@@ -353,10 +1169,20 @@ end
 
 -- Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
 -- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
+-- The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
+-- wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
+local job = os.getenv("SLURM_JOB_ID")
+local cache_root = @cache_root@ .. "/" .. (os.getenv("USER") or "nobody") .. "-caches" ..
+                   (job and ("-" .. job .. "-" .. (os.getenv("SLURM_NODEID") or "0")) or "")
+local defaults = @env_defaults@
+for _, item in ipairs(@cache_dirs@) do
+    defaults[#defaults + 1] = {item[1], cache_root .. "/" .. item[2]}
+end
+restorable_env("SINGULARITYCONTAINER_CACHE_ROOT", cache_root)
 local defaults_set = "SINGULARITYCONTAINER_DEFAULTS_" .. suffix
 local set_before = " " .. (os.getenv(defaults_set) or "") .. " "
 local set_now = {}
-for _, item in ipairs(@env_defaults@) do
+for _, item in ipairs(defaults) do
     if mode() == "unload" then
         if set_before:find(" " .. item[1] .. " ", 1, true) then
             restorable_env(item[1], item[2])
@@ -520,10 +1346,21 @@ foreach {key value} @container_env@ {
 
 # Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
 # that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
+# The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
+# wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
+set cache_root "@cache_root_text@/[expr {[info exists ::env(USER)] ? $::env(USER) : "nobody"}]-caches"
+if { [info exists ::env(SLURM_JOB_ID)] } {
+    append cache_root "-$::env(SLURM_JOB_ID)-[expr {[info exists ::env(SLURM_NODEID)] ? $::env(SLURM_NODEID) : 0}]"
+}
+set defaults @env_defaults@
+foreach {key subdir} @cache_dirs@ {
+    lappend defaults $key "$cache_root/$subdir"
+}
+restorable_env SINGULARITYCONTAINER_CACHE_ROOT $cache_root
 set defaults_set SINGULARITYCONTAINER_DEFAULTS_$suffix
 set set_before [split [user_value $defaults_set]]
 set set_now {}
-foreach {key value} @env_defaults@ {
+foreach {key value} $defaults {
     if { [unloading] } {
         if { [lsearch -exact $set_before $key] >= 0 } {
             restorable_env $key $value
@@ -576,6 +1413,7 @@ if [ ! -f "$squashfs" ] && [ ! -d "$dir" ]; then
     echo "${0##*/}: warning: the virtual environment of $module is missing (neither $squashfs nor $dir exists):" \
         "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put the file back." >&2
 fi
+@cache_setup@
 @launch@
 '''
 
@@ -660,6 +1498,28 @@ READABLE_BY_ALL = r'''# What this writes is for everyone who may read the instal
 # whatever the user's umask: who that is, the install dir's own permissions say.
 umask 022'''
 
+# The caches (container_cache_dirs) for the job and node this runs in: /tmp/<user>-caches-<job>-<node>/<subdir>. A
+# value of the user's stays; a value the module set when it was loaded (elsewhere, or outside the job) moves here.
+# Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
+CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays
+__cache_root="@cache_root@/${USER:-$(id -un)}-caches"
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+    __cache_root="$__cache_root-$SLURM_JOB_ID-${SLURM_NODEID:-0}"
+fi
+for __cache in @cache_dirs@; do
+    __cache_dir=$(printenv "${__cache%%=*}") || __cache_dir=
+    if [ -z "$__cache_dir" ]; then
+        __cache_dir="$__cache_root/${__cache#*=}"
+    elif [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
+        [ "${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}" != "$__cache_dir" ]; then
+        __cache_dir="$__cache_root/${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}"
+    fi
+    export "${__cache%%=*}=$__cache_dir"
+    mkdir -p "$__cache_dir" 2>/dev/null || true
+done
+export SINGULARITYCONTAINER_CACHE_ROOT="$__cache_root"
+unset __cache __cache_dir __cache_root'''
+
 # The pieces above, by their placeholder in the script templates
 SCRIPT_SNIPPETS = {
     'readable_by_all': READABLE_BY_ALL,
@@ -690,10 +1550,9 @@ venv=@venv@
 pip() {
     exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
 }
-# pip, then the image's commands for the venv again (a package that pip removed may have hidden one of them)
-pip_then_image_commands() {
-    "$runtime" @entry@ "$sif" @python@ -m pip "$@" &&
-        "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
+# After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
+image_commands() {
+    exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
 }
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
@@ -734,18 +1593,6 @@ use_for_user_software() {
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
 
-if [ ! -f "$squashfs" ]; then
-    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
-    use_for_user_software "$dir"
-    pip_then_image_commands "$@"  # keeps the lock until pip ends
-    exit 0
-fi
-# After unmake-squashfs both are there: changing one of them would leave the other behind, silently
-[ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
-    "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
-
-work="$dir.venv-pip.tmp.$(hostname).$$"
-new="$squashfs.tmp.$(hostname).$$"
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
 # ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
 # before it uninstalls).
@@ -765,20 +1612,35 @@ stop() {
     fi
     exit "$1"
 }
-trap 'rm -rf "$work" "$new"' EXIT
 trap 'stop 129' HUP
 trap 'stop 130' INT
 trap 'stop 143' TERM
+
+if [ ! -f "$squashfs" ]; then
+    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
+    use_for_user_software "$dir"
+    in_background pip "$@"  # the lock is held until pip and image_commands end
+    in_background image_commands
+    exit 0
+fi
+# After unmake-squashfs both are there: changing one of them would leave the other behind, silently
+[ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
+    "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
+
+work="$dir.venv-pip.tmp.$(hostname).$$"
+new="$squashfs.tmp.$(hostname).$$"
+trap 'rm -rf "$work" "$new"' EXIT
 in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/null ||
     die "cannot unpack $squashfs; nothing was changed"
 use_for_user_software "$work"
 before=$(venv_state "$work")
 status=0
-in_background pip_then_image_commands "$@" || status=$?
+in_background pip "$@" || status=$?
 if [ "$status" -ne 0 ]; then
     echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
     exit "$status"
 fi
+in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
 if [ "$(venv_state "$work")" = "$before" ]; then
     echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
     exit 0
@@ -864,6 +1726,7 @@ if [ -f @venv@/bin/activate ]; then
     # shellcheck disable=SC1091
     source @venv@/bin/activate || { echo "init-conda-venv: error: cannot activate @venv@" >&2; return 1; }
 fi
+@cache_setup@
 '''
 
 RUNSCRIPT_PYTHON_SIMPLE = r'''#!/bin/bash
@@ -887,7 +1750,7 @@ exec python -m pip list "$@"
 # per-node set-up. Needs SLURM_PROCID, which srun sets in each task.
 RUNSCRIPT_DISTRIBUTED_ENV = r'''# shellcheck shell=bash
 # distributed-env: source this in a Slurm task in the container to set up a torch.distributed job: the image's
-# environment and the virtual environment, MASTER_ADDR, MASTER_PORT and the MIOpen cache.
+# environment, the virtual environment and the caches (init-conda-venv), MASTER_ADDR and MASTER_PORT.
 # Written by EasyBuild's SingularityContainer easyblock for module @module@.
 #
 # MASTER_PORT, unless set by the user, is 10000 + (SLURM_JOB_ID * 16 + SLURM_STEP_ID) % 22000: in
@@ -911,12 +1774,6 @@ set -euo pipefail
 if [ "$SLURM_LOCALID" -eq 0 ] && command -v rocm-smi >/dev/null 2>&1; then
     rocm-smi || echo "${0##*/}: warning: rocm-smi failed" >&2
 fi
-
-# MIOpen's caches cannot live on Lustre (no file locking): one directory per user, job and node in /tmp.
-# Every rank creates it (mkdir -p is safe when racing) and none deletes it, as other ranks may use it.
-export MIOPEN_USER_DB_PATH="${MIOPEN_USER_DB_PATH:-/tmp/$(id -un)-miopen-cache-${SLURM_JOB_ID:-0}-${SLURM_NODEID:-0}}"
-export MIOPEN_CUSTOM_CACHE_DIR="${MIOPEN_CUSTOM_CACHE_DIR:-$MIOPEN_USER_DB_PATH}"
-mkdir -p "$MIOPEN_USER_DB_PATH" "$MIOPEN_CUSTOM_CACHE_DIR"
 
 if [ -z "${MASTER_ADDR:-}" ]; then
     MASTER_ADDR=$(/runscripts/get-master) || die "cannot tell the master host from the job's node list (see above)"
@@ -1065,29 +1922,36 @@ if __name__ == '__main__':
     sys.exit(main(sys.argv))
 '''
 
-# The scripts the easyblock writes, one row each: the install dir's file, what it is for (also in the module's
-# help), how the sanity check checks it, and its template. The wrappers of wrapped_commands come on top.
+# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see scripts()).
+# A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
+# parses bash), its template, how a launcher starts the container (see launch_code; None: not a launcher) and the
+# parameter that must be True for an installation to get it (None: every installation).
+Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
+
 SCRIPTS = [
-    # path, purpose, kind, template
-    ('bin/start-shell', 'start bash in the container', 'bash', LAUNCHER),
-    ('bin/list-packages', 'list the Python packages in the container', 'bash', LAUNCHER),
-    ('bin/make-squashfs', 'pack user-software/ into user-software.squashfs', 'bash', MAKE_SQUASHFS),
-    ('bin/unmake-squashfs', 'unpack user-software.squashfs into user-software/', 'bash', UNMAKE_SQUASHFS),
-    ('bin/venv-pip', 'pip against the virtual environment, packed or not: venv-pip install torchmetrics', 'bash',
-     LAUNCHER),
-    ('runscripts/init-conda-venv', 'prepare the image\'s Python and activate the virtual environment (source it)',
-     'bash', RUNSCRIPT_INIT),
-    ('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE),
-    ('runscripts/conda-python-distributed', 'python as one rank of torch.distributed, with srun, one task per GPU',
-     'bash', RUNSCRIPT_PYTHON_DISTRIBUTED),
-    ('runscripts/torchrun-distributed', 'torchrun, with srun, one task per node', 'bash',
-     RUNSCRIPT_TORCHRUN_DISTRIBUTED),
-    ('runscripts/distributed-env', 'the set-up both of them share (source it)', 'bash', RUNSCRIPT_DISTRIBUTED_ENV),
-    ('runscripts/get-master', 'print the first host of the Slurm job', 'python', RUNSCRIPT_GET_MASTER),
-    ('runscripts/list-packages', 'list the Python packages', 'bash', RUNSCRIPT_LIST_PACKAGES),
+    Script('bin/start-shell', 'start bash in the container', 'bash', LAUNCHER, 'shell', None),
+    Script('bin/list-packages', 'list the Python packages in the container', 'bash', LAUNCHER, 'runscript', None),
+    Script('bin/make-squashfs', 'pack user-software/ into user-software.squashfs', 'bash', MAKE_SQUASHFS, None, None),
+    Script('bin/unmake-squashfs', 'unpack user-software.squashfs into user-software/', 'bash', UNMAKE_SQUASHFS, None,
+           None),
+    Script('bin/venv-pip', 'pip against the virtual environment, packed or not: venv-pip install torchmetrics', 'bash',
+           LAUNCHER, 'venv-pip', None),
+    Script('runscripts/init-conda-venv', 'prepare the image\'s Python and activate the virtual environment (source it)',
+           'bash', RUNSCRIPT_INIT, None, None),
+    Script('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE, None,
+           None),
+    Script('runscripts/conda-python-distributed', 'python as one rank of torch.distributed, with srun, one task per '
+           'GPU', 'bash', RUNSCRIPT_PYTHON_DISTRIBUTED, None, 'torch_runscripts'),
+    Script('runscripts/torchrun-distributed', 'torchrun, with srun, one task per node', 'bash',
+           RUNSCRIPT_TORCHRUN_DISTRIBUTED, None, 'torch_runscripts'),
+    Script('runscripts/distributed-env', 'the set-up both of them share (source it)', 'bash', RUNSCRIPT_DISTRIBUTED_ENV,
+           None, 'torch_runscripts'),
+    Script('runscripts/get-master', 'print the first host of the Slurm job', 'python', RUNSCRIPT_GET_MASTER, None,
+           'torch_runscripts'),
+    Script('runscripts/list-packages', 'list the Python packages', 'bash', RUNSCRIPT_LIST_PACKAGES, None, None),
 ]
 # The module's own commands in bin/, which wrapped_commands must not replace
-MODULE_COMMANDS = tuple(os.path.basename(path) for path, _, _, _ in SCRIPTS if path.startswith('bin/'))
+MODULE_COMMANDS = tuple(os.path.basename(script.path) for script in SCRIPTS if script.path.startswith('bin/'))
 
 # ---------------------------------------------------------------------------------------------------------------
 # The virtual environment /user-software/venv/<name>, made at install time on top of the image's Python, whatever
@@ -1298,766 +2162,3 @@ if checks["requirements"]:
 print("\n".join(errors) or "container checks passed")
 sys.exit(1 if errors else 0)
 '''
-
-# ---------------------------------------------------------------------------------------------------------------
-# Parameter rules, one definition for the easyblock and generate-ec (generator/easyblock.py imports this module).
-# Each value check returns what is wrong with one value (or an entry of a list or dict), or None.
-# ---------------------------------------------------------------------------------------------------------------
-
-VENV_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*\Z')
-COMMAND_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z')
-ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*\Z')
-MODULE_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.+/-]*\Z')
-DISTRIBUTION_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.+-]*\Z')
-VERSION = re.compile(r'[0-9]+(\.[0-9]+)*([.+-][0-9A-Za-z]+)*\Z')
-PYTHON_VERSION = re.compile(r'[0-9]+\.[0-9]+\Z')
-# newlines, NUL and the other control characters; a tab is fine
-CONTROL_CHARACTER = re.compile(r'[\x00-\x08\x0a-\x1f\x7f]')
-
-
-def pattern_problem(regex, what):
-    """A check: the value must match regex, else it is not what."""
-    def problem(value):
-        return None if regex.match(value) else "%r is not %s" % (value, what)
-    return problem
-
-
-def one_line_problem(value):
-    if CONTROL_CHARACTER.search(value):
-        return "%r must not contain a newline or other control characters" % value
-    return None
-
-
-def no_nul_problem(value):
-    return "%r must not contain a NUL character" % value if '\0' in value else None
-
-
-def container_env_value_problem(value):
-    """Apptainer (and SingularityCE, as far as known) evaluates SINGULARITYENV_* values in a shell in the container:
-    $, backquotes and backslashes would be expanded or run there, so the value would not arrive as written."""
-    if re.search(r'[$`\\]', value):
-        return ("%r contains $, ` or \\, which the container runtime expands in SINGULARITYENV_* values; give it in "
-                "container_env_defaults, which reaches the container as written" % value)
-    return one_line_problem(value)
-
-
-def absolute_path_problem(value):
-    return one_line_problem(value) or (None if value.startswith('/') else "%r is not an absolute path" % value)
-
-
-def bind_problem(value):
-    if re.search(r'[\s,]', value):
-        return "%r must not contain whitespace or commas" % value
-    problem = one_line_problem(value)
-    if problem:
-        return problem
-    if not all(path.startswith('/') for path in value.split(':')[:2]):
-        return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
-    return None
-
-
-def wrapped_command_problem(value):
-    """A command name that is not one of the module's own commands (a wrapper would replace it)."""
-    problem = pattern_problem(COMMAND_NAME, 'a command name')(value)
-    if problem is None and value in MODULE_COMMANDS:
-        problem = "%r is a command of the module itself (%s): leave it out" % (value, ', '.join(MODULE_COMMANDS))
-    return problem
-
-
-# Set in the container by the module (or by the runtime from the module's values): container_env must not set them.
-MODULE_CONTAINER_VARIABLES = ('PATH', 'PREPEND_PATH', 'APPEND_PATH', 'VIRTUAL_ENV')
-
-
-def container_env_name_problem(value):
-    problem = pattern_problem(ENV_NAME, 'a valid environment variable name')(value)
-    if problem is None and value in MODULE_CONTAINER_VARIABLES:
-        problem = ("%r is set by the module itself (the virtual environment and /runscripts come first on PATH): "
-                   "leave it out" % value)
-    return problem
-
-
-def entry_problem(value):
-    return None if value in CONTAINER_ENTRIES else "%r is neither 'exec' nor 'run'" % value
-
-
-class ParameterRule(object):
-    """What an easyconfig parameter of this easyblock may be.
-
-    shape: 'text', 'optional text' (None too), 'list' of texts, 'dict' of text to text, or 'bool'.
-    check: what is wrong with a text, a list entry or a dict key (None: nothing); value_check the same for dict
-    values. unique: a list entry may appear only once. allowed: said in the error message.
-    """
-
-    def __init__(self, shape, allowed, check=None, value_check=one_line_problem, unique=False):
-        self.shape, self.allowed, self.check, self.value_check, self.unique = shape, allowed, check, value_check, unique
-
-
-PARAMETER_RULES = {
-    'central_sif_dir': ParameterRule('optional text', "an absolute path, or None", absolute_path_problem),
-    'container_bind': ParameterRule('list', "a list of absolute host paths or 'src:dst[:opts]' with absolute "
-                                            "paths, one bind per entry, each once", bind_problem, unique=True),
-    'container_components': ParameterRule('dict', "a dict of distribution names to versions such as '2.9.1'",
-                                          pattern_problem(DISTRIBUTION_NAME, 'a valid component name'),
-                                          pattern_problem(VERSION, 'a valid version')),
-    'container_conflicts': ParameterRule('list', "a list of module names",
-                                         pattern_problem(MODULE_NAME, 'a module name')),
-    'container_entry': ParameterRule('text', "'exec' or 'run'", entry_problem),
-    'container_env': ParameterRule('dict', "a dict of variable names (not %s) to one-line values without $, ` "
-                                           "and \\" % ', '.join(MODULE_CONTAINER_VARIABLES),
-                                   container_env_name_problem, container_env_value_problem),
-    'container_env_defaults': ParameterRule('dict', "a dict of variable names to one-line values",
-                                            pattern_problem(ENV_NAME, 'a valid environment variable name')),
-    'container_init': ParameterRule('text', "shell code, as a string", no_nul_problem),
-    'container_python_version': ParameterRule('optional text', "a version such as '3.12', or None",
-                                              pattern_problem(PYTHON_VERSION, 'a valid Python version (e.g. 3.12)')),
-    'container_venv': ParameterRule('optional text', "letters, digits and '._-', not starting with '.' or '-' "
-                                                     "(None: the software name in lower case)",
-                                    pattern_problem(VENV_NAME, 'a valid virtual environment name')),
-    'copy_image': ParameterRule('bool', "True or False"),
-    'pip_install_options': ParameterRule('list', "a list of options, one per entry", one_line_problem),
-    'pip_requirements': ParameterRule('list', "a list of requirement lines, one per entry, each once",
-                                      one_line_problem, unique=True),
-    'squash_user_software': ParameterRule('bool', "True or False"),
-    'wrapped_commands': ParameterRule('list', "a list of command names (letters, digits and '_.+-'), each once, "
-                                              "none of the module's own", wrapped_command_problem, unique=True),
-}
-
-TYPE_NAMES = [(bool, 'a boolean'), (str, 'a string'), (int, 'an integer'), (float, 'a float'), (list, 'a list'),
-              (tuple, 'a tuple'), (dict, 'a dict'), (type(None), 'None')]
-
-
-def type_name(value):
-    return next((name for kind, name in TYPE_NAMES if isinstance(value, kind)), 'a %s' % type(value).__name__)
-
-
-def parameter_problems(name, value):
-    """What is wrong with the value of easyconfig parameter name: a list of (where, problem), where being '' or
-    the entry ('[1]', "['KEY']")."""
-    rule = PARAMETER_RULES[name]
-    if rule.shape == 'bool':
-        return [] if isinstance(value, bool) else [('', 'must be True or False, not %s' % type_name(value))]
-    if rule.shape == 'optional text' and value is None:
-        return []
-    if rule.shape in ('text', 'optional text'):
-        entries = [('', value, rule.check)]
-    elif rule.shape == 'list':
-        if not isinstance(value, (list, tuple)):
-            return [('', 'must be a list of strings, not %s (%r)' % (type_name(value), value))]
-        entries = [('[%d]' % index, entry, rule.check) for index, entry in enumerate(value)]
-    else:
-        if not isinstance(value, dict):
-            return [('', 'must be a dict, not %s (%r)' % (type_name(value), value))]
-        entries = [("[%r]" % key, key, rule.check) for key in value]
-        entries += [("[%r]" % key, entry, rule.value_check) for key, entry in value.items()]
-    problems = []
-    for where, entry, check in entries:
-        problem = 'must be a string, not %s (%r)' % (type_name(entry), entry) if not isinstance(entry, str) else \
-            check(entry) if check else None
-        if problem:
-            problems.append((where, problem))
-    if rule.unique and not problems:
-        first = {}
-        for index, entry in enumerate(value):
-            if entry in first:
-                problems.append(('[%d]' % index, '%r is listed twice (also at index %d)' % (entry, first[entry])))
-            first.setdefault(entry, index)
-    return problems
-
-
-class SingularityContainer(EasyBlock):
-    """
-    Install a Singularity/Apptainer image (the easyconfig's first source) as a module: the image,
-    wrapper commands in bin/, run scripts for /runscripts, a virtual environment in /user-software.
-    """
-
-    @staticmethod
-    def extra_options(extra_vars=None):
-        """Easyconfig parameters specific to SingularityContainer."""
-        extra_vars = EasyBlock.extra_options(extra_vars)
-        extra_vars.update({
-            'central_sif_dir': [None, "Directory with a central copy of the image. eb takes the image from there "
-                                      "when it is there (nothing is downloaded or copied into the source path), "
-                                      "and the module falls back to it when the image in the install dir is gone "
-                                      "(default for the module: $LUMI_CONTAINER_REPOSITORY_ROOT/"
-                                      "easybuild-sif-images if that variable is set when the module loads, else "
-                                      "%s)" % LUMI_CENTRAL_SIF_DEFAULT, CUSTOM],
-            'container_bind': [LUMI_BIND_PATHS, "Host paths bound in the container (SINGULARITY_BINDPATH), "
-                                                "each 'path' or 'src:dst[:opts]'", CUSTOM],
-            'container_components': [{}, "Python distributions the image ships and their versions "
-                                         "({'name': 'version'}), checked in the sanity check; '2.9.1' also "
-                                         "matches '2.9.1+rocm6.4.4'", CUSTOM],
-            'container_conflicts': [LUMI_BINDING_MODULES, "Modules that must not be loaded together with this "
-                                                          "one, as their binds would collide with its binds (other "
-                                                          "modules of this easyblock are swapped out anyway: Lmod "
-                                                          "family %s)" % MODULE_FAMILY, CUSTOM],
-            'container_entry': ['exec', "How commands start in the container: 'exec' runs them directly, 'run' "
-                                        "through the image's runscript (singularity run), for images whose "
-                                        "runscript sets things up and ends in exec \"$@\", such as the LUMI AI "
-                                        "Factory images", CUSTOM],
-            'container_env': [{}, "Environment variables set in the container, as SINGULARITYENV_<KEY> (and "
-                                  "APPTAINERENV_<KEY>): they win over the user's own values", CUSTOM],
-            'container_env_defaults': [{}, "Environment defaults for the container: set by the module as plain "
-                                           "variables, which the runtime passes in, only where the user has none, "
-                                           "so that a user's own value wins, also one exported after the load",
-                                       CUSTOM],
-            'container_init': ['', "Shell code run in the container before Python is used, e.g. "
-                                   "'source /opt/miniconda3/bin/activate pytorch' for images before 2025; "
-                                   "empty for images that set up their environment themselves", CUSTOM],
-            'container_python_version': [None, "Python version (e.g. '3.12') the sanity check expects in the "
-                                               "container; not checked if None", CUSTOM],
-            'container_venv': [None, "Name of the virtual environment in /user-software/venv; "
-                                     "default: the software name in lower case", CUSTOM],
-            'copy_image': [True, "Copy the image into the install dir. False puts a symbolic link to it there "
-                                 "instead, and the module uses the image where it is: for images that stay in a "
-                                 "central place for good, such as the 20+ GB LUMI AI Factory images", CUSTOM],
-            'pip_install_options': [[], "Extra options for 'pip install', e.g. ['--no-index', "
-                                        "'--find-links=/path/to/wheels'] for a site without network", CUSTOM],
-            'pip_requirements': [[], "Requirement lines installed with pip in the virtual environment at install "
-                                     "time, in pip's requirements file format", CUSTOM],
-            'squash_user_software': [True, "Pack user-software/ into user-software.squashfs after installing the "
-                                           "pip requirements (without requirements, the empty virtual environment "
-                                           "stays a directory, ready for pip install)", CUSTOM],
-            'wrapped_commands': [[], "Commands that get a wrapper in bin/ running them in the container, "
-                                     "e.g. ['python', 'pip', 'torchrun']", CUSTOM],
-        })
-        return extra_vars
-
-    def __init__(self, *args, **kwargs):
-        """Initialise the names derived from the easyconfig."""
-        super(SingularityContainer, self).__init__(*args, **kwargs)
-        self.var_suffix = convert_name(self.name, upper=True)
-        self.venv_name = self.cfg['container_venv'] or self.name.lower()
-        self.container_venv = '%s/venv/%s' % (CONTAINER_USER_SOFTWARE, self.venv_name)
-        self.installed_now = False  # not with --module-only, say
-        self.user_software_lock = None  # the open lock file while a reinstall holds it
-
-    # Names and paths
-
-    @property
-    def sif_name(self):
-        """File name of the image: the first source's name."""
-        if not self.cfg['sources']:
-            raise EasyBuildError("%s: no sources; the container image (.sif) must be the first source",
-                                 self.cfg.path)
-        source = self.cfg['sources'][0]
-        return os.path.basename(source['filename'] if isinstance(source, dict) else source)
-
-    def source_sif(self):
-        """Path of the image found by the fetch step (in a dry run it may not have been located)."""
-        if self.src:
-            return self.src[0]['path']
-        return os.path.join('<source path>', self.sif_name)
-
-    def installed_sif(self):
-        """The image in the install dir (with copy_image = False, a symbolic link to the image)."""
-        return os.path.join(self.installdir, self.sif_name)
-
-    def module_sif(self):
-        """The image the module uses: the one in the install dir, or the central image its link points to."""
-        if self.cfg['copy_image']:
-            return self.installed_sif()
-        return os.path.realpath(self.installed_sif())
-
-    def central_sif(self):
-        """The image in central_sif_dir, if that is set and has it."""
-        if self.cfg['central_sif_dir']:
-            path = os.path.join(self.cfg['central_sif_dir'], self.sif_name)
-            if os.path.isfile(path):
-                return path
-        return None
-
-    def runscripts_bind(self):
-        """The run scripts, bound in the container (user-software is added when the module loads)."""
-        return '%s:%s' % (os.path.join(self.installdir, 'runscripts'), CONTAINER_RUNSCRIPTS)
-
-    def install_binds(self):
-        """What the install binds: the easyconfig's binds whose source exists here (a modern runtime does not start
-        a container with a missing one; the module does the same on the node where it is loaded), the run scripts."""
-        binds = []
-        for bind in self.cfg['container_bind']:
-            if os.path.exists(bind.split(':')[0]):
-                binds.append(bind)
-            else:
-                self.log.info("Not binding %s during the installation: its source does not exist here", bind)
-        return binds + [self.runscripts_bind()]
-
-    def prepend_path(self):
-        """The container's PATH starts with the run scripts and the venv's commands."""
-        return '%s:%s/bin' % (CONTAINER_RUNSCRIPTS, self.container_venv)
-
-    def container_environment(self):
-        """The variables the module sets in the container (SINGULARITYENV_<KEY>), in order."""
-        return [('VIRTUAL_ENV', self.container_venv)] + [(str(key), value)
-                                                         for key, value in self.cfg['container_env'].items()]
-
-    # Steps
-
-    def fetch_step(self, *args, **kwargs):
-        """Check the parameters, locate the image like any source, then check that it is a SIF file."""
-        self.check_parameters()
-        # fetch_step reads every source to log its checksums (EasyBuild 4.9: MD5 and SHA256, two reads), on top
-        # of checksum_step's verification: for a 10-20 GB image on Lustre that is minutes of I/O for a log line.
-        # checksum_step still verifies the checksums the easyconfig gives.
-        kwargs['skip_checksums'] = True
-        super(SingularityContainer, self).fetch_step(*args, **kwargs)
-        if self.dry_run:
-            return
-        path = self.source_sif()
-        problem = sif_problem(path)
-        if problem:
-            raise EasyBuildError("The source %s is not a usable container image: %s. Put the real .sif file in "
-                                 "the source path (eb --sourcepath) and try again.", path, problem)
-
-    def check_parameters(self):
-        """Stop before anything is copied if a parameter of this easyblock has a value it cannot use."""
-        problems = []
-        for name in sorted(PARAMETER_RULES):
-            for where, problem in parameter_problems(name, self.cfg[name]):
-                problems.append("%s%s: %s (allowed: %s)" % (name, where, problem, PARAMETER_RULES[name].allowed))
-        if problems:
-            # All of them on screen: EasyBuild 4.9 shows only the first 300 characters of the error itself.
-            print_warning("Invalid easyconfig parameters in %s:\n  %s" % (self.cfg.path, '\n  '.join(problems)),
-                          silent=False)
-            raise EasyBuildError("Invalid easyconfig parameter %s; nothing was installed (all %d problems are "
-                                 "listed above)", problems[0], len(problems))
-
-    def obtain_file(self, filename, *args, **kwargs):
-        """The image from central_sif_dir when it is there, else from the source path as usual."""
-        if filename == self.sif_name and self.central_sif():
-            self.log.info("Using the image in central_sif_dir: %s", self.central_sif())
-            return self.central_sif()
-        return super(SingularityContainer, self).obtain_file(filename, *args, **kwargs)
-
-    def extract_step(self):
-        """Nothing to extract: the image is copied straight into the install dir by the install step."""
-        if self.src:
-            self.src[0]['finalpath'] = self.builddir
-
-    def configure_step(self):
-        """Nothing to configure."""
-        pass
-
-    def build_step(self):
-        """Nothing to build."""
-        pass
-
-    def check_readiness_step(self):
-        """On a reinstall, take the user software's lock first: EasyBuild removes the module file next."""
-        self.lock_user_software()
-        super(SingularityContainer, self).check_readiness_step()
-
-    def make_installdir(self, dontcreate=None):
-        """Move software that users installed in the container aside before EasyBuild wipes the install dir, and
-        the directories that running jobs have bound."""
-        self.back_up_user_software()
-        self.keep_for_running_jobs()
-        super(SingularityContainer, self).make_installdir(dontcreate=dontcreate)
-        self.unlock_user_software()
-
-    def lock_user_software(self):
-        """Hold the lock of venv-pip, make-squashfs and unmake-squashfs on an existing install dir until it has been
-        wiped: none of them changes the user software while a reinstall moves it aside (stop if one does now)."""
-        if self.dry_run or not os.path.isdir(self.installdir):
-            return
-        try:
-            handle = open(os.path.join(self.installdir, USER_SOFTWARE_LOCK), 'a')
-        except OSError:  # not ours: EasyBuild says so later
-            return
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            raise EasyBuildError("A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it "
-                                 "is done. Nothing was changed.", self.installdir)
-        self.user_software_lock = handle
-
-    def unlock_user_software(self):
-        if self.user_software_lock:
-            self.user_software_lock.close()
-            self.user_software_lock = None
-
-    def back_up_user_software(self):
-        """Move user-software(.squashfs) of a previous installation next to the install dir if the user changed it
-        since that installation, and say what happened to it."""
-        if self.dry_run or not os.path.isdir(self.installdir):
-            return
-        # EasyBuild copies the easyconfig into easybuild/ when an installation has finished
-        finished = glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb'))
-        installed = self.read_user_software_fingerprints()
-        stamp = time.strftime('%Y%m%d-%H%M%S')
-        for entry in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE):
-            path = os.path.join(self.installdir, entry)
-            if not os.path.lexists(path):
-                continue
-            if not finished:
-                print_msg("%s was left by an installation that did not finish: it is replaced" % path)
-                continue
-            if installed.get(entry) == tree_fingerprint(path):
-                print_msg("%s is as the previous installation made it: it is replaced" % path)
-                continue
-            backup = '%s.%s.backup-%s' % (self.installdir, entry, stamp)
-            try:
-                os.rename(path, backup)
-            except OSError as err:
-                raise EasyBuildError("Cannot move %s aside before reinstalling (to %s): %s. Nothing was removed; "
-                                     "move it yourself and run eb again.", path, backup, err)
-            print_warning("Software installed in the container was kept: %s, changed since it was installed, was "
-                          "moved to %s. To use it with the new installation, move it back: mv %s %s" %
-                          (path, backup, backup, path), silent=False)
-
-    def keep_for_running_jobs(self):
-        """Move runscripts/ and an unpacked user-software/ of a finished installation next to the install dir: a
-        running container has them bound, and would find them empty once EasyBuild wiped them (files such as the
-        image or a SquashFS file stay readable to it when they are deleted, directories do not). What earlier
-        reinstalls moved there goes once no job can run from it any more."""
-        if self.dry_run or not glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb')):
-            return
-        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
-            if time.time() - os.path.getmtime(old) > KEEP_PREVIOUS_DAYS * 86400:
-                remove_dir(old)
-                print_msg("Removed %s, kept for jobs that ran during an earlier reinstall" % old)
-        in_use = [entry for entry in ('runscripts', USER_SOFTWARE)
-                  if os.path.isdir(os.path.join(self.installdir, entry))]
-        if not in_use:
-            return
-        kept = '%s.%s-%s' % (self.installdir, PREVIOUS_INSTALLATION, time.strftime('%Y%m%d-%H%M%S'))
-        mkdir(kept, parents=True)
-        for entry in in_use:
-            os.rename(os.path.join(self.installdir, entry), os.path.join(kept, entry))
-        print_msg("%s of the previous installation moved to %s: jobs that run from it keep them. It is removed by a "
-                  "reinstall after %d days (remove it yourself when no such job runs any more)" %
-                  (' and '.join(in_use), kept, KEEP_PREVIOUS_DAYS))
-
-    def user_software_fingerprints_file(self):
-        return os.path.join(self.installdir, 'easybuild', 'user-software-as-installed.json')
-
-    def read_user_software_fingerprints(self):
-        """{entry: fingerprint} of the user software as the previous installation left it ({} if unknown)."""
-        try:
-            with open(self.user_software_fingerprints_file()) as handle:
-                return json.load(handle)
-        except (OSError, ValueError):
-            return {}
-
-    def write_user_software_fingerprints(self):
-        """Remember what the user software looks like as installed: a reinstall keeps it only if it changed."""
-        fingerprints = {}
-        for entry in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE):
-            path = os.path.join(self.installdir, entry)
-            if os.path.lexists(path):
-                fingerprints[entry] = tree_fingerprint(path)
-        write_file(self.user_software_fingerprints_file(), json.dumps(fingerprints) + '\n')
-
-    def install_step(self):
-        """Install the image, write the scripts, create the virtual environment and install the requirements."""
-        self.installed_now = True
-        self.install_image()
-        self.write_scripts()
-        self.create_venv()
-        if self.cfg['pip_requirements']:
-            self.install_requirements()
-        self.add_image_commands()
-        if self.cfg['squash_user_software'] and self.cfg['pip_requirements']:
-            self.squash_user_software()
-
-    def install_image(self):
-        """Copy the image into the install dir, once, following symlinks; or link to it (copy_image = False)."""
-        if self.cfg['copy_image']:
-            copy_file(self.source_sif(), self.installed_sif())
-        elif self.dry_run:
-            self.dry_run_msg("  linking %s to %s\n", self.installed_sif(), self.source_sif())
-        else:
-            os.symlink(os.path.realpath(self.source_sif()), self.installed_sif())
-
-    def write_scripts(self):
-        """Write bin/ (commands for outside the container) and runscripts/ (seen as /runscripts inside)."""
-        for relpath, purpose, _, template in SCRIPTS + self.wrapper_scripts():
-            path = os.path.join(self.installdir, relpath)
-            write_file(path, self.script_text(relpath, purpose, template))
-            if not self.dry_run:
-                adjust_permissions(path, 0o755, add=True)
-
-    def wrapper_scripts(self):
-        """Rows like those of SCRIPTS for the wrappers of wrapped_commands."""
-        return [('bin/' + command, 'run %s in the container; all arguments are passed on' % command, 'bash',
-                 LAUNCHER) for command in self.cfg['wrapped_commands']]
-
-    def script_text(self, relpath, purpose, template):
-        """The text of one script of SCRIPTS (or a wrapper) for this installation."""
-        name = os.path.basename(relpath)
-        values = {
-            'header': fill_template(SCRIPT_HEADER, name=name, purpose=purpose, module=self.full_mod_name,
-                                    module_word=sh_str(self.full_mod_name)),
-            'module': self.full_mod_name,
-            'venv': self.container_venv,
-            'sif_var': 'SIF' + self.var_suffix,
-            'container_init': self.cfg['container_init'] or ':',
-            'container_init_word': sh_str(self.cfg['container_init']),
-        }
-        if template == LAUNCHER:
-            values['launch'] = self.launch_code(name, relpath)
-        return fill_script_template(template, **values)
-
-    def launch_code(self, name, relpath):
-        """The lines of a launcher script (see LAUNCHER) that start the container."""
-        entry = self.cfg['container_entry']
-        if relpath == 'bin/start-shell':
-            return fill_template(LAUNCH_START_SHELL, entry=entry)
-        if relpath == 'bin/venv-pip':
-            python = '%s/bin/python' % self.container_venv
-            if self.cfg['container_init']:
-                python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
-            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
-                                        image_commands_module=IMAGE_COMMANDS_MODULE)
-        command = '/runscripts/list-packages' if relpath == 'bin/list-packages' else sh_str(name)
-        if self.cfg['container_init'] and relpath != 'bin/list-packages':
-            return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=command)
-        return fill_template(LAUNCH_COMMAND, entry=entry, command=command)
-
-    def run_in_container(self, script, what, extra_binds=None):
-        """
-        Run a bash script in the container with the module's binds and environment.
-        The script reaches bash as one argument: nothing in it is expanded on the host.
-        """
-        binds = ','.join(self.install_binds() + (extra_binds or []))
-        env = [('SINGULARITY_BINDPATH', binds), ('APPTAINER_BINDPATH', binds)]
-        for key, value in self.container_environment():
-            env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
-        env += [(key, value) for key, value in self.cfg['container_env_defaults'].items() if key not in os.environ]
-        cmd = ' '.join([self.installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
-                       [sh_str(self.container_runtime()), self.cfg['container_entry'], sh_str(self.installed_sif()),
-                        '/bin/bash', '-c', sh_str(READABLE_BY_ALL + '\n' + script)])
-        return self.run_checked(cmd, what)
-
-    @staticmethod
-    def installer_independent_env():
-        """An env command line start that keeps the installer's Python and pip settings out of the container (the
-        runtime passes the host's environment in and binds their home): what the install writes must not depend on
-        who installs. PYTHONPATH, PIP_* and the like go; no user site (~/.local); no pip configuration files."""
-        unset = sorted(key for key in os.environ if key.startswith(('PYTHON', 'PIP_')))
-        return ' '.join(['env'] + ['-u %s' % sh_str(key) for key in unset] +
-                        ['PYTHONNOUSERSITE=1', 'PIP_CONFIG_FILE=%s' % os.devnull])
-
-    def run_checked(self, cmd, what):
-        """Run a shell command with EasyBuild, log its output; fail with its last lines if it fails."""
-        if self.dry_run:
-            self.dry_run_msg("  %s: %s\n", what, cmd)
-            return ''
-        self.log.info("%s: %s", what, cmd)
-        if run_shell_cmd:
-            res = run_shell_cmd(cmd, fail_on_error=False, hidden=True)
-            output, exit_code = res.output, res.exit_code
-        else:
-            output, exit_code = run_cmd(cmd, log_ok=False, log_all=False, simple=False, trace=False)
-        self.log.info("Output of %s (exit code %s):\n%s", what, exit_code, output)
-        if exit_code:
-            lines = [line for line in output.rstrip().splitlines() if line.strip()] or ['(no output)']
-            # EasyBuild 4.9 shows only the first 300 characters of an error: the cause goes first.
-            errors = [line for line in lines if re.match(r'\s*(error|fatal|\S+: error)\b', line, re.I)]
-            raise EasyBuildError("%s failed (exit code %s): %s\nLast lines of its output (all of it is in the "
-                                 "log):\n%s\nCommand: %s", what, exit_code, (errors or lines)[-1].strip(),
-                                 '\n'.join(lines[-ERROR_TAIL_LINES:]), cmd)
-        return output
-
-    def container_runtime(self):
-        """The container runtime on PATH: singularity, else apptainer."""
-        for runtime in ('singularity', 'apptainer'):
-            path = shutil.which(runtime)
-            if path:
-                return path
-        if self.dry_run:
-            return 'singularity'
-        raise EasyBuildError("Neither singularity nor apptainer found on PATH; they are needed to create the "
-                             "virtual environment in the container. Load or install a container runtime.")
-
-    def init_shell_code(self):
-        """Bash code running container_init, failing loudly (sourced activate scripts dislike 'set -eu')."""
-        init = self.cfg['container_init']
-        if not init:
-            return 'set -euo pipefail\n'
-        return ('if ! { %s\n}; then echo "container_init failed:" %s >&2; exit 1; fi\nset -euo pipefail\n' %
-                (init, sh_str(init)))
-
-    def create_venv(self):
-        """Create the virtual environment /user-software/venv/<name> on top of the image's Python."""
-        us_dir = os.path.join(self.installdir, USER_SOFTWARE)
-        mkdir(os.path.join(us_dir, 'venv'), parents=True)
-        script = self.init_shell_code() + fill_template(CREATE_VENV, detect=sh_str(DETECT_IMAGE_PYTHON),
-                                                        venv=self.container_venv)
-        output = self.run_in_container(script, "Creating the virtual environment %s in the container" %
-                                       self.container_venv, extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
-        if self.dry_run:
-            return
-        image_python = self.image_python(output)
-        write_file(os.path.join(self.installdir, IMAGE_PYTHON_JSON), json.dumps(image_python, indent=2) + '\n')
-        self.add_image_packages(image_python)
-        self.add_pip_scripts(image_python)
-
-    def image_python(self, output):
-        """What DETECT_IMAGE_PYTHON found out about the image's Python."""
-        for line in output.splitlines():
-            if line.startswith('IMAGE-PYTHON '):
-                return json.loads(line[len('IMAGE-PYTHON '):])
-        raise EasyBuildError("The image's Python did not say where its packages are; output:\n%s", output)
-
-    def venv_site_packages(self, image_python):
-        """The venv's site-packages on the host."""
-        return os.path.join(self.installdir, USER_SOFTWARE, 'venv', self.venv_name, 'lib',
-                            'python%s' % image_python['version'], 'site-packages')
-
-    def add_image_packages(self, image_python):
-        """Make the image's packages visible in the venv, after the venv's own (see IMAGE_PACKAGES)."""
-        site_packages = self.venv_site_packages(image_python)
-        dirs = '[\n%s]' % ''.join('    %r,\n' % path for path in image_python['package_dirs'])
-        write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.py'),
-                   fill_template(IMAGE_PACKAGES, module=self.full_mod_name, module_name=IMAGE_PACKAGES_MODULE,
-                                 package_dirs=dirs))
-        write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.pth'), 'import %s\n' % IMAGE_PACKAGES_MODULE)
-        write_file(os.path.join(site_packages, IMAGE_COMMANDS_MODULE + '.py'),
-                   fill_template(IMAGE_COMMANDS, module=self.full_mod_name, module_name=IMAGE_COMMANDS_MODULE,
-                                 packages_module=IMAGE_PACKAGES_MODULE, manifest=IMAGE_COMMANDS_MANIFEST))
-
-    def add_pip_scripts(self, image_python):
-        """Give a venv created without pip the commands pip, pip3 and pip3.X, running the image's pip."""
-        venv_bin = os.path.join(self.installdir, USER_SOFTWARE, 'venv', self.venv_name, 'bin')
-        if os.path.exists(os.path.join(venv_bin, 'pip')):
-            return
-        for name in ['pip', 'pip3', 'pip' + image_python['version']]:
-            path = os.path.join(venv_bin, name)
-            write_file(path, VENV_PIP_SCRIPT)
-            adjust_permissions(path, 0o755, add=True)
-
-    def install_requirements(self):
-        """Install pip_requirements in the virtual environment, from a requirements file written here."""
-        us_dir = os.path.join(self.installdir, USER_SOFTWARE)
-        requirements = os.path.join(us_dir, 'requirements.txt')
-        write_file(requirements, '\n'.join(self.cfg['pip_requirements']) + '\n')
-        options = ' '.join(sh_str(opt) for opt in self.cfg['pip_install_options'])
-        script = self.init_shell_code() + (
-            '%(venv)s/bin/python -m pip install --no-input --disable-pip-version-check %(options)s '
-            '-r %(us)s/requirements.txt\n' % {'venv': self.container_venv, 'options': options,
-                                              'us': CONTAINER_USER_SOFTWARE})
-        self.run_in_container(script, "Installing the pip requirements in %s" % self.container_venv,
-                              extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
-
-    def add_image_commands(self):
-        """Give the venv the image's commands, run by its own Python (see IMAGE_COMMANDS)."""
-        us_dir = os.path.join(self.installdir, USER_SOFTWARE)
-        script = self.init_shell_code() + '%s/bin/python -m %s\n' % (self.container_venv, IMAGE_COMMANDS_MODULE)
-        self.run_in_container(script, "Giving %s the image's commands" % self.container_venv,
-                              extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
-
-    def squash_user_software(self):
-        """Pack user-software/ with bin/make-squashfs, check the result, and only then remove the directory."""
-        make_squashfs = os.path.join(self.installdir, 'bin', 'make-squashfs')
-        self.run_checked(sh_str(make_squashfs), "Packing user-software with make-squashfs")
-        if self.dry_run:
-            return
-        squashfs = os.path.join(self.installdir, USER_SOFTWARE_SQUASHFS)
-        listing = self.run_checked('unsquashfs -l %s' % sh_str(squashfs), "Listing %s" % squashfs)
-        expected = 'squashfs-root/venv/%s/bin/python' % self.venv_name
-        if expected not in listing.split():
-            raise EasyBuildError("%s does not contain venv/%s/bin/python; %s/ was kept. Remove the SquashFS file "
-                                 "and run make-squashfs again.", squashfs, self.venv_name, USER_SOFTWARE)
-        remove_dir(os.path.join(self.installdir, USER_SOFTWARE))
-
-    # Module
-
-    def make_module_step(self, fake=False):
-        """Describe the variables and commands in the module's help, unless the easyconfig has a usage text. The
-        real module is made after the sanity check: the installation is complete, its user software as installed."""
-        if not self.cfg['usage']:
-            self.cfg['usage'] = self.usage_text()
-        if not fake and not self.dry_run and self.installed_now:
-            self.write_user_software_fingerprints()
-        return super(SingularityContainer, self).make_module_step(fake=fake)
-
-    def usage_text(self):
-        """Module help: what the module sets and which commands it offers."""
-        suffix = self.var_suffix
-        scripts = SCRIPTS + self.wrapper_scripts()
-        commands = ['  %s: %s' % (os.path.basename(path), purpose) for path, purpose, _, _ in scripts
-                    if path.startswith('bin/')]
-        runscripts = ['  %s: %s' % (os.path.basename(path), purpose) for path, purpose, _, _ in scripts
-                      if path.startswith('runscripts/')]
-        return '\n'.join([
-            "The container image is in $SIF and $SIF%s: run software in it with 'singularity %s $SIF <command>'." %
-            (suffix, self.cfg['container_entry']),
-            "$CONTAINERROOT is the install dir; $RUNSCRIPTS and $RUNSCRIPTS%s hold the run scripts, seen as "
-            "/runscripts in the container." % suffix,
-            "SINGULARITY_BINDPATH (added to your own value) binds the host file systems, /runscripts and "
-            "/user-software; SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up "
-            "the environment in the container, with the virtual environment %s active (APPTAINER_BINDPATH and "
-            "APPTAINERENV_* get the same values)." % self.container_venv,
-            "",
-            "Commands outside the container (in $CONTAINERROOT/bin):",
-        ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
-            "",
-            "To add or remove packages: venv-pip install <package> (or -r requirements.txt, uninstall, list, ...) "
-            "outside the container: it unpacks the virtual environment if it is packed, runs pip, packs it again and "
-            "puts it in place in one step; new jobs see the change, no reload needed.",
-        ])
-
-    def make_module_extra(self, *args, **kwargs):
-        """Add the load-time container logic, in the syntax of the module generator."""
-        txt = super(SingularityContainer, self).make_module_extra(*args, **kwargs)
-        lua = self.module_generator.SYNTAX == 'Lua'
-        quote, template = (lua_str, LUA_MODULE_LOGIC) if lua else (tcl_str, TCL_MODULE_LOGIC)
-
-        def quote_list(items):
-            """A list of strings as a Lua table, or a Tcl list."""
-            return ('{%s}' if lua else '[list %s]') % (', ' if lua else ' ').join(quote(item) for item in items)
-
-        def pairs(items):
-            """A list of (key, value) pairs as a Lua table of tables, or a flat Tcl list."""
-            if lua:
-                return '{%s}' % ', '.join('{%s, %s}' % (quote(key), quote(value)) for key, value in items)
-            return '[list %s]' % ' '.join('%s %s' % (quote(key), quote(value)) for key, value in items)
-
-        conflicts = '\n'.join(('conflict(%s)' if lua else 'conflict %s') % quote(name)
-                              for name in self.cfg['container_conflicts'])
-        # Tcl's error message is a "..." word with $variables in it: the module name goes in without quoting chars
-        mod_name = {'mod_name': quote(self.full_mod_name)} if lua else {
-            'mod_name_text': re.sub(r'[\\"$\[\]{}]', '', self.full_mod_name)}
-        return txt + fill_template(
-            template, family=quote(MODULE_FAMILY), conflicts=conflicts, installdir=quote(self.installdir),
-            sif_name=quote(self.sif_name), suffix=quote(self.var_suffix), sif_path=quote(self.module_sif()),
-            central_sif_dir=quote(self.cfg['central_sif_dir'] or ''), central_subdir=quote(LUMI_CENTRAL_SIF_SUBDIR),
-            central_default=quote(LUMI_CENTRAL_SIF_DEFAULT), binds=quote_list(self.cfg['container_bind']),
-            runscripts_bind=quote(self.runscripts_bind()),
-            us_squashfs=quote(USER_SOFTWARE_SQUASHFS), us_dir=quote(USER_SOFTWARE),
-            prepend_path=quote(self.prepend_path()), container_env=pairs(self.container_environment()),
-            env_defaults=pairs(self.cfg['container_env_defaults'].items()), **mod_name)
-
-    # Sanity check
-
-    def sanity_check_step(self, *args, **kwargs):
-        """Check the scripts, and, when the image is there, the container's Python and packages."""
-        scripts = SCRIPTS + self.wrapper_scripts()
-        custom_paths = {'files': [path for path, _, _, _ in scripts], 'dirs': []}
-        custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, path))
-                           for path, _, kind, _ in scripts if kind == 'bash']
-        if os.path.isfile(self.installed_sif()) or self.dry_run:
-            custom_commands.append(self.container_check_command())
-            for cmd in self.cfg['wrapped_commands']:
-                if cmd.startswith('python'):
-                    custom_commands.append('%s -c pass' % cmd)
-        else:
-            self.log.warning("%s not found: container checks skipped", self.installed_sif())
-
-        return super(SingularityContainer, self).sanity_check_step(custom_paths=custom_paths,
-                                                                   custom_commands=custom_commands)
-
-    def container_check_command(self):
-        """Shell command checking in the container: the Python version, the components, the requirements. The
-        checks go in on stdin: thousands of requirement names do not fit on a command line."""
-        checks = {
-            'python': self.cfg['container_python_version'] or '',
-            'components': dict(self.cfg['container_components']),
-            'requirements': requirement_names(self.cfg['pip_requirements']),
-        }
-        handle, path = tempfile.mkstemp(prefix='container-checks-', suffix='.json')
-        with os.fdopen(handle, 'w') as checks_file:
-            json.dump(checks, checks_file)
-        return '%s start-shell -c %s check %s < %s' % (self.installer_independent_env(), sh_str('python -c "$1"'),
-                                                       sh_str(CONTAINER_CHECK_SCRIPT), sh_str(path))
