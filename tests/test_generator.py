@@ -25,6 +25,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from generator.cli import main  # noqa: E402
+from generator.easyblock import easyblock  # noqa: E402
 from harness import require_tools  # noqa: E402
 from generator.spec import load_spec  # noqa: E402
 
@@ -160,6 +161,7 @@ def test_pytorch_values():
     assert list(values['container_components']) == ['DeepSpeed', 'flash-attention', 'transformers']
     assert values['pip_requirements'] == ['torchmetrics', 'pytorch-lightning']
     assert values['moduleclass'] == 'devel'
+    assert values['torch_runscripts'] is True  # the spec's torch_runscripts: true
     for absent in ('pip_install_options', 'squash_user_software', 'central_sif_dir'):
         assert absent not in values
     assert values['description'] == textwrap.dedent("""
@@ -175,7 +177,7 @@ def test_pytorch_values():
 
     old = check_easyconfig(os.path.join(GOLDEN, 'PyTorch', PYTORCH_FILES[1]))
     assert old['container_init'] == 'source /opt/miniconda3/bin/activate pytorch'
-    assert old['container_components'] == {}
+    assert 'container_components' not in old  # not in the spec: the easyblock's default ({})
     assert 'with' not in old['description'].split('Container image:')[1].split('\n')[2]
 
 
@@ -330,9 +332,9 @@ name: PyTorch
 homepage: https://pytorch.org/
 description: Test spec.
 defaults:
-  python: "3.12"
+  container_python_version: "3.12"
   rocm: "6.2.4"
-  venv: pytorch
+  container_venv: pytorch
 containers:
   - version: "2.7.1"
     date: "20250827"
@@ -340,6 +342,11 @@ containers:
 """
 # line numbers in BASE:      1 name, 2 homepage, 3 description, 4 defaults, 5 python, 6 rocm, 7 venv,
 #                            8 containers, 9 version, 10 date, 11 dockerhash; appended lines start at 12
+
+
+# The keys of a container entry: generate-ec's own, the families', and the easyblock's parameters under their names
+ENTRY_KEYS = sorted(['checksum', 'date', 'digest', 'dockerhash', 'family', 'image_variant', 'python_check', 'rocm',
+                     'sif', 'tag', 'variant', 'version'] + list(easyblock.PARAMETERS))
 
 
 def spec_text(replace=(), append=''):
@@ -364,7 +371,9 @@ def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
     name = 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb'
     assert out == os.path.join('out', name) + '\n'
     values = check_easyconfig(os.path.join('out', name))
-    assert values['container_bind'] == [] and values['container_env'] == {} and values['pip_requirements'] == []
+    # what the spec does not give is not written: the easyblock's defaults apply (e.g. LUMI's binds)
+    for absent in ('container_bind', 'container_env', 'pip_requirements', 'torch_runscripts', 'container_init'):
+        assert absent not in values
     assert 'Container image: lumi-pytorch' in values['description']
     assert 'pip requirement' not in values['description']
 
@@ -395,8 +404,9 @@ ERROR_CASES = {
         ['spec.yaml:9: containers[0].version: must be a string, quote it: "2.10" '
          '(unquoted, YAML reads it as a float 2.1)']),
     'python-float': (
-        dict(replace=[('python: "3.12"', 'python: 3.12')]),
-        ['spec.yaml:5: defaults.python: must be a string, quote it: "3.12" (unquoted, YAML reads it as a float 3.12)']),
+        dict(replace=[('container_python_version: "3.12"', 'container_python_version: 3.12')]),
+        ['spec.yaml:5: defaults.container_python_version: must be a string, quote it: "3.12" (unquoted, YAML reads '
+         'it as a float 3.12)']),
     'version-malformed': (
         dict(replace=[('version: "2.7.1"', 'version: "v2.7.1"')]),
         ["spec.yaml:9: containers[0].version: 'v2.7.1' is not a valid version (e.g. 2.7.1)"]),
@@ -410,8 +420,8 @@ ERROR_CASES = {
         dict(replace=[('rocm: "6.2.4"', 'rocm: "6.2..4"')]),
         ["spec.yaml:6: defaults.rocm: '6.2..4' is not a valid ROCm version (e.g. 6.2.4)"]),
     'python-malformed': (
-        dict(replace=[('python: "3.12"', 'python: "3"')]),
-        ["spec.yaml:5: defaults.python: '3' is not a valid Python version (e.g. 3.12)"]),
+        dict(replace=[('container_python_version: "3.12"', 'container_python_version: "3"')]),
+        ["spec.yaml:5: defaults.container_python_version: '3' is not a valid Python version (e.g. 3.12)"]),
     'dockerhash-upper': (
         dict(replace=[('dockerhash: 0d479e852886', 'dockerhash: 0D479E852886')]),
         ["spec.yaml:11: containers[0].dockerhash: '0D479E852886' is not 12 lowercase hex digits"]),
@@ -432,18 +442,15 @@ ERROR_CASES = {
          "spec.yaml:3: descripton: unknown key 'descripton' (did you mean 'description'?)"]),
     'unknown-key-no-match': (
         dict(append='    zzz: 1\n'),
-        ["spec.yaml:12: containers[0].zzz: unknown key 'zzz' (allowed: bind, central_sif_dir, checksum, components, "
-         'container_entry, container_init, copy_image, date, digest, dockerhash, env, env_defaults, family, '
-         'image_variant, pip_install_options, pip_requirements, python, python_check, rocm, sif, '
-         'squash_user_software, tag, variant, venv, version, wrapped_commands)']),
+        ["spec.yaml:12: containers[0].zzz: unknown key 'zzz' (allowed: %s)" % ', '.join(ENTRY_KEYS)]),
     'unknown-defaults-key': (
-        dict(replace=[('  venv: pytorch', '  venvv: pytorch')]),
-        ["spec.yaml:7: defaults.venvv: unknown key 'venvv' (did you mean 'venv'?)"]),
+        dict(replace=[('  container_venv: pytorch', '  container_venvv: pytorch')]),
+        ["spec.yaml:7: defaults.container_venvv: unknown key 'container_venvv' (did you mean 'container_venv'?)"]),
     'toolchain': (
         dict(append='toolchain: foss\n'),
         ["spec.yaml:12: toolchain: unknown key 'toolchain' (the toolchain is always SYSTEM)"]),
     'container-only-key-in-defaults': (
-        dict(replace=[('  venv: pytorch', '  date: "20250827"')]),
+        dict(replace=[('  container_venv: pytorch', '  date: "20250827"')]),
         ["spec.yaml:7: defaults.date: 'date' is not allowed in defaults (set it per container)"]),
     'missing-top-keys': (
         dict(replace=[('name: PyTorch\n', ''), ('homepage: https://pytorch.org/\n', '')]),
@@ -453,8 +460,9 @@ ERROR_CASES = {
                        '')]),
         ['spec.yaml:1: containers: missing required key']),
     'missing-python': (
-        dict(replace=[('  python: "3.12"\n', '')]),
-        ['spec.yaml:8: containers[0].python: missing required key (set it in the container entry or in defaults)']),
+        dict(replace=[('  container_python_version: "3.12"\n', '')]),
+        ['spec.yaml:8: containers[0].container_python_version: missing required key (set it in the container entry '
+         'or in defaults)']),
     'missing-version-and-date': (
         dict(replace=[('  - version: "2.7.1"\n    date: "20250827"\n    dockerhash', '  - dockerhash')]),
         ['spec.yaml:9: containers[0].version: missing required key (set it in the container entry)',
@@ -478,38 +486,38 @@ ERROR_CASES = {
         dict(append='    date: "20250828"\n'),
         ["spec.yaml:12: containers[0].date: duplicate key 'date'"]),
     'bind-not-a-list': (
-        dict(replace=[('  venv: pytorch', '  bind: /pfs')]),
-        ['spec.yaml:7: defaults.bind: must be a list of strings, got a string']),
+        dict(replace=[('  container_venv: pytorch', '  container_bind: /pfs')]),
+        ['spec.yaml:7: defaults.container_bind: must be a list of strings, got a string']),
     'bind-item-not-a-string': (
-        dict(replace=[('  venv: pytorch', '  bind: [/pfs, {a: b}]')]),
-        ['spec.yaml:7: defaults.bind[1]: must be a string, got a mapping']),
+        dict(replace=[('  container_venv: pytorch', '  container_bind: [/pfs, {a: b}]')]),
+        ['spec.yaml:7: defaults.container_bind[1]: must be a string, got a mapping']),
     'bind-duplicate': (
-        dict(replace=[('  venv: pytorch', '  bind: [/pfs, /pfs]')]),
-        ["spec.yaml:7: defaults.bind[1]: '/pfs' is listed twice (also at index 0)"]),
+        dict(replace=[('  container_venv: pytorch', '  container_bind: [/pfs, /pfs]')]),
+        ["spec.yaml:7: defaults.container_bind[1]: '/pfs' is listed twice (also at index 0)"]),
     'env-not-a-mapping': (
-        dict(append='    env: [A=1]\n'),
-        ['spec.yaml:12: containers[0].env: must be a mapping, got a list']),
+        dict(append='    container_env: [A=1]\n'),
+        ['spec.yaml:12: containers[0].container_env: must be a mapping, got a list']),
     'env-bad-name': (
-        dict(append='    env:\n      OK: "1"\n      1BAD: x\n      BAD-NAME: y\n'),
-        ["spec.yaml:14: containers[0].env.1BAD: '1BAD' is not a valid environment variable name",
-         "spec.yaml:15: containers[0].env.BAD-NAME: 'BAD-NAME' is not a valid environment variable name"]),
+        dict(append='    container_env:\n      OK: "1"\n      1BAD: x\n      BAD-NAME: y\n'),
+        ["spec.yaml:14: containers[0].container_env.1BAD: '1BAD' is not a valid environment variable name",
+         "spec.yaml:15: containers[0].container_env.BAD-NAME: 'BAD-NAME' is not a valid environment variable name"]),
     'env-value-int': (
-        dict(append='    env: {NCCL_NET_GDR_LEVEL: 3}\n'),
-        ['spec.yaml:12: containers[0].env.NCCL_NET_GDR_LEVEL: must be a string, quote it: "3" '
+        dict(append='    container_env: {NCCL_NET_GDR_LEVEL: 3}\n'),
+        ['spec.yaml:12: containers[0].container_env.NCCL_NET_GDR_LEVEL: must be a string, quote it: "3" '
          '(unquoted, YAML reads it as an integer 3)']),
     'venv-list': (
-        dict(replace=[('  venv: pytorch', '  venv: [pytorch]')]),
-        ['spec.yaml:7: defaults.venv: must be a string, got a list']),
+        dict(replace=[('  container_venv: pytorch', '  container_venv: [pytorch]')]),
+        ['spec.yaml:7: defaults.container_venv: must be a string, got a list']),
     'bool-field': (
         dict(append='    squash_user_software: "yes"\n    python_check: 1\n'),
         ['spec.yaml:12: containers[0].squash_user_software: must be true or false, got a string',
          'spec.yaml:13: containers[0].python_check: must be true or false, got an integer']),
     'components-not-a-mapping': (
-        dict(append='    components: [DeepSpeed]\n'),
-        ['spec.yaml:12: containers[0].components: must be a mapping, got a list']),
+        dict(append='    container_components: [DeepSpeed]\n'),
+        ['spec.yaml:12: containers[0].container_components: must be a mapping, got a list']),
     'component-version-float': (
-        dict(append='    components: {DeepSpeed: 0.17}\n'),
-        ['spec.yaml:12: containers[0].components.DeepSpeed: must be a string, quote it: "0.17" '
+        dict(append='    container_components: {DeepSpeed: 0.17}\n'),
+        ['spec.yaml:12: containers[0].container_components.DeepSpeed: must be a string, quote it: "0.17" '
          '(unquoted, YAML reads it as a float 0.17)']),
     'wrapped-command-bad': (
         dict(append='    wrapped_commands: [python, /usr/bin/env]\n'),
@@ -576,12 +584,13 @@ ERROR_CASES = {
         dict(append='    pip_requirements: [torchmetrics, "x]==]"]\n'),
         ["spec.yaml:12: containers[0].pip_requirements[1]: " + LUA_STRING_END]),
     'recursive-alias': (
-        dict(append='    env: &env {A: *env}\n'),
-        ['spec.yaml:12: containers[0].env.A: the alias *env is inside the value of its own anchor, which would '
-         'contain itself; a spec has no use for that: remove the alias or write the value out']),
+        dict(append='    container_env: &env {A: *env}\n'),
+        ['spec.yaml:12: containers[0].container_env.A: the alias *env is inside the value of its own anchor, which '
+         'would contain itself; a spec has no use for that: remove the alias or write the value out']),
     'defaults-not-a-mapping': (
-        dict(replace=[('defaults:\n  python: "3.12"\n  rocm: "6.2.4"\n  venv: pytorch\n', 'defaults: [x]\n')],
-             append='    python: "3.12"\n    rocm: "6.2.4"\n'),
+        dict(replace=[('defaults:\n  container_python_version: "3.12"\n  rocm: "6.2.4"\n  container_venv: pytorch\n',
+                       'defaults: [x]\n')],
+             append='    container_python_version: "3.12"\n    rocm: "6.2.4"\n'),
         ['spec.yaml:4: defaults: must be a mapping, got a list']),
 }
 
@@ -601,7 +610,7 @@ def test_validation_errors(case, tmp_path, monkeypatch, capsys):
 def test_all_errors_collected_and_nothing_written(tmp_path, monkeypatch, capsys):
     text = spec_text(replace=[('date: "20250827"', 'date: "2025-08-27"'),
                               ('dockerhash: 0d479e852886', 'dockerhash: nothex'),
-                              ('python: "3.12"', 'python: 3.12')],
+                              ('container_python_version: "3.12"', 'container_python_version: 3.12')],
                      append='    bogus: 1\n')
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'spec.yaml').write_text(text)
@@ -610,7 +619,8 @@ def test_all_errors_collected_and_nothing_written(tmp_path, monkeypatch, capsys)
     assert code == 2
     lines = err.splitlines()
     assert lines[:3] == [
-        'spec.yaml:5: defaults.python: must be a string, quote it: "3.12" (unquoted, YAML reads it as a float 3.12)',
+        'spec.yaml:5: defaults.container_python_version: must be a string, quote it: "3.12" (unquoted, YAML reads it '
+        'as a float 3.12)',
         "spec.yaml:10: containers[0].date: '2025-08-27' is not YYYYMMDD",
         "spec.yaml:11: containers[0].dockerhash: 'nothex' is not 12 lowercase hex digits",
     ]
@@ -684,7 +694,7 @@ def test_empty_and_scalar_spec(tmp_path, monkeypatch, capsys):
 
 
 def test_yaml_is_loaded_safely(tmp_path, monkeypatch, capsys):
-    text = spec_text(append='    env: !!python/object/apply:os.system ["echo pwned"]\n')
+    text = spec_text(append='    container_env: !!python/object/apply:os.system ["echo pwned"]\n')
     code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
     assert code == 2
     assert err.startswith('spec.yaml:12:') and 'invalid YAML' in err
@@ -763,6 +773,235 @@ def test_same_output_from_two_specs(tmp_path, monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The spec's keys for the easyblock's parameters are the parameter names; the easyconfig writes them from its table
+# ---------------------------------------------------------------------------------------------------------------
+
+OLD_KEYS = [('bind', 'container_bind', '[/pfs]'), ('env', 'container_env', '{A: "1"}'),
+            ('env_defaults', 'container_env_defaults', '{A: "1"}'), ('venv', 'container_venv', 'pytorch'),
+            ('python', 'container_python_version', '"3.12"'), ('components', 'container_components', '{torch: 2.9.1}')]
+
+
+@pytest.mark.parametrize('old, new, value', OLD_KEYS, ids=[case[0] for case in OLD_KEYS])
+@pytest.mark.parametrize('where', ['containers', 'defaults', 'family_defaults'])
+def test_old_keys_name_the_new_key(old, new, value, where, tmp_path, monkeypatch, capsys):
+    """A key under its old name is refused with its new name, once: not also as a missing key (python)."""
+    if where == 'containers':
+        text, line, path = spec_text(append='    %s: %s\n' % (old, value)), 12, 'containers[0]'
+    elif where == 'defaults':
+        text, line, path = spec_text(replace=[('  rocm:', '  %s: %s\n  rocm:' % (old, value))]), 6, 'defaults'
+    else:
+        text = spec_text(append='family_defaults:\n  amd:\n    %s: %s\n' % (old, value))
+        line, path = 14, 'family_defaults.amd'
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert (code, out) == (2, '')
+    assert err.splitlines() == [
+        "spec.yaml:%d: %s.%s: '%s' is now '%s': rename it (a spec's keys for the easyblock's parameters are the "
+        "parameter names)" % (line, path, old, old, new),
+        'generate-ec: 1 error(s), nothing written']
+
+
+def test_parameters_are_written_in_the_easyblocks_order(tmp_path, monkeypatch, capsys):
+    """Every parameter the spec gives, and only those, in the order of the easyblock's table, each by its shape."""
+    given = textwrap.dedent("""\
+        container_conflicts: [other-bindings]
+        torch_runscripts: false
+        container_venv: my-venv
+        copy_image: true
+        container_entry: exec
+        central_sif_dir: /appl/images
+        """)
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, spec_text(append=textwrap.indent(given, '    ')))
+    assert code == 0, err
+    text = read_bytes(out.strip()).decode()
+    names = [line.split(' = ')[0] for line in text.splitlines() if line.split(' = ')[0] in easyblock.PARAMETERS]
+    assert names == [name for name in easyblock.PARAMETERS if name in names]
+    assert set(names) == {'central_sif_dir', 'copy_image', 'container_entry', 'container_venv', 'torch_runscripts',
+                          'container_python_version', 'container_conflicts'}
+    for line in ["central_sif_dir = '/appl/images'\n", 'copy_image = True\n', 'torch_runscripts = False\n',
+                 "container_conflicts = ['other-bindings']\n", "container_python_version = '3.12'\n"]:
+        assert line in text
+
+
+NEW_PARAMETER = """\
+import sys
+import singularitycontainer as easyblock
+# A new parameter: one row in the easyblock's table
+easyblock.PARAMETERS['container_example'] = easyblock.Parameter(
+    'container_example', [], 'An example', 'list', 'a list of absolute paths', easyblock.absolute_path_problem)
+from generator.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_new_parameter_is_one_row_in_the_easyblock(tmp_path):
+    """A parameter added to the easyblock's table is a spec key with its rule and is written into the easyconfig,
+    with nothing added to the generator."""
+    (tmp_path / 'spec.yaml').write_text(spec_text(append='    container_example: [/a, /b]\n'))
+    (tmp_path / 'bad.yaml').write_text(spec_text(append='    container_example: [a]\n'))
+    (tmp_path / 'run.py').write_text(NEW_PARAMETER)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([sys.executable, 'run.py', 'spec.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / 'out' / 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb').read_text()
+    assert "container_example = ['/a', '/b']\n" in text
+    proc = subprocess.run([sys.executable, 'run.py', 'bad.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == "bad.yaml:12: containers[0].container_example[0]: 'a' is not an absolute path"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# easybuild: 5 -- EasyBuild 5's names of easyconfig fields
+# ---------------------------------------------------------------------------------------------------------------
+
+EASYBUILD_5_NAMES = "version_suffix for versionsuffix, env_mod_category for moduleclass"
+
+
+def test_easybuild_5_names_are_easybuilds_own():
+    """The names come from EasyBuild 5's table, for the fields generate-ec writes; by default the names both read."""
+    from easybuild.framework.easyconfig.parser import ALTERNATIVE_EASYCONFIG_PARAMETERS
+    from generator import easyconfig_names
+    renamed = {field: name for field, name in easyconfig_names.names('5').items() if field != name}
+    assert renamed == {'versionsuffix': 'version_suffix', 'moduleclass': 'env_mod_category'}
+    assert all(ALTERNATIVE_EASYCONFIG_PARAMETERS[new] == old for old, new in renamed.items())
+    assert all(field == name for field, name in easyconfig_names.names(None).items())
+    assert easyconfig_names.renamed_fields() == EASYBUILD_5_NAMES
+
+
+@pytest.mark.parametrize('value', ['5', '"5"'])
+def test_easybuild_5_writes_its_names(value, tmp_path, monkeypatch, capsys):
+    """The same easyconfig, but for the two fields that EasyBuild 5 names differently."""
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, spec_text())
+    assert code == 0, err
+    both = read_bytes(out.strip()).decode()
+    shutil.rmtree('out')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, 'easybuild: %s\n' % value + spec_text())
+    assert code == 0, err
+    eb5 = read_bytes(out.strip()).decode()
+    renamed = both.replace('\nversionsuffix = ', '\nversion_suffix = ')
+    assert eb5 == renamed.replace('\nmoduleclass = ', '\nenv_mod_category = ')
+    assert eb5 != both
+
+
+EASYBUILD_ERROR_CASES = {
+    'with-easybuild-4.9': (
+        'easybuild_4_9: true\neasybuild: 5\n',
+        ["spec.yaml:2: easybuild: 5 writes EasyBuild 5's names of easyconfig fields (%s), which EasyBuild 4.9 does not "
+         "read, but easybuild_4_9: true (line 1) says the easyconfigs must work with EasyBuild 4.9 too: remove one of "
+         "the two" % EASYBUILD_5_NAMES]),
+    'not-5': (
+        'easybuild: 4.9\n',
+        ["spec.yaml:1: easybuild: must be 5, for EasyBuild 5's names of easyconfig fields (%s), or left out, for "
+         "names that EasyBuild 4.9 and 5 both read; not 4.9" % EASYBUILD_5_NAMES]),
+    'easybuild_4_9-not-a-boolean': (
+        'easybuild_4_9: "yes"\n',
+        ['spec.yaml:1: easybuild_4_9: must be true or false, got a string']),
+}
+
+
+@pytest.mark.parametrize('case', sorted(EASYBUILD_ERROR_CASES))
+def test_easybuild_errors(case, tmp_path, monkeypatch, capsys):
+    head, expected = EASYBUILD_ERROR_CASES[case]
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, head + spec_text())
+    assert (code, out) == (2, '')
+    assert err.splitlines() == expected + ['generate-ec: %d error(s), nothing written' % len(expected)]
+
+
+def test_easybuild_5_needs_easybuild_5_installed(tmp_path, monkeypatch, capsys):
+    """Without EasyBuild 5's table (EasyBuild 4.9 installed with generate-ec), easybuild: 5 is refused."""
+    from generator import easyconfig_names
+    monkeypatch.setattr(easyconfig_names, 'EASYBUILD_5_NAMES', {})
+    monkeypatch.setattr(easyconfig_names, 'EASYBUILD_VERSION', '4.9.4')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, 'easybuild: 5\n' + spec_text())
+    assert err.splitlines()[0] == (
+        "spec.yaml:1: easybuild: 5 needs EasyBuild 5's names, which generate-ec reads from the EasyBuild installed "
+        "with it, and that is EasyBuild 4.9.4: install easybuild-framework 5 beside generate-ec")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Image families: one module each
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_families_are_found_with_their_interface():
+    from generator import families
+    assert families.NAMES == ('amd', 'laif') and families.DEFAULT in families.NAMES
+    for module in families.FAMILIES.values():
+        assert all(hasattr(module, name) for name in families.INTERFACE), module
+    assert families.inspected() == [families.FAMILIES['laif']]
+    assert families.FAMILIES['laif'].INSPECT.VERSION_FROM == 'torch'  # inspect refuses a LAIF image without torch
+
+
+JAX_FAMILY = '''\
+"""A family for a test: JAX images, lumi-jax-<version>-b<build>.sif."""
+import re
+from collections import OrderedDict
+
+from generator.easyblock import easyblock
+
+NAME, TITLE = 'jax', 'JAX'
+KEYS = OrderedDict([('jax_build', easyblock.pattern_problem(re.compile(r'[0-9]+\\Z'), 'a build number'))])
+DERIVED = {'sif': lambda name, values: 'lumi-jax-%s-b%s.sif' % (values['version'], values['jax_build'])}
+INSPECT = None
+
+
+def required(values):
+    return ('date', 'jax_build')
+
+
+def problems(values):
+    return []
+
+
+def suffix(values):
+    return '-jax'
+
+
+def description(values):
+    return 'A JAX image, build %s.' % values['jax_build']
+
+
+def release_dir(values):
+    return None
+'''
+
+
+def test_a_new_family_is_one_module(tmp_path):
+    """A module in generator/families is a family: its keys, names and description, with nothing else changed."""
+    shutil.copytree(os.path.join(REPO, 'generator'), str(tmp_path / 'generator'),
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    (tmp_path / 'generator' / 'families' / 'jax.py').write_text(JAX_FAMILY)
+    entry = '  - family: jax\n    version: "0.4.35"\n    date: "20250101"\n    jax_build: "7"\n'
+    (tmp_path / 'spec.yaml').write_text(spec_text(append=entry))
+    (tmp_path / 'bad.yaml').write_text(spec_text(append='    jax_build: "7"\n'))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'spec.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / 'out'
+    values = check_easyconfig(str(out / 'PyTorch-0.4.35-rocm-6.2.4-python-3.12-singularity-jax-20250101.eb'))
+    assert values['sources'] == ['lumi-jax-0.4.35-b7.sif']
+    assert values['description'].endswith('Python 3.12).\nA JAX image, build 7.\n')
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'bad.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.stderr.splitlines()[0] == (
+        "bad.yaml:12: containers[0].jax_build: 'jax_build' is only for family: jax (this entry is family: amd)")
+
+
+def test_a_family_key_must_not_hide_another(tmp_path):
+    """A family module whose key has the name of another key of the spec stops generate-ec, saying which."""
+    shutil.copytree(os.path.join(REPO, 'generator'), str(tmp_path / 'generator'),
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    (tmp_path / 'generator' / 'families' / 'jax.py').write_text(JAX_FAMILY.replace("'jax_build'", "'digest'"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([sys.executable, '-m', 'generator', '--list', 'spec.yaml'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert ('ImportError: generate-ec: a key of an image family has the name of another key of the spec: digest; '
+            'name it differently') in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Escaping, wrapping and style of unusual values
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -776,16 +1015,16 @@ def test_escaping_and_wrapping(tmp_path, monkeypatch, capsys):
           Tricky \'\'\' and """ quotes, a trailing backslash \\
           and %s.
         defaults:
-          python: "3.12"
+          container_python_version: "3.12"
           rocm: "6.2.4"
           container_init: "source \\"/opt/x y\\"; echo 'hi'\\tthere"
-          bind: [/pfs, "/a/very/long/path/%s"]
-          env: {QUOTE: "it's \\"x\\"", EMPTY: ""}
-          env_defaults: {BACKSLASH: "a\\\\b $HOME"}
+          container_bind: [/pfs, "/a/very/long/path/%s"]
+          container_env: {QUOTE: "it's \\"x\\"", EMPTY: ""}
+          container_env_defaults: {BACKSLASH: "a\\\\b $HOME"}
           wrapped_commands: [%s]
           pip_requirements: ["pkg @ git+https://example.org/repo.git", "torch>=2.0"]
           pip_install_options: ["--extra-index-url=https://example.org/simple", --no-deps]
-          components: {DeepSpeed: "0.17.4"}
+          container_components: {DeepSpeed: "0.17.4"}
         containers:
           - version: "2.7.1+rocm6.2.4"
             date: "20250827"
@@ -833,7 +1072,7 @@ def test_laif_values():
     assert torch['container_entry'] == 'run'
     assert torch['copy_image'] is False
     assert torch['container_bind'] == ['/pfs', '/scratch']  # family_defaults replace defaults
-    assert torch['container_env'] == {}
+    assert 'container_env' not in torch  # not in the spec
     assert list(torch['container_env_defaults'].items()) == [
         ('NCCL_SOCKET_IFNAME', 'hsn0,hsn1,hsn2,hsn3'), ('FI_MR_CACHE_MONITOR', 'userfaultfd')]
     assert torch['wrapped_commands'] == ['python', 'pip', 'torchrun']
@@ -877,8 +1116,8 @@ name: PyTorch
 homepage: https://pytorch.org/
 description: Test spec.
 defaults:
-  python: "3.12"
-  venv: pytorch
+  container_python_version: "3.12"
+  container_venv: pytorch
 containers:
   - family: laif
     version: "2.9.1"
@@ -913,7 +1152,7 @@ def test_laif_base_spec(tmp_path, monkeypatch, capsys):
 
 def test_laif_date_from_tag_and_family_in_defaults(tmp_path):
     path = tmp_path / 'spec.yaml'
-    path.write_text(laif_text(replace=[('  venv: pytorch\n', '  venv: pytorch\n  family: laif\n'),
+    path.write_text(laif_text(replace=[('  container_venv: pytorch\n', '  container_venv: pytorch\n  family: laif\n'),
                                        ('  - family: laif\n    version', '  - version')]))
     spec, issues = load_spec(str(path))
     assert issues == []
@@ -950,7 +1189,7 @@ def test_amd_entries_ignore_family_defaults(tmp_path, monkeypatch, capsys):
     plain_code, plain_out, _ = run_spec(tmp_path, monkeypatch, capsys, spec_text())
     plain = read_bytes(plain_out.strip())
     shutil.rmtree('out')
-    text = spec_text(append='family_defaults:\n  laif: {copy_image: false, bind: [/pfs]}\n')
+    text = spec_text(append='family_defaults:\n  laif: {copy_image: false, container_bind: [/pfs]}\n')
     code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
     assert (plain_code, code) == (0, 0), err
     assert read_bytes(out.strip()) == plain
@@ -991,7 +1230,8 @@ LAIF_ERROR_CASES = {
         ["spec.yaml:9: containers[0].version: '2.9.1' does not match the digest u24r70f21m50t210 "
          '(t210: torch 2.10.x)']),
     'rocm-from-defaults-not-the-digest': (
-        dict(replace=[('    rocm: "6.4.4"\n', ''), ('  venv: pytorch\n', '  venv: pytorch\n  rocm: "6.2.4"\n')]),
+        dict(replace=[('    rocm: "6.4.4"\n', ''),
+                      ('  container_venv: pytorch\n', '  container_venv: pytorch\n  rocm: "6.2.4"\n')]),
         ["spec.yaml:9: containers[0].rocm: '6.2.4' does not match the digest u24r64f21m43t29 (r64: ROCm 6.4.x)"]),
     'date-not-the-tag': (
         dict(append='    date: "20260226"\n'),
@@ -1015,13 +1255,13 @@ LAIF_ERROR_CASES = {
         dict(append='    copy_image: "no"\n'),
         ['spec.yaml:14: containers[0].copy_image: must be true or false, got a string']),
     'env-defaults-bad': (
-        dict(append='    env_defaults:\n      1BAD: x\n      OK: 3\n'),
-        ["spec.yaml:15: containers[0].env_defaults.1BAD: '1BAD' is not a valid environment variable name",
-         'spec.yaml:16: containers[0].env_defaults.OK: must be a string, quote it: "3" '
+        dict(append='    container_env_defaults:\n      1BAD: x\n      OK: 3\n'),
+        ["spec.yaml:15: containers[0].container_env_defaults.1BAD: '1BAD' is not a valid environment variable name",
+         'spec.yaml:16: containers[0].container_env_defaults.OK: must be a string, quote it: "3" '
          '(unquoted, YAML reads it as an integer 3)']),
     'env-defaults-not-a-mapping': (
-        dict(append='    env_defaults: [A=1]\n'),
-        ['spec.yaml:14: containers[0].env_defaults: must be a mapping, got a list']),
+        dict(append='    container_env_defaults: [A=1]\n'),
+        ['spec.yaml:14: containers[0].container_env_defaults: must be a mapping, got a list']),
     'family-defaults-not-a-mapping': (
         dict(append='family_defaults: [laif]\n'),
         ['spec.yaml:14: family_defaults: must be a mapping of image families to defaults, got a list']),
@@ -1119,14 +1359,14 @@ def full_entry(sif, indent='  '):
         # lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif, read by generate-ec inspect
         - family: laif
           version: "2.9.1"
-          python: "3.12"
+          container_python_version: "3.12"
           rocm: "6.4.4"
           date: "20260225"
           image_variant: full
           digest: u24r64f21m43t29
           tag: "20260225_144743"
           checksum: %s
-          components:
+          container_components:
             torch: "2.9.1"
             vllm: "0.15.1"
             deepspeed: "0.18.6"
@@ -1150,8 +1390,8 @@ name: PyTorch
 homepage: https://pytorch.org/
 description: Test spec.
 defaults:
-  python: "3.12"  # the Python of all images
-  venv: pytorch
+  container_python_version: "3.12"  # the Python of all images
+  container_venv: pytorch
 containers:
   # the first release
   - family: laif
@@ -1239,9 +1479,9 @@ def test_inspect_without_sbom_asks_pip_in_the_image(runtime, tmp_path, monkeypat
     assert (tmp_path / 'bin' / (runtime + '.args')).read_text() == 'exec %s python -m pip list --format=json\n' % sif
     lines = out.splitlines()
     # torch built from source: its version without the +local label (PEP 440 == matches it with the label)
-    assert lines[2:5] == ['    version: "2.10.0a0"', '    python: "3.12"',
+    assert lines[2:5] == ['    version: "2.10.0a0"', '    container_python_version: "3.12"',
                           '    rocm: "7.0"  # from the digest: the image lists no rocm-core package']
-    assert lines[-5:] == ['    components:', '      torch: "2.10.0a0"', '      vllm: "0.19.0"',
+    assert lines[-5:] == ['    container_components:', '      torch: "2.10.0a0"', '      vllm: "0.19.0"',
                           '    # not a component: transformers 1!5.0.0 is not a version the spec takes',
                           '    # the image has the commands vllm: list them in wrapped_commands to get wrappers']
 
