@@ -1,13 +1,15 @@
 """generate-ec releases: the LUMI AI Factory images that a spec does not have yet, listed, checked or added.
 
-A release is a directory lumi-multitorch-<digest>-<tag> in the central directory (laif.ROOT). Beside each image
-lumi-multitorch-<variant>-<digest>-<tag>.sif it has the image's SBOM (.json) and a .md whose Files part lists SHA256
-sums, the image's among them (sha256sum output in laifs-container-recipes' post.sh; read tolerantly, see
-published_sums). The central directory's symlinks (lumi-multitorch-<digest>, lumi-multitorch: the latest release of
-a digest, and overall) point to releases that are listed anyway, so they are skipped.
+A release is a directory lumi-multitorch-<digest>-<tag> in the central directory (laif.ROOT; these names are the LAIF
+family's, generator/families/laif.py). Beside each image lumi-multitorch-<variant>-<digest>-<tag>.sif it has the
+image's SBOM (.json) and a .md whose Files part lists SHA256 sums, the image's among them (sha256sum output in
+laifs-container-recipes' post.sh; read tolerantly, see published_sums). The central directory's symlinks
+(lumi-multitorch-<digest>, lumi-multitorch: the latest release of a digest, and overall) point to releases that are
+listed anyway, so they are skipped.
 
 An image's checksum is taken from its .md when that is there and readable, so the image (10-20 GB) is not read
-for it; else it is computed. The entries are inspect's (inspect_image, append_entries).
+for it; else it is computed. The entries are inspect's (inspect_image, append_entries), and a spec has an image when
+one of its containers is it (same_image: the same tag and image_variant).
 """
 
 import argparse
@@ -16,12 +18,11 @@ import os
 import re
 import sys
 
-from generator import laif
 from generator.cli import EXIT_DIFFERENT, EXIT_ERROR, EXIT_OK, PROG
-from generator.inspect_image import InspectError, append_entries, inspect_image, sha256
+from generator.families import laif
+from generator.inspect_image import InspectError, append_entries, inspect_image, same_image, sha256
 from generator.spec import load_spec
 
-RELEASE_DIR_RE = re.compile(r'lumi-multitorch-(?P<digest>u[0-9a-z]+)-(?P<tag>[0-9]{8}_[0-9]{6})\Z')
 SHA256_RE = re.compile(r'(?<![0-9A-Za-z])[0-9A-Fa-f]{64}(?![0-9A-Za-z])')
 # What stands between a file name and the rest of a line: blanks, Markdown's table bars, emphasis, code and link
 # marks, sha256sum's binary-mode star, colons and commas.
@@ -61,16 +62,8 @@ class NewImage:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def release_dir_name(name):
-    """(digest, tag) of a release directory's name, or None when it is not one."""
-    match = RELEASE_DIR_RE.match(name)
-    if not match or not laif.DIGEST_RE.match(match.group('digest')) or laif.tag_problem(match.group('tag')):
-        return None
-    return match.group('digest'), match.group('tag')
-
-
 def _release(path):
-    parsed = release_dir_name(os.path.basename(os.path.normpath(path)))
+    parsed = laif.parse_release_dir_name(os.path.basename(os.path.normpath(path)))
     return Release(path, *parsed) if parsed else None
 
 
@@ -89,9 +82,9 @@ def releases_in(directory):
         if not os.path.islink(path) and os.path.isdir(path) and _release(path):
             found.append(_release(path))
     if not found:
-        raise InspectError('%s: neither a release directory (lumi-multitorch-<digest>-<tag>) nor a directory with '
-                           'release directories in it; give the central directory (%s) or release directories'
-                           % (directory, laif.ROOT))
+        raise InspectError('%s: neither a release directory (%s) nor a directory with release directories in it; '
+                           'give the central directory (%s) or release directories'
+                           % (directory, laif.RELEASE_DIR_NAME, laif.ROOT))
     return found
 
 
@@ -106,15 +99,16 @@ def find_releases(directories, since=None):
 
 
 def release_images(release):
-    """{variant: path} of the release's images: regular files named lumi-multitorch-<variant>-<digest>-<tag>.sif
-    with the release's digest and tag (symlinks such as lumi-multitorch-latest.sif skipped)."""
+    """{variant: (path, the entry's keys its name gives)} of the release's images: regular files named
+    lumi-multitorch-<variant>-<digest>-<tag>.sif with the release's digest and tag (symlinks such as
+    lumi-multitorch-latest.sif skipped)."""
     images = {}
     for name in os.listdir(release.path):
         path = os.path.join(release.path, name)
-        parsed = laif.parse_sif_name(name)
-        if parsed and parsed[1:] == (release.digest, release.tag) and os.path.isfile(path) \
+        keys = laif.INSPECT.image_keys(name)
+        if keys and (keys['digest'], keys['tag']) == (release.digest, release.tag) and os.path.isfile(path) \
                 and not os.path.islink(path):
-            images[parsed[0]] = path
+            images[keys['image_variant']] = path, keys
     return images
 
 
@@ -130,17 +124,17 @@ def load(spec_path):
     return spec
 
 
-def spec_images(spec):
-    """The (tag, image_variant) of the spec's LAIF containers: what names an image in a spec (as for inspect)."""
-    return {(container.tag, container.image_variant) for container in spec.containers if container.family == 'laif'}
+def has_image(spec, keys):
+    """Whether the spec has the LAIF image whose file name gives ``keys`` (as for inspect: same_image)."""
+    return any(same_image(container, laif, keys) for container in spec.containers)
 
 
 def spec_variants(spec):
     """The image variants the spec has for some release, in laif.VARIANTS' order."""
-    have = {variant for _, variant in spec_images(spec)}
+    have = {container.image_variant for container in spec.containers if container.family == laif.NAME}
     if not have:
-        raise InspectError('%s has no LAIF containers (family: laif), so no image variants to look for; name them '
-                           'with --variants, e.g. --variants torch,full' % spec.source)
+        raise InspectError('%s has no %s containers (family: %s), so no image variants to look for; name them '
+                           'with --variants, e.g. --variants torch,full' % (spec.source, laif.TITLE, laif.NAME))
     return [variant for variant in laif.VARIANTS if variant in have]
 
 
@@ -216,16 +210,19 @@ def published_checksum(image_path):
     return found[0], ''
 
 
-def new_images(releases, variants, have):
-    """The images of the wanted ``variants`` in ``releases`` whose (tag, variant) is not in ``have``, with where
-    each checksum comes from."""
+def new_images(releases, variants, spec):
+    """The images of the wanted ``variants`` in ``releases`` that the spec does not have, with where each checksum
+    comes from."""
     new = []
     for release in releases:
         images = release_images(release)
         for variant in variants:
-            if variant in images and (release.tag, variant) not in have:
-                published, why = published_checksum(images[variant])
-                new.append(NewImage(images[variant], checksum_file(images[variant]), published, why))
+            if variant not in images:
+                continue
+            path, keys = images[variant]
+            if not has_image(spec, keys):
+                published, why = published_checksum(path)
+                new.append(NewImage(path, checksum_file(path), published, why))
     return new
 
 
@@ -269,7 +266,7 @@ def _parser():
     )
     parser.add_argument('dirs', nargs='+', metavar='DIR',
                         help='the central directory (%s), whose subdirectories are the releases, or release '
-                             'directories lumi-multitorch-<digest>-<tag>' % laif.ROOT)
+                             'directories %s' % (laif.ROOT, laif.RELEASE_DIR_NAME))
     parser.add_argument('--spec', required=True, metavar='FILE', help='the spec file (e.g. PyTorch.yaml)')
     parser.add_argument('--variants', type=_variants, metavar='VARIANT,...',
                         help='the image variants to look for (default: those the spec has for some release)')
@@ -307,7 +304,7 @@ def run(args):
     spec = load(args.spec)
     variants = args.variants or spec_variants(spec)
     releases = find_releases(args.dirs, args.since)
-    images = new_images(releases, variants, spec_images(spec))
+    images = new_images(releases, variants, spec)
     for image in images:
         if args.verify and image.published:
             verify(image)

@@ -40,8 +40,8 @@ name: PyTorch
 homepage: https://pytorch.org/
 description: Test spec.
 defaults:
-  python: "3.12"  # the Python of all images
-  venv: pytorch
+  container_python_version: "3.12"  # the Python of all images
+  container_venv: pytorch
 containers:
   # the first releases
   - family: laif
