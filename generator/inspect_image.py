@@ -256,8 +256,9 @@ def software_lists(path, offset, paths, inspect):
     return {}, pip
 
 
-def inspect_image(path):
-    """All facts for the spec entry of the image at ``path``."""
+def inspect_image(path, checksum=None):
+    """All facts for the spec entry of the image at ``path``. ``checksum``: the image's SHA256 when it is known
+    already (published beside the image), which saves reading the whole image (10-20 GB) for it."""
     family, keys = image_name(path)
     inspect = family.INSPECT
     offset = root_offset(path)
@@ -265,7 +266,7 @@ def inspect_image(path):
     apt, pip = software_lists(path, offset, paths, inspect)
     components, left_out, commands = main_components(path, pip, inspect)
     rocm, rocm_from_name = rocm_version(apt, keys, inspect)
-    return ImageFacts(path=path, family=family, keys=keys, checksum=sha256(path),
+    return ImageFacts(path=path, family=family, keys=keys, checksum=checksum or sha256(path),
                       version=entry_version(path, pip, inspect.VERSION_FROM),
                       python=python_version(path, apt, paths, inspect.VENV_LIB), rocm=rocm,
                       rocm_from_name=rocm_from_name, components=components, left_out=left_out, commands=commands)
@@ -350,25 +351,41 @@ def check_spec(spec_path, image):
                                   ', '.join('%s %s' % (name, keys[name]) for name in family.INSPECT.SAME_IMAGE)))
 
 
-def append_entry(spec_path, facts):
-    """Append the image's entry to the containers of the spec file, as text (comments and layout stay)."""
-    check_spec(spec_path, facts.path)
+def _added(spec, facts):
+    """The containers of a loaded spec that are the image of ``facts`` (same_image: e.g. same tag and
+    image_variant)."""
+    return [c for c in (spec.containers if spec else []) if same_image(c, facts.family, facts.keys)]
+
+
+def append_entries(spec_path, all_facts):
+    """Append the images' entries to the containers of the spec file, as text (comments and layout stay): all of
+    them, or none when the spec has one of the images already or would not load with them. Returns their
+    containers."""
+    for facts in all_facts:
+        check_spec(spec_path, facts.path)
     with open(spec_path, encoding='utf-8', newline='') as handle:
         lines = handle.read().splitlines(keepends=True)
     end, indent = _containers_end(spec_path, lines)
     if end and not lines[end - 1].endswith('\n'):
         lines[end - 1] += '\n'
-    text = ''.join(lines[:end]) + entry_text(facts, indent) + ''.join(lines[end:])
+    entries = ''.join(entry_text(facts, indent) for facts in all_facts)
+    text = ''.join(lines[:end]) + entries + ''.join(lines[end:])
     tmp = spec_path + '.tmp-generate-ec'
     with open(tmp, 'w', encoding='utf-8', newline='') as handle:
         handle.write(text)
     spec, issues = load_spec(tmp)
-    added = [c for c in (spec.containers if spec else []) if same_image(c, facts.family, facts.keys)]
-    if issues or len(added) != 1:
+    added = [_added(spec, facts) for facts in all_facts]
+    if issues or any(len(found) != 1 for found in added):
         os.unlink(tmp)
         found = [str(dataclasses.replace(issue, file=spec_path)) for issue in issues]
-        raise InspectError('%s: with the entry appended the spec would not load, so nothing was appended:\n%s'
-                           % (spec_path, '\n'.join(found) or 'the entry is not among its containers'))
+        raise InspectError('%s: with the %s appended the spec would not load, so nothing was appended:\n%s'
+                           % (spec_path, 'entry' if len(all_facts) == 1 else 'entries',
+                              '\n'.join(found) or 'an entry is not among its containers'))
     shutil.copymode(spec_path, tmp)
     os.replace(tmp, spec_path)
-    return added[0]
+    return [found[0] for found in added]
+
+
+def append_entry(spec_path, facts):
+    """Append the image's entry to the containers of the spec file, as text (comments and layout stay)."""
+    return append_entries(spec_path, [facts])[0]

@@ -30,6 +30,8 @@ TAG_RE = re.compile(r'[0-9]{8}_[0-9]{6}\Z')
 TAG_FORMAT = 'YYYYMMDD_HHMMSS, e.g. 20260225_144743'
 SIF_NAME_RE = re.compile(r'lumi-multitorch-(?P<variant>[a-z]+)-(?P<digest>u[0-9a-z]+)-(?P<tag>[0-9]{8}_[0-9]{6})'
                          r'\.sif\Z')
+RELEASE_DIR_RE = re.compile(r'lumi-multitorch-(?P<digest>u[0-9a-z]+)-(?P<tag>[0-9]{8}_[0-9]{6})\Z')
+RELEASE_DIR_NAME = 'lumi-multitorch-<digest>-<tag>'
 
 
 def parse_digest(digest):
@@ -68,6 +70,18 @@ def major_minor(version):
 
 def sif_name(variant, digest, tag):
     return 'lumi-multitorch-%s-%s-%s.sif' % (variant, digest, tag)
+
+
+def release_dir_name(digest, tag):
+    return 'lumi-multitorch-%s-%s' % (digest, tag)
+
+
+def parse_release_dir_name(name):
+    """(digest, tag) of a release directory's name, or None when the name is not one."""
+    match = RELEASE_DIR_RE.match(name)
+    if not match or not DIGEST_RE.match(match.group('digest')) or tag_problem(match.group('tag')):
+        return None
+    return match.group('digest'), match.group('tag')
 
 
 def parse_sif_name(filename):
@@ -138,7 +152,7 @@ def description(values):
 
 def release_dir(values):
     """The directory of the image's release on LUMI."""
-    return '%s/lumi-multitorch-%s-%s' % (ROOT, values['digest'], values['tag'])
+    return '%s/%s' % (ROOT, release_dir_name(values['digest'], values['tag']))
 
 
 class Inspect:
