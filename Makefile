@@ -62,8 +62,9 @@ $(ROOTFS)/apptainer-layout.stamp: | $(TOOLS)/apt.stamp $(APPTAINER)
 # SingularityCE 4.x.
 TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra -p no:cacheprovider
 # The tests, the demo and the benchmarks import the easyblock, generate-ec and the test kit (testkit/) as installed:
-# this checkout's, reinstalled before each run
-INSTALL_THIS := $(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
+# this checkout's, reinstalled before each run (without setuptools' build/, which would keep a module removed since,
+# e.g. an image family that generate-ec would still find)
+INSTALL_THIS := rm -rf build && $(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
 ifeq ($(SINGULARITY),)
 test: setup
 	$(INSTALL_THIS)

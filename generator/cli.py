@@ -1,7 +1,8 @@
 """Command line interface of generate-ec.
 
 ``generate-ec SPEC.yaml ...`` generates easyconfigs; ``generate-ec inspect IMAGE.sif [--spec FILE]`` prints (and
-appends) the spec entry of a LUMI AI Factory image.
+appends) the spec entry of a LUMI AI Factory image; ``generate-ec releases DIR... --spec FILE`` lists (checks, adds)
+the images of LUMI AI Factory releases that the spec does not have yet (releases.py).
 
 Exit codes: 0 success, 1 ``--check`` found out-of-date or missing files, 2 validation or usage error.
 """
@@ -12,7 +13,7 @@ import os
 import sys
 import tempfile
 
-from generator import __version__
+from generator import __version__, families
 from generator.inspect_image import InspectError, append_entry, check_spec, entry_text, inspect_image
 from generator.render import render, style_problems
 from generator.spec import Issue, load_specs
@@ -29,8 +30,9 @@ def _parser():
         prog=PROG,
         description='Generate versioned SingularityContainer easyconfigs from YAML specs. Without -o, files go to '
                     'easyconfigs/<first letter>/<name>/ below the current directory.',
-        epilog='%s inspect IMAGE.sif [--spec FILE] prints the spec entry of a LUMI AI Factory image (see '
-               '%s inspect --help).' % (PROG, PROG),
+        epilog='%s inspect IMAGE.sif [--spec FILE] prints the spec entry of an image (%s; see %s inspect --help); '
+               '%s releases DIR... --spec FILE lists the images of LUMI AI Factory releases that the spec does not '
+               'have yet (see %s releases --help).' % (PROG, _inspected_families(), PROG, PROG, PROG),
     )
     parser.add_argument('specs', nargs='+', metavar='SPEC.yaml', help='spec file(s) to generate easyconfigs from')
     parser.add_argument('-o', '--outdir', metavar='OUTDIR',
@@ -110,12 +112,17 @@ def generate(specs, outdir=None):
     return outputs, issues
 
 
+def _inspected_families():
+    return ', or '.join('a %s image: %s' % (family.TITLE, family.INSPECT.IMAGE_NAME)
+                        for family in families.inspected())
+
+
 def _inspect_parser():
     parser = argparse.ArgumentParser(
         prog=PROG + ' inspect',
-        description='Print the spec entry of a LUMI AI Factory image (lumi-multitorch-<variant>-<digest>-<tag>.sif): '
-                    'versions from its /.sbom.json (or from pip list run by singularity/apptainer), its checksum. '
-                    'The image is read with unsquashfs, no container runtime needed.',
+        description='Print the spec entry of an image (%s): the keys its file name gives, versions from its '
+                    'software list (or from pip list run by singularity/apptainer), its checksum. The image is read '
+                    'with unsquashfs, no container runtime needed.' % _inspected_families(),
     )
     parser.add_argument('image', metavar='IMAGE.sif', help='the image file')
     parser.add_argument('--spec', metavar='FILE',
@@ -153,6 +160,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ['inspect']:
         return inspect_main(argv[1:])
+    if argv[:1] == ['releases']:
+        from generator.releases import releases_main  # here: releases imports this module
+        return releases_main(argv[1:])
     parser = _parser()
     try:
         args = parser.parse_args(argv)

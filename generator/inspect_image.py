@@ -1,8 +1,10 @@
-"""generate-ec inspect: the spec entry of a LUMI AI Factory image, read from the image without a container runtime.
+"""generate-ec inspect: the spec entry of an image, read from the image without a container runtime, for the image
+families that say what to read (their INSPECT: the LUMI AI Factory images).
 
-The image's root file system is the SquashFS partition of the SIF file; unsquashfs reads its /.sbom.json (LAIF's
-plain JSON software list: {"apt": [{name, version}], "pip": [pip list --format=json]}).  Images without one are
-asked for ``pip list`` through singularity (or apptainer) instead.
+The image's file name gives the entry's keys of its family.  The image's root file system is the SquashFS partition
+of the SIF file; unsquashfs reads its software list (LAIF's /.sbom.json, plain JSON: {"apt": [{name, version}],
+"pip": [pip list --format=json]}).  Images without one are asked for ``pip list`` through singularity (or
+apptainer) instead.
 """
 
 import dataclasses
@@ -12,17 +14,12 @@ import os
 import re
 import shutil
 import subprocess
+from typing import Any
 
-from generator import laif
+from generator import families
 from generator.easyblock import easyblock
 from generator.spec import load_spec
 
-SBOM = '.sbom.json'
-VENV_LIB = 'opt/venv/lib'
-# The components whose versions go into the entry, in this order (names compared as pip normalises them).
-MAIN_COMPONENTS = ('torch', 'vllm', 'deepspeed', 'flash-attn', 'xformers', 'transformers')
-# Components that bring a command worth a wrapper.
-COMMANDS = {'vllm': 'vllm', 'deepspeed': 'deepspeed'}
 CHUNK = 16 * 1024 * 1024
 ERROR_TAIL = 2000
 SHOWN = 50  # characters of a refused value in the message
@@ -37,14 +34,13 @@ class ImageFacts:
     """What inspect found out about one image."""
 
     path: str
-    variant: str
-    digest: str
-    tag: str
+    family: Any  # the family's module
+    keys: dict  # the entry's keys that the file name gives, in the entry's order
     checksum: str
     version: str
     python: str
     rocm: str
-    rocm_from_digest: bool
+    rocm_from_name: bool
     components: dict
     left_out: list  # (name, version) of main components whose version the spec cannot take
     commands: list
@@ -52,6 +48,10 @@ class ImageFacts:
     @property
     def filename(self):
         return os.path.basename(self.path)
+
+    @property
+    def inspect(self):
+        return self.family.INSPECT
 
 
 def _normalise(name):
@@ -70,13 +70,13 @@ def spec_version(pip_version):
 
 
 def image_name(path):
-    """(variant, digest, tag) from a LAIF image file name."""
-    parsed = laif.parse_sif_name(os.path.basename(path))
-    if parsed is None or parsed[0] not in laif.VARIANTS:
-        raise InspectError('%s: the file name is not a LAIF image name: expected lumi-multitorch-<variant>-<digest>-'
-                           '<tag>.sif, with a variant out of %s, a digest like u24r64f21m43t29 and a tag '
-                           'YYYYMMDD_HHMMSS' % (path, ', '.join(laif.VARIANTS)))
-    return parsed
+    """(family module, the entry's keys) from the file name of an image of a family that inspect reads."""
+    for family in families.inspected():
+        keys = family.INSPECT.image_keys(os.path.basename(path))
+        if keys is not None:
+            return family, keys
+    raise InspectError('%s: the file name is not %s' % (path, ', or '.join(
+        'a %s image name: expected %s' % (family.TITLE, family.INSPECT.IMAGE_NAME) for family in families.inspected())))
 
 
 def root_offset(path):
@@ -102,9 +102,10 @@ def _unsquashfs(path, offset, *args):
     return subprocess.run([tool, '-o', str(offset)] + list(args), capture_output=True)
 
 
-def list_paths(path, offset):
-    """The paths of /.sbom.json and of /opt/venv/lib's entries two levels down that exist in the image."""
-    proc = _unsquashfs(path, offset, '-l', '-max-depth', '4', path, SBOM, VENV_LIB)
+def list_paths(path, offset, inspect):
+    """The paths of the software list (/.sbom.json) and of the Python's lib (/opt/venv/lib) entries two levels down
+    that exist in the image."""
+    proc = _unsquashfs(path, offset, '-l', '-max-depth', '4', path, inspect.SBOM, inspect.VENV_LIB)
     if proc.returncode:
         raise InspectError('%s: unsquashfs cannot read its root file system: %s'
                            % (path, proc.stderr.decode('utf-8', 'replace').strip()[-ERROR_TAIL:]))
@@ -112,32 +113,32 @@ def list_paths(path, offset):
     return {line.split('/', 1)[1] for line in lines if line.startswith('squashfs-root/')}
 
 
-def read_sbom(path, offset):
-    """The image's /.sbom.json as a dict."""
-    proc = _unsquashfs(path, offset, '-cat', path, SBOM)
+def read_sbom(path, offset, sbom_path):
+    """The image's software list (/.sbom.json) as a dict."""
+    proc = _unsquashfs(path, offset, '-cat', path, sbom_path)
     if proc.returncode:
         raise InspectError('%s: unsquashfs cannot read its /%s: %s'
-                           % (path, SBOM, proc.stderr.decode('utf-8', 'replace').strip()[-ERROR_TAIL:]))
+                           % (path, sbom_path, proc.stderr.decode('utf-8', 'replace').strip()[-ERROR_TAIL:]))
     try:
         sbom = json.loads(proc.stdout.decode('utf-8'))
     except ValueError as err:
-        raise InspectError('%s: its /%s is not valid JSON (%s)' % (path, SBOM, err)) from None
+        raise InspectError('%s: its /%s is not valid JSON (%s)' % (path, sbom_path, err)) from None
     if not isinstance(sbom, dict):
-        raise InspectError('%s: its /%s is not a JSON object with "apt" and "pip" lists' % (path, SBOM))
+        raise InspectError('%s: its /%s is not a JSON object with "apt" and "pip" lists' % (path, sbom_path))
     return sbom
 
 
-def runtime_pip_list(path):
-    """``pip list --format=json`` run in the image by singularity or apptainer."""
+def runtime_pip_list(path, sbom_path):
+    """``pip list --format=json`` run in the image by singularity or apptainer (it has no software list)."""
     runtime = shutil.which('singularity') or shutil.which('apptainer')
     if runtime is None:
         raise InspectError('%s has no /%s, and neither singularity nor apptainer is on PATH to run pip list in it'
-                           % (path, SBOM))
+                           % (path, sbom_path))
     cmd = [runtime, 'exec', path, 'python', '-m', 'pip', 'list', '--format=json']
     proc = subprocess.run(cmd, capture_output=True)
     if proc.returncode:
         raise InspectError('%s has no /%s, and %s failed (exit code %d): %s'
-                           % (path, SBOM, ' '.join(cmd), proc.returncode,
+                           % (path, sbom_path, ' '.join(cmd), proc.returncode,
                               proc.stderr.decode('utf-8', 'replace').strip()[-ERROR_TAIL:]))
     try:
         return json.loads(proc.stdout.decode('utf-8'))
@@ -178,8 +179,8 @@ def sha256(path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def python_version(path, apt, paths):
-    """major.minor of the image's Python: its apt python3.X package, else /opt/venv/lib/pythonX.Y."""
+def python_version(path, apt, paths, venv_lib):
+    """major.minor of the image's Python: its apt python3.X package, else <venv_lib>/pythonX.Y."""
     found = set()
     for name in apt:
         match = re.fullmatch(r'python(3\.[0-9]+)', name)
@@ -188,30 +189,33 @@ def python_version(path, apt, paths):
     if len(found) != 1:
         found = set()
         for entry in paths:
-            match = re.fullmatch(r'%s/python([0-9]+\.[0-9]+)' % re.escape(VENV_LIB), entry)
+            match = re.fullmatch(r'%s/python([0-9]+\.[0-9]+)' % re.escape(venv_lib), entry)
             if match:
                 found.add(match.group(1))
     if len(found) != 1:
         raise InspectError('%s: cannot tell its Python version: no single python3.X package in its SBOM and no '
-                           'single /%s/pythonX.Y directory' % (path, VENV_LIB))
+                           'single /%s/pythonX.Y directory' % (path, venv_lib))
     return found.pop()
 
 
-def rocm_version(apt, digest):
-    """(ROCm version, taken from the digest?): rocm-core's version from apt, else major.minor from the digest."""
+def rocm_version(apt, keys, inspect):
+    """(ROCm version, taken from the file name?): rocm-core's version from apt, else major.minor from the file name
+    (a LAIF image's digest)."""
     match = re.match(r'[0-9]+\.[0-9]+\.[0-9]+', apt.get('rocm-core', ''))
     if match:
         return match.group(0), False
-    return laif.parse_digest(digest)['ROCm'], True
+    return inspect.rocm(keys), True
 
 
-def main_components(path, pip):
-    """(components {name: version}, left out [(name, version)], commands) of the main components in ``pip``."""
+def main_components(path, pip, inspect):
+    """(components {name: version}, left out [(name, version)], commands) of the main components in ``pip``; the
+    distribution that gives the entry's version must be there."""
     by_name = {_normalise(name): name for name in pip}
-    if 'torch' not in by_name:
-        raise InspectError('%s: torch is not in its pip list, so there is no PyTorch version for the entry' % path)
+    if _normalise(inspect.VERSION_FROM) not in by_name:
+        raise InspectError('%s: %s is not in its pip list, so there is no %s version for the entry'
+                           % (path, inspect.VERSION_FROM, inspect.SOFTWARE))
     components, left_out, commands = {}, [], []
-    for wanted in MAIN_COMPONENTS:
+    for wanted in inspect.MAIN_COMPONENTS:
         name = by_name.get(wanted)
         if name is None:
             continue
@@ -220,42 +224,52 @@ def main_components(path, pip):
             left_out.append((name, pip[name]))
         else:
             components[name] = version
-        if wanted in COMMANDS:
-            commands.append(COMMANDS[wanted])
+        if wanted in inspect.COMMANDS:
+            commands.append(inspect.COMMANDS[wanted])
     return components, left_out, commands
 
 
-def torch_version(path, pip):
-    """torch's version without a +local label (only its release numbers if the rest is not a spec version)."""
-    version = next(pip[name] for name in pip if _normalise(name) == 'torch')
+def entry_version(path, pip, distribution):
+    """The distribution's version without a +local label (only its release numbers if the rest is not a spec
+    version)."""
+    version = next(pip[name] for name in pip if _normalise(name) == _normalise(distribution))
     match = re.match(r'[0-9]+(\.[0-9]+)*', version)
     if match is None:
-        raise InspectError('%s: torch has the version %r in its pip list, which is not a version' % (path, version))
+        raise InspectError('%s: %s has the version %r in its pip list, which is not a version'
+                           % (path, distribution, version))
     return spec_version(version) or match.group(0)
 
 
-def inspect_image(path):
-    """All facts for the spec entry of the image at ``path``."""
-    variant, digest, tag = image_name(path)
-    offset = root_offset(path)
-    paths = list_paths(path, offset)
-    if SBOM in paths:
-        sbom = read_sbom(path, offset)
-        where = 'its /%s' % SBOM
+def software_lists(path, offset, paths, inspect):
+    """({apt name: version}, {pip name: version}) of the image: from its software list, else pip list run in it."""
+    if inspect.SBOM in paths:
+        sbom = read_sbom(path, offset, inspect.SBOM)
+        where = 'its /%s' % inspect.SBOM
         apt, pip = _packages(path, where, 'apt', sbom.get('apt')), _packages(path, where, 'pip', sbom.get('pip'))
         if not pip:
-            raise InspectError('%s: no pip list: its /%s has no "pip" entries (the rocm, libfabric and mpich '
-                               'variants have none)' % (path, SBOM))
-    else:
-        apt, pip = {}, _packages(path, 'its pip list (run in the image)', 'pip', runtime_pip_list(path))
-        if not pip:
-            raise InspectError('%s: no pip list: pip list in the image printed no packages' % path)
-    components, left_out, commands = main_components(path, pip)
-    rocm, rocm_from_digest = rocm_version(apt, digest)
-    return ImageFacts(path=path, variant=variant, digest=digest, tag=tag, checksum=sha256(path),
-                      version=torch_version(path, pip),
-                      python=python_version(path, apt, paths), rocm=rocm, rocm_from_digest=rocm_from_digest,
-                      components=components, left_out=left_out, commands=commands)
+            raise InspectError('%s: no pip list: its /%s has no "pip" entries (%s)'
+                               % (path, inspect.SBOM, inspect.NO_PIP_LIST))
+        return apt, pip
+    pip = _packages(path, 'its pip list (run in the image)', 'pip', runtime_pip_list(path, inspect.SBOM))
+    if not pip:
+        raise InspectError('%s: no pip list: pip list in the image printed no packages' % path)
+    return {}, pip
+
+
+def inspect_image(path, checksum=None):
+    """All facts for the spec entry of the image at ``path``. ``checksum``: the image's SHA256 when it is known
+    already (published beside the image), which saves reading the whole image (10-20 GB) for it."""
+    family, keys = image_name(path)
+    inspect = family.INSPECT
+    offset = root_offset(path)
+    paths = list_paths(path, offset, inspect)
+    apt, pip = software_lists(path, offset, paths, inspect)
+    components, left_out, commands = main_components(path, pip, inspect)
+    rocm, rocm_from_name = rocm_version(apt, keys, inspect)
+    return ImageFacts(path=path, family=family, keys=keys, checksum=checksum or sha256(path),
+                      version=entry_version(path, pip, inspect.VERSION_FROM),
+                      python=python_version(path, apt, paths, inspect.VENV_LIB), rocm=rocm,
+                      rocm_from_name=rocm_from_name, components=components, left_out=left_out, commands=commands)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -275,21 +289,19 @@ def _scalar(value):
 
 def entry_text(facts, indent=2):
     """The container entry, as YAML lines of a list item indented by ``indent``. The image's values are YAML scalars
-    (_scalar), or, in comments, its file name (a LAIF name) and package names and versions (one line of printable
-    text each, _packages)."""
+    (_scalar), or, in comments, its file name (a name of its family) and package names and versions (one line of
+    printable text each, _packages)."""
     pad, key = ' ' * indent, ' ' * (indent + 2)
-    lines = ['%s# %s, read by generate-ec inspect' % (pad, facts.filename), '%s- family: laif' % pad]
-    for name in ('version', 'python', 'rocm'):
-        lines.append('%s%s: %s' % (key, name, _scalar(getattr(facts, name))))
-    if facts.rocm_from_digest:
-        lines[-1] += '  # from the digest: the image lists no rocm-core package'
-    lines += ['%sdate: %s' % (key, _scalar(laif.tag_date(facts.tag))),
-              '%simage_variant: %s' % (key, _scalar(facts.variant)),
-              '%sdigest: %s' % (key, _scalar(facts.digest)),
-              '%stag: %s' % (key, _scalar(facts.tag)),
-              '%schecksum: %s' % (key, _scalar(facts.checksum))]
+    lines = ['%s# %s, read by generate-ec inspect' % (pad, facts.filename), '%s- family: %s' % (pad, facts.family.NAME)]
+    for name, value in (('version', facts.version), ('container_python_version', facts.python), ('rocm', facts.rocm)):
+        lines.append('%s%s: %s' % (key, name, _scalar(value)))
+    if facts.rocm_from_name:
+        lines[-1] += '  # from %s: the image lists no rocm-core package' % facts.inspect.ROCM_FROM
+    lines.append('%sdate: %s' % (key, _scalar(facts.inspect.date(facts.keys))))
+    lines += ['%s%s: %s' % (key, name, _scalar(value)) for name, value in facts.keys.items()]
+    lines.append('%schecksum: %s' % (key, _scalar(facts.checksum)))
     if facts.components:
-        lines.append('%scomponents:' % key)
+        lines.append('%scontainer_components:' % key)
         lines += ['%s  %s: %s' % (key, _scalar(name), _scalar(version)) for name, version in facts.components.items()]
     for name, version in facts.left_out:
         lines.append('%s# not a component: %s %s is not a version the spec takes' % (key, name, version))
@@ -318,40 +330,62 @@ def _containers_end(spec_path, lines):
     return end, 2 if indent is None else indent
 
 
+def same_image(container, family, keys):
+    """Whether a spec's container entry is the image of ``family`` whose file name gives ``keys``."""
+    return container.family == family.NAME and all(getattr(container, name) == keys[name]
+                                                   for name in family.INSPECT.SAME_IMAGE)
+
+
 def check_spec(spec_path, image):
-    """Refuse (before the image is read) when the spec has errors or has the image already (same tag and
-    image_variant)."""
-    variant, _, tag = image_name(image)
+    """Refuse (before the image is read) when the spec has errors or has the image already (the same values of its
+    family's SAME_IMAGE keys, e.g. tag and image_variant)."""
+    family, keys = image_name(image)
     spec, issues = load_spec(spec_path)
     if issues:
         raise InspectError('%s has errors, so nothing was appended; fix them first:\n%s'
                            % (spec_path, '\n'.join(str(issue) for issue in issues)))
     for container in spec.containers:
-        if container.family == 'laif' and (container.tag, container.image_variant) == (tag, variant):
-            raise InspectError('%s:%d: %s is this image already (tag %s, image_variant %s); nothing appended'
-                               % (spec_path, container.line, container.path, tag, variant))
+        if same_image(container, family, keys):
+            raise InspectError('%s:%d: %s is this image already (%s); nothing appended'
+                               % (spec_path, container.line, container.path,
+                                  ', '.join('%s %s' % (name, keys[name]) for name in family.INSPECT.SAME_IMAGE)))
 
 
-def append_entry(spec_path, facts):
-    """Append the image's entry to the containers of the spec file, as text (comments and layout stay)."""
-    check_spec(spec_path, facts.path)
+def _added(spec, facts):
+    """The containers of a loaded spec that are the image of ``facts`` (same_image: e.g. same tag and
+    image_variant)."""
+    return [c for c in (spec.containers if spec else []) if same_image(c, facts.family, facts.keys)]
+
+
+def append_entries(spec_path, all_facts):
+    """Append the images' entries to the containers of the spec file, as text (comments and layout stay): all of
+    them, or none when the spec has one of the images already or would not load with them. Returns their
+    containers."""
+    for facts in all_facts:
+        check_spec(spec_path, facts.path)
     with open(spec_path, encoding='utf-8', newline='') as handle:
         lines = handle.read().splitlines(keepends=True)
     end, indent = _containers_end(spec_path, lines)
     if end and not lines[end - 1].endswith('\n'):
         lines[end - 1] += '\n'
-    text = ''.join(lines[:end]) + entry_text(facts, indent) + ''.join(lines[end:])
+    entries = ''.join(entry_text(facts, indent) for facts in all_facts)
+    text = ''.join(lines[:end]) + entries + ''.join(lines[end:])
     tmp = spec_path + '.tmp-generate-ec'
     with open(tmp, 'w', encoding='utf-8', newline='') as handle:
         handle.write(text)
     spec, issues = load_spec(tmp)
-    added = [c for c in (spec.containers if spec else [])
-             if c.family == 'laif' and (c.tag, c.image_variant) == (facts.tag, facts.variant)]
-    if issues or len(added) != 1:
+    added = [_added(spec, facts) for facts in all_facts]
+    if issues or any(len(found) != 1 for found in added):
         os.unlink(tmp)
         found = [str(dataclasses.replace(issue, file=spec_path)) for issue in issues]
-        raise InspectError('%s: with the entry appended the spec would not load, so nothing was appended:\n%s'
-                           % (spec_path, '\n'.join(found) or 'the entry is not among its containers'))
+        raise InspectError('%s: with the %s appended the spec would not load, so nothing was appended:\n%s'
+                           % (spec_path, 'entry' if len(all_facts) == 1 else 'entries',
+                              '\n'.join(found) or 'an entry is not among its containers'))
     shutil.copymode(spec_path, tmp)
     os.replace(tmp, spec_path)
-    return added[0]
+    return [found[0] for found in added]
+
+
+def append_entry(spec_path, facts):
+    """Append the image's entry to the containers of the spec file, as text (comments and layout stay)."""
+    return append_entries(spec_path, [facts])[0]

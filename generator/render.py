@@ -6,8 +6,12 @@ quotes, backslashes and non-printable characters are always escaped correctly.
 
 import re
 import textwrap
+from collections import namedtuple
 
 import jinja2
+
+from generator import easyconfig_names
+from generator.easyblock import easyblock
 
 MAX_LINE = 120
 INDENT = '    '
@@ -81,32 +85,16 @@ def _split_string(value, indent, suffix, width=MAX_LINE):
     return lines
 
 
-def py_list(name, items, flow=False):
-    """``name = [...]`` assignment.
-
-    Block style (default): one item per line.  Flow style: a single line if it fits in MAX_LINE characters,
-    otherwise items are filled into indented lines.
-    """
+def py_list(name, items, one_line=True):
+    """``name = [...]`` assignment: on one line if it fits in MAX_LINE characters (and one_line), else one item per
+    line (a long string split into pieces on lines of their own)."""
     items = list(items)
-    if not items:
-        return '%s = []' % name
-    literals = [py(item) for item in items]
-    one_line = '%s = [%s]' % (name, ', '.join(literals))
-    if flow and len(one_line) <= MAX_LINE:
-        return one_line
+    single = '%s = [%s]' % (name, ', '.join(py(item) for item in items))
+    if not items or (one_line and len(single) <= MAX_LINE):
+        return single
     lines = ['%s = [' % name]
-    if flow:
-        current = ''
-        for lit in literals:
-            candidate = (current + ' ' if current else '') + lit + ','
-            if current and len(INDENT + candidate) > MAX_LINE:
-                lines.append(INDENT + current)
-                candidate = lit + ','
-            current = candidate
-        lines.append(INDENT + current)
-    else:
-        for item in items:
-            lines.extend(_split_string(item, INDENT, ',') if isinstance(item, str) else [INDENT + py(item) + ','])
+    for item in items:
+        lines.extend(_split_string(item, INDENT, ',') if isinstance(item, str) else [INDENT + py(item) + ','])
     lines.append(']')
     return '\n'.join(lines)
 
@@ -157,20 +145,20 @@ def description_text(spec, container):
         lines.extend(_wrap(line.rstrip()))
     lines.append('')
     lines.extend(_wrap('Container image: %s' % c.sif))
-    about = '(%s %s, ROCm %s, Python %s)' % (c.name, c.version, c.rocm, c.python)
-    if c.components:
-        about += ', with ' + ', '.join('%s %s' % item for item in c.components.items())
+    about = '(%s %s, ROCm %s, Python %s)' % (c.name, c.version, c.rocm, c.container_python_version)
+    if c.container_components:
+        about += ', with ' + ', '.join('%s %s' % item for item in c.container_components.items())
     lines.extend(_wrap(about + '.'))
-    if c.release_dir:
-        lines.extend(_wrap('A LUMI AI Factory image: the %s variant of the release in %s.'
-                           % (c.image_variant, c.release_dir)))
+    about_family = c.family_module.description(vars(c))
+    if about_family:
+        lines.extend(_wrap(about_family))
     if c.pip_requirements:
         if len(c.pip_requirements) == 1:
             sentence = 'The pip requirement %s is installed' % c.pip_requirements[0]
         else:
             sentence = 'The pip requirements %s are installed' % _and_join(c.pip_requirements)
-        sentence += ' in the virtual environment /user-software/venv/%s.' % c.venv
-        lines.extend(_wrap(sentence))
+        venv = easyblock.container_venv_path(easyblock.venv_name(c.name, c.container_venv))
+        lines.extend(_wrap(sentence + ' in the virtual environment %s.' % venv))
     return '\n'.join(lines)
 
 
@@ -187,16 +175,38 @@ def _safe_comment(text):
     return ''.join(ch if ch.isprintable() else '?' for ch in text)
 
 
+# One easyblock parameter that the easyconfig sets; shape is the parameter's (easyblock.Parameter)
+Assignment = namedtuple('Assignment', 'name shape value comment')
+PYTHON_CHECK_OFF = 'python_check: false in the spec; the sanity check skips the version'
+
+
+def parameter_assignments(container):
+    """The easyblock's parameters that the easyconfig sets, in the easyblock's order: those that the spec gives
+    (or the image's family derives), and container_python_version = None after python_check: false. The others
+    are left out: the easyblock's defaults apply."""
+    assignments = []
+    for name, parameter in easyblock.PARAMETERS.items():
+        value, comment = getattr(container, name), None
+        if name == 'container_python_version' and container.python_check is False:
+            value, comment = None, PYTHON_CHECK_OFF
+        elif value is None:
+            continue
+        assignments.append(Assignment(name, parameter.shape, value, comment))
+    return assignments
+
+
 def render(spec, container):
     """Easyconfig text for one container of a validated spec."""
     template = environment().get_template('easyconfig.eb.j2')
-    whatis = py_list('whatis', [whatis_description(spec)])
+    field = easyconfig_names.names(spec.easybuild)
     text = template.render(
         spec=spec,
         c=container,
+        field=field,
         spec_file=_safe_comment(spec.source_name),
-        whatis=whatis,
+        whatis=py_list(field['whatis'], [whatis_description(spec)], one_line=False),
         description=description_text(spec, container),
+        parameters=parameter_assignments(container),
     )
     lines = [line.rstrip() for line in text.split('\n')]
     while lines and lines[-1] == '':

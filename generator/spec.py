@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from generator import laif
+from generator import easyconfig_names, families
 from generator.easyblock import easyblock
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -62,10 +62,13 @@ class _ContainerNames:
     """The names derived from a container's values (the base of :class:`Container`, built from FIELDS below)."""
 
     @property
+    def family_module(self):
+        return families.FAMILIES[self.family]
+
+    @property
     def versionsuffix(self):
-        suffix = '-rocm-%s-python-%s-singularity' % (self.rocm, self.python)
-        if self.family == 'laif':
-            suffix += '-laif-' + self.image_variant
+        suffix = '-rocm-%s-python-%s-singularity' % (self.rocm, self.container_python_version)
+        suffix += self.family_module.suffix(vars(self))
         if self.variant:
             suffix += '-' + self.variant
         return suffix + '-' + self.date
@@ -80,8 +83,8 @@ class _ContainerNames:
 
     @property
     def release_dir(self):
-        """The directory of a LAIF image's release on LUMI (None for other families)."""
-        return laif.release_dir(self.digest, self.tag) if self.family == 'laif' else None
+        """The directory of the image's release on LUMI (None for families that have none)."""
+        return self.family_module.release_dir(vars(self))
 
 
 @dataclass
@@ -94,6 +97,7 @@ class Spec:
     description: str
     moduleclass: str
     containers: list = field(default_factory=list)
+    easybuild: Optional[str] = None  # '5': EasyBuild 5's names of easyconfig fields; None: names 4.9 reads too
 
     @property
     def source_name(self):
@@ -102,11 +106,6 @@ class Spec:
     @property
     def default_outdir(self):
         return os.path.join('easyconfigs', self.name[0].lower(), self.name)
-
-
-def default_sif_name(name, version, rocm, python, dockerhash):
-    lname = name.lower()
-    return 'lumi-%s-rocm-%s-python-%s-%s-v%s-dockerhash-%s.sif' % (lname, rocm, python, lname, version, dockerhash)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -277,13 +276,13 @@ def load_yaml(path):
 # Validation
 # ---------------------------------------------------------------------------------------------------------------
 
-TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'defaults', 'family_defaults', 'containers')
+TOP_KEYS = ('name', 'homepage', 'description', 'moduleclass', 'easybuild', 'easybuild_4_9', 'defaults',
+            'family_defaults', 'containers')
 TOP_REQUIRED = ('name', 'homepage', 'description', 'containers')
 
 # Matched from the start, as the easyblock's patterns are (pattern_problem): \Z, as $ would take a newline at the
 # end; [0-9], as \d takes any Unicode digit.
 DATE_RE = re.compile(r'[0-9]{8}\Z')
-DOCKERHASH_RE = re.compile(r'[0-9a-f]{12}\Z')
 SHA256_RE = re.compile(r'[0-9a-f]{64}\Z')
 MODULECLASS_RE = re.compile(r'[a-z][a-z0-9_]*\Z')
 HOMEPAGE_RE = re.compile(r'https?://\S+\Z')
@@ -292,7 +291,14 @@ CONTROL_RE = re.compile(r'[\x00-\x09\x0b-\x1f\x7f]')
 # and refuses text with either bracket of one, when it makes the module: at the end of the install.
 LUA_LONG_STRING_BRACKETS = ('[==[', ']==]')
 
-FAMILIES = ('amd', 'laif')
+# The spec's keys for easyblock parameters are the parameter names; these were shorter once
+RENAMED_KEYS = {'bind': 'container_bind', 'env': 'container_env', 'env_defaults': 'container_env_defaults',
+                'venv': 'container_venv', 'python': 'container_python_version', 'components': 'container_components'}
+RENAMED = "%r is now %r: rename it (a spec's keys for the easyblock's parameters are the parameter names)"
+# The parameters that name the image and the easyconfig: every entry gives them
+NAMING_PARAMETERS = ('container_python_version',)
+# Parameters whose values the module's description shows as they are (the others there cannot hold a [ at all)
+DESCRIBED_PARAMETERS = ('pip_requirements',)
 
 
 def module_help_problem(text):
@@ -453,15 +459,6 @@ class _Checker:
             return False
         return True
 
-    def digest(self, path, value):
-        return self.matching(path, value, laif.DIGEST_RE, 'a LAIF digest (%s)' % laif.DIGEST_FORMAT)
-
-    def tag(self, path, value):
-        if not self.string(path, value):
-            return False
-        problem = laif.tag_problem(value)
-        return self.no_problem(path, problem and '%r %s' % (value, problem))
-
 
 def _pattern(regex, what, allow_empty=False):
     """Validator: a string matching ``regex``; the error says the value is not ``what``."""
@@ -470,24 +467,32 @@ def _pattern(regex, what, allow_empty=False):
     return check
 
 
-def _rule(parameter, allow_empty=False):
+def _problem_check(problem):
+    """Validator: a string that ``problem`` (a check of the easyblock's or a family's) finds nothing wrong with."""
+    def check(chk, path, value):
+        return chk.string(path, value) and chk.no_problem(path, problem(value))
+    return check
+
+
+def _rule(parameter):
     """Validator: the easyblock's rule for the easyconfig parameter that this key becomes (one definition for both,
-    easyblock.PARAMETERS), after generate-ec's own type checks, which can tell what YAML made of a value."""
+    easyblock.PARAMETERS), after generate-ec's own type checks, which can tell what YAML made of a value.  An empty
+    text is refused as such (but for a dict's values), unless the rule takes it."""
     rule = easyblock.PARAMETERS[parameter]
 
-    def text(chk, path, value, check, empty=allow_empty):
-        return chk.string(path, value, allow_empty=empty) and chk.no_problem(path, check(value) if check else None)
+    def text(chk, path, value, check, empty_ok):
+        return chk.string(path, value, allow_empty=empty_ok) and chk.no_problem(path, check(value) if check else None)
 
     def check(chk, path, value):
         if rule.shape == 'bool':
             return chk.boolean(path, value)
         if rule.shape == 'list':
-            return chk.string_list(path, value, lambda ipath, item: text(chk, ipath, item, rule.check),
+            return chk.string_list(path, value, lambda ipath, item: text(chk, ipath, item, rule.check, False),
                                    unique=rule.unique)
         if rule.shape == 'dict':
             return chk.string_map(path, value, rule.check,
-                                  lambda kpath, item: text(chk, kpath, item, rule.value_check, empty=True))
-        return text(chk, path, value, rule.check)
+                                  lambda kpath, item: text(chk, kpath, item, rule.value_check, True))
+        return text(chk, path, value, rule.check, rule.check is None or rule.check('') is None)
     return check
 
 
@@ -517,59 +522,30 @@ CONTAINER = 'container'  # the key may only appear in a container entry
 SHARED = 'shared'  # in a container entry or in defaults
 
 
-def _family(values):
-    return values.get('family', 'amd')
-
-
-def _amd(values):
-    return _family(values) == 'amd'
-
-
-def _amd_unless_sif(values):
-    return _amd(values) and 'sif' not in values
-
-
-def _laif(values):
-    return _family(values) == 'laif'
-
-
-def _default_sif(name, values):
-    if _laif(values):
-        return laif.sif_name(values['image_variant'], values['digest'], values['tag'])
-    return default_sif_name(name, values['version'], values['rocm'], values['python'], values['dockerhash'])
-
-
-def _default_date(name, values):
-    return laif.tag_date(values['tag']) if _laif(values) else None
-
-
-def _default_central_sif_dir(name, values):
-    return laif.release_dir(values['digest'], values['tag']) if _laif(values) else None
-
-
-def _default_venv(name, values):
-    return name.lower()
+def _derived(key):
+    """Default: what the entry's family derives for ``key`` from the entry's other values (None: nothing)."""
+    def default(name, values):
+        derive = families.family(values).DERIVED.get(key)
+        return derive(name, values) if derive else None
+    return default
 
 
 @dataclass(frozen=True)
 class Field:
     """One key of a container entry.
 
-    ``check(checker, path, value)`` validates a given value.  ``required`` is True, False, or a predicate on the
-    entry's values (defaults merged in).  ``default`` is the built-in value of a key that is not given (None: not
-    emitted unless given), or a function ``(name, values)`` computing it from the entry's other values.  A key
-    with a ``family`` may only be given for images of that family.
+    ``check(checker, path, value)`` validates a given value.  ``required``: every entry must give it (the keys its
+    family needs are the family's to say).  ``default`` is the value of a key that is not given (None: not
+    written), or a function ``(name, values)`` computing it from the entry's other values.  A key with a
+    ``family`` may only be given for images of that family.
     """
 
     key: str
     where: str
     check: Callable[..., bool]
-    required: Any = False
+    required: bool = False
     default: Any = None
     family: Optional[str] = None
-
-    def is_required(self, values):
-        return self.required(values) if callable(self.required) else self.required
 
     def missing_hint(self):
         if self.where == CONTAINER:
@@ -587,43 +563,37 @@ class Field:
         return type(value)(value) if isinstance(value, (list, dict)) else value
 
 
+def _parameter_field(name):
+    """The key of an easyblock parameter: the parameter's name and rule; given, it goes into the easyconfig."""
+    check = _rule(name)
+    return Field(name, SHARED, _in_module_help(check) if name in DESCRIBED_PARAMETERS else check,
+                 required=name in NAMING_PARAMETERS, default=_derived(name))
+
+
 FIELDS = (
-    Field('version', CONTAINER, _pattern(easyblock.VERSION, 'a valid version (e.g. 2.7.1)'), required=True),
-    Field('date', CONTAINER, _Checker.date, required=_amd, default=_default_date),
-    Field('dockerhash', CONTAINER, _pattern(DOCKERHASH_RE, '12 lowercase hex digits'), required=_amd_unless_sif,
-          family='amd'),
-    Field('digest', CONTAINER, _Checker.digest, required=_laif, family='laif'),
-    Field('tag', CONTAINER, _Checker.tag, required=_laif, family='laif'),
-    Field('image_variant', CONTAINER, _one_of(laif.VARIANTS, 'a LAIF image variant'), required=_laif,
-          family='laif'),
-    Field('sif', CONTAINER, _in_module_help(_Checker.sif), default=_default_sif),
-    Field('checksum', CONTAINER, _pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
-    Field('family', SHARED, _one_of(FAMILIES, 'an image family'), default='amd'),
-    Field('python', SHARED, _rule('container_python_version'), required=True),
-    Field('rocm', SHARED, _pattern(easyblock.VERSION, 'a valid ROCm version (e.g. 6.2.4)'), required=True),
-    Field('variant', SHARED, _pattern(easyblock.DISTRIBUTION_NAME,
-                                      'a valid variant (letters, digits, _.+-; may be empty)', allow_empty=True),
-          default=''),
-    Field('venv', SHARED, _rule('container_venv'), default=_default_venv),
-    Field('container_init', SHARED, _rule('container_init', allow_empty=True), default=''),
-    Field('container_entry', SHARED, _rule('container_entry')),
-    Field('bind', SHARED, _rule('container_bind'), default=[]),
-    Field('env', SHARED, _rule('container_env'), default={}),
-    Field('env_defaults', SHARED, _rule('container_env_defaults')),
-    Field('wrapped_commands', SHARED, _rule('wrapped_commands'), default=[]),
-    Field('pip_requirements', SHARED, _in_module_help(_rule('pip_requirements')), default=[]),
-    Field('components', SHARED, _rule('container_components'), default={}),
-    Field('pip_install_options', SHARED, _rule('pip_install_options')),
-    Field('squash_user_software', SHARED, _rule('squash_user_software')),
-    Field('copy_image', SHARED, _rule('copy_image')),
-    Field('central_sif_dir', SHARED, _rule('central_sif_dir'), default=_default_central_sif_dir),
-    Field('python_check', SHARED, _Checker.boolean),
+    (Field('version', CONTAINER, _pattern(easyblock.VERSION, 'a valid version (e.g. 2.7.1)'), required=True),
+     Field('date', CONTAINER, _Checker.date, default=_derived('date')))
+    + tuple(Field(key, CONTAINER, _problem_check(problem), family=family.NAME)
+            for family in families.FAMILIES.values() for key, problem in family.KEYS.items())
+    + (Field('sif', CONTAINER, _in_module_help(_Checker.sif), default=_derived('sif')),
+       Field('checksum', CONTAINER, _pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
+       Field('family', SHARED, _one_of(families.NAMES, 'an image family'), default=families.DEFAULT),
+       Field('rocm', SHARED, _pattern(easyblock.VERSION, 'a valid ROCm version (e.g. 6.2.4)'), required=True),
+       Field('variant', SHARED, _pattern(easyblock.DISTRIBUTION_NAME,
+                                         'a valid variant (letters, digits, _.+-; may be empty)', allow_empty=True),
+             default=''),
+       Field('python_check', SHARED, _Checker.boolean))
+    + tuple(_parameter_field(name) for name in easyblock.PARAMETERS)
 )
 FIELDS_BY_KEY = {fld.key: fld for fld in FIELDS}
+if len(FIELDS_BY_KEY) != len(FIELDS):  # a family's key under the name of another key: one would hide the other
+    raise ImportError('generate-ec: a key of an image family has the name of another key of the spec: %s; name it '
+                      'differently' % ', '.join(sorted({f.key for f in FIELDS if f is not FIELDS_BY_KEY[f.key]})))
 CONTAINER_ONLY_KEYS = tuple(fld.key for fld in FIELDS if fld.where == CONTAINER)
 SHARED_KEYS = tuple(fld.key for fld in FIELDS if fld.where == SHARED)
 CONTAINER_KEYS = tuple(fld.key for fld in FIELDS)
 DEFAULT_KEYS = SHARED_KEYS
+RENAMED_HINTS = {old: RENAMED % (old, new) for old, new in RENAMED_KEYS.items()}
 
 Container = make_dataclass(
     'Container', [('name', str)] + [(fld.key, Any) for fld in FIELDS] + [('index', int, 0), ('line', int, 1)],
@@ -667,12 +637,40 @@ def _check_top(chk, data):
     return (name if name_ok else None), moduleclass
 
 
+EASYBUILD_5 = ("must be 5, for EasyBuild 5's names of easyconfig fields (%s), or left out, for names that "
+               "EasyBuild 4.9 and 5 both read; not %%s" % easyconfig_names.renamed_fields())
+EASYBUILD_5_WITH_4_9 = ("5 writes EasyBuild 5's names of easyconfig fields (%s), which EasyBuild 4.9 "
+                        "does not read, but easybuild_4_9: true (line %%d) says the easyconfigs must work with "
+                        "EasyBuild 4.9 too: remove one of the two" % easyconfig_names.renamed_fields())
+
+
+def _check_easybuild(chk, data):
+    """The EasyBuild whose names the easyconfigs use: '5' (easybuild: 5), or None: names that 4.9 and 5 both read
+    (easybuild_4_9: true says they must)."""
+    if 'easybuild_4_9' in data:
+        chk.boolean(('easybuild_4_9',), data['easybuild_4_9'])
+    if 'easybuild' not in data:
+        return None
+    value = data['easybuild']
+    if str(value) != '5':
+        chk.error(('easybuild',), EASYBUILD_5 % (chk.smap.raw.get(('easybuild',)) or _kind(value)))
+        return None
+    if not chk.no_problem(('easybuild',), easyconfig_names.easybuild_5_problem()):
+        return None
+    if data.get('easybuild_4_9') is True:
+        chk.error(('easybuild',), EASYBUILD_5_WITH_4_9 % chk.smap.key_line(('easybuild_4_9',)))
+    return '5'
+
+
 def _given_values(chk, path, mapping, allowed):
-    """Validate the allowed keys of ``mapping``: {key: value, or _INVALID when the value is not valid}."""
+    """Validate the allowed keys of ``mapping``: {key: value, or _INVALID when the value is not valid}; a key under
+    its old name counts as an invalid one under its new name (it is reported as renamed, and only so)."""
     values = {}
     for key, value in mapping.items():
         if key in allowed:
             values[key] = value if FIELDS_BY_KEY[key].check(chk, path + (key,), value) else _INVALID
+        elif key in RENAMED_KEYS and RENAMED_KEYS[key] in allowed:
+            values.setdefault(RENAMED_KEYS[key], _INVALID)
     return values
 
 
@@ -685,7 +683,7 @@ def _defaults_block(chk, path, raw, allowed, hints):
         return {}
     hints = dict(hints, **{k: '%r is not allowed in %s (set it per container)' % (k, path[0])
                            for k in CONTAINER_ONLY_KEYS})
-    chk.unknown_keys(path, raw, allowed, hints)
+    chk.unknown_keys(path, raw, allowed, dict(RENAMED_HINTS, **hints))
     return _given_values(chk, path, raw, allowed)
 
 
@@ -707,8 +705,8 @@ def _check_family_defaults(chk, data):
     result = {}
     for family, block in raw.items():
         path = ('family_defaults', family)
-        if family not in FAMILIES:
-            chk.error(path, '%r is not an image family (allowed: %s)' % (str(family), ', '.join(FAMILIES)),
+        if family not in families.NAMES:
+            chk.error(path, '%r is not an image family (allowed: %s)' % (str(family), ', '.join(families.NAMES)),
                       key_line=True)
             continue
         result[family] = _defaults_block(chk, path, block, allowed, hints)
@@ -728,30 +726,25 @@ def _container_entries(chk, data):
     return raw
 
 
-def _check_family_keys(chk, cpath, entry, values):
-    """Keys of another image family than the entry's; then the LAIF digest against the entry's versions."""
-    family = _family(values)
+def _check_required(chk, cpath, values):
+    """Every entry's required keys, and those its family needs (when the family is valid)."""
+    needed = {fld.key for fld in FIELDS if fld.required}
+    if values.get('family') is not _INVALID:
+        needed.update(families.family(values).required(values))
     for fld in FIELDS:
-        if fld.family and fld.key in entry and fld.family != family:
+        if fld.key in needed and fld.key not in values:
+            chk.error(cpath + (fld.key,), 'missing required key (%s)' % fld.missing_hint(), line=chk.smap.line(cpath))
+
+
+def _check_family_keys(chk, cpath, entry, values):
+    """Keys of another image family than the entry's; then what the family finds wrong between the values."""
+    family = families.family(values)
+    for fld in FIELDS:
+        if fld.family and fld.key in entry and fld.family != family.NAME:
             chk.error(cpath + (fld.key,), '%r is only for family: %s (this entry is family: %s)'
-                      % (fld.key, fld.family, family), key_line=True)
-    if family == 'laif' and isinstance(values.get('digest'), str):
-        _check_laif_versions(chk, cpath, values)
-
-
-def _check_laif_versions(chk, cpath, values):
-    """The digest names the major and minor versions of ROCm and torch; the tag the date.  (Valid values only.)"""
-    digest = values['digest']
-    versions = laif.parse_digest(digest)
-    for key, letter, what in (('rocm', 'r', 'ROCm'), ('version', 't', 'torch')):
-        if isinstance(values.get(key), str) and laif.major_minor(values[key]) != versions[what]:
-            token = re.search(letter + r'[0-9]+', digest).group(0)
-            chk.error(cpath + (key,), '%r does not match the digest %s (%s: %s %s.x)'
-                      % (values[key], digest, token, what, versions[what]))
-    tag, date = values.get('tag'), values.get('date')
-    if isinstance(tag, str) and isinstance(date, str) and laif.tag_date(tag) != date:
-        chk.error(cpath + ('date',), '%r does not match the tag %s (its date is %s; or leave date out)'
-                  % (date, tag, laif.tag_date(tag)))
+                      % (fld.key, fld.family, family.NAME), key_line=True)
+    for key, message in family.problems(values):
+        chk.error(cpath + (key,), message)
 
 
 def _check_container(chk, index, entry, defaults, family_defaults, name):
@@ -764,15 +757,12 @@ def _check_container(chk, index, entry, defaults, family_defaults, name):
         chk.error(cpath, 'must be a mapping, got %s' % _kind(entry))
         return None
     before = len(chk.issues)
-    chk.unknown_keys(cpath, entry, CONTAINER_KEYS)
+    chk.unknown_keys(cpath, entry, CONTAINER_KEYS, RENAMED_HINTS)
     given = _given_values(chk, cpath, entry, CONTAINER_KEYS)
     values = dict(defaults)
-    values.update(family_defaults.get(given.get('family', defaults.get('family', 'amd')), {}))
+    values.update(family_defaults.get(given.get('family', defaults.get('family', families.DEFAULT)), {}))
     values.update(given)
-    for fld in FIELDS:
-        if fld.key not in values and fld.is_required(values):
-            chk.error(cpath + (fld.key,), 'missing required key (%s)' % fld.missing_hint(),
-                      line=chk.smap.line(cpath))
+    _check_required(chk, cpath, values)
     if values.get('family') is not _INVALID:
         _check_family_keys(chk, cpath, entry, values)
     if len(chk.issues) != before or name is None or _INVALID in values.values():
@@ -800,6 +790,7 @@ def load_spec(source):
         return None, chk.issues
 
     name, moduleclass = _check_top(chk, data)
+    easybuild_version = _check_easybuild(chk, data)
     defaults = _check_defaults(chk, data)
     family_defaults = _check_family_defaults(chk, data)
     containers, seen_files = [], {}
@@ -817,7 +808,7 @@ def load_spec(source):
     if chk.issues:
         return None, sorted(chk.issues, key=lambda issue: issue.line)
     spec = Spec(source=source, name=name, homepage=data['homepage'], description=data['description'],
-                moduleclass=moduleclass, containers=containers)
+                moduleclass=moduleclass, containers=containers, easybuild=easybuild_version)
     return spec, []
 
 

@@ -1,10 +1,13 @@
 """What the tests of generate-ec (test_generator_*.py) share: the specs and golden files in tests/data/generator, a
-minimal spec of each image family to vary, running generate-ec in the test's process, and the checks every
-generated easyconfig must pass."""
+minimal spec of each image family to vary, running generate-ec in the test's process, the checks every
+generated easyconfig must pass, and small LAIF-like images for inspect and releases."""
 import ast
+import json
 import os
+import subprocess
 
 from generator.cli import main
+from support import require_tools
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, 'tests', 'data', 'generator')
@@ -82,9 +85,9 @@ name: PyTorch
 homepage: https://pytorch.org/
 description: Test spec.
 defaults:
-  python: "3.12"
+  container_python_version: "3.12"
   rocm: "6.2.4"
-  venv: pytorch
+  container_venv: pytorch
 containers:
   - version: "2.7.1"
     date: "20250827"
@@ -115,8 +118,8 @@ name: PyTorch
 homepage: https://pytorch.org/
 description: Test spec.
 defaults:
-  python: "3.12"
-  venv: pytorch
+  container_python_version: "3.12"
+  container_venv: pytorch
 containers:
   - family: laif
     version: "2.9.1"
@@ -136,3 +139,34 @@ def laif_text(replace=(), append=''):
         assert old in text, old
         text = text.replace(old, new)
     return text + append
+
+
+FULL_SBOM = {
+    'apt': [{'name': 'libc6', 'version': '2.39-0ubuntu8.6'}, {'name': 'python3.12', 'version': '3.12.3-1ubuntu0.8'},
+            {'name': 'rocm-core', 'version': '6.4.4.60404-129~24.04'}],
+    'pip': [{'name': 'numpy', 'version': '2.1.3'}, {'name': 'torch', 'version': '2.9.1+rocm6.4.4'},
+            {'name': 'vllm', 'version': '0.15.1+rocm644'}, {'name': 'deepspeed', 'version': '0.18.6'},
+            {'name': 'flash_attn', 'version': '2.8.3'}, {'name': 'transformers', 'version': '4.57.1'}],
+}
+
+
+def make_image(directory, name, sbom=None, sbom_text=None, python_dirs=('python3.12',), partition=True):
+    """A LAIF-like SIF: /.sbom.json (if given) and /opt/venv/lib/<python_dirs>/site-packages in a SquashFS
+    root file system partition, packed with mksquashfs and siftool."""
+    require_tools('mksquashfs', 'siftool', 'unsquashfs')
+    directory = directory / ('image-%d' % len(os.listdir(str(directory))))
+    tree = directory / 'tree'
+    tree.mkdir(parents=True)
+    for python in python_dirs:
+        (tree / 'opt' / 'venv' / 'lib' / python / 'site-packages').mkdir(parents=True)
+    if sbom is not None or sbom_text is not None:
+        (tree / '.sbom.json').write_text(sbom_text if sbom_text is not None else json.dumps(sbom))
+    sif = directory / name
+    commands = [['mksquashfs', tree, directory / 'root.sqfs', '-noappend', '-quiet', '-all-root'],
+                ['siftool', 'new', sif]]
+    if partition:
+        commands.append(['siftool', 'add', '--datatype', '4', '--partfs', '1', '--parttype', '2', '--partarch', '2',
+                         sif, directory / 'root.sqfs'])
+    for command in commands:
+        subprocess.run([str(part) for part in command], check=True, capture_output=True)
+    return str(sif)

@@ -2,6 +2,7 @@
 and installed for real from the shipped spec."""
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,23 @@ def generate_ec_command():
     return path
 
 
+def laif_easyconfig_names(spec):
+    """The easyconfig names of the spec's LAIF entries, by the naming rule of README.md (written out here, so that
+    generate-ec's own code is checked against it), and the releases (tags) with their image variants."""
+    names, variants = [], {}
+    for entry in spec['containers']:
+        family = entry.get('family', spec['defaults'].get('family'))
+        if family != 'laif':
+            continue
+        values = dict(spec['defaults'], **spec.get('family_defaults', {}).get('laif', {}))
+        values.update(entry)
+        names.append('%s-%s-rocm-%s-python-%s-singularity-laif-%s%s-%s.eb' % (
+            spec['name'], values['version'], values['rocm'], values['container_python_version'],
+            values['image_variant'], '-' + values['variant'] if values.get('variant') else '', values['tag'][:8]))
+        variants.setdefault(values['tag'], set()).add(values['image_variant'])
+    return names, variants
+
+
 def test_easyconfigs_match_their_spec():
     generate_ec = generate_ec_command()
     proc = run([generate_ec, '--check', '-o', '.', 'PyTorch.yaml'], cwd=EC_DIR, check=False)
@@ -34,15 +52,13 @@ def test_easyconfigs_match_their_spec():
     assert 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb' in names
     assert 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-exampleVenv-20250827.eb' in names
     assert 'PyTorch-2.3.1-rocm-6.0.3-python-3.12-singularity-exampleVenv-20240923.eb' in names
-    # LUMI AI Factory images: the torch and the full variant of each release. Their easyconfigs use the
-    # easyblock's container_entry, copy_image and container_env_defaults, so test_check_style_and_dry_run needs
+    # LUMI AI Factory images: the torch and the full variant of each release in the spec. Their easyconfigs use
+    # the easyblock's container_entry, copy_image and container_env_defaults, so test_check_style_and_dry_run needs
     # an easyblock with those parameters.
     laif = [name for name in names if '-singularity-laif-' in name]
-    releases = [('2.9.1', '6.4.4', date) for date in ('20260124', '20260216', '20260225', '20260319')]
-    releases.append(('2.10.0', '7.0.2', '20260415'))
-    expected = ['PyTorch-%s-rocm-%s-python-3.12-singularity-laif-%s-%s.eb' % (torch, rocm, variant, date)
-                for torch, rocm, date in releases for variant in ('torch', 'full')]
-    assert sorted(laif) == sorted(expected)
+    expected, variants = laif_easyconfig_names(yaml.safe_load((EC_DIR / 'PyTorch.yaml').read_text()))
+    assert sorted(laif) == sorted(expected) and len(variants) >= 5
+    assert all(found == {'torch', 'full'} for found in variants.values()), variants
     full = (EC_DIR / 'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260225.eb').read_text()
     for line in ("container_entry = 'run'\n", 'copy_image = False\n', "    'FI_MR_CACHE_MONITOR': 'userfaultfd',\n",
                  "sources = ['lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif']\n",
@@ -63,8 +79,24 @@ def test_check_style_and_dry_run(tmp_path, eb_version):
         assert 'PyTorch/%s' % ec.name[len('PyTorch-'):-len('.eb')] in out
 
 
-def test_generated_easyconfig_installs_and_works(tmp_path):
-    """The shipped spec's exampleVenv entry, adapted only to this machine, generated and installed with eb.
+def check_easybuild_5_names(tmp_path, ec):
+    """An easyconfig with EasyBuild 5's names: clean for EasyBuild 5's --check-style and -x; EasyBuild 4.9 cannot
+    read it (which is why a spec cannot ask for both)."""
+    text = ec.read_text()
+    assert "\nversion_suffix = '" in text and "\nenv_mod_category = 'devel'\n" in text
+    assert '\nversionsuffix = ' not in text and '\nmoduleclass = ' not in text
+    with tempfile.TemporaryDirectory(prefix='eb5-') as short:  # eb -x names a lock after its whole prefix path
+        eb5 = Installation(short)
+        eb5.eb('--check-style', ec)
+        assert ec.name[:-len('.eb')].replace('PyTorch-', 'PyTorch/', 1) in eb5.eb('-x', ec).stdout
+        proc = Installation(Path(short) / '4.9', eb_version='4.9').eb('-x', ec, check=False)
+    assert proc.returncode != 0 and 'version_suffix -> versionsuffix' in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize('names', ['4.9-and-5', '5'])
+def test_generated_easyconfig_installs_and_works(tmp_path, names):
+    """The shipped spec's exampleVenv entry, adapted only to this machine, generated and installed with eb (5):
+    with the names of easyconfig fields that EasyBuild 4.9 and 5 both read, and with EasyBuild 5's (easybuild: 5).
 
     Adapted: the Python version (the test image's), the binds (LUMI's file systems do not exist here) and
     pip's options (local wheels, no network). The image is a real SIF with the components' metadata, named
@@ -78,21 +110,26 @@ def test_generated_easyconfig_installs_and_works(tmp_path):
     for requirement in spec['defaults']['pip_requirements']:
         write_wheel(wheels, requirement, code='GENERATED = True\n')
     spec['defaults'].update(
-        python=CONTAINER_PYTHON_VERSION, bind=['/tmp'], pip_install_options=['--no-index', '--find-links=%s' % wheels],
-        squash_user_software=SQUASHFS_WORKS,
-        wrapped_commands=[cmd.replace(spec['defaults']['python'], CONTAINER_PYTHON_VERSION)
+        container_python_version=CONTAINER_PYTHON_VERSION, container_bind=['/tmp'],
+        pip_install_options=['--no-index', '--find-links=%s' % wheels], squash_user_software=SQUASHFS_WORKS,
+        wrapped_commands=[cmd.replace(spec['defaults']['container_python_version'], CONTAINER_PYTHON_VERSION)
                           for cmd in spec['defaults']['wrapped_commands']])
     entry = next(c for c in spec['containers'] if c['version'] == '2.7.1' and 'variant' not in c)
     spec['containers'] = [entry]
+    if names == '5':
+        del spec['easybuild_4_9']
+        spec['easybuild'] = 5
     (tmp_path / 'spec.yaml').write_text(yaml.safe_dump(spec))
     run([generate_ec_command(), '-o', str(tmp_path / 'ecs'), str(tmp_path / 'spec.yaml')])
     suffix = '-rocm-6.2.4-python-%s-singularity-exampleVenv-20250827' % CONTAINER_PYTHON_VERSION
     ec = tmp_path / 'ecs' / ('PyTorch-2.7.1%s.eb' % suffix)
     assert [p.name for p in (tmp_path / 'ecs').iterdir()] == [ec.name]
+    if names == '5':
+        check_easybuild_5_names(tmp_path, ec)
 
     # The image: the spec's components as installed distributions, found through PYTHONPATH.
     dists = tmp_path / 'dists'
-    for name, version in entry['components'].items():
+    for name, version in entry['container_components'].items():
         info = dists / ('%s-%s.dist-info' % (name.replace('-', '_'), version))
         info.mkdir(parents=True)
         (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: %s\nVersion: %s\n' % (name, version))

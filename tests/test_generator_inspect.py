@@ -3,14 +3,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import textwrap
 
 import pytest
 
 from generator.spec import load_spec
-from generator_support import LAIF_NAME, check_easyconfig, generate_ec, read_bytes
-from support import require_tools
+from generator_support import FULL_SBOM, LAIF_NAME, check_easyconfig, generate_ec, make_image, read_bytes
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -18,35 +16,6 @@ from support import require_tools
 # ---------------------------------------------------------------------------------------------------------------
 
 FULL_IMAGE = 'lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif'
-FULL_SBOM = {
-    'apt': [{'name': 'libc6', 'version': '2.39-0ubuntu8.6'}, {'name': 'python3.12', 'version': '3.12.3-1ubuntu0.8'},
-            {'name': 'rocm-core', 'version': '6.4.4.60404-129~24.04'}],
-    'pip': [{'name': 'numpy', 'version': '2.1.3'}, {'name': 'torch', 'version': '2.9.1+rocm6.4.4'},
-            {'name': 'vllm', 'version': '0.15.1+rocm644'}, {'name': 'deepspeed', 'version': '0.18.6'},
-            {'name': 'flash_attn', 'version': '2.8.3'}, {'name': 'transformers', 'version': '4.57.1'}],
-}
-
-
-def make_image(directory, name, sbom=None, sbom_text=None, python_dirs=('python3.12',), partition=True):
-    """A LAIF-like SIF: /.sbom.json (if given) and /opt/venv/lib/<python_dirs>/site-packages in a SquashFS
-    root file system partition, packed with mksquashfs and siftool."""
-    require_tools('mksquashfs', 'siftool', 'unsquashfs')
-    directory = directory / ('image-%d' % len(os.listdir(str(directory))))
-    tree = directory / 'tree'
-    tree.mkdir(parents=True)
-    for python in python_dirs:
-        (tree / 'opt' / 'venv' / 'lib' / python / 'site-packages').mkdir(parents=True)
-    if sbom is not None or sbom_text is not None:
-        (tree / '.sbom.json').write_text(sbom_text if sbom_text is not None else json.dumps(sbom))
-    sif = directory / name
-    commands = [['mksquashfs', tree, directory / 'root.sqfs', '-noappend', '-quiet', '-all-root'],
-                ['siftool', 'new', sif]]
-    if partition:
-        commands.append(['siftool', 'add', '--datatype', '4', '--partfs', '1', '--parttype', '2', '--partarch', '2',
-                         sif, directory / 'root.sqfs'])
-    for command in commands:
-        subprocess.run([str(part) for part in command], check=True, capture_output=True)
-    return str(sif)
 
 
 def full_entry(sif, indent='  '):
@@ -55,14 +24,14 @@ def full_entry(sif, indent='  '):
         # lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif, read by generate-ec inspect
         - family: laif
           version: "2.9.1"
-          python: "3.12"
+          container_python_version: "3.12"
           rocm: "6.4.4"
           date: "20260225"
           image_variant: full
           digest: u24r64f21m43t29
           tag: "20260225_144743"
           checksum: %s
-          components:
+          container_components:
             torch: "2.9.1"
             vllm: "0.15.1"
             deepspeed: "0.18.6"
@@ -86,8 +55,8 @@ name: PyTorch
 homepage: https://pytorch.org/
 description: Test spec.
 defaults:
-  python: "3.12"  # the Python of all images
-  venv: pytorch
+  container_python_version: "3.12"  # the Python of all images
+  container_venv: pytorch
 containers:
   # the first release
   - family: laif
@@ -175,9 +144,9 @@ def test_inspect_without_sbom_asks_pip_in_the_image(runtime, tmp_path, monkeypat
     assert (tmp_path / 'bin' / (runtime + '.args')).read_text() == 'exec %s python -m pip list --format=json\n' % sif
     lines = out.splitlines()
     # torch built from source: its version without the +local label (PEP 440 == matches it with the label)
-    assert lines[2:5] == ['    version: "2.10.0a0"', '    python: "3.12"',
+    assert lines[2:5] == ['    version: "2.10.0a0"', '    container_python_version: "3.12"',
                           '    rocm: "7.0"  # from the digest: the image lists no rocm-core package']
-    assert lines[-5:] == ['    components:', '      torch: "2.10.0a0"', '      vllm: "0.19.0"',
+    assert lines[-5:] == ['    container_components:', '      torch: "2.10.0a0"', '      vllm: "0.19.0"',
                           '    # not a component: transformers 1!5.0.0 is not a version the spec takes',
                           '    # the image has the commands vllm: list them in wrapped_commands to get wrappers']
 

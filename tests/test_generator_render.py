@@ -1,5 +1,5 @@
-"""generate-ec's easyconfigs: the golden files generated from the specs in tests/data/generator, their values, and
-the escaping, wrapping and style of unusual values.
+"""generate-ec's easyconfigs: the golden files generated from the specs in tests/data/generator, their values, the
+escaping, wrapping and style of unusual values, and easybuild: 5 (EasyBuild 5's names of easyconfig fields).
 
 Regenerate the golden files after an intended output change with
     GENERATOR_UPDATE_GOLDEN=1 python3 -m pytest -q tests/test_generator_render.py -k golden
@@ -77,6 +77,7 @@ def test_pytorch_values():
     assert list(values['container_components']) == ['DeepSpeed', 'flash-attention', 'transformers']
     assert values['pip_requirements'] == ['torchmetrics', 'pytorch-lightning']
     assert values['moduleclass'] == 'devel'
+    assert values['torch_runscripts'] is True  # the spec's torch_runscripts: true
     for absent in ('pip_install_options', 'squash_user_software', 'central_sif_dir'):
         assert absent not in values
     assert values['description'] == textwrap.dedent("""
@@ -92,7 +93,7 @@ def test_pytorch_values():
 
     old = check_easyconfig(os.path.join(GOLDEN, 'PyTorch', PYTORCH_FILES[1]))
     assert old['container_init'] == 'source /opt/miniconda3/bin/activate pytorch'
-    assert old['container_components'] == {}
+    assert 'container_components' not in old  # not in the spec: the easyblock's default ({})
     assert 'with' not in old['description'].split('Container image:')[1].split('\n')[2]
 
 
@@ -127,6 +128,74 @@ def test_overrides_values():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# easybuild: 5 -- EasyBuild 5's names of easyconfig fields
+# ---------------------------------------------------------------------------------------------------------------
+
+EASYBUILD_5_NAMES = "version_suffix for versionsuffix, env_mod_category for moduleclass"
+
+
+def test_easybuild_5_names_are_easybuilds_own():
+    """The names come from EasyBuild 5's table, for the fields generate-ec writes; by default the names both read."""
+    from easybuild.framework.easyconfig.parser import ALTERNATIVE_EASYCONFIG_PARAMETERS
+    from generator import easyconfig_names
+    renamed = {field: name for field, name in easyconfig_names.names('5').items() if field != name}
+    assert renamed == {'versionsuffix': 'version_suffix', 'moduleclass': 'env_mod_category'}
+    assert all(ALTERNATIVE_EASYCONFIG_PARAMETERS[new] == old for old, new in renamed.items())
+    assert all(field == name for field, name in easyconfig_names.names(None).items())
+    assert easyconfig_names.renamed_fields() == EASYBUILD_5_NAMES
+
+
+@pytest.mark.parametrize('value', ['5', '"5"'])
+def test_easybuild_5_writes_its_names(value, tmp_path, monkeypatch, capsys):
+    """The same easyconfig, but for the two fields that EasyBuild 5 names differently."""
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, spec_text())
+    assert code == 0, err
+    both = read_bytes(out.strip()).decode()
+    shutil.rmtree('out')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, 'easybuild: %s\n' % value + spec_text())
+    assert code == 0, err
+    eb5 = read_bytes(out.strip()).decode()
+    renamed = both.replace('\nversionsuffix = ', '\nversion_suffix = ')
+    assert eb5 == renamed.replace('\nmoduleclass = ', '\nenv_mod_category = ')
+    assert eb5 != both
+
+
+EASYBUILD_ERROR_CASES = {
+    'with-easybuild-4.9': (
+        'easybuild_4_9: true\neasybuild: 5\n',
+        ["spec.yaml:2: easybuild: 5 writes EasyBuild 5's names of easyconfig fields (%s), which EasyBuild 4.9 does not "
+         "read, but easybuild_4_9: true (line 1) says the easyconfigs must work with EasyBuild 4.9 too: remove one of "
+         "the two" % EASYBUILD_5_NAMES]),
+    'not-5': (
+        'easybuild: 4.9\n',
+        ["spec.yaml:1: easybuild: must be 5, for EasyBuild 5's names of easyconfig fields (%s), or left out, for "
+         "names that EasyBuild 4.9 and 5 both read; not 4.9" % EASYBUILD_5_NAMES]),
+    'easybuild_4_9-not-a-boolean': (
+        'easybuild_4_9: "yes"\n',
+        ['spec.yaml:1: easybuild_4_9: must be true or false, got a string']),
+}
+
+
+@pytest.mark.parametrize('case', sorted(EASYBUILD_ERROR_CASES))
+def test_easybuild_errors(case, tmp_path, monkeypatch, capsys):
+    head, expected = EASYBUILD_ERROR_CASES[case]
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, head + spec_text())
+    assert (code, out) == (2, '')
+    assert err.splitlines() == expected + ['generate-ec: %d error(s), nothing written' % len(expected)]
+
+
+def test_easybuild_5_needs_easybuild_5_installed(tmp_path, monkeypatch, capsys):
+    """Without EasyBuild 5's table (EasyBuild 4.9 installed with generate-ec), easybuild: 5 is refused."""
+    from generator import easyconfig_names
+    monkeypatch.setattr(easyconfig_names, 'EASYBUILD_5_NAMES', {})
+    monkeypatch.setattr(easyconfig_names, 'EASYBUILD_VERSION', '4.9.4')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, 'easybuild: 5\n' + spec_text())
+    assert err.splitlines()[0] == (
+        "spec.yaml:1: easybuild: 5 needs EasyBuild 5's names, which generate-ec reads from the EasyBuild installed "
+        "with it, and that is EasyBuild 4.9.4: install easybuild-framework 5 beside generate-ec")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Escaping, wrapping and style of unusual values
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -140,16 +209,16 @@ def test_escaping_and_wrapping(tmp_path, monkeypatch, capsys):
           Tricky \'\'\' and """ quotes, a trailing backslash \\
           and %s.
         defaults:
-          python: "3.12"
+          container_python_version: "3.12"
           rocm: "6.2.4"
           container_init: "source \\"/opt/x y\\"; echo 'hi'\\tthere"
-          bind: [/pfs, "/a/very/long/path/%s"]
-          env: {QUOTE: "it's \\"x\\"", EMPTY: ""}
-          env_defaults: {BACKSLASH: "a\\\\b $HOME"}
+          container_bind: [/pfs, "/a/very/long/path/%s"]
+          container_env: {QUOTE: "it's \\"x\\"", EMPTY: ""}
+          container_env_defaults: {BACKSLASH: "a\\\\b $HOME"}
           wrapped_commands: [%s]
           pip_requirements: ["pkg @ git+https://example.org/repo.git", "torch>=2.0"]
           pip_install_options: ["--extra-index-url=https://example.org/simple", --no-deps]
-          components: {DeepSpeed: "0.17.4"}
+          container_components: {DeepSpeed: "0.17.4"}
         containers:
           - version: "2.7.1+rocm6.2.4"
             date: "20250827"

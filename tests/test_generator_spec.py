@@ -1,20 +1,27 @@
 """generate-ec loads and checks a spec: every error, with the file and line it is on, all of them at once, nothing
-written; YAML loaded safely, alias bombs refused."""
+written; YAML loaded safely, alias bombs refused; the spec's keys for the easyblock's parameters are the parameter
+names, written in the easyblock's order."""
 import os
 import re
 import resource
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
 
-from generator_support import PYTORCH_SPEC, REPO, check_easyconfig, generate_ec, run_spec, spec_text
+from generator.easyblock import easyblock
+from generator_support import PYTORCH_SPEC, REPO, check_easyconfig, generate_ec, read_bytes, run_spec, spec_text
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------------------------------------------
+
+# The keys of a container entry: generate-ec's own, the families', and the easyblock's parameters under their names
+ENTRY_KEYS = sorted(['checksum', 'date', 'digest', 'dockerhash', 'family', 'image_variant', 'python_check', 'rocm',
+                     'sif', 'tag', 'variant', 'version'] + list(easyblock.PARAMETERS))
 
 
 def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
@@ -23,7 +30,9 @@ def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
     name = 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb'
     assert out == os.path.join('out', name) + '\n'
     values = check_easyconfig(os.path.join('out', name))
-    assert values['container_bind'] == [] and values['container_env'] == {} and values['pip_requirements'] == []
+    # what the spec does not give is not written: the easyblock's defaults apply (e.g. LUMI's binds)
+    for absent in ('container_bind', 'container_env', 'pip_requirements', 'torch_runscripts', 'container_init'):
+        assert absent not in values
     assert 'Container image: lumi-pytorch' in values['description']
     assert 'pip requirement' not in values['description']
 
@@ -54,8 +63,9 @@ ERROR_CASES = {
         ['spec.yaml:9: containers[0].version: must be a string, quote it: "2.10" '
          '(unquoted, YAML reads it as a float 2.1)']),
     'python-float': (
-        dict(replace=[('python: "3.12"', 'python: 3.12')]),
-        ['spec.yaml:5: defaults.python: must be a string, quote it: "3.12" (unquoted, YAML reads it as a float 3.12)']),
+        dict(replace=[('container_python_version: "3.12"', 'container_python_version: 3.12')]),
+        ['spec.yaml:5: defaults.container_python_version: must be a string, quote it: "3.12" (unquoted, YAML reads '
+         'it as a float 3.12)']),
     'version-malformed': (
         dict(replace=[('version: "2.7.1"', 'version: "v2.7.1"')]),
         ["spec.yaml:9: containers[0].version: 'v2.7.1' is not a valid version (e.g. 2.7.1)"]),
@@ -69,8 +79,8 @@ ERROR_CASES = {
         dict(replace=[('rocm: "6.2.4"', 'rocm: "6.2..4"')]),
         ["spec.yaml:6: defaults.rocm: '6.2..4' is not a valid ROCm version (e.g. 6.2.4)"]),
     'python-malformed': (
-        dict(replace=[('python: "3.12"', 'python: "3"')]),
-        ["spec.yaml:5: defaults.python: '3' is not a valid Python version (e.g. 3.12)"]),
+        dict(replace=[('container_python_version: "3.12"', 'container_python_version: "3"')]),
+        ["spec.yaml:5: defaults.container_python_version: '3' is not a valid Python version (e.g. 3.12)"]),
     'dockerhash-upper': (
         dict(replace=[('dockerhash: 0d479e852886', 'dockerhash: 0D479E852886')]),
         ["spec.yaml:11: containers[0].dockerhash: '0D479E852886' is not 12 lowercase hex digits"]),
@@ -91,18 +101,15 @@ ERROR_CASES = {
          "spec.yaml:3: descripton: unknown key 'descripton' (did you mean 'description'?)"]),
     'unknown-key-no-match': (
         dict(append='    zzz: 1\n'),
-        ["spec.yaml:12: containers[0].zzz: unknown key 'zzz' (allowed: bind, central_sif_dir, checksum, components, "
-         'container_entry, container_init, copy_image, date, digest, dockerhash, env, env_defaults, family, '
-         'image_variant, pip_install_options, pip_requirements, python, python_check, rocm, sif, '
-         'squash_user_software, tag, variant, venv, version, wrapped_commands)']),
+        ["spec.yaml:12: containers[0].zzz: unknown key 'zzz' (allowed: %s)" % ', '.join(ENTRY_KEYS)]),
     'unknown-defaults-key': (
-        dict(replace=[('  venv: pytorch', '  venvv: pytorch')]),
-        ["spec.yaml:7: defaults.venvv: unknown key 'venvv' (did you mean 'venv'?)"]),
+        dict(replace=[('  container_venv: pytorch', '  container_venvv: pytorch')]),
+        ["spec.yaml:7: defaults.container_venvv: unknown key 'container_venvv' (did you mean 'container_venv'?)"]),
     'toolchain': (
         dict(append='toolchain: foss\n'),
         ["spec.yaml:12: toolchain: unknown key 'toolchain' (the toolchain is always SYSTEM)"]),
     'container-only-key-in-defaults': (
-        dict(replace=[('  venv: pytorch', '  date: "20250827"')]),
+        dict(replace=[('  container_venv: pytorch', '  date: "20250827"')]),
         ["spec.yaml:7: defaults.date: 'date' is not allowed in defaults (set it per container)"]),
     'missing-top-keys': (
         dict(replace=[('name: PyTorch\n', ''), ('homepage: https://pytorch.org/\n', '')]),
@@ -112,8 +119,9 @@ ERROR_CASES = {
                        '')]),
         ['spec.yaml:1: containers: missing required key']),
     'missing-python': (
-        dict(replace=[('  python: "3.12"\n', '')]),
-        ['spec.yaml:8: containers[0].python: missing required key (set it in the container entry or in defaults)']),
+        dict(replace=[('  container_python_version: "3.12"\n', '')]),
+        ['spec.yaml:8: containers[0].container_python_version: missing required key (set it in the container entry '
+         'or in defaults)']),
     'missing-version-and-date': (
         dict(replace=[('  - version: "2.7.1"\n    date: "20250827"\n    dockerhash', '  - dockerhash')]),
         ['spec.yaml:9: containers[0].version: missing required key (set it in the container entry)',
@@ -137,38 +145,38 @@ ERROR_CASES = {
         dict(append='    date: "20250828"\n'),
         ["spec.yaml:12: containers[0].date: duplicate key 'date'"]),
     'bind-not-a-list': (
-        dict(replace=[('  venv: pytorch', '  bind: /pfs')]),
-        ['spec.yaml:7: defaults.bind: must be a list of strings, got a string']),
+        dict(replace=[('  container_venv: pytorch', '  container_bind: /pfs')]),
+        ['spec.yaml:7: defaults.container_bind: must be a list of strings, got a string']),
     'bind-item-not-a-string': (
-        dict(replace=[('  venv: pytorch', '  bind: [/pfs, {a: b}]')]),
-        ['spec.yaml:7: defaults.bind[1]: must be a string, got a mapping']),
+        dict(replace=[('  container_venv: pytorch', '  container_bind: [/pfs, {a: b}]')]),
+        ['spec.yaml:7: defaults.container_bind[1]: must be a string, got a mapping']),
     'bind-duplicate': (
-        dict(replace=[('  venv: pytorch', '  bind: [/pfs, /pfs]')]),
-        ["spec.yaml:7: defaults.bind[1]: '/pfs' is listed twice (also at index 0)"]),
+        dict(replace=[('  container_venv: pytorch', '  container_bind: [/pfs, /pfs]')]),
+        ["spec.yaml:7: defaults.container_bind[1]: '/pfs' is listed twice (also at index 0)"]),
     'env-not-a-mapping': (
-        dict(append='    env: [A=1]\n'),
-        ['spec.yaml:12: containers[0].env: must be a mapping, got a list']),
+        dict(append='    container_env: [A=1]\n'),
+        ['spec.yaml:12: containers[0].container_env: must be a mapping, got a list']),
     'env-bad-name': (
-        dict(append='    env:\n      OK: "1"\n      1BAD: x\n      BAD-NAME: y\n'),
-        ["spec.yaml:14: containers[0].env.1BAD: '1BAD' is not a valid environment variable name",
-         "spec.yaml:15: containers[0].env.BAD-NAME: 'BAD-NAME' is not a valid environment variable name"]),
+        dict(append='    container_env:\n      OK: "1"\n      1BAD: x\n      BAD-NAME: y\n'),
+        ["spec.yaml:14: containers[0].container_env.1BAD: '1BAD' is not a valid environment variable name",
+         "spec.yaml:15: containers[0].container_env.BAD-NAME: 'BAD-NAME' is not a valid environment variable name"]),
     'env-value-int': (
-        dict(append='    env: {NCCL_NET_GDR_LEVEL: 3}\n'),
-        ['spec.yaml:12: containers[0].env.NCCL_NET_GDR_LEVEL: must be a string, quote it: "3" '
+        dict(append='    container_env: {NCCL_NET_GDR_LEVEL: 3}\n'),
+        ['spec.yaml:12: containers[0].container_env.NCCL_NET_GDR_LEVEL: must be a string, quote it: "3" '
          '(unquoted, YAML reads it as an integer 3)']),
     'venv-list': (
-        dict(replace=[('  venv: pytorch', '  venv: [pytorch]')]),
-        ['spec.yaml:7: defaults.venv: must be a string, got a list']),
+        dict(replace=[('  container_venv: pytorch', '  container_venv: [pytorch]')]),
+        ['spec.yaml:7: defaults.container_venv: must be a string, got a list']),
     'bool-field': (
         dict(append='    squash_user_software: "yes"\n    python_check: 1\n'),
         ['spec.yaml:12: containers[0].squash_user_software: must be true or false, got a string',
          'spec.yaml:13: containers[0].python_check: must be true or false, got an integer']),
     'components-not-a-mapping': (
-        dict(append='    components: [DeepSpeed]\n'),
-        ['spec.yaml:12: containers[0].components: must be a mapping, got a list']),
+        dict(append='    container_components: [DeepSpeed]\n'),
+        ['spec.yaml:12: containers[0].container_components: must be a mapping, got a list']),
     'component-version-float': (
-        dict(append='    components: {DeepSpeed: 0.17}\n'),
-        ['spec.yaml:12: containers[0].components.DeepSpeed: must be a string, quote it: "0.17" '
+        dict(append='    container_components: {DeepSpeed: 0.17}\n'),
+        ['spec.yaml:12: containers[0].container_components.DeepSpeed: must be a string, quote it: "0.17" '
          '(unquoted, YAML reads it as a float 0.17)']),
     'wrapped-command-bad': (
         dict(append='    wrapped_commands: [python, /usr/bin/env]\n'),
@@ -235,12 +243,13 @@ ERROR_CASES = {
         dict(append='    pip_requirements: [torchmetrics, "x]==]"]\n'),
         ["spec.yaml:12: containers[0].pip_requirements[1]: " + LUA_STRING_END]),
     'recursive-alias': (
-        dict(append='    env: &env {A: *env}\n'),
-        ['spec.yaml:12: containers[0].env.A: the alias *env is inside the value of its own anchor, which would '
-         'contain itself; a spec has no use for that: remove the alias or write the value out']),
+        dict(append='    container_env: &env {A: *env}\n'),
+        ['spec.yaml:12: containers[0].container_env.A: the alias *env is inside the value of its own anchor, which '
+         'would contain itself; a spec has no use for that: remove the alias or write the value out']),
     'defaults-not-a-mapping': (
-        dict(replace=[('defaults:\n  python: "3.12"\n  rocm: "6.2.4"\n  venv: pytorch\n', 'defaults: [x]\n')],
-             append='    python: "3.12"\n    rocm: "6.2.4"\n'),
+        dict(replace=[('defaults:\n  container_python_version: "3.12"\n  rocm: "6.2.4"\n  container_venv: pytorch\n',
+                       'defaults: [x]\n')],
+             append='    container_python_version: "3.12"\n    rocm: "6.2.4"\n'),
         ['spec.yaml:4: defaults: must be a mapping, got a list']),
 }
 
@@ -260,7 +269,7 @@ def test_validation_errors(case, tmp_path, monkeypatch, capsys):
 def test_all_errors_collected_and_nothing_written(tmp_path, monkeypatch, capsys):
     text = spec_text(replace=[('date: "20250827"', 'date: "2025-08-27"'),
                               ('dockerhash: 0d479e852886', 'dockerhash: nothex'),
-                              ('python: "3.12"', 'python: 3.12')],
+                              ('container_python_version: "3.12"', 'container_python_version: 3.12')],
                      append='    bogus: 1\n')
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'spec.yaml').write_text(text)
@@ -269,7 +278,8 @@ def test_all_errors_collected_and_nothing_written(tmp_path, monkeypatch, capsys)
     assert code == 2
     lines = err.splitlines()
     assert lines[:3] == [
-        'spec.yaml:5: defaults.python: must be a string, quote it: "3.12" (unquoted, YAML reads it as a float 3.12)',
+        'spec.yaml:5: defaults.container_python_version: must be a string, quote it: "3.12" (unquoted, YAML reads it '
+        'as a float 3.12)',
         "spec.yaml:10: containers[0].date: '2025-08-27' is not YYYYMMDD",
         "spec.yaml:11: containers[0].dockerhash: 'nothex' is not 12 lowercase hex digits",
     ]
@@ -343,7 +353,7 @@ def test_empty_and_scalar_spec(tmp_path, monkeypatch, capsys):
 
 
 def test_yaml_is_loaded_safely(tmp_path, monkeypatch, capsys):
-    text = spec_text(append='    env: !!python/object/apply:os.system ["echo pwned"]\n')
+    text = spec_text(append='    container_env: !!python/object/apply:os.system ["echo pwned"]\n')
     code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)
     assert code == 2
     assert err.startswith('spec.yaml:12:') and 'invalid YAML' in err
@@ -419,3 +429,82 @@ def test_same_output_from_two_specs(tmp_path, monkeypatch, capsys):
         + os.path.join('out', 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb')
         + ' as containers[0] in one.yaml')
     assert not os.path.exists('out')
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The spec's keys for the easyblock's parameters are the parameter names; the easyconfig writes them from its table
+# ---------------------------------------------------------------------------------------------------------------
+
+OLD_KEYS = [('bind', 'container_bind', '[/pfs]'), ('env', 'container_env', '{A: "1"}'),
+            ('env_defaults', 'container_env_defaults', '{A: "1"}'), ('venv', 'container_venv', 'pytorch'),
+            ('python', 'container_python_version', '"3.12"'), ('components', 'container_components', '{torch: 2.9.1}')]
+
+
+@pytest.mark.parametrize('old, new, value', OLD_KEYS, ids=[case[0] for case in OLD_KEYS])
+@pytest.mark.parametrize('where', ['containers', 'defaults', 'family_defaults'])
+def test_old_keys_name_the_new_key(old, new, value, where, tmp_path, monkeypatch, capsys):
+    """A key under its old name is refused with its new name, once: not also as a missing key (python)."""
+    if where == 'containers':
+        text, line, path = spec_text(append='    %s: %s\n' % (old, value)), 12, 'containers[0]'
+    elif where == 'defaults':
+        text, line, path = spec_text(replace=[('  rocm:', '  %s: %s\n  rocm:' % (old, value))]), 6, 'defaults'
+    else:
+        text = spec_text(append='family_defaults:\n  amd:\n    %s: %s\n' % (old, value))
+        line, path = 14, 'family_defaults.amd'
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert (code, out) == (2, '')
+    assert err.splitlines() == [
+        "spec.yaml:%d: %s.%s: '%s' is now '%s': rename it (a spec's keys for the easyblock's parameters are the "
+        "parameter names)" % (line, path, old, old, new),
+        'generate-ec: 1 error(s), nothing written']
+
+
+def test_parameters_are_written_in_the_easyblocks_order(tmp_path, monkeypatch, capsys):
+    """Every parameter the spec gives, and only those, in the order of the easyblock's table, each by its shape."""
+    given = textwrap.dedent("""\
+        container_conflicts: [other-bindings]
+        torch_runscripts: false
+        container_venv: my-venv
+        copy_image: true
+        container_entry: exec
+        central_sif_dir: /appl/images
+        """)
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, spec_text(append=textwrap.indent(given, '    ')))
+    assert code == 0, err
+    text = read_bytes(out.strip()).decode()
+    names = [line.split(' = ')[0] for line in text.splitlines() if line.split(' = ')[0] in easyblock.PARAMETERS]
+    assert names == [name for name in easyblock.PARAMETERS if name in names]
+    assert set(names) == {'central_sif_dir', 'copy_image', 'container_entry', 'container_venv', 'torch_runscripts',
+                          'container_python_version', 'container_conflicts'}
+    for line in ["central_sif_dir = '/appl/images'\n", 'copy_image = True\n', 'torch_runscripts = False\n',
+                 "container_conflicts = ['other-bindings']\n", "container_python_version = '3.12'\n"]:
+        assert line in text
+
+
+NEW_PARAMETER = """\
+import sys
+import singularitycontainer as easyblock
+# A new parameter: one row in the easyblock's table
+easyblock.PARAMETERS['container_example'] = easyblock.Parameter(
+    'container_example', [], 'An example', 'list', 'a list of absolute paths', easyblock.absolute_path_problem)
+from generator.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_new_parameter_is_one_row_in_the_easyblock(tmp_path):
+    """A parameter added to the easyblock's table is a spec key with its rule and is written into the easyconfig,
+    with nothing added to the generator."""
+    (tmp_path / 'spec.yaml').write_text(spec_text(append='    container_example: [/a, /b]\n'))
+    (tmp_path / 'bad.yaml').write_text(spec_text(append='    container_example: [a]\n'))
+    (tmp_path / 'run.py').write_text(NEW_PARAMETER)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([sys.executable, 'run.py', 'spec.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / 'out' / 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb').read_text()
+    assert "container_example = ['/a', '/b']\n" in text
+    proc = subprocess.run([sys.executable, 'run.py', 'bad.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == "bad.yaml:12: containers[0].container_example[0]: 'a' is not an absolute path"

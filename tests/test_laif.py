@@ -157,20 +157,22 @@ def test_inspect_to_installed_module(tmp_path, laif_sif, laif_wheels):
     require_tools('mksquashfs', 'unsquashfs')
     entry = run([generate_ec_command(), 'inspect', str(laif_sif)]).stdout
     assert yaml.safe_load('containers:\n' + entry)['containers'] == [{
-        'family': 'laif', 'version': '2.13.0', 'python': CONTAINER_PYTHON_VERSION, 'rocm': '6.4.4',
+        'family': 'laif', 'version': '2.13.0', 'container_python_version': CONTAINER_PYTHON_VERSION, 'rocm': '6.4.4',
         'date': '20260225', 'image_variant': 'torch', 'digest': 'u24r64f21m43t213', 'tag': '20260225_144743',
-        'checksum': hashlib.sha256(laif_sif.read_bytes()).hexdigest(), 'components': {'torch': '2.13.0'}}]
+        'checksum': hashlib.sha256(laif_sif.read_bytes()).hexdigest(), 'container_components': {'torch': '2.13.0'}}]
 
     central = tmp_path / 'central'
     central.mkdir()
     os.symlink(laif_sif, central / laif_sif.name)
     settings = {'container_entry': 'run', 'copy_image': False, 'central_sif_dir': str(central),
                 'squash_user_software': SQUASHFS_WORKS,
-                'bind': ['/tmp', torch_bind()], 'env_defaults': LAIF_DEFAULTS, 'wrapped_commands': ['python'],
+                'container_bind': ['/tmp', torch_bind()], 'container_env_defaults': LAIF_DEFAULTS,
+                'wrapped_commands': ['python'],
                 'pip_requirements': ['laif-top'],
                 'pip_install_options': ['--no-index', '--find-links=%s' % laif_wheels]}
     head = yaml.safe_dump({'name': 'PyTorch', 'homepage': 'https://pytorch.org/', 'description': 'LAIF test',
-                           'defaults': {'venv': 'pytorch'}, 'family_defaults': {'laif': settings}}, sort_keys=False)
+                           'defaults': {'container_venv': 'pytorch'}, 'family_defaults': {'laif': settings}},
+                          sort_keys=False)
     (tmp_path / 'spec.yaml').write_text(head + 'containers:\n' + entry)
     run([generate_ec_command(), '-o', str(tmp_path / 'ecs'), str(tmp_path / 'spec.yaml')])
     name = '2.13.0-rocm-6.4.4-python-%s-singularity-laif-torch-20260225' % CONTAINER_PYTHON_VERSION

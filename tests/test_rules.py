@@ -10,84 +10,84 @@ from generator.spec import load_spec
 from support import REPO
 from testkit.install import Installation, demo_easyconfig
 
-# (easyconfig parameter, spec key, value, accepted)
+# (easyconfig parameter, also the spec's key for it, value, accepted)
 CASES = [
-    ('container_venv', 'venv', 'pytorch', True),
-    ('container_venv', 'venv', 'my-venv_2.0', True),
-    ('container_venv', 'venv', 'a$(id)b', False),
-    ('container_venv', 'venv', 'my venv', False),
-    ('container_venv', 'venv', '../../etc', False),
-    ('container_venv', 'venv', '.hidden', False),
-    ('container_venv', 'venv', ['pytorch'], False),
-    ('container_bind', 'bind', ['/pfs', '/scratch:/data:ro'], True),
-    ('container_bind', 'bind', ['pfs'], False),
-    ('container_bind', 'bind', ['/pfs:data'], False),
-    ('container_bind', 'bind', ['/a\n/b'], False),
-    ('container_bind', 'bind', ['/a,/b'], False),
-    ('container_bind', 'bind', ['/a b'], False),
-    ('container_bind', 'bind', ['/pfs', '/pfs'], False),
-    ('container_bind', 'bind', '/tmp', False),
-    ('container_env', 'env', {'NCCL_SOCKET_IFNAME': 'hsn0,hsn1', 'X': 'a b "d" it\'s'}, True),
-    ('container_env', 'env', {'X': 'pa$$word'}, False),
-    ('container_env', 'env', {'PREPEND_PATH': '/x'}, False),
-    ('container_env', 'env', {'VIRTUAL_ENV': '/x'}, False),
-    ('container_env', 'env', {'X': '`id`'}, False),
-    ('container_env', 'env', {'X': 'back\\slash'}, False),
-    ('container_env', 'env', {'X': 'line\nrm -rf ~'}, False),
-    ('container_env', 'env', {'X': 'nul\0'}, False),
-    ('container_env', 'env', {'1BAD': 'x'}, False),
-    ('container_env', 'env', 'X=1', False),
-    ('container_env_defaults', 'env_defaults', {'FI_MR_CACHE_MONITOR': 'userfaultfd'}, True),
-    ('container_env_defaults', 'env_defaults', {'X': 'pa$$word $(id) `id` back\\slash'}, True),
-    ('container_env_defaults', 'env_defaults', {'X': 'two\nlines'}, False),
-    ('container_env_defaults', 'env_defaults', {'BAD-NAME': 'x'}, False),
-    ('pip_requirements', 'pip_requirements', ['torchmetrics', 'lightning>=2 ; python_version >= "3.10"'], True),
-    ('pip_requirements', 'pip_requirements', 'torchmetrics', False),
-    ('pip_requirements', 'pip_requirements', ['a\nb'], False),
-    ('pip_requirements', 'pip_requirements', ['a', 'a'], False),
-    ('pip_install_options', 'pip_install_options', ['--no-index'], True),
-    ('pip_install_options', 'pip_install_options', '--no-index', False),
-    ('wrapped_commands', 'wrapped_commands', ['python', 'pip3.12', 'huggingface-cli'], True),
-    ('wrapped_commands', 'wrapped_commands', 'python', False),
-    ('wrapped_commands', 'wrapped_commands', ['/usr/bin/env'], False),
-    ('wrapped_commands', 'wrapped_commands', ['python', 'venv-pip'], False),
-    ('wrapped_commands', 'wrapped_commands', ['start-shell'], False),
-    ('wrapped_commands', 'wrapped_commands', ['python', 'python'], False),
-    ('container_entry', 'container_entry', 'run', True),
-    ('container_entry', 'container_entry', 'shell', False),
-    ('central_sif_dir', 'central_sif_dir', '/appl/local/laifs/containers', True),
-    ('central_sif_dir', 'central_sif_dir', 'images', False),
-    ('central_sif_dir', 'central_sif_dir', '/appl\n/x', False),
-    ('container_python_version', 'python', '3.12', True),
-    ('container_python_version', 'python', '3.12.1', False),
-    ('container_python_version', 'python', '3', False),
-    ('container_components', 'components', {'torch': '2.9.1', 'xformers': '0.0.32+09d42ac5.d20250822'}, True),
-    ('container_components', 'components', {'torch': 'latest'}, False),
-    ('container_components', 'components', {'bad name': '1.0'}, False),
-    ('container_components', 'components', ['torch'], False),
-    ('copy_image', 'copy_image', False, True),
-    ('copy_image', 'copy_image', 'no', False),
-    ('squash_user_software', 'squash_user_software', 1, False),
-    ('container_init', 'container_init', 'source /opt/miniconda3/bin/activate pytorch\necho "`date`" \\', True),
-    ('container_init', 'container_init', 'nul\0', False),
+    ('container_venv', 'pytorch', True),
+    ('container_venv', 'my-venv_2.0', True),
+    ('container_venv', 'a$(id)b', False),
+    ('container_venv', 'my venv', False),
+    ('container_venv', '../../etc', False),
+    ('container_venv', '.hidden', False),
+    ('container_venv', ['pytorch'], False),
+    ('container_bind', ['/pfs', '/scratch:/data:ro'], True),
+    ('container_bind', ['pfs'], False),
+    ('container_bind', ['/pfs:data'], False),
+    ('container_bind', ['/a\n/b'], False),
+    ('container_bind', ['/a,/b'], False),
+    ('container_bind', ['/a b'], False),
+    ('container_bind', ['/pfs', '/pfs'], False),
+    ('container_bind', '/tmp', False),
+    ('container_env', {'NCCL_SOCKET_IFNAME': 'hsn0,hsn1', 'X': 'a b "d" it\'s'}, True),
+    ('container_env', {'X': 'pa$$word'}, False),
+    ('container_env', {'PREPEND_PATH': '/x'}, False),
+    ('container_env', {'VIRTUAL_ENV': '/x'}, False),
+    ('container_env', {'X': '`id`'}, False),
+    ('container_env', {'X': 'back\\slash'}, False),
+    ('container_env', {'X': 'line\nrm -rf ~'}, False),
+    ('container_env', {'X': 'nul\0'}, False),
+    ('container_env', {'1BAD': 'x'}, False),
+    ('container_env', 'X=1', False),
+    ('container_env_defaults', {'FI_MR_CACHE_MONITOR': 'userfaultfd'}, True),
+    ('container_env_defaults', {'X': 'pa$$word $(id) `id` back\\slash'}, True),
+    ('container_env_defaults', {'X': 'two\nlines'}, False),
+    ('container_env_defaults', {'BAD-NAME': 'x'}, False),
+    ('pip_requirements', ['torchmetrics', 'lightning>=2 ; python_version >= "3.10"'], True),
+    ('pip_requirements', 'torchmetrics', False),
+    ('pip_requirements', ['a\nb'], False),
+    ('pip_requirements', ['a', 'a'], False),
+    ('pip_install_options', ['--no-index'], True),
+    ('pip_install_options', '--no-index', False),
+    ('wrapped_commands', ['python', 'pip3.12', 'huggingface-cli'], True),
+    ('wrapped_commands', 'python', False),
+    ('wrapped_commands', ['/usr/bin/env'], False),
+    ('wrapped_commands', ['python', 'venv-pip'], False),
+    ('wrapped_commands', ['start-shell'], False),
+    ('wrapped_commands', ['python', 'python'], False),
+    ('container_entry', 'run', True),
+    ('container_entry', 'shell', False),
+    ('central_sif_dir', '/appl/local/laifs/containers', True),
+    ('central_sif_dir', 'images', False),
+    ('central_sif_dir', '/appl\n/x', False),
+    ('container_python_version', '3.12', True),
+    ('container_python_version', '3.12.1', False),
+    ('container_python_version', '3', False),
+    ('container_components', {'torch': '2.9.1', 'xformers': '0.0.32+09d42ac5.d20250822'}, True),
+    ('container_components', {'torch': 'latest'}, False),
+    ('container_components', {'bad name': '1.0'}, False),
+    ('container_components', ['torch'], False),
+    ('copy_image', False, True),
+    ('copy_image', 'no', False),
+    ('squash_user_software', 1, False),
+    ('container_init', 'source /opt/miniconda3/bin/activate pytorch\necho "`date`" \\', True),
+    ('container_init', 'nul\0', False),
 ]
 
 
 def spec_problems(tmp_path, key, value):
     """The problems generate-ec finds in a spec whose one container sets key to value."""
-    container = {'version': '2.7.1', 'date': '20250827', 'dockerhash': '0d479e852886', 'python': '3.12',
-                 'rocm': '6.2.4', key: value}
+    container = {'version': '2.7.1', 'date': '20250827', 'dockerhash': '0d479e852886',
+                 'container_python_version': '3.12', 'rocm': '6.2.4', key: value}
     path = tmp_path / 'spec.yaml'
     path.write_text(yaml.safe_dump({'name': 'PyTorch', 'homepage': 'https://pytorch.org/', 'description': 'Test',
                                     'containers': [container]}))
     return load_spec(str(path))[1]
 
 
-@pytest.mark.parametrize('parameter,key,value,accepted', CASES,
-                         ids=['%s=%r' % (case[0], case[2])[:60] for case in CASES])
-def test_easyblock_and_generate_ec_apply_the_same_rules(tmp_path, parameter, key, value, accepted):
+@pytest.mark.parametrize('parameter,value,accepted', CASES,
+                         ids=['%s=%r' % (case[0], case[1])[:60] for case in CASES])
+def test_easyblock_and_generate_ec_apply_the_same_rules(tmp_path, parameter, value, accepted):
     easyblock_problems = easyblock.parameter_problems(parameter, value)
-    generator_problems = spec_problems(tmp_path, key, value)
+    generator_problems = spec_problems(tmp_path, parameter, value)
     assert (not easyblock_problems) == accepted, easyblock_problems
     assert (not generator_problems) == accepted, [str(issue) for issue in generator_problems]
 
@@ -96,6 +96,13 @@ def test_every_parameter_has_a_rule():
     """Every parameter of the easyblock's own is checked, and the generator can emit only checked ones."""
     own = set(easyblock.SingularityContainer.extra_options()) - set(easyblock.EasyBlock.extra_options())
     assert own == set(easyblock.PARAMETERS)
+
+
+def test_every_parameter_is_a_spec_key_of_its_name():
+    """A spec sets each parameter under the parameter's own name, with its rule (nothing to add in the generator
+    for a new parameter)."""
+    from generator import spec
+    assert set(easyblock.PARAMETERS) <= set(spec.SHARED_KEYS)
 
 
 def parameter_table():

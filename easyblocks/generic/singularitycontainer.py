@@ -277,6 +277,18 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               'list', "a list of module names", pattern_problem(MODULE_NAME, 'a module name')),
 ])
 
+
+def venv_name(software_name, container_venv):
+    """The virtual environment's name: container_venv, by default the software name in lower case (generate-ec
+    names it in the module's description too)."""
+    return container_venv or software_name.lower()
+
+
+def container_venv_path(name):
+    """The virtual environment called name, as the container sees it."""
+    return '%s/venv/%s' % (CONTAINER_USER_SOFTWARE, name)
+
+
 TYPE_NAMES = [(bool, 'a boolean'), (str, 'a string'), (int, 'an integer'), (float, 'a float'), (list, 'a list'),
               (tuple, 'a tuple'), (dict, 'a dict'), (type(None), 'None')]
 
@@ -339,8 +351,8 @@ class SingularityContainer(EasyBlock):
         """Initialise the names derived from the easyconfig."""
         super(SingularityContainer, self).__init__(*args, **kwargs)
         self.var_suffix = convert_name(self.name, upper=True)
-        self.venv_name = self.cfg['container_venv'] or self.name.lower()
-        self.container_venv = '%s/venv/%s' % (CONTAINER_USER_SOFTWARE, self.venv_name)
+        self.venv_name = venv_name(self.name, self.cfg['container_venv'])
+        self.container_venv = container_venv_path(self.venv_name)
         self.installed_now = False  # not with --module-only, say
         self.user_software_lock = None  # the open lock file while a reinstall holds it
 
@@ -1172,7 +1184,8 @@ end
 -- The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
 -- wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
 local job = os.getenv("SLURM_JOB_ID")
-local cache_root = @cache_root@ .. "/" .. (os.getenv("USER") or "nobody") .. "-caches" ..
+local user = os.getenv("USER") or os.getenv("LOGNAME") or capture("id -un"):gsub("%s+$", "")
+local cache_root = @cache_root@ .. "/" .. user .. "-caches" ..
                    (job and ("-" .. job .. "-" .. (os.getenv("SLURM_NODEID") or "0")) or "")
 local defaults = @env_defaults@
 for _, item in ipairs(@cache_dirs@) do
@@ -1348,7 +1361,7 @@ foreach {key value} @container_env@ {
 # that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
 # The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
 # wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
-set cache_root "@cache_root_text@/[expr {[info exists ::env(USER)] ? $::env(USER) : "nobody"}]-caches"
+set cache_root "@cache_root_text@/[expr {[info exists ::env(USER)] ? $::env(USER) : [exec id -un]}]-caches"
 if { [info exists ::env(SLURM_JOB_ID)] } {
     append cache_root "-$::env(SLURM_JOB_ID)-[expr {[info exists ::env(SLURM_NODEID)] ? $::env(SLURM_NODEID) : 0}]"
 }
@@ -1455,7 +1468,8 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv.
 USER_SOFTWARE_PATHS = fill_template(r'''# The install dir this script lives in (module loaded or not), with the venv
 # unpacked in @us_dir@/ or packed in @us_squashfs@.
-root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+root=$(readlink -f "${BASH_SOURCE[0]}")
+root=${root%/*/*}
 dir="$root/@us_dir@"
 squashfs="$root/@us_squashfs@"''', us_dir=USER_SOFTWARE, us_squashfs=USER_SOFTWARE_SQUASHFS)
 
@@ -1499,26 +1513,37 @@ READABLE_BY_ALL = r'''# What this writes is for everyone who may read the instal
 umask 022'''
 
 # The caches (container_cache_dirs) for the job and node this runs in: /tmp/<user>-caches-<job>-<node>/<subdir>. A
-# value of the user's stays; a value the module set when it was loaded (elsewhere, or outside the job) moves here.
+# value of the user's stays, and the caches of the same subdir after it follow it (MIOpen's two); a value the module
+# set when it was loaded (elsewhere, or outside the job) moves here.
 # Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
 CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays
 __cache_root="@cache_root@/${USER:-$(id -un)}-caches"
 if [ -n "${SLURM_JOB_ID:-}" ]; then
     __cache_root="$__cache_root-$SLURM_JOB_ID-${SLURM_NODEID:-0}"
 fi
+__cache_dirs=()
+declare -A __cache_users=()
 for __cache in @cache_dirs@; do
-    __cache_dir=$(printenv "${__cache%%=*}") || __cache_dir=
-    if [ -z "$__cache_dir" ]; then
-        __cache_dir="$__cache_root/${__cache#*=}"
-    elif [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
+    __cache_name=${__cache%%=*}
+    __cache_sub=${__cache#*=}
+    __cache_dir=${!__cache_name-}
+    if [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
         [ "${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}" != "$__cache_dir" ]; then
-        __cache_dir="$__cache_root/${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}"
+        __cache_dir=  # the module's
     fi
-    export "${__cache%%=*}=$__cache_dir"
-    mkdir -p "$__cache_dir" 2>/dev/null || true
+    if [ -n "$__cache_dir" ]; then
+        __cache_users[$__cache_sub]=$__cache_dir
+    else
+        __cache_dir=${__cache_users[$__cache_sub]:-$__cache_root/$__cache_sub}
+    fi
+    export "$__cache_name=$__cache_dir"
+    __cache_dirs+=("$__cache_dir")
 done
+if [ "${#__cache_dirs[@]}" -gt 0 ]; then
+    mkdir -p "${__cache_dirs[@]}" 2>/dev/null || true
+fi
 export SINGULARITYCONTAINER_CACHE_ROOT="$__cache_root"
-unset __cache __cache_dir __cache_root'''
+unset __cache __cache_name __cache_sub __cache_dir __cache_dirs __cache_users __cache_root'''
 
 # The pieces above, by their placeholder in the script templates
 SCRIPT_SNIPPETS = {

@@ -1,13 +1,98 @@
-"""generate-ec for the LUMI AI Factory images (family: laif): values, names, family_defaults and their errors."""
+"""generate-ec's image families, one module each (a new family is one module), and the LUMI AI Factory images
+(family: laif): values, names, family_defaults and their errors."""
 import os
 import shutil
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
 from generator.spec import load_spec
-from generator_support import (GOLDEN, LAIF_FILES, LAIF_NAME, PYTORCH_FILES, check_easyconfig, laif_text, read_bytes,
-                               run_spec, spec_text)
+from generator_support import (GOLDEN, LAIF_FILES, LAIF_NAME, PYTORCH_FILES, REPO, check_easyconfig, laif_text,
+                               read_bytes, run_spec, spec_text)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Image families: one module each
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_families_are_found_with_their_interface():
+    from generator import families
+    assert families.NAMES == ('amd', 'laif') and families.DEFAULT in families.NAMES
+    for module in families.FAMILIES.values():
+        assert all(hasattr(module, name) for name in families.INTERFACE), module
+    assert families.inspected() == [families.FAMILIES['laif']]
+    assert families.FAMILIES['laif'].INSPECT.VERSION_FROM == 'torch'  # inspect refuses a LAIF image without torch
+
+
+JAX_FAMILY = '''\
+"""A family for a test: JAX images, lumi-jax-<version>-b<build>.sif."""
+import re
+from collections import OrderedDict
+
+from generator.easyblock import easyblock
+
+NAME, TITLE = 'jax', 'JAX'
+KEYS = OrderedDict([('jax_build', easyblock.pattern_problem(re.compile(r'[0-9]+\\Z'), 'a build number'))])
+DERIVED = {'sif': lambda name, values: 'lumi-jax-%s-b%s.sif' % (values['version'], values['jax_build'])}
+INSPECT = None
+
+
+def required(values):
+    return ('date', 'jax_build')
+
+
+def problems(values):
+    return []
+
+
+def suffix(values):
+    return '-jax'
+
+
+def description(values):
+    return 'A JAX image, build %s.' % values['jax_build']
+
+
+def release_dir(values):
+    return None
+'''
+
+
+def test_a_new_family_is_one_module(tmp_path):
+    """A module in generator/families is a family: its keys, names and description, with nothing else changed."""
+    shutil.copytree(os.path.join(REPO, 'generator'), str(tmp_path / 'generator'),
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    (tmp_path / 'generator' / 'families' / 'jax.py').write_text(JAX_FAMILY)
+    entry = '  - family: jax\n    version: "0.4.35"\n    date: "20250101"\n    jax_build: "7"\n'
+    (tmp_path / 'spec.yaml').write_text(spec_text(append=entry))
+    (tmp_path / 'bad.yaml').write_text(spec_text(append='    jax_build: "7"\n'))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'spec.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / 'out'
+    values = check_easyconfig(str(out / 'PyTorch-0.4.35-rocm-6.2.4-python-3.12-singularity-jax-20250101.eb'))
+    assert values['sources'] == ['lumi-jax-0.4.35-b7.sif']
+    assert values['description'].endswith('Python 3.12).\nA JAX image, build 7.\n')
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'bad.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.stderr.splitlines()[0] == (
+        "bad.yaml:12: containers[0].jax_build: 'jax_build' is only for family: jax (this entry is family: amd)")
+
+
+def test_a_family_key_must_not_hide_another(tmp_path):
+    """A family module whose key has the name of another key of the spec stops generate-ec, saying which."""
+    shutil.copytree(os.path.join(REPO, 'generator'), str(tmp_path / 'generator'),
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    (tmp_path / 'generator' / 'families' / 'jax.py').write_text(JAX_FAMILY.replace("'jax_build'", "'digest'"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([sys.executable, '-m', 'generator', '--list', 'spec.yaml'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert ('ImportError: generate-ec: a key of an image family has the name of another key of the spec: digest; '
+            'name it differently') in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -24,7 +109,7 @@ def test_laif_values():
     assert torch['container_entry'] == 'run'
     assert torch['copy_image'] is False
     assert torch['container_bind'] == ['/pfs', '/scratch']  # family_defaults replace defaults
-    assert torch['container_env'] == {}
+    assert 'container_env' not in torch  # not in the spec
     assert list(torch['container_env_defaults'].items()) == [
         ('NCCL_SOCKET_IFNAME', 'hsn0,hsn1,hsn2,hsn3'), ('FI_MR_CACHE_MONITOR', 'userfaultfd')]
     assert torch['wrapped_commands'] == ['python', 'pip', 'torchrun']
@@ -76,7 +161,7 @@ def test_laif_base_spec(tmp_path, monkeypatch, capsys):
 
 def test_laif_date_from_tag_and_family_in_defaults(tmp_path):
     path = tmp_path / 'spec.yaml'
-    path.write_text(laif_text(replace=[('  venv: pytorch\n', '  venv: pytorch\n  family: laif\n'),
+    path.write_text(laif_text(replace=[('  container_venv: pytorch\n', '  container_venv: pytorch\n  family: laif\n'),
                                        ('  - family: laif\n    version', '  - version')]))
     spec, issues = load_spec(str(path))
     assert issues == []
@@ -113,7 +198,7 @@ def test_amd_entries_ignore_family_defaults(tmp_path, monkeypatch, capsys):
     plain_code, plain_out, _ = run_spec(tmp_path, monkeypatch, capsys, spec_text())
     plain = read_bytes(plain_out.strip())
     shutil.rmtree('out')
-    text = spec_text(append='family_defaults:\n  laif: {copy_image: false, bind: [/pfs]}\n')
+    text = spec_text(append='family_defaults:\n  laif: {copy_image: false, container_bind: [/pfs]}\n')
     code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
     assert (plain_code, code) == (0, 0), err
     assert read_bytes(out.strip()) == plain
@@ -154,7 +239,8 @@ LAIF_ERROR_CASES = {
         ["spec.yaml:9: containers[0].version: '2.9.1' does not match the digest u24r70f21m50t210 "
          '(t210: torch 2.10.x)']),
     'rocm-from-defaults-not-the-digest': (
-        dict(replace=[('    rocm: "6.4.4"\n', ''), ('  venv: pytorch\n', '  venv: pytorch\n  rocm: "6.2.4"\n')]),
+        dict(replace=[('    rocm: "6.4.4"\n', ''),
+                      ('  container_venv: pytorch\n', '  container_venv: pytorch\n  rocm: "6.2.4"\n')]),
         ["spec.yaml:9: containers[0].rocm: '6.2.4' does not match the digest u24r64f21m43t29 (r64: ROCm 6.4.x)"]),
     'date-not-the-tag': (
         dict(append='    date: "20260226"\n'),
@@ -178,13 +264,13 @@ LAIF_ERROR_CASES = {
         dict(append='    copy_image: "no"\n'),
         ['spec.yaml:14: containers[0].copy_image: must be true or false, got a string']),
     'env-defaults-bad': (
-        dict(append='    env_defaults:\n      1BAD: x\n      OK: 3\n'),
-        ["spec.yaml:15: containers[0].env_defaults.1BAD: '1BAD' is not a valid environment variable name",
-         'spec.yaml:16: containers[0].env_defaults.OK: must be a string, quote it: "3" '
+        dict(append='    container_env_defaults:\n      1BAD: x\n      OK: 3\n'),
+        ["spec.yaml:15: containers[0].container_env_defaults.1BAD: '1BAD' is not a valid environment variable name",
+         'spec.yaml:16: containers[0].container_env_defaults.OK: must be a string, quote it: "3" '
          '(unquoted, YAML reads it as an integer 3)']),
     'env-defaults-not-a-mapping': (
-        dict(append='    env_defaults: [A=1]\n'),
-        ['spec.yaml:14: containers[0].env_defaults: must be a mapping, got a list']),
+        dict(append='    container_env_defaults: [A=1]\n'),
+        ['spec.yaml:14: containers[0].container_env_defaults: must be a mapping, got a list']),
     'family-defaults-not-a-mapping': (
         dict(append='family_defaults: [laif]\n'),
         ['spec.yaml:14: family_defaults: must be a mapping of image families to defaults, got a list']),
