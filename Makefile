@@ -4,33 +4,47 @@
 TOOLS ?= /opt/lumi-container-tools
 PY := $(TOOLS)/venv/bin/python
 APT_PACKAGES := lmod lua5.3 tcl8.6 squashfs-tools siftool shellcheck python3 python3-venv python3-pip slurm-wlm munge mmdebstrap \
-		patchelf
+		patchelf squashfuse fuse2fs gocryptfs iproute2 util-linux
 PYTHON ?= python3
+# The Python of the users' EasyBuild: Debian's, which every user can run (root's python3 may live under /root)
+SYSTEM_PYTHON := /usr/bin/python3
 TORCH_VERSION := 2.13.0
 
-.PHONY: setup test demo bench generate check-easyconfigs clean-tools lumi-user-repo
+.PHONY: setup users test demo bench generate check-easyconfigs clean-tools lumi-user-repo
 
 ROOTFS := $(TOOLS)/rootfs/bookworm
 APPTAINER := $(TOOLS)/apptainer/bin/apptainer
 
-setup: $(TOOLS)/apt.stamp $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp \
-	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(APPTAINER) $(ROOTFS)/apptainer-layout.stamp
+EB5 := $(TOOLS)/eb5/system-python.stamp
+EB49 := $(TOOLS)/eb49/system-python.stamp
+setup: $(TOOLS)/apt.stamp $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp \
+	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(APPTAINER) $(ROOTFS)/apptainer-layout.stamp users
+
+# The tests' users (an owner and a member of a project group, an outsider) and /dev/fuse open to them: checked on
+# every run, as a device's mode does not survive a reboot
+users: | $(TOOLS)/apt.stamp
+	tools/setup-users.sh
 
 $(TOOLS)/apt.stamp: Makefile
 	dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null)
 	mkdir -p $(TOOLS) && touch $@
 
-$(TOOLS)/eb5/bin/eb: | $(TOOLS)/apt.stamp
-	$(PYTHON) -m venv $(TOOLS)/eb5
+# EasyBuild runs as the tests' users: its venvs are made with Debian's Python
+$(EB5): | $(TOOLS)/apt.stamp
+	rm -rf $(TOOLS)/eb5 && $(SYSTEM_PYTHON) -m venv $(TOOLS)/eb5
 	$(TOOLS)/eb5/bin/pip install -q 'easybuild-framework>=5,<6' 'easybuild-easyblocks>=5,<6' pycodestyle
+	touch $@
 
-$(TOOLS)/eb49/bin/eb: | $(TOOLS)/apt.stamp
-	$(PYTHON) -m venv $(TOOLS)/eb49
+$(EB49): | $(TOOLS)/apt.stamp
+	rm -rf $(TOOLS)/eb49 && $(SYSTEM_PYTHON) -m venv $(TOOLS)/eb49
 	$(TOOLS)/eb49/bin/pip install -q easybuild-framework==4.9.4 easybuild-easyblocks==4.9.4 pycodestyle
+	touch $@
 
+# The tests' venv, with Debian's Python too: the test users run generate-ec and the test kit's helpers
 $(TOOLS)/venv/setup.stamp: setup.cfg setup.py | $(TOOLS)/apt.stamp
-	$(PYTHON) -m venv $(TOOLS)/venv
+	[ "$$(readlink -f $(TOOLS)/venv/bin/python)" = "$$(readlink -f $(SYSTEM_PYTHON))" ] || rm -rf $(TOOLS)/venv
+	$(SYSTEM_PYTHON) -m venv $(TOOLS)/venv
 	$(TOOLS)/venv/bin/pip install -q pytest jinja2 pyyaml pycodestyle pyflakes setuptools wheel
 	$(TOOLS)/venv/bin/pip install -q .
 	touch $@
@@ -71,7 +85,7 @@ test: setup
 	LUMI_CT_SINGULARITY=$(TOOLS)/apptainer/bin/singularity $(TEST) tests
 else
 # No root needed here: the Debian packages and the root file system must be there already.
-test: $(TOOLS)/eb5/bin/eb $(TOOLS)/eb49/bin/eb $(TOOLS)/venv/setup.stamp
+test: $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp
 	$(INSTALL_THIS)
 	LUMI_CT_SINGULARITY=$(abspath $(SINGULARITY)) $(TEST) tests
 endif

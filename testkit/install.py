@@ -18,7 +18,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from .images import make_test_sif
+from .images import ROOTFS, make_test_sif
+from .users import OWNER, as_user, give, missing_users, user as test_user
 
 
 def _easyblock_file():
@@ -40,8 +41,16 @@ TORCH_SITE = os.environ.get('LUMI_CT_TORCH', str(TOOLS / 'torch-2.13.0'))
 LMOD_CMD = os.environ.get('LMOD_CMD') or '/usr/share/lmod/lmod/libexec/lmod'
 LMOD_INIT = '/usr/share/lmod/lmod/init/bash'
 
-# The test images' Python is Debian 12's (images.ROOTFS), the same minor version as the one running the tests.
-CONTAINER_PYTHON_VERSION = '%d.%d' % sys.version_info[:2]
+
+
+def _container_python_version():
+    """The version of the test images' Python: Debian 12's (images.ROOTFS), whatever runs the tests."""
+    versions = sorted((int(match.group(1)), int(match.group(2))) for match in (
+        re.fullmatch(r'python(\d+)\.(\d+)', path.name) for path in (ROOTFS / 'usr' / 'lib').glob('python3.*')) if match)
+    return '%d.%d' % (versions[-1] if versions else sys.version_info[:2])
+
+
+CONTAINER_PYTHON_VERSION = _container_python_version()
 
 # The container runtime the tests drive: the one LUMI_CT_SINGULARITY names (make test SINGULARITY=...), else the
 # Apptainer that make setup installs, called as singularity (LUMI's name; it reads the SINGULARITY_* names too).
@@ -90,6 +99,7 @@ class Missing(Exception):
 def runtime_probe():
     """None if the real runtime starts a container of a test image here, else what it said (once a process)."""
     with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)  # the image is made as root, and started as the test user
         proc = run([RUNTIME, 'exec', str(make_test_sif(Path(tmp) / 'probe.sif')), '/bin/true'], check=False)
     return None if proc.returncode == 0 else (proc.stderr.strip() or 'exit code %d' % proc.returncode)
 
@@ -117,21 +127,37 @@ def base_env(extra_path=()):
     return env
 
 
-def run(cmd, env=None, check=True, cwd=None, timeout=900, input=None):
-    """Run a command (list, or a bash script as str); return the CompletedProcess with text output."""
+def user_named(name):
+    """The test user `name` (testkit.users), or None for None; Missing if make setup has not made the users."""
+    if name is None:
+        return None
+    if missing_users():
+        raise Missing('the test users %s (tools/setup-users.sh)' % ', '.join(missing_users()))
+    return test_user(name)
+
+
+def run(cmd, env=None, check=True, cwd=None, timeout=900, input=None, user=OWNER):
+    """Run a command (list, or a bash script as str) as `user` (a test user's name: LUMI users are never root; None
+    for root's own work, such as setting up the machine); return the CompletedProcess with text output."""
     if isinstance(cmd, str):
         cmd = ['bash', '-c', cmd]
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input,
+                          **as_user(user_named(user), env, cwd))
     if check and proc.returncode != 0:
         raise AssertionError('command failed (%s): %s\nstdout:\n%s\nstderr:\n%s' % (
             proc.returncode, cmd, proc.stdout[-6000:], proc.stderr[-6000:]))
     return proc
 
 
+def spawn(cmd, env=None, cwd=None, user=OWNER, **popen_args):
+    """Start a command as `user`, as run() does, without waiting for it: subprocess.Popen with popen_args."""
+    return subprocess.Popen(cmd, **as_user(user_named(user), env, cwd), **popen_args)
+
+
 class Installation:
     """An EasyBuild prefix with sources, where easyconfigs get installed with this project's easyblock."""
 
-    def __init__(self, root, eb_version='5', syntax='Lua'):
+    def __init__(self, root, eb_version='5', syntax='Lua', user=OWNER):
         missing = eb_missing(eb_version)
         if missing:
             raise Missing(missing)
@@ -141,6 +167,9 @@ class Installation:
         self.sources.mkdir(parents=True, exist_ok=True)
         self.eb_version = eb_version
         self.syntax = syntax
+        self.user_name = user
+        self.user = user_named(user)
+        give(self.root, self.user)  # the user's own EasyBuild prefix, as on LUMI
 
     def env(self, **extra):
         env = base_env()
@@ -159,12 +188,13 @@ class Installation:
 
     def eb(self, *args, check=True, env=None):
         cmd = [str(EB_VENVS[self.eb_version] / 'bin' / 'eb')] + [str(a) for a in args]
-        return run(cmd, env=env or self.env(), check=check)
+        return run(cmd, env=env or self.env(), check=check, user=self.user_name)
 
     def write_easyconfig(self, filename, text):
         path = self.root / 'easyconfigs' / filename
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text).lstrip())
+        give(path.parent, self.user)
         return path
 
     def installdir(self, name, version):
@@ -175,9 +205,10 @@ class Installation:
         modules = shlex.quote(str(self.prefix / 'modules' / 'all'))
         return ['bash', '-c', 'source %s\n%s\nmodule use %s\n%s' % (LMOD_INIT, pre, modules, script)]
 
-    def shell(self, script, check=True, env=None, pre=''):
-        """Run a bash script with Lmod initialised and this prefix's modules on MODULEPATH."""
-        return run(self.shell_command(script, pre), env=env or base_env(), check=check)
+    def shell(self, script, check=True, env=None, pre='', user=None):
+        """Run a bash script with Lmod initialised and this prefix's modules on MODULEPATH, as this installation's
+        user (or `user`, another test user's name)."""
+        return run(self.shell_command(script, pre), env=env or base_env(), check=check, user=user or self.user_name)
 
     def module_shell(self, module, script, **kwargs):
         """Run a bash script after 'module load module' (keyword arguments as for shell)."""
@@ -280,6 +311,7 @@ def install_demo(root, sif, eb_version='5', syntax='Lua', **params):
     """Install the demo easyconfig with the given parameters; return (Installation, installdir)."""
     inst = Installation(root, eb_version=eb_version, syntax=syntax)
     (inst.sources / 'demo.sif').write_bytes(Path(sif).read_bytes())
+    give(inst.sources, inst.user)
     params.setdefault('wrapped_commands', ['python', 'python3', 'pip'])
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(**params))
     inst.eb(ec, '--robot-paths=' + str(ec.parent))

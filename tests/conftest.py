@@ -5,12 +5,41 @@ import os
 from pathlib import Path
 
 import pytest
+from _pytest.tmpdir import TempPathFactory
 
 from support import require, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND, make_test_sif
 from testkit.install import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,
                              TORCH_IN_CONTAINER, TORCH_SITE, Missing, install_demo, write_wheel)
 from testkit.slurm import SLURM_COMMANDS, SlurmCluster
+from testkit.users import OWNER, give, missing_users, user
+
+
+def _for_the_test_user(mktemp):
+    """pytest makes its temporary directories 0700 for whoever runs it (root, in make test). The commands of the
+    tests run as the test user (testkit.users): each directory is the test user's, open for others to read, like a
+    directory of theirs in /scratch or /projappl (a test about other users sets modes of its own)."""
+    def mktemp_for_the_test_user(self, basename, numbered=True):
+        path = mktemp(self, basename, numbered)
+        base = self.getbasetemp()
+        for parent in [base.parent, base]:
+            if parent.stat().st_uid == os.geteuid():
+                parent.chmod(0o755)
+        path.chmod(0o755)
+        if not missing_users():
+            give(path, user(OWNER))
+        return path
+    return mktemp_for_the_test_user
+
+
+TempPathFactory.mktemp = _for_the_test_user(TempPathFactory.mktemp)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def test_users():
+    """The users of the tests (make setup makes them): nothing that installs or uses a module runs as root."""
+    require(not missing_users(), 'the test users %s (tools/setup-users.sh, run by make setup)' %
+            ', '.join(missing_users()))
 
 
 @pytest.fixture(scope='session')

@@ -14,7 +14,7 @@ import pytest
 
 from support import EASYBLOCK, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND
-from testkit.install import (LITERAL_DEFAULT, RUNTIME, Installation, base_env, demo_easyconfig, failing_mksquashfs,
+from testkit.install import (spawn, LITERAL_DEFAULT, RUNTIME, Installation, base_env, demo_easyconfig, failing_mksquashfs,
                              install_demo, run, slow_step, wait_for)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -165,7 +165,7 @@ def test_a_rebuild_keeps_what_running_jobs_use(tmp_path, demo_sif):
     require_runtime()
     inst, idir = install_demo(tmp_path, demo_sif, copy_image=False)
     started, go_on = tmp_path / 'started', tmp_path / 'go-on'
-    job = subprocess.Popen(inst.shell_command('module load Demo/1.0\nstart-shell -c %s' % shlex.quote(
+    job = spawn(inst.shell_command('module load Demo/1.0\nstart-shell -c %s' % shlex.quote(
         'touch %s; while [ ! -e %s ]; do sleep 0.1; done; ls /runscripts | head -n 1; python -c "import sys; '
         'print(sys.prefix)"' % (started, go_on))), env=base_env(), stdout=subprocess.PIPE, text=True)
     try:
@@ -386,7 +386,7 @@ def test_make_squashfs_after_a_killed_run(tmp_path, demo_sif):
     inst, idir = install_demo(tmp_path, demo_sif)
     make = str(idir / 'bin' / 'make-squashfs')
     fake, started = slow_step(tmp_path, 'pack')
-    killed = subprocess.Popen([make], env=base_env([str(fake)]), stdout=subprocess.DEVNULL, start_new_session=True)
+    killed = spawn([make], env=base_env([str(fake)]), stdout=subprocess.DEVNULL, start_new_session=True)
     leftover = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), killed.pid))
     wait_for(started.exists, 'make-squashfs to start packing')
     os.killpg(killed.pid, signal.SIGKILL)
@@ -395,7 +395,7 @@ def test_make_squashfs_after_a_killed_run(tmp_path, demo_sif):
 
     other_host = idir / 'user-software.squashfs.tmp.elsewhere.123'
     other_host.write_text('theirs')
-    still_running = subprocess.Popen(['bash', '-c', 'exec -a make-squashfs sleep 60'])
+    still_running = spawn(['bash', '-c', 'exec -a make-squashfs sleep 60'])
     busy = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), still_running.pid))
     busy.write_text('busy')
     try:

@@ -10,7 +10,8 @@ import pytest
 
 from support import require_runtime, require_tools
 from testkit.images import build_sif, make_test_sif, sif_partition_offset
-from testkit.install import RUNTIME
+from testkit.install import RUNTIME, spawn
+from testkit.users import as_user, user
 
 pytestmark = pytest.mark.runtime
 
@@ -24,12 +25,12 @@ def image(tmp_path_factory):
 
 
 def contain(*args, env=None, cwd='/tmp', stdin=None):
-    """Run the runtime with a clean, known host environment; return (exit status, stdout, stderr)."""
-    host = {'PATH': '/usr/local/bin:/usr/bin:/bin:/host/only/bin', 'HOME': '/root', 'USER': 'root',
-            'LANG': 'C.UTF-8', 'HOSTVAR': 'from the host'}
+    """Run the runtime as the test user with a clean, known host environment; return (exit status, stdout,
+    stderr)."""
+    host = {'PATH': '/usr/local/bin:/usr/bin:/bin:/host/only/bin', 'LANG': 'C.UTF-8', 'HOSTVAR': 'from the host'}
     host.update(env or {})
-    proc = subprocess.run([RUNTIME] + [str(arg) for arg in args], env=host, cwd=cwd, input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([RUNTIME] + [str(arg) for arg in args], input=stdin, capture_output=True, text=True,
+                          timeout=120, **as_user(user(), host, cwd))
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -46,7 +47,7 @@ def test_arguments_exit_status_stdin_and_signals(image):
     assert contain('run', image, 'sh', '-c', 'exit 9')[0] == 9
     assert contain('exec', image, 'sh', '-c', 'cat | wc -l', stdin='one\ntwo\n')[:2] == (0, '2\n')
     assert contain('exec', image, 'sh', '-c', 'kill -TERM $$')[0] == -signal.SIGTERM
-    proc = subprocess.Popen([RUNTIME, 'exec', str(image), 'sh', '-c', 'echo up; exec sleep 30'],
+    proc = spawn([RUNTIME, 'exec', str(image), 'sh', '-c', 'echo up; exec sleep 30'],
                             stdout=subprocess.PIPE, text=True, cwd='/tmp')
     assert proc.stdout.readline() == 'up\n'
     proc.send_signal(signal.SIGTERM)

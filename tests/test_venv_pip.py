@@ -12,7 +12,7 @@ import pytest
 
 from support import require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND
-from testkit.install import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
+from testkit.install import (spawn, LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
                              local_wheels, slow_step, wait_for, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -124,7 +124,7 @@ def start_venv_pip(inst, wheelhouse, *extra_path):
     env = base_env([str(p) for p in extra_path])
     command = inst.shell_command('module load Demo/1.0\nexec venv-pip install %s lumi-later'
                                  % ' '.join(local_wheels(wheelhouse)))
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return spawn(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
 
 
@@ -173,7 +173,7 @@ def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheelhouse
     """Two venv-pip runs at once: the second waits for the first, both changes are there. A job that has the old
     SquashFS file mounted keeps reading it while it is replaced."""
     inst, idir = packed
-    reader = subprocess.Popen(
+    reader = spawn(
         inst.shell_command('module load Demo/1.0\nexec singularity exec "$SIF" sh -c '
                            '"cat /user-software/requirements.txt; read line; cat /user-software/requirements.txt; '
                            'echo lumi_later: \\$(ls /user-software/venv/demo/lib/python*/site-packages | grep -c '
@@ -290,7 +290,7 @@ def test_commands_that_only_read_run_directly(packed, wheelhouse):
     the lock (held here by someone else) and without a new SquashFS file."""
     inst, idir = packed
     before = sha256(idir / 'user-software.squashfs')
-    holder = subprocess.Popen(['flock', str(idir / '.user-software.lock'), 'sleep', '120'])
+    holder = spawn(['flock', str(idir / '.user-software.lock'), 'sleep', '120'])
     try:
         wait_for((idir / '.user-software.lock').exists, 'the lock')
         out = inst.module_shell('Demo/1.0', 'timeout 60 venv-pip list --format=freeze\n'

@@ -5,7 +5,9 @@
 #
 #   tools/install-apptainer.sh DEST     ->  DEST/bin/apptainer, and DEST/bin/singularity linked to it
 #
-# Needs root (apt-get, and Debian's apptainer is built without setuid: it runs as root here), dpkg and patchelf.
+# Needs root (apt-get), dpkg and patchelf. Debian's apptainer is built without setuid: as root it mounts with the
+# kernel; as any other user it runs in a user namespace and mounts SquashFS with squashfuse_ll (/dev/fuse must be
+# open to users: tools/setup-users.sh), as LUMI users' runtime does without root.
 set -euo pipefail
 
 dest=${1:?usage: $0 DEST}
@@ -39,6 +41,8 @@ done
 # A relocated install reads PREFIX/etc and PREFIX/lib/var (PREFIX = usr here)
 mkdir -p "$root/etc" "$root/lib/var/lib/apptainer/mnt/session"
 mv "$dest.tmp/etc/apptainer" "$root/etc/"
+# Run as any other user (a user namespace), it looks for its capability file under PREFIX/lib/etc as well
+mkdir -p "$root/lib/etc" && ln -s ../../etc/apptainer "$root/lib/etc/apptainer"
 # root on these machines lacks CAP_SYS_RESOURCE; asking for every capability (the default) fails
 sed -i 's/^root default capabilities = .*/root default capabilities = no/' "$root/etc/apptainer/apptainer.conf"
 mkdir -p "$dest.tmp/bin"
