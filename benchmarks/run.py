@@ -25,6 +25,7 @@ from pathlib import Path
 
 from generator.easyblock import easyblock
 from testkit.images import make_test_sif
+from testkit.users import as_user, give, missing_users, user
 from testkit.install import (EB_VENVS, LMOD_CMD, RUNTIME, Installation, base_env, demo_easyconfig, local_wheels,
                              write_wheel)
 
@@ -124,9 +125,15 @@ def failure(what, cmd, proc):
                                                                 tail(proc.stderr)))
 
 
+def bench_user():
+    """Who runs what is measured: the tests' user (testkit.users), as LUMI users are never root; else the caller."""
+    return None if missing_users() else user()
+
+
 def checked(cmd, env=None, cwd=None, what='command', timeout=1800):
     """Run a command outside the measurements; fail with its output if it fails."""
-    proc = subprocess.run([str(c) for c in cmd], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
+                          **as_user(bench_user(), env, cwd))
     if proc.returncode:
         raise failure(what, cmd, proc)
     return proc
@@ -136,8 +143,8 @@ def measure_io(cmd, env, scratch, what):
     """Run cmd under iowrap.py: its wall time and the I/O counters of its whole process tree."""
     os.sync()  # start each measurement without the previous one's dirty pages
     result = scratch / 'iowrap-result.json'
-    proc = subprocess.run([sys.executable, str(IOWRAP), str(result)] + [str(c) for c in cmd], env=env,
-                          cwd=scratch, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(IOWRAP), str(result)] + [str(c) for c in cmd], capture_output=True,
+                          text=True, **as_user(bench_user(), env, scratch))
     if proc.returncode:
         raise failure(what, cmd, proc)
     data = json.loads(result.read_text())
@@ -151,7 +158,8 @@ def measure_io(cmd, env, scratch, what):
 def time_command(cmd, env, cwd, what):
     """Wall time in seconds of one run of a short command."""
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          **as_user(bench_user(), env, cwd))
     seconds = time.perf_counter() - start
     if proc.returncode:
         raise failure(what, cmd, proc)
@@ -183,6 +191,8 @@ class Context:
         self.cache = workdir / 'cache'
         self.scratch = Path(tempfile.mkdtemp(prefix='run-', dir=workdir))
         (self.scratch / 'tmp').mkdir()
+        self.scratch.chmod(0o755)
+        give(self.scratch, bench_user())  # what is measured runs as the user
         self.counter = None
         self._venv_install = None
         self.squashed = False
@@ -865,6 +875,8 @@ def main(argv=None):
         else:
             workdir = args.workdir or DEFAULT_WORKDIR
             workdir.mkdir(parents=True, exist_ok=True)
+        workdir.chmod(0o755)
+        give(workdir, bench_user())
         try:
             result = run_benchmarks(args, workdir)
         except BenchError as err:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from testkit.images import make_test_sif
 from testkit.install import Installation, Missing, demo_easyconfig, run, write_wheel
+from testkit.users import give, user
 
 
 def step(text):
@@ -33,11 +34,15 @@ def build_wheel(workdir):
 
 def main():
     work = Path(tempfile.mkdtemp(prefix='lumi-container-demo-'))
+    # Everything from the install on runs as a user (testkit.users), as on LUMI, where nobody is root
+    work.chmod(0o755)
+    give(work, user())
     step('Building a small real SIF image (mksquashfs + siftool)')
     sif = make_test_sif(work / 'demo.sif')
     print(run(['siftool', 'list', str(sif)]).stdout.rstrip())
 
-    step('Installing it with eb and the SingularityContainer easyblock (EasyBuild 5, Lmod)')
+    step('Installing it with eb and the SingularityContainer easyblock (EasyBuild 5, Lmod), as the user %s' %
+         user().name)
     inst = Installation(work / 'eb')
     shutil.copy(sif, inst.sources / 'demo.sif')
     wheels = build_wheel(work)

@@ -22,9 +22,10 @@ def _for_the_test_user(mktemp):
     def mktemp_for_the_test_user(self, basename, numbered=True):
         path = mktemp(self, basename, numbered)
         base = self.getbasetemp()
-        for parent in [base.parent, base]:
-            if parent.stat().st_uid == os.geteuid():
-                parent.chmod(0o755)
+        # pytest's own directories only: with --basetemp=/tmp/x, base.parent is /tmp itself
+        for directory in [base.parent] * base.parent.name.startswith('pytest-of-') + [base]:
+            if directory.stat().st_uid == os.geteuid():
+                directory.chmod(0o755)
         path.chmod(0o755)
         if not missing_users():
             give(path, user(OWNER))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from testkit.install import RUNTIME, eb_missing, runtime_probe
+from testkit.users import SWITCHING, TEST_USERS
 
 REPO = Path(__file__).resolve().parent.parent
 # The easyblock's source in this checkout (the installs use the installed copy: testkit.install.EASYBLOCK)
@@ -41,3 +42,9 @@ def require_runtime():
 def require_eb(version):
     missing = eb_missing(version)
     require(missing is None, missing)
+
+
+def require_other_users():
+    """Tests about other users (a project's members, an outsider) switch between the test users, which only root
+    can: make test as root. Run by an ordinary user (make test SINGULARITY=... on LUMI) they skip (in CI: fail)."""
+    require(SWITCHING, 'root to run commands as the test users %s' % ', '.join(TEST_USERS))

@@ -125,7 +125,7 @@ def start_venv_pip(inst, wheelhouse, *extra_path):
     command = inst.shell_command('module load Demo/1.0\nexec venv-pip install %s lumi-later'
                                  % ' '.join(local_wheels(wheelhouse)))
     return spawn(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                 text=True, start_new_session=True)
 
 
 @pytest.mark.needs('image-src')
