@@ -12,7 +12,7 @@ import pytest
 
 from support import require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND
-from testkit.install import (spawn, LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
+from testkit.install import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif, spawn,
                              local_wheels, slow_step, wait_for, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
