@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 
-from support import require_runtime, require_tools
+from support import require_other_users, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND
+from testkit.users import OUTSIDER, give
 from testkit.install import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif, spawn,
                              local_wheels, slow_step, wait_for, write_wheel)
 
@@ -44,6 +45,7 @@ def fresh(installed):
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     for path in saved.iterdir():
         shutil.copytree(path, idir / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, idir)
+        give(idir / path.name, inst.user)  # copied by root: the user's again, as eb left it
     return inst, idir
 
 
@@ -272,13 +274,12 @@ def test_a_reinstall_stops_while_venv_pip_runs(unpacked, tmp_path, wheelhouse):
 
 
 def test_an_install_dir_that_is_not_yours(unpacked):
-    """A read-only install dir (another user's, say): venv-pip and make-squashfs say so before anything else."""
-    require_tools('unshare', 'mount')
+    """Another user's install dir, which they may read but not write: venv-pip and make-squashfs say so before
+    anything else."""
+    require_other_users()
     inst, idir = unpacked
-    readonly = 'mount --bind {0} {0} && mount -o remount,bind,ro {0} && '.format(idir)
     for command in ('venv-pip install lumi-later', 'make-squashfs'):
-        proc = inst.module_shell('Demo/1.0', 'unshare -m sh -c %s' % shlex.quote(readonly + 'exec ' + command),
-                                 check=False)
+        proc = inst.module_shell('Demo/1.0', command, check=False, user=OUTSIDER)
         assert proc.returncode == 1
         assert proc.stderr == '%s: error: %s is not writable for you: only whoever installed the module can ' \
             'change it\n' % (command.split()[0], idir)
