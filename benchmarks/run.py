@@ -352,6 +352,7 @@ def install_variant(ctx, variant, image, rundir):
     """The command and environment that install image one way in a fresh directory, and the installed image."""
     if variant == 'cp':
         rundir.mkdir(parents=True)
+        give(rundir, bench_user())
         return ['cp', image, rundir / 'bench.sif'], ctx.env(), rundir / 'bench.sif'
     inst = Installation(rundir)
     (inst.sources / 'bench.sif').symlink_to(image)  # found by EasyBuild like the central image, not copied here
@@ -665,6 +666,7 @@ def write_generator_spec(path, count):
         containers.append(entry)
     spec['containers'] = containers
     path.parent.mkdir(parents=True, exist_ok=True)
+    give(path.parent, bench_user())  # generate-ec writes its easyconfigs beside the spec
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 

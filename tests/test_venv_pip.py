@@ -3,7 +3,6 @@ not; changes to a packed one replace the SquashFS file only when everything work
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
