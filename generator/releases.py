@@ -19,6 +19,7 @@ import re
 import sys
 
 from generator.cli import EXIT_DIFFERENT, EXIT_ERROR, EXIT_OK, PROG
+from generator import files
 from generator.families import laif
 from generator.inspect_image import InspectError, append_entries, inspect_image, same_image, sha256
 from generator.spec import load_spec
@@ -301,6 +302,8 @@ def _summary(args, variants, releases, images):
 
 def run(args):
     """List (and verify, add) the images; return the exit code."""
+    if args.add:
+        files.check_replaceable(args.spec)  # before any image is read
     spec = load(args.spec)
     variants = args.variants or spec_variants(spec)
     releases = find_releases(args.dirs, args.since)

@@ -4,6 +4,7 @@ The tests import this module as `support`: pytest's import mode prepend (setup.c
 """
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,11 @@ def require_runtime():
 def require_eb(version):
     missing = eb_missing(version)
     require(missing is None, missing)
+
+
+def generate_ec_command():
+    """The console script installed beside the Python running the tests (make test's venv), else on PATH."""
+    beside = Path(sys.executable).parent / 'generate-ec'
+    path = str(beside) if beside.exists() else shutil.which('generate-ec')
+    require(path, 'the generate-ec console script (pip install .)')
+    return path
