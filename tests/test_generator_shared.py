@@ -15,7 +15,7 @@ import pytest
 from generator_support import FULL_SBOM, LAIF_NAME, PYTORCH_FILES, PYTORCH_SPEC, generate_ec, make_image
 from support import generate_ec_command
 from testkit.install import run
-from testkit.users import MEMBER, OWNER, PROJECT_GROUP, SWITCHING, give, project_gid, user
+from testkit.users import MEMBER, OWNER, PROJECT_GROUP, SWITCHING, give, user
 
 pytestmark = pytest.mark.skipif(not SWITCHING, reason='switches between the test users: needs root')
 
