@@ -25,8 +25,8 @@ def _umask():
 
 def check_replaceable(path):
     """The os.lstat() of the file at ``path``, None when there is none; OSError (naming it) when generate-ec must not
-    replace it: a symbolic link, not a regular file, or read-only for the caller (or for all: 0444 is for root
-    too)."""
+    replace it: a symbolic link, not a regular file, read-only for the caller, or with no write bit at all (0444
+    stops root too)."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
