@@ -11,9 +11,8 @@ import argparse
 import difflib
 import os
 import sys
-import tempfile
 
-from generator import __version__, families
+from generator import __version__, families, files
 from generator.inspect_image import InspectError, append_entry, check_spec, entry_text, inspect_image
 from generator.render import render, style_problems
 from generator.spec import Issue, load_specs
@@ -46,9 +45,9 @@ def _parser():
 
 
 def _read(path):
+    """The text of the file at path (None: there is none; '': it cannot be read as text)."""
     try:
-        with open(path, encoding='utf-8', newline='') as handle:
-            return handle.read()
+        return files.read_regular(path).decode('utf-8')
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError):
@@ -56,14 +55,12 @@ def _read(path):
 
 
 def write_all(outputs):
-    """Write the (path, text) outputs that differ from what is there: all of them or none. Each is written to a
-    temporary file beside its target first; only when all are written are they renamed into place. Returns an error
-    message, or None."""
+    """Write the (path, text) outputs that differ from what is there: all of them or none. Each is staged in a
+    temporary file beside its target first (files.stage: made exclusively, with the target's mode, owner and group);
+    only when all are written are they renamed into place. Returns an error message, or None."""
     pending, created = [], []
     try:
         for path, text in outputs:
-            if os.path.isdir(path):
-                raise OSError(21, 'is a directory, not a file', path)
             if _read(path) == text:
                 continue
             directory = os.path.dirname(path) or '.'
@@ -72,19 +69,15 @@ def write_all(outputs):
                 created.insert(0, missing)
                 missing = os.path.dirname(missing)
             os.makedirs(directory, exist_ok=True)
-            handle, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp-generate-ec',
-                                           dir=directory)
-            pending.append((tmp, path))
-            with os.fdopen(handle, 'w', encoding='utf-8', newline='') as out:
-                out.write(text)
+            pending.append((files.stage(path, text), path))
     except OSError as err:
         for tmp, _ in pending:
-            os.unlink(tmp)
+            files.discard(tmp)
         for directory in reversed(created):
             os.rmdir(directory)
         return 'cannot write %s: %s; nothing was written' % (err.filename or path, err.strerror or err)
     for tmp, path in pending:
-        os.replace(tmp, path)
+        files.commit(tmp, path)
     return None
 
 

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from generator import families
+from generator import families, files
 from generator.easyblock import easyblock
 from generator.spec import load_spec
 
@@ -338,8 +338,10 @@ def same_image(container, family, keys):
 
 def check_spec(spec_path, image):
     """Refuse (before the image is read) when the spec has errors or has the image already (the same values of its
-    family's SAME_IMAGE keys, e.g. tag and image_variant)."""
+    family's SAME_IMAGE keys, e.g. tag and image_variant), or is a file generate-ec must not replace (read-only, a
+    link: files.check_replaceable)."""
     family, keys = image_name(image)
+    files.check_replaceable(spec_path)
     spec, issues = load_spec(spec_path)
     if issues:
         raise InspectError('%s has errors, so nothing was appended; fix them first:\n%s'
@@ -369,20 +371,16 @@ def append_entries(spec_path, all_facts):
     if end and not lines[end - 1].endswith('\n'):
         lines[end - 1] += '\n'
     entries = ''.join(entry_text(facts, indent) for facts in all_facts)
-    text = ''.join(lines[:end]) + entries + ''.join(lines[end:])
-    tmp = spec_path + '.tmp-generate-ec'
-    with open(tmp, 'w', encoding='utf-8', newline='') as handle:
-        handle.write(text)
+    tmp = files.stage(spec_path, ''.join(lines[:end]) + entries + ''.join(lines[end:]))
     spec, issues = load_spec(tmp)
     added = [_added(spec, facts) for facts in all_facts]
     if issues or any(len(found) != 1 for found in added):
-        os.unlink(tmp)
+        files.discard(tmp)
         found = [str(dataclasses.replace(issue, file=spec_path)) for issue in issues]
         raise InspectError('%s: with the %s appended the spec would not load, so nothing was appended:\n%s'
                            % (spec_path, 'entry' if len(all_facts) == 1 else 'entries',
                               '\n'.join(found) or 'an entry is not among its containers'))
-    shutil.copymode(spec_path, tmp)
-    os.replace(tmp, spec_path)
+    files.commit(tmp, spec_path)
     return [found[0] for found in added]
 
 

@@ -14,11 +14,14 @@ one of its containers is it (same_image: the same tag and image_variant).
 
 import argparse
 import dataclasses
+import errno
 import os
 import re
+import stat
 import sys
 
 from generator.cli import EXIT_DIFFERENT, EXIT_ERROR, EXIT_OK, PROG
+from generator import files
 from generator.families import laif
 from generator.inspect_image import InspectError, append_entries, inspect_image, same_image, sha256
 from generator.spec import load_spec
@@ -99,17 +102,30 @@ def find_releases(directories, since=None):
 
 
 def release_images(release):
-    """{variant: (path, the entry's keys its name gives)} of the release's images: regular files named
-    lumi-multitorch-<variant>-<digest>-<tag>.sif with the release's digest and tag (symlinks such as
-    lumi-multitorch-latest.sif skipped)."""
+    """{variant: (path, the entry's keys its name gives)} of the release's images: the entries named
+    lumi-multitorch-<variant>-<digest>-<tag>.sif with the release's digest and tag (whatever they are: see
+    check_image_file; a name such as lumi-multitorch-latest.sif is no image's)."""
     images = {}
     for name in os.listdir(release.path):
         path = os.path.join(release.path, name)
         keys = laif.INSPECT.image_keys(name)
-        if keys and (keys['digest'], keys['tag']) == (release.digest, release.tag) and os.path.isfile(path) \
-                and not os.path.islink(path):
+        if keys and (keys['digest'], keys['tag']) == (release.digest, release.tag):
             images[keys['image_variant']] = path, keys
     return images
+
+
+def check_image_file(path):
+    """Refuse what has an image's name in a release but is not a regular file (a symbolic link, a directory): it is
+    not read, nor counted as there."""
+    info = os.lstat(path)
+    if stat.S_ISREG(info.st_mode):
+        return
+    if stat.S_ISLNK(info.st_mode):
+        what = 'a symbolic link (to %s)' % os.readlink(path)
+    else:
+        what = 'a directory' if stat.S_ISDIR(info.st_mode) else 'a special file'
+    raise InspectError("%s: not an image file but %s; a release's images are regular files: check the release, "
+                       'or leave it out by naming the other release directories' % (path, what))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,25 +177,50 @@ def _cannot_take(md_path, problem):
                         % (md_path, problem))
 
 
-def published_sums(md_path):
-    """{file name: {SHA256}} from the lines of the .md's Files part that hold one SHA256 (64 hex digits) and a
-    file name (a word with a dot, its directory dropped): sha256sum's `HASH  NAME` or `HASH *NAME`, a table row
-    `| NAME | HASH |`, a list item `- NAME: HASH` all do. Another format (no such line, not UTF-8) is an error."""
-    with open(md_path, 'rb') as handle:
-        data = handle.read()
+def _file_name(word):
+    """The file name that a word of a line is (its directory dropped: a word with a dot), or None."""
+    name = word.rsplit('/', 1)[-1]
+    return name if '.' in name.strip('.') else None
+
+
+def line_file_name(line):
+    """The file a line's SHA256 (already cut out) is for: in a table row the one cell that is a file name and
+    nothing else, so that a note naming another file (`| a.sif | HASH | same build as b.sif |`) does not count;
+    else the first file name of the line (sha256sum's `HASH  NAME`, a list item `- NAME: HASH`). None if none."""
+    if '|' in line:
+        cells = [[word for word in NAME_SEPARATORS_RE.split(cell) if word] for cell in line.split('|')]
+        names = [_file_name(words[0]) for words in cells if len(words) == 1 and _file_name(words[0])]
+        return names[0] if len(names) == 1 else None
+    return next(filter(None, map(_file_name, NAME_SEPARATORS_RE.split(line))), None)
+
+
+def _read_md(md_path):
+    """The text of the .md (a regular file of at most files.READ_LIMIT bytes: files.read_regular)."""
     try:
-        text = data.decode('utf-8')
+        data = files.read_regular(md_path)
+    except OSError as err:
+        if err.errno != errno.EFBIG:
+            raise
+        raise _cannot_take(md_path, "it is larger than %d MiB (an image's .md is a few kB)"
+                           % (files.READ_LIMIT // 2 ** 20)) from None
+    try:
+        return data.decode('utf-8')
     except UnicodeDecodeError:
         raise _cannot_take(md_path, 'not UTF-8 text') from None
+
+
+def published_sums(md_path):
+    """{file name: {SHA256}} from the lines of the .md's Files part that hold one SHA256 (64 hex digits) and a
+    file name (line_file_name): sha256sum's `HASH  NAME` or `HASH *NAME`, a table row `| NAME | HASH |`, a list
+    item `- NAME: HASH` all do. Another format (no such line, not UTF-8) is an error."""
     sums = {}
-    for line in files_part(text.splitlines()):
+    for line in files_part(_read_md(md_path).splitlines()):
         found = SHA256_RE.findall(line)
         if len(found) != 1:
             continue  # no checksum, or two: which name goes with which is not known
-        for word in NAME_SEPARATORS_RE.split(SHA256_RE.sub(' ', line)):
-            name = word.rsplit('/', 1)[-1]
-            if '.' in name.strip('.'):
-                sums.setdefault(name, set()).add(found[0].lower())
+        name = line_file_name(SHA256_RE.sub(' ', line))
+        if name:
+            sums.setdefault(name, set()).add(found[0].lower())
     if not sums:
         raise _cannot_take(md_path, 'no line of its Files part pairs a SHA256 (64 hex digits) with a file name')
     return sums
@@ -221,6 +262,7 @@ def new_images(releases, variants, spec):
                 continue
             path, keys = images[variant]
             if not has_image(spec, keys):
+                check_image_file(path)
                 published, why = published_checksum(path)
                 new.append(NewImage(path, checksum_file(path), published, why))
     return new
@@ -301,6 +343,8 @@ def _summary(args, variants, releases, images):
 
 def run(args):
     """List (and verify, add) the images; return the exit code."""
+    if args.add:
+        files.check_replaceable(args.spec)  # before any image is read
     spec = load(args.spec)
     variants = args.variants or spec_variants(spec)
     releases = find_releases(args.dirs, args.since)

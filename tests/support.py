@@ -4,6 +4,7 @@ The tests import this module as `support`: pytest's import mode prepend (setup.c
 """
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,11 @@ def require_other_users():
     """Tests about other users (a project's members, an outsider) switch between the test users, which only root
     can: make test as root. Run by an ordinary user (make test SINGULARITY=... on LUMI) they skip (in CI: fail)."""
     require(SWITCHING, 'root to run commands as the test users %s' % ', '.join(TEST_USERS))
+
+
+def generate_ec_command():
+    """The console script installed beside the Python running the tests (make test's venv), else on PATH."""
+    beside = Path(sys.executable).parent / 'generate-ec'
+    path = str(beside) if beside.exists() else shutil.which('generate-ec')
+    require(path, 'the generate-ec console script (pip install .)')
+    return path

@@ -1,14 +1,12 @@
 """The shipped easyconfigs: in sync with their spec, clean for eb --check-style, parsed by eb --dry-run,
 and installed for real from the shipped spec."""
-import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from support import EASYBLOCK, REPO, require, require_runtime, require_tools
+from support import EASYBLOCK, REPO, generate_ec_command, require_runtime, require_tools
 from testkit.images import make_test_sif
 from testkit.install import CONTAINER_PYTHON_VERSION, SQUASHFS_WORKS, Installation, run, write_wheel
 
@@ -16,14 +14,6 @@ pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs
 
 EC_DIR = REPO / 'easyconfigs' / 'p' / 'PyTorch'
 EASYCONFIGS = sorted(EC_DIR.glob('*.eb'))
-
-
-def generate_ec_command():
-    """The console script installed beside the Python running the tests (make test's venv), else on PATH."""
-    beside = Path(sys.executable).parent / 'generate-ec'
-    path = str(beside) if beside.exists() else shutil.which('generate-ec')
-    require(path, 'the generate-ec console script (pip install .)')
-    return path
 
 
 def laif_easyconfig_names(spec):

@@ -324,3 +324,15 @@ def test_laif_keys_in_an_amd_entry(tmp_path, monkeypatch, capsys):
         "spec.yaml:13: containers[0].tag: 'tag' is only for family: laif (this entry is family: amd)",
         'generate-ec: 2 error(s), nothing written',
     ]
+
+
+def test_laif_description_names_the_central_sif_dir_given(tmp_path, monkeypatch, capsys):
+    """A central_sif_dir in the spec is where the image is taken from: the description names it, not LAIF's."""
+    text = laif_text(append='    central_sif_dir: /appl/local/project_462000001/laif-images\n')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text)
+    assert code == 0, err
+    values = check_easyconfig(os.path.join(str(tmp_path), 'out', LAIF_NAME))
+    assert values['central_sif_dir'] == '/appl/local/project_462000001/laif-images'
+    assert 'the full variant of the release in /appl/local/project_462000001/laif-images.' in \
+        ' '.join(values['description'].split())
+    assert '/appl/local/laifs' not in values['description']

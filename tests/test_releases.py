@@ -16,6 +16,8 @@ import pytest
 from generator.releases import published_sums
 from generator.spec import load_spec
 from generator_support import FULL_SBOM, check_easyconfig, generate_ec, make_image, read_bytes
+from support import generate_ec_command
+from testkit.install import run
 
 OLD = ('u24r64f21m43t29', '20260225_144743')  # a .md with the checksums beside each image
 NEW = ('u24r70f21m50t210', '20260415_130625')  # no .md
@@ -391,3 +393,85 @@ def test_checksum_file_formats(text, tmp_path):
     md = tmp_path / 'image.md'
     md.write_text(text)
     assert published_sums(str(md))[SIF] == {SUM}
+
+
+@pytest.mark.parametrize('text', [
+    '| File | SHA256 | Note |\n|---|---|---|\n| `%s` | %s | same build as torch.sif |\n' % (SIF, SUM),
+    '%s  %s  (same build as torch.sif)\n' % (SUM, SIF),
+    '- %s: %s, as torch.sif\n' % (SIF, SUM),
+])
+def test_a_checksum_is_only_its_file_names(text, tmp_path):
+    """A row's SHA256 is the file's that the row is for (its file name column; else its first file name), not
+    another image's that a note names."""
+    md = tmp_path / 'image.md'
+    md.write_text(text)
+    assert published_sums(str(md)) == {SIF: {SUM}}
+
+
+def test_a_note_naming_another_image_does_not_give_it_the_checksum(central, capsys):
+    sif = image(central, OLD, 'full')
+    md = sif.with_suffix('.md')
+    md.write_text(md.read_text() + '| lumi-multitorch-plus.sif | %s | same build as %s |\n' % (OTHER_SUM, sif.name))
+    code, out, err = generate_ec(['releases', str(central), '--spec', 'spec.yaml', '--add'], capsys)
+    assert code == 0, err
+    assert out == listed(central, MISSING, by_release)
+    assert 'checksum: "%s"' % sha256(sif) in spec_text() or 'checksum: %s\n' % sha256(sif) in spec_text()
+    assert OTHER_SUM not in spec_text()
+
+
+@pytest.mark.parametrize('mode', [['--check'], ['--add']])
+@pytest.mark.parametrize('kind', ['symlink', 'directory'])
+def test_an_image_that_is_a_link_or_a_directory_is_an_error(kind, mode, central, capsys):
+    """Never counted as the spec's, nor read: a release's images are regular files (the release's own
+    lumi-multitorch-latest.sif link has no image's name, and the central directory's release links are skipped)."""
+    sif = image(central, NEW, 'torch')
+    sif.unlink()
+    if kind == 'symlink':
+        target = image(central, OLD, 'torch')
+        sif.symlink_to(target)
+        what = 'a symbolic link (to %s)' % target
+    else:
+        sif.mkdir()
+        what = 'a directory'
+    code, out, err = generate_ec(['releases', str(central), '--spec', 'spec.yaml'] + mode, capsys)
+    assert code == 2
+    assert err.splitlines()[0] == (
+        "%s: not an image file but %s; a release's images are regular files: check the release, or leave it out by "
+        'naming the other release directories' % (sif, what))
+    assert spec_text() == SPEC
+
+
+def releases_as_user(central, cwd, timeout=60):
+    """generate-ec releases as the test user, in at most 1 GB of memory and `timeout` seconds."""
+    return run(['bash', '-c', 'ulimit -v 1048576 && exec "$@"', 'generate-ec', generate_ec_command(), 'releases',
+                str(central), '--spec', 'spec.yaml'], cwd=str(cwd), timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize('kind', ['link to /dev/zero', 'fifo'])
+def test_a_checksum_file_that_is_not_a_regular_file_is_not_read(kind, central, tmp_path):
+    """Not read (a FIFO would be waited for, /dev/zero read until memory runs out): the checksum is computed."""
+    sif = image(central, OLD, 'full')
+    md = sif.with_suffix('.md')
+    md.unlink()
+    if kind == 'fifo':
+        os.mkfifo(str(md))
+    else:
+        md.symlink_to('/dev/zero')
+    proc = releases_as_user(central, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == '%s: checksum computed from the image (%s is not readable: not a regular ' \
+        'file)' % (sif, md.name)
+
+
+def test_a_checksum_file_too_large_is_refused(central, tmp_path):
+    """An image's .md is a few kB: one of 3 GB (sparse) is refused at once, not read."""
+    sif = image(central, OLD, 'full')
+    md = sif.with_suffix('.md')
+    with open(str(md), 'r+b') as handle:
+        handle.truncate(3 * 1024 ** 3)
+    proc = releases_as_user(central, tmp_path, timeout=20)
+    assert (proc.returncode, proc.stdout) == (2, '')
+    assert proc.stderr == (
+        '%s: it is larger than 1 MiB (an image\'s .md is a few kB), so no checksum can be taken from it. Check the '
+        'file (has its format changed?); generate-ec inspect IMAGE.sif --spec FILE adds an image with its checksum '
+        'computed\n' % md)

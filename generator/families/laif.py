@@ -146,8 +146,9 @@ def suffix(values):
 
 
 def description(values):
+    """The sentence names the directory the image is taken from: the spec's central_sif_dir, else the release's."""
     return 'A LUMI AI Factory image: the %s variant of the release in %s.' % (
-        values['image_variant'], release_dir(values))
+        values['image_variant'], values.get('central_sif_dir') or release_dir(values))
 
 
 def release_dir(values):
