@@ -201,6 +201,20 @@ def test_unload_and_show_make_nothing(modules, job):
             remove(path)
 
 
+def test_a_users_own_cache_survives_a_swap(modules, job):
+    """A TRITON_CACHE_DIR exported after the load is the user's: loading another module of the family, a module
+    swap and an unload keep it; the module's other caches go with the module."""
+    mine = '/tmp/mine-%s' % job
+    show = '%s -c %s' % (shlex.quote(sys.executable), shlex.quote(
+        'import os; print("TRITON", os.environ.get("TRITON_CACHE_DIR"), os.environ.get("VLLM_CACHE_ROOT"))'))
+    out = modules.shell('\n'.join([
+        'module load Demo/1.0', 'export TRITON_CACHE_DIR=%s' % mine, 'module load Other/1.0', show,
+        'module swap Other Demo', show, 'module unload Demo', show]), env=in_job(job)).stdout
+    root = cache_root(job)
+    assert [line for line in out.splitlines() if line.startswith('TRITON ')] == [
+        'TRITON %s %s/vllm' % (mine, root), 'TRITON %s %s/vllm' % (mine, root), 'TRITON %s None' % mine]
+
+
 def test_the_rule_is_plain_sh(tmp_path):
     """The module runs the rule with /bin/sh (dash here, bash on LUMI); the wrappers include it in bash (their
     shellcheck is test_scripts_pass_shellcheck)."""

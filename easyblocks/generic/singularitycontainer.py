@@ -1191,7 +1191,8 @@ for _, item in ipairs(@container_env@) do
 end
 
 -- Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
--- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
+-- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload,
+-- which leaves a value the user has set since (the module's record of its own goes).
 -- The caches (module help) are defaults too, in a root private to the user: /tmp/<user>-caches, per job and node
 -- when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it).
 -- The wrappers and run scripts move them to the job and node they run in; an unload goes by the load's root.
@@ -1211,8 +1212,12 @@ local set_before = " " .. (os.getenv(defaults_set) or "") .. " "
 local set_now = {}
 for _, item in ipairs(defaults) do
     if mode() == "unload" then
-        if set_before:find(" " .. item[1] .. " ", 1, true) then
+        if not set_before:find(" " .. item[1] .. " ", 1, true) then
+            -- not the module's
+        elseif user_value(item[1]) == item[2] then
             restorable_env(item[1], item[2])
+        else
+            setenv("__LMOD_STACK_" .. item[1], "")
         end
     elseif user_value(item[1]) == nil then
         restorable_env(item[1], item[2])
@@ -1372,7 +1377,8 @@ foreach {key value} @container_env@ {
 }
 
 # Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
-# that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
+# that the user's own value wins, also when exported after the load. The ones set are remembered for the unload,
+# which leaves a value the user has set since (the module's record of its own goes).
 # The caches (module help) are defaults too, in a root private to the user: /tmp/<user>-caches, per job and node
 # when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it).
 # The wrappers and run scripts move them to the job and node they run in; an unload goes by the load's root.
@@ -1392,8 +1398,12 @@ set set_before [split [user_value $defaults_set]]
 set set_now {}
 foreach {key value} $defaults {
     if { [unloading] } {
-        if { [lsearch -exact $set_before $key] >= 0 } {
+        if { [lsearch -exact $set_before $key] < 0 } {
+            # not the module's
+        } elseif { [user_value $key] eq $value } {
             restorable_env $key $value
+        } else {
+            setenv __LMOD_STACK_$key ""
         }
     } elseif { ![info exists ::env($key)] } {
         restorable_env $key $value
