@@ -252,7 +252,7 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
     Parameter('container_cache_dirs', CACHE_DIRS,
               "Cache directories the module sets where the user has not set them ({'VARIABLE': 'subdirectory'}), "
               "so that PyTorch's and its tools' caches stay off $HOME (quota, Lustre) and apart per job and node: "
-              "%s/<user>-caches-<job>-<node>/<subdirectory>, created when a wrapper or a run script starts" %
+              "%s/<user>-caches-<job>-<node>/<subdirectory>, private to the user, created when the module loads" %
               CACHE_ROOT,
               'dict', "a dict of variable names to subdirectory names",
               pattern_problem(ENV_NAME, 'a valid environment variable name'),
@@ -617,12 +617,18 @@ class SingularityContainer(EasyBlock):
             'sif_var': 'SIF' + self.var_suffix,
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
-            'cache_setup': fill_template(CACHE_SETUP, cache_root=sh_str(CACHE_ROOT), cache_dirs=' '.join(
-                sh_str('%s=%s' % item) for item in self.cfg['container_cache_dirs'].items())),
+            'cache_setup': self.cache_setup(),
         }
         if script.launch:
             values['launch'] = self.launch_code(name, script.launch)
         return fill_script_template(script.template, **values)
+
+    def cache_setup(self):
+        """CACHE_SETUP for the scripts: the caches of container_cache_dirs in the root of CACHE_ROOT_RULE."""
+        caches = self.cfg['container_cache_dirs']
+        rule, call = cache_root_rule(self.full_mod_name, caches.values())
+        return fill_template(CACHE_SETUP, cache_root_rule=rule, cache_root_call=call,
+                             cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
 
     def launch_code(self, name, launch):
         """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
@@ -857,8 +863,11 @@ class SingularityContainer(EasyBlock):
         ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
             "",
             "Caches stay off $HOME, apart per job and node: unless you set them, %s are directories in "
-            "%s/<user>-caches-<job>-<node>/ (made when a wrapper or a run script starts; loaded outside a job, the "
-            "module's own values say <user>-caches). To keep a cache across jobs, set it yourself, e.g. "
+            "%s/<user>-caches-<job>-<node>/ (loaded outside a job, the module's own values say <user>-caches), "
+            "private to you: made when the module loads and when a wrapper or a run script starts, and used only "
+            "if it is a directory of yours that nobody else can write; if anything else has that name (another "
+            "user's directory, a link), the caches go to a new private directory beside it, and a line on stderr "
+            "says so. To keep a cache across jobs, set it yourself, before or after the load, e.g. "
             "export TRITON_CACHE_DIR=/scratch/<project>/$USER/triton." % (
                 ', '.join(self.cfg['container_cache_dirs']) or 'none', CACHE_ROOT),
             "",
@@ -888,7 +897,9 @@ class SingularityContainer(EasyBlock):
         # Tcl's error message is a "..." word with $variables in it: the module name goes in without quoting chars
         mod_name = {'mod_name': quote(self.full_mod_name)} if lua else {
             'mod_name_text': re.sub(r'[\\"$\[\]{}]', '', self.full_mod_name)}
-        cache_root = {'cache_root': quote(CACHE_ROOT)} if lua else {'cache_root_text': CACHE_ROOT}
+        # The cache root: CACHE_ROOT_RULE, run by the shell (Lmod's capture, Tcl's exec) when the module loads
+        rule, call = cache_root_rule(self.full_mod_name, self.cfg['container_cache_dirs'].values())
+        cache_root = {'cache_root_script': quote(rule + '\n' + call)}
         return txt + fill_template(
             template, family=quote(MODULE_FAMILY), conflicts=conflicts, installdir=quote(self.installdir),
             sif_name=quote(self.sif_name), suffix=quote(self.var_suffix), sif_path=quote(self.module_sif()),
@@ -1180,25 +1191,33 @@ for _, item in ipairs(@container_env@) do
 end
 
 -- Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
--- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
--- The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
--- wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
-local job = os.getenv("SLURM_JOB_ID")
-local user = os.getenv("USER") or os.getenv("LOGNAME") or capture("id -un"):gsub("%s+$", "")
-local cache_root = @cache_root@ .. "/" .. user .. "-caches" ..
-                   (job and ("-" .. job .. "-" .. (os.getenv("SLURM_NODEID") or "0")) or "")
-local defaults = @env_defaults@
-for _, item in ipairs(@cache_dirs@) do
-    defaults[#defaults + 1] = {item[1], cache_root .. "/" .. item[2]}
+-- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload,
+-- which leaves a value the user has set since (the module's record of its own goes).
+-- The caches (module help) are defaults too, in a root private to the user: /tmp/<user>-caches, per job and node
+-- when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it).
+-- The wrappers and run scripts move them to the job and node they run in; an unload goes by the load's root.
+local cache_root = os.getenv("SINGULARITYCONTAINER_CACHE_ROOT") or ""
+if mode() == "load" then
+    cache_root = capture(@cache_root_script@):gsub("\n$", "")
 end
-restorable_env("SINGULARITYCONTAINER_CACHE_ROOT", cache_root)
+local defaults = @env_defaults@
+if cache_root ~= "" then
+    for _, item in ipairs(@cache_dirs@) do
+        defaults[#defaults + 1] = {item[1], cache_root .. "/" .. item[2]}
+    end
+    restorable_env("SINGULARITYCONTAINER_CACHE_ROOT", cache_root)
+end
 local defaults_set = "SINGULARITYCONTAINER_DEFAULTS_" .. suffix
 local set_before = " " .. (os.getenv(defaults_set) or "") .. " "
 local set_now = {}
 for _, item in ipairs(defaults) do
     if mode() == "unload" then
-        if set_before:find(" " .. item[1] .. " ", 1, true) then
+        if not set_before:find(" " .. item[1] .. " ", 1, true) then
+            -- not the module's
+        elseif user_value(item[1]) == item[2] then
             restorable_env(item[1], item[2])
+        else
+            setenv("__LMOD_STACK_" .. item[1], "")
         end
     elseif user_value(item[1]) == nil then
         restorable_env(item[1], item[2])
@@ -1358,25 +1377,33 @@ foreach {key value} @container_env@ {
 }
 
 # Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
-# that the user's own value wins, also when exported after the load. The ones set are remembered for the unload.
-# The caches (module help) are defaults too: in /tmp, per user, and per job and node when loaded in a job. The
-# wrappers and run scripts move them to the job and node they run in (CACHE_SETUP); they go by this root.
-set cache_root "@cache_root_text@/[expr {[info exists ::env(USER)] ? $::env(USER) : [exec id -un]}]-caches"
-if { [info exists ::env(SLURM_JOB_ID)] } {
-    append cache_root "-$::env(SLURM_JOB_ID)-[expr {[info exists ::env(SLURM_NODEID)] ? $::env(SLURM_NODEID) : 0}]"
+# that the user's own value wins, also when exported after the load. The ones set are remembered for the unload,
+# which leaves a value the user has set since (the module's record of its own goes).
+# The caches (module help) are defaults too, in a root private to the user: /tmp/<user>-caches, per job and node
+# when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it).
+# The wrappers and run scripts move them to the job and node they run in; an unload goes by the load's root.
+set cache_root [user_value SINGULARITYCONTAINER_CACHE_ROOT]
+if { [module-info mode load] && [catch {exec /bin/sh -c @cache_root_script@ 2>@ stderr} cache_root] } {
+    set cache_root ""
 }
 set defaults @env_defaults@
-foreach {key subdir} @cache_dirs@ {
-    lappend defaults $key "$cache_root/$subdir"
+if { $cache_root ne "" } {
+    foreach {key subdir} @cache_dirs@ {
+        lappend defaults $key "$cache_root/$subdir"
+    }
+    restorable_env SINGULARITYCONTAINER_CACHE_ROOT $cache_root
 }
-restorable_env SINGULARITYCONTAINER_CACHE_ROOT $cache_root
 set defaults_set SINGULARITYCONTAINER_DEFAULTS_$suffix
 set set_before [split [user_value $defaults_set]]
 set set_now {}
 foreach {key value} $defaults {
     if { [unloading] } {
-        if { [lsearch -exact $set_before $key] >= 0 } {
+        if { [lsearch -exact $set_before $key] < 0 } {
+            # not the module's
+        } elseif { [user_value $key] eq $value } {
             restorable_env $key $value
+        } else {
+            setenv __LMOD_STACK_$key ""
         }
     } elseif { ![info exists ::env($key)] } {
         restorable_env $key $value
@@ -1512,15 +1539,85 @@ READABLE_BY_ALL = r'''# What this writes is for everyone who may read the instal
 # whatever the user's umask: who that is, the install dir's own permissions say.
 umask 022'''
 
-# The caches (container_cache_dirs) for the job and node this runs in: /tmp/<user>-caches-<job>-<node>/<subdir>. A
-# value of the user's stays, and the caches of the same subdir after it follow it (MIOpen's two); a value the module
-# set when it was loaded (elsewhere, or outside the job) moves here.
+# The cache root (module help), written once: the module runs it at load (sh -c), the wrappers and init-conda-venv
+# include it. Its name is predictable, and /tmp is shared: another user can make it first, as an open directory or a
+# link to theirs, and get the user's compiled kernels or hand them their own. So it is used only if it is a real
+# directory of the user's that nobody else can write (made 0700 when absent); anything else gives a fresh private
+# directory beside it and one line on stderr. The fresh one the module took at load is taken again, silently.
+CACHE_ROOT_RULE = r'''# The cache root: @cache_parent@/<user>-caches, -<job>-<node> in a job, private to the user,
+# else a fresh private one beside it. Prints it, with the subdirectories given as arguments made in it (0700).
+singularitycontainer_cache_root() {
+    __sc_user=${USER:-${LOGNAME:-$(id -un 2>/dev/null || id -u)}}
+    __sc_named=@cache_parent@/$__sc_user-caches${SLURM_JOB_ID:+-$SLURM_JOB_ID-${SLURM_NODEID:-0}}
+    __sc_root=$__sc_named
+    case ${SINGULARITYCONTAINER_CACHE_ROOT:-} in
+        "$__sc_named".??????) __sc_root=$SINGULARITYCONTAINER_CACHE_ROOT ;;
+    esac
+    __sc_why=
+    if [ -d "$__sc_root" ] && [ ! -L "$__sc_root" ] || ! mkdir -m 0700 -- "$__sc_root" 2>/dev/null; then
+        __sc_why=$(singularitycontainer_cache_refusal "$__sc_root")
+    fi
+    if [ -n "$__sc_why" ]; then
+        for __sc_fresh in "$__sc_named".??????; do  # one made before (a new shell, another module)
+            if [ -O "$__sc_fresh" ] && [ -z "$(singularitycontainer_cache_refusal "$__sc_fresh")" ]; then
+                break
+            fi
+            __sc_fresh=
+        done
+        if [ -z "$__sc_fresh" ] && ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
+            echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can be" \
+                "made beside it: the caches are left where the tools put them" >&2
+            unset __sc_user __sc_named __sc_root __sc_why __sc_fresh
+            return 1
+        fi
+        echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
+        __sc_root=$__sc_fresh
+    fi
+    for __sc_sub; do
+        shift
+        [ -d "$__sc_root/$__sc_sub" ] || set -- "$@" "$__sc_root/$__sc_sub"
+    done
+    if [ "$#" -gt 0 ]; then
+        mkdir -m 0700 -- "$@" || :
+    fi
+    echo "$__sc_root"
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub
+}
+# Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
+# (then made 0700, if an earlier version left it readable by others)
+singularitycontainer_cache_refusal() {
+    if [ -L "$1" ]; then
+        echo "is a symbolic link"
+    elif [ ! -e "$1" ]; then
+        echo "cannot be made"
+    elif [ ! -d "$1" ]; then
+        echo "is not a directory"
+    else
+        # shellcheck disable=SC2012  # the mode and the owner's name, in any sh
+        ls -ld -- "$1" 2>/dev/null | {
+            if ! read -r __sc_mode _ __sc_owner _; then
+                echo "cannot be read"
+            elif [ ! -O "$1" ]; then
+                echo "is owned by $__sc_owner"
+            else
+                case $__sc_mode in
+                    drwx------*) ;;
+                    d????[!w]??[!w]*) chmod 0700 -- "$1" ;;
+                    *) echo "is writable by others" ;;
+                esac
+            fi
+        }
+    fi
+}'''
+
+# The caches (container_cache_dirs) for the job and node this runs in, in the root of CACHE_ROOT_RULE. A value of
+# the user's stays, and the caches of the same subdir after it follow it (MIOpen's two); a value the module set when
+# it was loaded (elsewhere, or outside the job) moves here. Without a root, the module's values go.
 # Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
 CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays
-__cache_root="@cache_root@/${USER:-$(id -un)}-caches"
-if [ -n "${SLURM_JOB_ID:-}" ]; then
-    __cache_root="$__cache_root-$SLURM_JOB_ID-${SLURM_NODEID:-0}"
-fi
+@cache_root_rule@
+__cache_root=$(@cache_root_call@) || __cache_root=
+unset -f singularitycontainer_cache_root singularitycontainer_cache_refusal
 __cache_dirs=()
 declare -A __cache_users=()
 for __cache in @cache_dirs@; do
@@ -1533,17 +1630,29 @@ for __cache in @cache_dirs@; do
     fi
     if [ -n "$__cache_dir" ]; then
         __cache_users[$__cache_sub]=$__cache_dir
+        __cache_dirs+=("$__cache_dir")
+    elif [ -n "${__cache_users[$__cache_sub]:-}" ]; then
+        __cache_dir=${__cache_users[$__cache_sub]}
+    elif [ -n "$__cache_root" ]; then
+        __cache_dir=$__cache_root/$__cache_sub
     else
-        __cache_dir=${__cache_users[$__cache_sub]:-$__cache_root/$__cache_sub}
+        unset "$__cache_name"
+        continue
     fi
     export "$__cache_name=$__cache_dir"
-    __cache_dirs+=("$__cache_dir")
 done
 if [ "${#__cache_dirs[@]}" -gt 0 ]; then
-    mkdir -p "${__cache_dirs[@]}" 2>/dev/null || true
+    mkdir -p "${__cache_dirs[@]}" 2>/dev/null || true  # the user's own
 fi
 export SINGULARITYCONTAINER_CACHE_ROOT="$__cache_root"
 unset __cache __cache_name __cache_sub __cache_dir __cache_dirs __cache_users __cache_root'''
+
+
+def cache_root_rule(module, subdirs):
+    """CACHE_ROOT_RULE for this module, and the command that runs it with the cache subdirectories (as sh words)."""
+    rule = fill_template(CACHE_ROOT_RULE, cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(module))
+    return rule, 'singularitycontainer_cache_root %s' % ' '.join(sh_str(sub) for sub in sorted(set(subdirs)))
+
 
 # The pieces above, by their placeholder in the script templates
 SCRIPT_SNIPPETS = {
