@@ -11,9 +11,10 @@ import subprocess
 import pytest
 
 from support import require_runtime, require_tools
-from testkit.images import IMAGE_TOOL_COMMAND
+from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, write_distribution
 from testkit.install import (spawn, LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
                              local_wheels, slow_step, wait_for, write_wheel)
+from testkit.users import give
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -44,6 +45,7 @@ def fresh(installed):
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     for path in saved.iterdir():
         shutil.copytree(path, idir / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, idir)
+        give(idir / path.name, inst.user)  # the installer's, as eb left it (this runs as root)
     return inst, idir
 
 
@@ -386,3 +388,69 @@ def test_commands_of_the_image_and_of_venv_pip_packages_run_with_the_venv(unpack
     inst.module_shell('Demo/1.0', 'venv-pip uninstall -y -q lumi-report')
     out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" ' + report).stdout
     assert json.loads(out) == ['/user-software/venv/demo', {'lumi_base': 'imported'}]
+
+
+# The image's commands that pip did not write (entry points with extras, calling a class's method), one with a
+# space in its name, and a script in a bin/ of a package's own, which is no command.
+ODD_CODE = '''import json
+import sys
+
+
+def main():
+    print(json.dumps([sys.prefix, "main"]))
+
+
+class Tool:
+    @staticmethod
+    def run():
+        print(json.dumps([sys.prefix, "Tool.run"]))
+'''
+ODD_ENTRY_POINTS = {'extras-tool': 'odd_commands:main [cli]', 'dotted-tool': 'odd_commands:Tool.run'}
+
+
+@pytest.fixture(scope='module')
+def odd_commands(tmp_path_factory, demo_sif):
+    """Demo/1.0 (venv unpacked) from an image whose distribution odd-commands has ODD_ENTRY_POINTS, the command
+    'my tool' in /usr/bin, and odd_commands/bin/inner-tool in its RECORD."""
+    require_runtime()
+    require_tools('mksquashfs', 'siftool', 'flock')
+    root = tmp_path_factory.mktemp('odd-commands')
+    site = root / 'tree' / 'usr' / 'lib' / 'python3' / 'dist-packages'
+    (root / 'tree' / 'usr' / 'bin').mkdir(parents=True)
+    write_distribution(site, 'odd-commands', '1.0', ODD_CODE, ('my tool',), IMAGE_PYTHON, ODD_ENTRY_POINTS)
+    inner = site / 'odd_commands' / 'bin' / 'inner-tool'
+    inner.parent.mkdir()
+    inner.write_text('#!%s\nprint("inner")\n' % IMAGE_PYTHON)
+    inner.chmod(0o755)
+    with open(next(site.glob('odd_commands-*.dist-info')) / 'RECORD', 'a') as record:
+        record.write('odd_commands/bin/inner-tool,,\n')
+    sif = make_test_sif(root / 'odd.sif', trees={'/usr': root / 'tree' / 'usr'})
+    return install_demo(root / 'install', sif, squash_user_software=False)
+
+
+def test_image_entry_points_with_extras_or_a_method(odd_commands):
+    """`tool = mod:main [cli]` and `tool = mod:Tool.run` become commands that run with the venv's Python."""
+    inst, idir = odd_commands
+    out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" extras-tool\nsingularity exec "$SIF" dotted-tool')
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [['/user-software/venv/demo', 'main'],
+                                                                       ['/user-software/venv/demo', 'Tool.run']]
+
+
+def test_image_commands_only_from_the_environments_scripts_dir(odd_commands):
+    """A script in a bin/ inside a package is not a command; those of /usr/bin are."""
+    inst, idir = odd_commands
+    out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" sh -c "command -v inner-tool || echo none"\n'
+                                        'singularity exec "$SIF" sh -c "command -v %s"' % IMAGE_TOOL_COMMAND)
+    assert out.stdout.splitlines() == ['none', '/user-software/venv/demo/bin/%s' % IMAGE_TOOL_COMMAND]
+
+
+def test_an_image_command_with_a_space_in_its_name(odd_commands, wheelhouse):
+    """'my tool' runs with the venv's Python, and stays one of the image's commands after a venv-pip."""
+    inst, idir = odd_commands
+    manifest = idir / 'user-software' / 'venv' / 'demo' / 'bin' / '.image-commands'
+    assert 'my tool' in manifest.read_text().splitlines()
+    out = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later\nsingularity exec "$SIF" "my tool"'
+                            % ' '.join(local_wheels(wheelhouse)))
+    assert json.loads(out.stdout) == ['/user-software/venv/demo', 'main']
+    listed = manifest.read_text().splitlines()
+    assert 'my tool' in listed and 'my' not in listed

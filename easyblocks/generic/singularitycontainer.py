@@ -2047,23 +2047,49 @@ IMAGE_COMMANDS = r'''"""The commands of the container image's Python packages, r
 Written by EasyBuild's SingularityContainer easyblock for module @module@. The image's console scripts (torchrun,
 accelerate, ...) start the image's own Python: a package upgraded or added in this environment would not be seen.
 `python -m @module_name@` writes each of them into this environment's bin/, with this environment's Python, unless
-a package of this environment has a command of that name. The ones it wrote are listed in @manifest@.
+a package of this environment has a command of that name. The ones it wrote are listed in @manifest@, one a line.
 """
+import functools
 import importlib.metadata
 import os
+import pathlib
 import sys
+import sysconfig
 
 from @packages_module@ import IMAGE_PACKAGE_DIRS
 
 MANIFEST = os.path.join(sys.prefix, "bin", "@manifest@")
 
 
+@functools.lru_cache(maxsize=None)
+def scripts_dir(site):
+    """The scripts directory (sysconfig's "scripts") of the environment whose packages are in site, such as /usr/bin
+    for /usr/lib/python3/dist-packages; None for a directory that is no environment's (pip install --target)."""
+    site = os.path.normpath(site)
+    for prefix in [site] + [str(parent) for parent in pathlib.PurePath(site).parents]:
+        bases = dict.fromkeys(("base", "platbase", "installed_base", "installed_platbase", "userbase"), prefix)
+        for scheme in sysconfig.get_scheme_names():
+            try:
+                paths = sysconfig.get_paths(scheme, vars=bases)
+            except (KeyError, AttributeError):  # a scheme of a platform or a distribution that needs more
+                continue
+            if site in (os.path.normpath(paths["purelib"]), os.path.normpath(paths["platlib"])):
+                return os.path.normpath(paths["scripts"])
+    return None
+
+
+def command_name(name):
+    """Whether name can be a command here: a file name of one line (the manifest has one a line)."""
+    return bool(name) and "/" not in name and name.isprintable() and name not in (".", "..")
+
+
 def script_commands(dist):
-    """{name: text} of the scripts in the bin/ of the distribution's environment that Python runs."""
+    """{name: text} of the scripts in the scripts directory of the distribution's environment that Python runs."""
     commands = {}
+    scripts = scripts_dir(str(dist.locate_file("")))
     for entry in dist.files or []:
-        path = str(dist.locate_file(entry))
-        if os.path.basename(os.path.dirname(path)) != "bin" or not os.path.isfile(path):
+        path = os.path.normpath(str(dist.locate_file(entry)))
+        if os.path.dirname(path) != scripts or not command_name(os.path.basename(path)) or not os.path.isfile(path):
             continue
         with open(path, "rb") as script:
             text = script.read()
@@ -2077,12 +2103,16 @@ def entry_point_commands(dist):
     """{name: text} of launchers of the distribution's console and GUI scripts, as pip writes them."""
     commands = {}
     for point in dist.entry_points:
-        if point.group in ("console_scripts", "gui_scripts") and point.name and "/" not in point.name:
-            module, _, attribute = (part.strip() for part in point.value.partition(":"))
-            if module and attribute:
-                text = "import sys\nfrom %s import %s\nif __name__ == '__main__':\n    sys.exit(%s())\n" % (
-                    module, attribute.split(".")[0], attribute)
-                commands[point.name] = text.encode()
+        if point.group not in ("console_scripts", "gui_scripts") or not command_name(point.name):
+            continue
+        try:
+            module, attr = point.module, point.attr  # of "module:attr [extras]"; attr may be dotted
+        except AttributeError:  # a value that is no entry point
+            continue
+        if attr:
+            text = "import sys\nfrom %s import %s\nif __name__ == '__main__':\n    sys.exit(%s())\n" % (
+                module, attr.split(".")[0], attr)
+            commands[point.name] = text.encode()
     return commands
 
 
@@ -2100,7 +2130,7 @@ def main():
     shebang = ("#!%s\n" % os.path.join(bindir, "python")).encode()
     try:
         with open(MANIFEST) as manifest:
-            written_before = set(manifest.read().split())
+            written_before = set(manifest.read().splitlines())
     except OSError:
         written_before = set()
     written = []
