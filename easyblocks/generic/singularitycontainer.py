@@ -103,6 +103,9 @@ VERSION = re.compile(r'[0-9]+(\.[0-9]+)*([.+-][0-9A-Za-z]+)*\Z')
 PYTHON_VERSION = re.compile(r'[0-9]+\.[0-9]+\Z')
 # newlines, NUL and the other control characters; a tab is fine
 CONTROL_CHARACTER = re.compile(r'[\x00-\x08\x0a-\x1f\x7f]')
+# What Apptainer and SingularityCE take as options of a bind (src:dst:opts, comma-separated): read-only or not, and
+# for an image file bound, the path in it and the partition of a SIF file
+BIND_OPTION = re.compile(r'(ro|rw|image-src=(/[^,]*)?|id=[0-9]+)\Z')
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -143,13 +146,19 @@ def absolute_path_problem(value):
 
 
 def bind_problem(value):
-    if re.search(r'[\s,]', value):
-        return "%r must not contain whitespace or commas" % value
+    """One bind as the runtime takes it: src[:dst[:opts]], the options comma-separated (BIND_OPTION)."""
     problem = one_line_problem(value)
     if problem:
         return problem
-    if not all(path.startswith('/') for path in value.split(':')[:2]):
+    parts = value.split(':')
+    if re.search(r'\s', value) or ',' in ':'.join(parts[:2]):
+        return "%r must not contain whitespace, nor commas but between options" % value
+    if len(parts) > 3 or not all(path.startswith('/') for path in parts[:2]):
         return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
+    for option in parts[2].split(',') if len(parts) == 3 else []:
+        if not BIND_OPTION.match(option):
+            return ("%r has the bind option %r, which the container runtime does not know: ro, rw, image-src=<path "
+                    "in the image> or id=<partition number>, comma-separated" % (value, option))
     return None
 
 
