@@ -465,3 +465,34 @@ def test_thousands_of_requirements_reach_the_check_on_stdin():
     os.unlink(checks_file)
     assert checks['requirements'] == ['pkg%d' % i for i in range(20000)]
     assert checks == dict(checks, python='3.12', components={'torch': '2.9.1'})
+
+
+def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):
+    """Requirements given as a file: URL, a path or 'name @ URL' install; the sanity check looks for the names that
+    lines have, and no made-up one ('file')."""
+    require_runtime()
+    wheels = {name: next(wheelhouse.glob('%s-1.0-*.whl' % name)) for name in ('lumi_base', 'lumi_top', 'lumi_later')}
+    inst, idir = install_demo(tmp_path, demo_sif, squash_user_software=False, pip_requirements=[
+        wheels['lumi_base'].as_uri(), 'lumi-top @ %s' % wheels['lumi_top'].as_uri(), str(wheels['lumi_later']),
+        '--no-index'])
+    out = inst.module_shell('Demo/1.0', 'python -c "import lumi_base, lumi_top, lumi_later; print(lumi_top.TOP)"')
+    assert out.stdout == 'base+top\n'
+
+
+REQUIREMENT_LINES = [
+    ('torch', ['torch']), ('lightning[extra] >= 2 ; python_version >= "3.10"', ['lightning']),
+    ('Foo_Bar.baz==1', ['Foo_Bar.baz']), ('name @ https://example.org/name-1.0.tar.gz', ['name']),
+    ('x[y]@file:///w/x-1.whl', ['x']), ('git+https://github.com/o/r.git@v1#egg=r-pkg', ['r-pkg']),
+    ('git+https://github.com/o/r.git', []), ('-e git+https://github.com/o/r.git#egg=editable', ['editable']),
+    ('--editable=./dir#egg=ed2', ['ed2']), ('-e ./dir', []), ('./pkg-1.0-py3-none-any.whl', []),
+    ('pkg-1.0-py3-none-any.whl', []), ('pkg-1.0.tar.gz', []), ('/wheels/pkg-1.0-py3-none-any.whl', []),
+    ('file:///wheels/pkg-1.0-py3-none-any.whl', []), ('https://example.org/pkg-1.0.zip#egg=pkg', ['pkg']),
+    ('--index-url https://example.org/simple', []), ('-r other.txt', []), ('--find-links=/w', []),
+    ('# torch', []), ('torch  # comment', ['torch']), ('', [])]
+
+
+@pytest.mark.parametrize('line, names', REQUIREMENT_LINES)
+def test_requirement_names(line, names):
+    from generator.easyblock import easyblock
+    assert easyblock.requirement_names([line]) == names
+
