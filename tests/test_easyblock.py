@@ -496,3 +496,20 @@ def test_requirement_names(line, names):
     from generator.easyblock import easyblock
     assert easyblock.requirement_names([line]) == names
 
+
+def test_the_installers_container_settings_stay_out_of_the_install(tmp_path, demo_sif):
+    """The installer's SINGULARITYENV_*, APPTAINERENV_*, SINGULARITY_BIND, APPTAINER_BIND and bind paths reach none
+    of the install's container commands (a bind of a missing path would stop them, PYTHONPATH would count as the
+    image's), the sanity check's included."""
+    require_runtime()
+    pythonpath = tmp_path / 'installers-pythonpath'
+    pythonpath.mkdir()
+    inst = Installation(tmp_path)
+    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
+    settings = {'SINGULARITYENV_PYTHONPATH': str(pythonpath), 'APPTAINERENV_PYTHONPATH': str(pythonpath),
+                'SINGULARITYENV_PREPEND_PATH': '/installers/bin', 'SINGULARITY_BIND': '/nonexistent-a:/a',
+                'APPTAINER_BIND': '/nonexistent-b:/b', 'SINGULARITY_BINDPATH': '/nonexistent-c',
+                'APPTAINER_BINDPATH': '/nonexistent-c'}
+    inst.eb(ec, env=inst.env(**settings))
+    assert str(pythonpath) not in (inst.installdir('Demo', '1.0') / 'image-python.json').read_text()

@@ -363,6 +363,10 @@ class SingularityContainer(EasyBlock):
         self.venv_name = venv_name(self.name, self.cfg['container_venv'])
         self.container_venv = container_venv_path(self.venv_name)
         self.installed_now = False  # not with --module-only, say
+        # The sanity check's container commands run through the module, which EasyBuild loads into this environment
+        # (restored by its module purge): without the installer's container settings, as run_in_container's
+        for key in installer_container_settings():
+            self.initial_environ.pop(key, None)
         self.user_software_lock = None  # the open lock file while a reinstall holds it
 
     @property
@@ -979,11 +983,20 @@ def tree_fingerprint(path):
     return [count, size, newest]
 
 
+def installer_container_settings():
+    """The installer's own settings for the container runtime: the container's environment and binds. The install's
+    container commands run with the install's own only."""
+    return sorted(key for key in os.environ if key.startswith(('SINGULARITYENV_', 'APPTAINERENV_')) or
+                  key in ('SINGULARITY_BIND', 'APPTAINER_BIND', 'SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'))
+
+
 def installer_independent_env():
-    """An env command line start that keeps the installer's Python and pip settings out of the container (the
-    runtime passes the host's environment in and binds their home): what the install writes must not depend on who
-    installs. PYTHONPATH, PIP_* and the like go; no user site (~/.local); no pip configuration files."""
-    unset = sorted(key for key in os.environ if key.startswith(('PYTHON', 'PIP_')))
+    """An env command line start that keeps the installer's Python, pip and container settings out of the container
+    (the runtime passes the host's environment in and binds their home): what the install writes must not depend on
+    who installs. PYTHONPATH, PIP_*, SINGULARITYENV_* and the like go; no user site (~/.local); no pip
+    configuration files."""
+    unset = sorted(set(key for key in os.environ if key.startswith(('PYTHON', 'PIP_'))) |
+                   set(installer_container_settings()))
     return ' '.join(['env'] + ['-u %s' % sh_str(key) for key in unset] +
                     ['PYTHONNOUSERSITE=1', 'PIP_CONFIG_FILE=%s' % os.devnull])
 
