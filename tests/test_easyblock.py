@@ -467,6 +467,35 @@ def test_thousands_of_requirements_reach_the_check_on_stdin():
     assert checks == dict(checks, python='3.12', components={'torch': '2.9.1'})
 
 
+@pytest.mark.parametrize('syntax', ['Lua', 'Tcl'])
+def test_the_binds_a_module_keeps(tmp_path, demo_sif, syntax):
+    """Lua and Tcl keep the same binds: those whose source is a directory or a regular file, also through a link;
+    not a link to nothing, a FIFO, a device or a missing path. None whose destination one of the user's own binds
+    has already: the runtime would say so at every start."""
+    require_runtime()
+    paths = tmp_path / 'binds'
+    kept = ['dir', 'file', 'link-to-dir', 'link-to-file']
+    left_out = ['dangling', 'fifo', 'missing']
+    binds = ['/tmp'] + [str(paths / name) for name in kept + left_out] + [
+        '/dev/null', '%s:/data:ro' % (paths / 'dir'), '%s:/mnt/users' % (paths / 'dir')]
+    inst, idir = install_demo(tmp_path, demo_sif, syntax=syntax, container_bind=binds, squash_user_software=False)
+    paths.mkdir()
+    (paths / 'dir').mkdir()
+    (paths / 'file').write_text('')
+    (paths / 'link-to-dir').symlink_to(paths / 'dir')
+    (paths / 'link-to-file').symlink_to(paths / 'file')
+    (paths / 'dangling').symlink_to(paths / 'missing')
+    os.mkfifo(paths / 'fifo')
+    users = '/tmp,%s:/mnt/users:ro' % (paths / 'file')
+    for variable in ('SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'):
+        out = inst.shell('export %s=%s\nmodule load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
+                         'singularity exec "$SIF" true' % (variable, users))
+        assert out.stdout.split(',') == users.split(',') + [str(paths / name) for name in kept] + [
+            '%s:/data:ro' % (paths / 'dir'), '%s/runscripts:/runscripts' % idir,
+            '%s/user-software:/user-software\n' % idir]
+        assert out.stderr == ''
+
+
 def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):
     """Requirements given as a file: URL, a path or 'name @ URL' install; the sanity check looks for the names that
     lines have, and no made-up one ('file')."""

@@ -221,7 +221,7 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               'text', "shell code, as a string", no_nul_problem),
     Parameter('container_bind', LUMI_BIND_PATHS,
               "Host paths bound in the container (SINGULARITY_BINDPATH), each 'path' or 'src:dst[:opts]'; the "
-              "module binds those whose source exists on the node where it is loaded",
+              "module binds those whose source is a directory or a file on the node where it is loaded",
               'list', "a list of absolute host paths or 'src:dst[:opts]' with absolute paths, one bind per entry, "
                       "each once", bind_problem, unique=True),
     Parameter('container_env', {},
@@ -407,11 +407,13 @@ class SingularityContainer(EasyBlock):
         return '%s:%s' % (os.path.join(self.installdir, 'runscripts'), CONTAINER_RUNSCRIPTS)
 
     def install_binds(self):
-        """What the install binds: the easyconfig's binds whose source exists here (a modern runtime does not start
-        a container with a missing one; the module does the same on the node where it is loaded), the run scripts."""
+        """What the install binds: the easyconfig's binds whose source is a directory or a file here (a modern runtime
+        does not start a container with a missing one; the module does the same on the node where it is loaded), the
+        run scripts."""
         binds = []
         for bind in self.cfg['container_bind']:
-            if os.path.exists(bind.split(':')[0]):
+            source = bind.split(':')[0]
+            if os.path.isdir(source) or os.path.isfile(source):
                 binds.append(bind)
             else:
                 self.log.info("Not binding %s during the installation: its source does not exist here", bind)
@@ -1174,13 +1176,16 @@ restorable_env("CONTAINERROOT", installdir)
 restorable_env("RUNSCRIPTS", pathJoin(installdir, "runscripts"))
 restorable_env("RUNSCRIPTS" .. suffix, pathJoin(installdir, "runscripts"))
 
--- Binds: the user's own, then those of the easyconfig whose source exists on this node (a modern runtime does not
--- start a container with a missing one), the run scripts and the user software, packed (read-only: said, the
--- runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+-- Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
+-- runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
+-- said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+local function bindable(path)  -- a directory or a regular file, through links too
+    local mode = lfs.attributes(path, "mode")
+    return mode == "directory" or mode == "file"
+end
 local kept = {}
 for _, bind in ipairs(@binds@) do
-    local source = bind:match("^[^:]*")
-    if isDir(source) or isFile(source) then
+    if bindable(bind:match("^[^:]*")) then
         kept[#kept + 1] = bind
     end
 end
@@ -1194,7 +1199,6 @@ elseif mode() == "load" then
                 " nor " .. pathJoin(installdir, @us_dir@) .. " exists): Python in the container is the image's own. " ..
                 "Reinstall the module (eb --rebuild), or put the file back.")
 end
-local binds = table.concat(kept, ",")
 -- The user's own binds, under either name (both when they differ): both names get the same list, so that
 -- Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
 local user_binds = user_value("APPTAINER_BINDPATH") or ""
@@ -1204,8 +1208,26 @@ if user_binds == "" then
 elseif singularity_binds ~= "" and singularity_binds ~= user_binds then
     user_binds = user_binds .. "," .. singularity_binds
 end
+-- None of the module's binds goes where one of the user's goes: the runtime would say so at every start.
+local function destination(bind)  -- of src[:dst[:opts]]
+    local source, target = bind:match("^([^:]*):?([^:]*)")
+    return target ~= "" and target or source
+end
+local taken = {}
+for entry in user_binds:gmatch("[^,]+") do
+    if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
+        taken[destination(entry)] = true  -- (not an option of the bind before)
+    end
+end
+local binds = {}
+for _, bind in ipairs(kept) do
+    if not taken[destination(bind)] then
+        binds[#binds + 1] = bind
+    end
+end
+binds = table.concat(binds, ",")
 if user_binds ~= "" then
-    binds = user_binds .. "," .. binds
+    binds = binds == "" and user_binds or (user_binds .. "," .. binds)
 end
 restorable_env("SINGULARITY_BINDPATH", binds)
 restorable_env("APPTAINER_BINDPATH", binds)
@@ -1353,12 +1375,13 @@ restorable_env CONTAINERROOT $installdir
 restorable_env RUNSCRIPTS [file join $installdir runscripts]
 restorable_env RUNSCRIPTS$suffix [file join $installdir runscripts]
 
-# Binds: the user's own, then those of the easyconfig whose source exists on this node (a modern runtime does not
-# start a container with a missing one), the run scripts and the user software, packed (read-only: said, the
-# runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+# Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
+# runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
+# said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
 set kept {}
 foreach bind @binds@ {
-    if { [file exists [lindex [split $bind :] 0]] } {
+    set source [lindex [split $bind :] 0]
+    if { [file isdirectory $source] || [file isfile $source] } {
         lappend kept $bind
     }
 }
@@ -1372,7 +1395,6 @@ if { [file isfile [file join $installdir @us_squashfs@]] } {
  [file join $installdir @us_squashfs@] nor [file join $installdir @us_dir@] exists): Python in the container is\
  the image's own. Reinstall the module (eb --rebuild), or put the file back."
 }
-set binds [join $kept ,]
 # The user's own binds, under either name (both when they differ): both names get the same list, so that
 # Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
 set user_binds [user_value APPTAINER_BINDPATH]
@@ -1382,8 +1404,26 @@ if { $user_binds eq "" } {
 } elseif { $singularity_binds ne "" && $singularity_binds ne $user_binds } {
     append user_binds ",$singularity_binds"
 }
+# None of the module's binds goes where one of the user's goes: the runtime would say so at every start.
+proc bind_destination {bind} {
+    set fields [split $bind :]
+    return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
+}
+set taken {}
+foreach entry [split $user_binds ,] {
+    if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
+        lappend taken [bind_destination $entry]
+    }
+}
+set binds {}
+foreach bind $kept {
+    if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
+        lappend binds $bind
+    }
+}
+set binds [join $binds ,]
 if { $user_binds ne "" } {
-    set binds "$user_binds,$binds"
+    set binds [expr {$binds eq "" ? $user_binds : "$user_binds,$binds"}]
 }
 restorable_env SINGULARITY_BINDPATH $binds
 restorable_env APPTAINER_BINDPATH $binds
