@@ -42,7 +42,6 @@ LMOD_CMD = os.environ.get('LMOD_CMD') or '/usr/share/lmod/lmod/libexec/lmod'
 LMOD_INIT = '/usr/share/lmod/lmod/init/bash'
 
 
-
 def _container_python_version():
     """The version of the test images' Python: Debian 12's (images.ROOTFS), whatever runs the tests."""
     versions = sorted((int(match.group(1)), int(match.group(2))) for match in (

@@ -14,8 +14,8 @@ import pytest
 
 from support import EASYBLOCK, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND
-from testkit.install import (spawn, LITERAL_DEFAULT, RUNTIME, Installation, base_env, demo_easyconfig, failing_mksquashfs,
-                             install_demo, run, slow_step, wait_for)
+from testkit.install import (spawn, LITERAL_DEFAULT, RUNTIME, Installation, base_env, demo_easyconfig,
+                             failing_mksquashfs, install_demo, run, slow_step, wait_for)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 

@@ -48,7 +48,7 @@ def test_arguments_exit_status_stdin_and_signals(image):
     assert contain('exec', image, 'sh', '-c', 'cat | wc -l', stdin='one\ntwo\n')[:2] == (0, '2\n')
     assert contain('exec', image, 'sh', '-c', 'kill -TERM $$')[0] == -signal.SIGTERM
     proc = spawn([RUNTIME, 'exec', str(image), 'sh', '-c', 'echo up; exec sleep 30'],
-                            stdout=subprocess.PIPE, text=True, cwd='/tmp')
+                 stdout=subprocess.PIPE, text=True, cwd='/tmp')
     assert proc.stdout.readline() == 'up\n'
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == -signal.SIGTERM

@@ -126,8 +126,7 @@ def start_venv_pip(inst, wheelhouse, *extra_path):
     env = base_env([str(p) for p in extra_path])
     command = inst.shell_command('module load Demo/1.0\nexec venv-pip install %s lumi-later'
                                  % ' '.join(local_wheels(wheelhouse)))
-    return spawn(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return spawn(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 @pytest.mark.needs('image-src')
@@ -432,8 +431,8 @@ def test_image_entry_points_with_extras_or_a_method(odd_commands):
     """`tool = mod:main [cli]` and `tool = mod:Tool.run` become commands that run with the venv's Python."""
     inst, idir = odd_commands
     out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" extras-tool\nsingularity exec "$SIF" dotted-tool')
-    assert [json.loads(line) for line in out.stdout.splitlines()] == [['/user-software/venv/demo', 'main'],
-                                                                       ['/user-software/venv/demo', 'Tool.run']]
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        ['/user-software/venv/demo', 'main'], ['/user-software/venv/demo', 'Tool.run']]
 
 
 def test_image_commands_only_from_the_environments_scripts_dir(odd_commands):
