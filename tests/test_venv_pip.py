@@ -389,6 +389,52 @@ def test_commands_of_the_image_and_of_venv_pip_packages_run_with_the_venv(unpack
     assert json.loads(out) == ['/user-software/venv/demo', {'lumi_base': 'imported'}]
 
 
+def test_a_package_command_named_python_leaves_the_venvs_python_alone(unpacked, tmp_path):
+    """A wheel with a console script named like the venv's Python (python, python3): pip would replace the venv's
+    python with a script that starts itself for ever. venv-pip leaves these commands out, says so naming the
+    package, and the venv's Python works, also after the package is uninstalled."""
+    venv_pip_of_a_package_command_named_python(*unpacked, tmp_path)
+
+
+@pytest.mark.needs('image-src')
+def test_a_package_command_named_python_in_a_packed_venv(packed, tmp_path):
+    venv_pip_of_a_package_command_named_python(*packed, tmp_path)
+
+
+def venv_pip_of_a_package_command_named_python(inst, idir, tmp_path):
+    wheels = tmp_path / 'wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-python', code='def main():\n    print("lumi-python runs")\n',
+                commands={'python': 'lumi_python:main', 'python3': 'lumi_python:main', 'lumi-py': 'lumi_python:main'})
+    proc = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-python\n'
+                                         'python -c "import sys, lumi_python; print(sys.prefix)"\n'
+                                         'singularity exec "$SIF" python3 -c "import sys; print(sys.prefix)"\n'
+                                         'singularity exec "$SIF" lumi-py' % ' '.join(local_wheels(wheels)))
+    assert proc.stderr.splitlines() == [
+        "venv-pip: warning: the command %s of lumi-python was left out: it would replace the virtual "
+        "environment's own Python" % name for name in ('python', 'python3')]
+    ran = [line for line in proc.stdout.splitlines() if not line.startswith('venv-pip: ')]  # (packed: replaced)
+    assert ran == ['/user-software/venv/demo', '/user-software/venv/demo', 'lumi-python runs']
+    out = inst.module_shell('Demo/1.0', 'venv-pip uninstall -y -q lumi-python\n'
+                                        'python -c "import sys; print(sys.prefix)"')
+    assert out.stdout.splitlines()[-1] == '/user-software/venv/demo'
+
+
+@pytest.mark.needs('image-src')
+def test_commands_that_only_read_see_the_venv_as_it_is_now(unpacked):
+    """venv-pip list and freeze without a reload after make-squashfs and rm -r user-software (the module bound the
+    directory), and after unmake-squashfs and rm user-software.squashfs (it bound the file): they use what is
+    there now."""
+    inst, idir = unpacked
+    proc = inst.module_shell('Demo/1.0', 'make-squashfs >/dev/null\nrm -r "$CONTAINERROOT/user-software"\n'
+                                         'venv-pip list --format=freeze\n'
+                                         'module load Demo/1.0\n'
+                                         'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/user-software.squashfs"\n'
+                                         'venv-pip freeze\n')
+    assert proc.stdout.split().count('lumi-base==1.0') == 2
+    assert proc.stderr == ''
+
+
 # The image's commands that pip did not write (entry points with extras, calling a class's method), one with a
 # space in its name, and a script in a bin/ of a package's own, which is no command.
 ODD_CODE = '''import json

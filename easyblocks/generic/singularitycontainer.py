@@ -651,7 +651,8 @@ class SingularityContainer(EasyBlock):
             if self.cfg['container_init']:
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
             return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
-                                        image_commands_module=IMAGE_COMMANDS_MODULE)
+                                        image_commands_module=IMAGE_COMMANDS_MODULE,
+                                        bind_user_software=BIND_USER_SOFTWARE, keep_venv_python=KEEP_VENV_PYTHON)
         if launch == 'runscript':
             return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
         if self.cfg['container_init']:
@@ -1645,6 +1646,59 @@ def fill_script_template(template, **values):
     return fill_template(template, **dict((key, value) for key, value in values.items() if key in used))
 
 
+# venv-pip: the module's binds with /user-software bound from where the venv is now
+BIND_USER_SOFTWARE = r'''# The module's binds, with /user-software bound from where the venv is now
+# (a change since the module was loaded may have packed or unpacked it, or removed what it bound):
+# use_for_user_software <source> [<bind options>].
+bind_user_software_from() {
+    local IFS=, entry entries kept=() dropped=
+    read -ra entries <<<"$1"
+    for entry in "${entries[@]}"; do
+        case "$entry" in
+            *:/user-software | *:/user-software:*) dropped=yes ;;
+            ro | rw | image-src=* | id=*) [ -n "$dropped" ] || kept+=("$entry") ;;  # options of the entry before
+            *) dropped= ; kept+=("$entry") ;;
+        esac
+    done
+    kept+=("$2:/user-software${3:+:$3}")
+    echo "${kept[*]}"
+}
+use_for_user_software() {
+    SINGULARITY_BINDPATH=$(bind_user_software_from "${SINGULARITY_BINDPATH:-}" "$@")
+    APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
+    export SINGULARITY_BINDPATH APPTAINER_BINDPATH
+}'''
+
+# venv-pip: the venv's own Python kept when pip would replace it
+KEEP_VENV_PYTHON = r'''# The venv's own Python (python, python3, python3.X: links to the image's):
+# a package's command of such a name would replace it with a script that starts itself for ever. It is put back, and
+# taken out of the package's RECORD (an uninstall must not remove it); the package is named.
+venv_python_links() {  # 'name target' of each link in the venv's bin/ ($1)
+    local link
+    for link in "$1"/python "$1"/python[0-9]*; do
+        if [ -L "$link" ]; then
+            echo "${link##*/} $(readlink "$link")"
+        fi
+    done
+}
+keep_venv_python() {  # $1: the venv's bin/, $2: what venv_python_links said before pip ran
+    local name target record package
+    while read -r name target; do
+        if [ -z "$name" ] || [ "$(readlink "$1/$name")" = "$target" ]; then
+            continue
+        fi
+        rm -f "$1/$name"
+        ln -s "$target" "$1/$name"
+        for record in "$1"/../lib/python*/site-packages/*.dist-info/RECORD; do
+            grep -qF -- "../../../bin/$name," "$record" || continue
+            package=$(sed -n '/^Name: */{s///p;q}' "${record%/RECORD}/METADATA")
+            grep -vF -- "../../../bin/$name," "$record" >"$record.tmp" && mv "$record.tmp" "$record"
+            echo "venv-pip: warning: the command $name of ${package:-${record%/RECORD}} was left out: it would" \
+                "replace the virtual environment's own Python" >&2
+        done
+    done <<<"$2"
+}'''
+
 # venv-pip: pip against the module's venv, whatever its state. Changes to a packed venv are made on an unpacked copy,
 # packed again and checked, and only then put in place by a rename: a failure or a signal leaves the old SquashFS
 # file as it was, and jobs that have it mounted keep the old one.
@@ -1652,6 +1706,10 @@ LAUNCH_VENV_PIP = r'''@readable_by_all@
 @remove_leftovers@
 
 @pip_changes_venv@
+
+@bind_user_software@
+
+@keep_venv_python@
 
 venv=@venv@
 pip() {
@@ -1667,8 +1725,17 @@ venv_state() {
 }
 
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
-# the venv as the module binds it, read-only if packed.
-pip_changes_venv "$@" || pip "$@"
+# the venv as it is now, read-only if packed.
+if ! pip_changes_venv "$@"; then
+    if [ -f "$squashfs" ]; then
+        use_for_user_software "$squashfs" image-src=/,ro
+    elif [ -d "$dir" ]; then
+        use_for_user_software "$dir"
+    else
+        die "there is neither $squashfs nor $dir: reinstall the module with eb"
+    fi
+    pip "$@"
+fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
 @lock_install_dir@
@@ -1678,27 +1745,6 @@ if ! flock -n 9; then
 fi
 remove_leftovers "$squashfs"
 remove_leftovers "$dir.venv-pip"
-
-# The module's binds, with /user-software bound from where the venv is now (a change since the module was loaded
-# may have packed or unpacked it).
-bind_user_software_from() {
-    local IFS=, entry entries kept=() dropped=
-    read -ra entries <<<"$1"
-    for entry in "${entries[@]}"; do
-        case "$entry" in
-            *:/user-software | *:/user-software:*) dropped=yes ;;
-            ro | rw | image-src=* | id=*) [ -n "$dropped" ] || kept+=("$entry") ;;  # options of the entry before
-            *) dropped= ; kept+=("$entry") ;;
-        esac
-    done
-    kept+=("$2:/user-software")
-    echo "${kept[*]}"
-}
-use_for_user_software() {
-    SINGULARITY_BINDPATH=$(bind_user_software_from "${SINGULARITY_BINDPATH:-}" "$1")
-    APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$1")
-    export SINGULARITY_BINDPATH APPTAINER_BINDPATH
-}
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
 # ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
@@ -1726,7 +1772,11 @@ trap 'stop 143' TERM
 if [ ! -f "$squashfs" ]; then
     [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
     use_for_user_software "$dir"
-    in_background pip "$@"  # the lock is held until pip and image_commands end
+    links=$(venv_python_links "$dir${venv#/user-software}/bin")
+    status=0
+    in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
+    keep_venv_python "$dir${venv#/user-software}/bin" "$links"
+    [ "$status" -eq 0 ] || exit "$status"
     in_background image_commands
     exit 0
 fi
@@ -1741,12 +1791,14 @@ in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/nul
     die "cannot unpack $squashfs; nothing was changed"
 use_for_user_software "$work"
 before=$(venv_state "$work")
+links=$(venv_python_links "$work${venv#/user-software}/bin")
 status=0
 in_background pip "$@" || status=$?
 if [ "$status" -ne 0 ]; then
     echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
     exit "$status"
 fi
+keep_venv_python "$work${venv#/user-software}/bin" "$links"
 in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
 if [ "$(venv_state "$work")" = "$before" ]; then
     echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
