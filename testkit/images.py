@@ -116,10 +116,11 @@ def main():
 
 
 def write_distribution(site: Path, name: str, version: str, code: str = "", commands: tuple = (),
-                       python: str = "") -> None:
+                       python: str = "", entry_points: dict | None = None) -> None:
     """An installed pure-Python distribution: module `name` (dashes as underscores) with VERSION (and `code`), and
     its dist-info; each of `commands` a console script calling the module's main(), installed as pip does it (a
-    script in the environment's bin/ run by `python`, listed in RECORD)."""
+    script in the environment's bin/ run by `python`, listed in RECORD); `entry_points` ({name: 'module:attr
+    [extras]'}) console scripts without a script, as in a directory of pip install --target on PYTHONPATH."""
     module = name.replace("-", "_")
     (site / module).mkdir(parents=True)
     (site / module / "__init__.py").write_text("VERSION = %r\n%s" % (version, code))
@@ -128,9 +129,10 @@ def write_distribution(site: Path, name: str, version: str, code: str = "", comm
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version))
     (info / "INSTALLER").write_text("pip\n")
     record = []
-    if commands:
+    points = dict({command: "%s:main" % module for command in commands}, **(entry_points or {}))
+    if points:
         (info / "entry_points.txt").write_text("[console_scripts]\n" + "".join(
-            "%s = %s:main\n" % (command, module) for command in commands))
+            "%s = %s\n" % point for point in points.items()))
     for command in commands:
         script = site / "../../../bin" / command
         script.write_text("#!%s\nimport sys\nfrom %s import main\nif __name__ == '__main__':\n    sys.exit(main())\n"

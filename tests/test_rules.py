@@ -27,6 +27,16 @@ CASES = [
     ('container_bind', ['/a b'], False),
     ('container_bind', ['/pfs', '/pfs'], False),
     ('container_bind', '/tmp', False),
+    ('container_bind', ['/tmp:/mnt:rw', '/a:/b:id=2', '/x.sqfs:/data:image-src=/', '/y.sqfs:/y:image-src=/sub,ro'],
+     True),
+    ('container_bind', ['/tmp:/mnt:bogus'], False),
+    ('container_bind', ['/tmp:/mnt:ro,bogus'], False),
+    ('container_bind', ['/tmp:/mnt:'], False),
+    ('container_bind', ['/tmp:/mnt:ro:x'], False),
+    ('container_bind', ['/tmp:/mnt:ro,/other'], False),
+    ('container_bind', ['/a:/b:id=x'], False),
+    ('container_bind', ['/a:/b:image-src=sub'], False),
+    ('container_bind', ['/tmp:/mnt,ro'], False),
     ('container_env', {'NCCL_SOCKET_IFNAME': 'hsn0,hsn1', 'X': 'a b "d" it\'s'}, True),
     ('container_env', {'X': 'pa$$word'}, False),
     ('container_env', {'PREPEND_PATH': '/x'}, False),
@@ -134,7 +144,7 @@ def test_bad_parameters_stop_eb_before_the_copy(tmp_path, demo_sif, eb_version):
     (inst.sources / 'demo.sif').write_bytes(demo_sif.read_bytes())
     marker = tmp_path / 'id-ran'
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
-        container_venv='a$(touch %s)b' % marker, container_bind='/tmp', pip_requirements='lumi-base',
+        container_venv='a$(touch %s)b' % marker, container_bind=['/tmp:/mnt:bogus'], pip_requirements='lumi-base',
         wrapped_commands='python', container_env={'X': 'one\ntouch %s' % marker},
         container_env_defaults={'Y': 'nul\0'}, container_entry='shell'))
     proc = inst.eb(ec, check=False)
@@ -143,8 +153,8 @@ def test_bad_parameters_stop_eb_before_the_copy(tmp_path, demo_sif, eb_version):
     for expected in [
             "container_venv: 'a$(touch %s)b' is not a valid virtual environment name (allowed: letters, digits "
             "and '._-', not starting with '.' or '-'" % marker,
-            "container_bind: must be a list of strings, not a string ('/tmp') (allowed: a list of absolute host "
-            "paths",
+            "container_bind[0]: '/tmp:/mnt:bogus' has the bind option 'bogus', which the container runtime does "
+            "not know: ro, rw, image-src=<path in the image> or id=<partition number>, comma-separated",
             "pip_requirements: must be a list of strings, not a string ('lumi-base')",
             "wrapped_commands: must be a list of strings, not a string ('python')",
             "container_env['X']: 'one\\ntouch %s' must not contain a newline or other control characters" % marker,

@@ -10,10 +10,10 @@ import subprocess
 import pytest
 
 from support import require_other_users, require_runtime, require_tools
-from testkit.images import IMAGE_TOOL_COMMAND
-from testkit.users import OUTSIDER, give
+from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, write_distribution
 from testkit.install import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif, spawn,
                              local_wheels, slow_step, wait_for, write_wheel)
+from testkit.users import OUTSIDER, give
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -386,3 +386,115 @@ def test_commands_of_the_image_and_of_venv_pip_packages_run_with_the_venv(unpack
     inst.module_shell('Demo/1.0', 'venv-pip uninstall -y -q lumi-report')
     out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" ' + report).stdout
     assert json.loads(out) == ['/user-software/venv/demo', {'lumi_base': 'imported'}]
+
+
+def test_a_package_command_named_python_leaves_the_venvs_python_alone(unpacked, tmp_path):
+    """A wheel with a console script named like the venv's Python (python, python3): pip would replace the venv's
+    python with a script that starts itself for ever. venv-pip leaves these commands out, says so naming the
+    package, and the venv's Python works, also after the package is uninstalled."""
+    venv_pip_of_a_package_command_named_python(*unpacked, tmp_path)
+
+
+@pytest.mark.needs('image-src')
+def test_a_package_command_named_python_in_a_packed_venv(packed, tmp_path):
+    venv_pip_of_a_package_command_named_python(*packed, tmp_path)
+
+
+def venv_pip_of_a_package_command_named_python(inst, idir, tmp_path):
+    wheels = tmp_path / 'wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-python', code='def main():\n    print("lumi-python runs")\n',
+                commands={'python': 'lumi_python:main', 'python3': 'lumi_python:main', 'lumi-py': 'lumi_python:main'})
+    proc = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-python\n'
+                                         'python -c "import sys, lumi_python; print(sys.prefix)"\n'
+                                         'singularity exec "$SIF" python3 -c "import sys; print(sys.prefix)"\n'
+                                         'singularity exec "$SIF" lumi-py' % ' '.join(local_wheels(wheels)))
+    assert proc.stderr.splitlines() == [
+        "venv-pip: warning: the command %s of lumi-python was left out: it would replace the virtual "
+        "environment's own Python" % name for name in ('python', 'python3')]
+    ran = [line for line in proc.stdout.splitlines() if not line.startswith('venv-pip: ')]  # (packed: replaced)
+    assert ran == ['/user-software/venv/demo', '/user-software/venv/demo', 'lumi-python runs']
+    out = inst.module_shell('Demo/1.0', 'venv-pip uninstall -y -q lumi-python\n'
+                                        'python -c "import sys; print(sys.prefix)"')
+    assert out.stdout.splitlines()[-1] == '/user-software/venv/demo'
+
+
+@pytest.mark.needs('image-src')
+def test_commands_that_only_read_see_the_venv_as_it_is_now(unpacked):
+    """venv-pip list and freeze without a reload after make-squashfs and rm -r user-software (the module bound the
+    directory), and after unmake-squashfs and rm user-software.squashfs (it bound the file): they use what is
+    there now."""
+    inst, idir = unpacked
+    proc = inst.module_shell('Demo/1.0', 'make-squashfs >/dev/null\nrm -r "$CONTAINERROOT/user-software"\n'
+                                         'venv-pip list --format=freeze\n'
+                                         'module load Demo/1.0\n'
+                                         'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/user-software.squashfs"\n'
+                                         'venv-pip freeze\n')
+    assert proc.stdout.split().count('lumi-base==1.0') == 2
+    assert proc.stderr == ''
+
+
+# The image's commands that pip did not write (entry points with extras, calling a class's method), one with a
+# space in its name, and a script in a bin/ of a package's own, which is no command.
+ODD_CODE = '''import json
+import sys
+
+
+def main():
+    print(json.dumps([sys.prefix, "main"]))
+
+
+class Tool:
+    @staticmethod
+    def run():
+        print(json.dumps([sys.prefix, "Tool.run"]))
+'''
+ODD_ENTRY_POINTS = {'extras-tool': 'odd_commands:main [cli]', 'dotted-tool': 'odd_commands:Tool.run'}
+
+
+@pytest.fixture(scope='module')
+def odd_commands(tmp_path_factory, demo_sif):
+    """Demo/1.0 (venv unpacked) from an image whose distribution odd-commands has ODD_ENTRY_POINTS, the command
+    'my tool' in /usr/bin, and odd_commands/bin/inner-tool in its RECORD."""
+    require_runtime()
+    require_tools('mksquashfs', 'siftool', 'flock')
+    root = tmp_path_factory.mktemp('odd-commands')
+    site = root / 'tree' / 'usr' / 'lib' / 'python3' / 'dist-packages'
+    (root / 'tree' / 'usr' / 'bin').mkdir(parents=True)
+    write_distribution(site, 'odd-commands', '1.0', ODD_CODE, ('my tool',), IMAGE_PYTHON, ODD_ENTRY_POINTS)
+    inner = site / 'odd_commands' / 'bin' / 'inner-tool'
+    inner.parent.mkdir()
+    inner.write_text('#!%s\nprint("inner")\n' % IMAGE_PYTHON)
+    inner.chmod(0o755)
+    with open(next(site.glob('odd_commands-*.dist-info')) / 'RECORD', 'a') as record:
+        record.write('odd_commands/bin/inner-tool,,\n')
+    sif = make_test_sif(root / 'odd.sif', trees={'/usr': root / 'tree' / 'usr'})
+    return install_demo(root / 'install', sif, squash_user_software=False)
+
+
+def test_image_entry_points_with_extras_or_a_method(odd_commands):
+    """`tool = mod:main [cli]` and `tool = mod:Tool.run` become commands that run with the venv's Python."""
+    inst, idir = odd_commands
+    out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" extras-tool\nsingularity exec "$SIF" dotted-tool')
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        ['/user-software/venv/demo', 'main'], ['/user-software/venv/demo', 'Tool.run']]
+
+
+def test_image_commands_only_from_the_environments_scripts_dir(odd_commands):
+    """A script in a bin/ inside a package is not a command; those of /usr/bin are."""
+    inst, idir = odd_commands
+    out = inst.module_shell('Demo/1.0', 'singularity exec "$SIF" sh -c "command -v inner-tool || echo none"\n'
+                                        'singularity exec "$SIF" sh -c "command -v %s"' % IMAGE_TOOL_COMMAND)
+    assert out.stdout.splitlines() == ['none', '/user-software/venv/demo/bin/%s' % IMAGE_TOOL_COMMAND]
+
+
+def test_an_image_command_with_a_space_in_its_name(odd_commands, wheelhouse):
+    """'my tool' runs with the venv's Python, and stays one of the image's commands after a venv-pip."""
+    inst, idir = odd_commands
+    manifest = idir / 'user-software' / 'venv' / 'demo' / 'bin' / '.image-commands'
+    assert 'my tool' in manifest.read_text().splitlines()
+    out = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later\nsingularity exec "$SIF" "my tool"'
+                            % ' '.join(local_wheels(wheelhouse)))
+    assert json.loads(out.stdout) == ['/user-software/venv/demo', 'main']
+    listed = manifest.read_text().splitlines()
+    assert 'my tool' in listed and 'my' not in listed

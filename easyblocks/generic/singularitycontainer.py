@@ -103,6 +103,9 @@ VERSION = re.compile(r'[0-9]+(\.[0-9]+)*([.+-][0-9A-Za-z]+)*\Z')
 PYTHON_VERSION = re.compile(r'[0-9]+\.[0-9]+\Z')
 # newlines, NUL and the other control characters; a tab is fine
 CONTROL_CHARACTER = re.compile(r'[\x00-\x08\x0a-\x1f\x7f]')
+# What Apptainer and SingularityCE take as options of a bind (src:dst:opts, comma-separated): read-only or not, and
+# for an image file bound, the path in it and the partition of a SIF file
+BIND_OPTION = re.compile(r'(ro|rw|image-src=(/[^,]*)?|id=[0-9]+)\Z')
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -143,13 +146,19 @@ def absolute_path_problem(value):
 
 
 def bind_problem(value):
-    if re.search(r'[\s,]', value):
-        return "%r must not contain whitespace or commas" % value
+    """One bind as the runtime takes it: src[:dst[:opts]], the options comma-separated (BIND_OPTION)."""
     problem = one_line_problem(value)
     if problem:
         return problem
-    if not all(path.startswith('/') for path in value.split(':')[:2]):
+    parts = value.split(':')
+    if re.search(r'\s', value) or ',' in ':'.join(parts[:2]):
+        return "%r must not contain whitespace, nor commas but between options" % value
+    if len(parts) > 3 or not all(path.startswith('/') for path in parts[:2]):
         return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
+    for option in parts[2].split(',') if len(parts) == 3 else []:
+        if not BIND_OPTION.match(option):
+            return ("%r has the bind option %r, which the container runtime does not know: ro, rw, image-src=<path "
+                    "in the image> or id=<partition number>, comma-separated" % (value, option))
     return None
 
 
@@ -212,7 +221,7 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               'text', "shell code, as a string", no_nul_problem),
     Parameter('container_bind', LUMI_BIND_PATHS,
               "Host paths bound in the container (SINGULARITY_BINDPATH), each 'path' or 'src:dst[:opts]'; the "
-              "module binds those whose source exists on the node where it is loaded",
+              "module binds those whose source is a directory or a file on the node where it is loaded",
               'list', "a list of absolute host paths or 'src:dst[:opts]' with absolute paths, one bind per entry, "
                       "each once", bind_problem, unique=True),
     Parameter('container_env', {},
@@ -354,6 +363,10 @@ class SingularityContainer(EasyBlock):
         self.venv_name = venv_name(self.name, self.cfg['container_venv'])
         self.container_venv = container_venv_path(self.venv_name)
         self.installed_now = False  # not with --module-only, say
+        # The sanity check's container commands run through the module, which EasyBuild loads into this environment
+        # (restored by its module purge): without the installer's container settings, as run_in_container's
+        for key in installer_container_settings():
+            self.initial_environ.pop(key, None)
         self.user_software_lock = None  # the open lock file while a reinstall holds it
 
     @property
@@ -394,11 +407,13 @@ class SingularityContainer(EasyBlock):
         return '%s:%s' % (os.path.join(self.installdir, 'runscripts'), CONTAINER_RUNSCRIPTS)
 
     def install_binds(self):
-        """What the install binds: the easyconfig's binds whose source exists here (a modern runtime does not start
-        a container with a missing one; the module does the same on the node where it is loaded), the run scripts."""
+        """What the install binds: the easyconfig's binds whose source is a directory or a file here (a modern runtime
+        does not start a container with a missing one; the module does the same on the node where it is loaded), the
+        run scripts."""
         binds = []
         for bind in self.cfg['container_bind']:
-            if os.path.exists(bind.split(':')[0]):
+            source = bind.split(':')[0]
+            if os.path.isdir(source) or os.path.isfile(source):
                 binds.append(bind)
             else:
                 self.log.info("Not binding %s during the installation: its source does not exist here", bind)
@@ -642,7 +657,8 @@ class SingularityContainer(EasyBlock):
             if self.cfg['container_init']:
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
             return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
-                                        image_commands_module=IMAGE_COMMANDS_MODULE)
+                                        image_commands_module=IMAGE_COMMANDS_MODULE,
+                                        bind_user_software=BIND_USER_SOFTWARE, keep_venv_python=KEEP_VENV_PYTHON)
         if launch == 'runscript':
             return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
         if self.cfg['container_init']:
@@ -981,26 +997,55 @@ def tree_fingerprint(path):
     return [count, size, newest]
 
 
+def installer_container_settings():
+    """The installer's own settings for the container runtime: the container's environment and binds. The install's
+    container commands run with the install's own only."""
+    return sorted(key for key in os.environ if key.startswith(('SINGULARITYENV_', 'APPTAINERENV_')) or
+                  key in ('SINGULARITY_BIND', 'APPTAINER_BIND', 'SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'))
+
+
 def installer_independent_env():
-    """An env command line start that keeps the installer's Python and pip settings out of the container (the
-    runtime passes the host's environment in and binds their home): what the install writes must not depend on who
-    installs. PYTHONPATH, PIP_* and the like go; no user site (~/.local); no pip configuration files."""
-    unset = sorted(key for key in os.environ if key.startswith(('PYTHON', 'PIP_')))
+    """An env command line start that keeps the installer's Python, pip and container settings out of the container
+    (the runtime passes the host's environment in and binds their home): what the install writes must not depend on
+    who installs. PYTHONPATH, PIP_*, SINGULARITYENV_* and the like go; no user site (~/.local); no pip
+    configuration files."""
+    unset = sorted(set(key for key in os.environ if key.startswith(('PYTHON', 'PIP_'))) |
+                   set(installer_container_settings()))
     return ' '.join(['env'] + ['-u %s' % sh_str(key) for key in unset] +
                     ['PYTHONNOUSERSITE=1', 'PIP_CONFIG_FILE=%s' % os.devnull])
 
 
+# A line of a requirements file with a distribution name: 'name[extras] <version> ; <marker>' (PEP 508), or
+# 'name @ URL'; a URL or a path has one only in an #egg= fragment. A name that is an archive's file name is a path.
+REQUIREMENT_NAME = re.compile(r'([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?\s*(?=$|[<>=!~;@(])')
+EGG_FRAGMENT = re.compile(r'[#&]egg=([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)')
+ARCHIVE = re.compile(r'.*\.(whl|zip|tar|tgz|tbz|txz|tlz|tar\.(gz|bz2|xz|lz|lzma))\Z', re.I)
+EDITABLE = re.compile(r'(-e|--editable)(\s+|=)')
+
+
+def requirement_name(line):
+    """The distribution name a requirement line gives, or None (an option, a URL or a path without #egg=)."""
+    line = re.sub(r'(^|\s)#.*$', '', line).strip()
+    editable = EDITABLE.match(line)
+    if editable or re.match(r'[^\s@]*[:/]', line):  # an editable, a URL, a path
+        egg = EGG_FRAGMENT.search(line)
+        return egg.group(1) if egg else None
+    name = REQUIREMENT_NAME.match(line)
+    if not name or ARCHIVE.match(name.group(1)):
+        return None
+    return name.group(1)
+
+
 def requirement_names(requirement_lines):
-    """Distribution names of the requirement lines, each once (options, URLs and comments have none)."""
+    """Distribution names of the requirement lines, each once (options, and URLs and paths without #egg=, have
+    none)."""
     names, seen = [], set()
     for line in requirement_lines:
-        line = re.sub(r'(^|\s)#.*$', '', line).strip()
-        match = re.match(r'^([A-Za-z0-9][A-Za-z0-9._-]*)', line)
-        if line and not line.startswith('-') and match:
-            key = re.sub(r'[-_.]+', '-', match.group(1)).lower()  # PEP 503: the same project
-            if key not in seen:
-                seen.add(key)
-                names.append(match.group(1))
+        name = requirement_name(line)
+        key = name and re.sub(r'[-_.]+', '-', name).lower()  # PEP 503: the same project
+        if name and key not in seen:
+            seen.add(key)
+            names.append(name)
     return names
 
 
@@ -1143,13 +1188,16 @@ restorable_env("CONTAINERROOT", installdir)
 restorable_env("RUNSCRIPTS", pathJoin(installdir, "runscripts"))
 restorable_env("RUNSCRIPTS" .. suffix, pathJoin(installdir, "runscripts"))
 
--- Binds: the user's own, then those of the easyconfig whose source exists on this node (a modern runtime does not
--- start a container with a missing one), the run scripts and the user software, packed (read-only: said, the
--- runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+-- Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
+-- runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
+-- said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+local function bindable(path)  -- a directory or a regular file, through links too
+    local mode = lfs.attributes(path, "mode")
+    return mode == "directory" or mode == "file"
+end
 local kept = {}
 for _, bind in ipairs(@binds@) do
-    local source = bind:match("^[^:]*")
-    if isDir(source) or isFile(source) then
+    if bindable(bind:match("^[^:]*")) then
         kept[#kept + 1] = bind
     end
 end
@@ -1163,7 +1211,6 @@ elseif mode() == "load" then
                 " nor " .. pathJoin(installdir, @us_dir@) .. " exists): Python in the container is the image's own. " ..
                 "Reinstall the module (eb --rebuild), or put the file back.")
 end
-local binds = table.concat(kept, ",")
 -- The user's own binds, under either name (both when they differ): both names get the same list, so that
 -- Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
 local user_binds = user_value("APPTAINER_BINDPATH") or ""
@@ -1173,8 +1220,26 @@ if user_binds == "" then
 elseif singularity_binds ~= "" and singularity_binds ~= user_binds then
     user_binds = user_binds .. "," .. singularity_binds
 end
+-- None of the module's binds goes where one of the user's goes: the runtime would say so at every start.
+local function destination(bind)  -- of src[:dst[:opts]]
+    local source, target = bind:match("^([^:]*):?([^:]*)")
+    return target ~= "" and target or source
+end
+local taken = {}
+for entry in user_binds:gmatch("[^,]+") do
+    if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
+        taken[destination(entry)] = true  -- (not an option of the bind before)
+    end
+end
+local binds = {}
+for _, bind in ipairs(kept) do
+    if not taken[destination(bind)] then
+        binds[#binds + 1] = bind
+    end
+end
+binds = table.concat(binds, ",")
 if user_binds ~= "" then
-    binds = user_binds .. "," .. binds
+    binds = binds == "" and user_binds or (user_binds .. "," .. binds)
 end
 restorable_env("SINGULARITY_BINDPATH", binds)
 restorable_env("APPTAINER_BINDPATH", binds)
@@ -1330,12 +1395,13 @@ restorable_env CONTAINERROOT $installdir
 restorable_env RUNSCRIPTS [file join $installdir runscripts]
 restorable_env RUNSCRIPTS$suffix [file join $installdir runscripts]
 
-# Binds: the user's own, then those of the easyconfig whose source exists on this node (a modern runtime does not
-# start a container with a missing one), the run scripts and the user software, packed (read-only: said, the
-# runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+# Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
+# runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
+# said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
 set kept {}
 foreach bind @binds@ {
-    if { [file exists [lindex [split $bind :] 0]] } {
+    set source [lindex [split $bind :] 0]
+    if { [file isdirectory $source] || [file isfile $source] } {
         lappend kept $bind
     }
 }
@@ -1349,7 +1415,6 @@ if { [file isfile [file join $installdir @us_squashfs@]] } {
  [file join $installdir @us_squashfs@] nor [file join $installdir @us_dir@] exists): Python in the container is\
  the image's own. Reinstall the module (eb --rebuild), or put the file back."
 }
-set binds [join $kept ,]
 # The user's own binds, under either name (both when they differ): both names get the same list, so that
 # Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
 set user_binds [user_value APPTAINER_BINDPATH]
@@ -1359,8 +1424,26 @@ if { $user_binds eq "" } {
 } elseif { $singularity_binds ne "" && $singularity_binds ne $user_binds } {
     append user_binds ",$singularity_binds"
 }
+# None of the module's binds goes where one of the user's goes: the runtime would say so at every start.
+proc bind_destination {bind} {
+    set fields [split $bind :]
+    return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
+}
+set taken {}
+foreach entry [split $user_binds ,] {
+    if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
+        lappend taken [bind_destination $entry]
+    }
+}
+set binds {}
+foreach bind $kept {
+    if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
+        lappend binds $bind
+    }
+}
+set binds [join $binds ,]
 if { $user_binds ne "" } {
-    set binds "$user_binds,$binds"
+    set binds [expr {$binds eq "" ? $user_binds : "$user_binds,$binds"}]
 }
 restorable_env SINGULARITY_BINDPATH $binds
 restorable_env APPTAINER_BINDPATH $binds
@@ -1672,6 +1755,59 @@ def fill_script_template(template, **values):
     return fill_template(template, **dict((key, value) for key, value in values.items() if key in used))
 
 
+# venv-pip: the module's binds with /user-software bound from where the venv is now
+BIND_USER_SOFTWARE = r'''# The module's binds, with /user-software bound from where the venv is now
+# (a change since the module was loaded may have packed or unpacked it, or removed what it bound):
+# use_for_user_software <source> [<bind options>].
+bind_user_software_from() {
+    local IFS=, entry entries kept=() dropped=
+    read -ra entries <<<"$1"
+    for entry in "${entries[@]}"; do
+        case "$entry" in
+            *:/user-software | *:/user-software:*) dropped=yes ;;
+            ro | rw | image-src=* | id=*) [ -n "$dropped" ] || kept+=("$entry") ;;  # options of the entry before
+            *) dropped= ; kept+=("$entry") ;;
+        esac
+    done
+    kept+=("$2:/user-software${3:+:$3}")
+    echo "${kept[*]}"
+}
+use_for_user_software() {
+    SINGULARITY_BINDPATH=$(bind_user_software_from "${SINGULARITY_BINDPATH:-}" "$@")
+    APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
+    export SINGULARITY_BINDPATH APPTAINER_BINDPATH
+}'''
+
+# venv-pip: the venv's own Python kept when pip would replace it
+KEEP_VENV_PYTHON = r'''# The venv's own Python (python, python3, python3.X: links to the image's):
+# a package's command of such a name would replace it with a script that starts itself for ever. It is put back, and
+# taken out of the package's RECORD (an uninstall must not remove it); the package is named.
+venv_python_links() {  # 'name target' of each link in the venv's bin/ ($1)
+    local link
+    for link in "$1"/python "$1"/python[0-9]*; do
+        if [ -L "$link" ]; then
+            echo "${link##*/} $(readlink "$link")"
+        fi
+    done
+}
+keep_venv_python() {  # $1: the venv's bin/, $2: what venv_python_links said before pip ran
+    local name target record package
+    while read -r name target; do
+        if [ -z "$name" ] || [ "$(readlink "$1/$name")" = "$target" ]; then
+            continue
+        fi
+        rm -f "$1/$name"
+        ln -s "$target" "$1/$name"
+        for record in "$1"/../lib/python*/site-packages/*.dist-info/RECORD; do
+            grep -qF -- "../../../bin/$name," "$record" || continue
+            package=$(sed -n '/^Name: */{s///p;q}' "${record%/RECORD}/METADATA")
+            grep -vF -- "../../../bin/$name," "$record" >"$record.tmp" && mv "$record.tmp" "$record"
+            echo "venv-pip: warning: the command $name of ${package:-${record%/RECORD}} was left out: it would" \
+                "replace the virtual environment's own Python" >&2
+        done
+    done <<<"$2"
+}'''
+
 # venv-pip: pip against the module's venv, whatever its state. Changes to a packed venv are made on an unpacked copy,
 # packed again and checked, and only then put in place by a rename: a failure or a signal leaves the old SquashFS
 # file as it was, and jobs that have it mounted keep the old one.
@@ -1679,6 +1815,10 @@ LAUNCH_VENV_PIP = r'''@readable_by_all@
 @remove_leftovers@
 
 @pip_changes_venv@
+
+@bind_user_software@
+
+@keep_venv_python@
 
 venv=@venv@
 pip() {
@@ -1694,8 +1834,17 @@ venv_state() {
 }
 
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
-# the venv as the module binds it, read-only if packed.
-pip_changes_venv "$@" || pip "$@"
+# the venv as it is now, read-only if packed.
+if ! pip_changes_venv "$@"; then
+    if [ -f "$squashfs" ]; then
+        use_for_user_software "$squashfs" image-src=/,ro
+    elif [ -d "$dir" ]; then
+        use_for_user_software "$dir"
+    else
+        die "there is neither $squashfs nor $dir: reinstall the module with eb"
+    fi
+    pip "$@"
+fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
 @lock_install_dir@
@@ -1705,27 +1854,6 @@ if ! flock -n 9; then
 fi
 remove_leftovers "$squashfs"
 remove_leftovers "$dir.venv-pip"
-
-# The module's binds, with /user-software bound from where the venv is now (a change since the module was loaded
-# may have packed or unpacked it).
-bind_user_software_from() {
-    local IFS=, entry entries kept=() dropped=
-    read -ra entries <<<"$1"
-    for entry in "${entries[@]}"; do
-        case "$entry" in
-            *:/user-software | *:/user-software:*) dropped=yes ;;
-            ro | rw | image-src=* | id=*) [ -n "$dropped" ] || kept+=("$entry") ;;  # options of the entry before
-            *) dropped= ; kept+=("$entry") ;;
-        esac
-    done
-    kept+=("$2:/user-software")
-    echo "${kept[*]}"
-}
-use_for_user_software() {
-    SINGULARITY_BINDPATH=$(bind_user_software_from "${SINGULARITY_BINDPATH:-}" "$1")
-    APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$1")
-    export SINGULARITY_BINDPATH APPTAINER_BINDPATH
-}
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
 # ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
@@ -1753,7 +1881,11 @@ trap 'stop 143' TERM
 if [ ! -f "$squashfs" ]; then
     [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
     use_for_user_software "$dir"
-    in_background pip "$@"  # the lock is held until pip and image_commands end
+    links=$(venv_python_links "$dir${venv#/user-software}/bin")
+    status=0
+    in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
+    keep_venv_python "$dir${venv#/user-software}/bin" "$links"
+    [ "$status" -eq 0 ] || exit "$status"
     in_background image_commands
     exit 0
 fi
@@ -1768,12 +1900,14 @@ in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/nul
     die "cannot unpack $squashfs; nothing was changed"
 use_for_user_software "$work"
 before=$(venv_state "$work")
+links=$(venv_python_links "$work${venv#/user-software}/bin")
 status=0
 in_background pip "$@" || status=$?
 if [ "$status" -ne 0 ]; then
     echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
     exit "$status"
 fi
+keep_venv_python "$work${venv#/user-software}/bin" "$links"
 in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
 if [ "$(venv_state "$work")" = "$before" ]; then
     echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
@@ -2156,23 +2290,49 @@ IMAGE_COMMANDS = r'''"""The commands of the container image's Python packages, r
 Written by EasyBuild's SingularityContainer easyblock for module @module@. The image's console scripts (torchrun,
 accelerate, ...) start the image's own Python: a package upgraded or added in this environment would not be seen.
 `python -m @module_name@` writes each of them into this environment's bin/, with this environment's Python, unless
-a package of this environment has a command of that name. The ones it wrote are listed in @manifest@.
+a package of this environment has a command of that name. The ones it wrote are listed in @manifest@, one a line.
 """
+import functools
 import importlib.metadata
 import os
+import pathlib
 import sys
+import sysconfig
 
 from @packages_module@ import IMAGE_PACKAGE_DIRS
 
 MANIFEST = os.path.join(sys.prefix, "bin", "@manifest@")
 
 
+@functools.lru_cache(maxsize=None)
+def scripts_dir(site):
+    """The scripts directory (sysconfig's "scripts") of the environment whose packages are in site, such as /usr/bin
+    for /usr/lib/python3/dist-packages; None for a directory that is no environment's (pip install --target)."""
+    site = os.path.normpath(site)
+    for prefix in [site] + [str(parent) for parent in pathlib.PurePath(site).parents]:
+        bases = dict.fromkeys(("base", "platbase", "installed_base", "installed_platbase", "userbase"), prefix)
+        for scheme in sysconfig.get_scheme_names():
+            try:
+                paths = sysconfig.get_paths(scheme, vars=bases)
+            except (KeyError, AttributeError):  # a scheme of a platform or a distribution that needs more
+                continue
+            if site in (os.path.normpath(paths["purelib"]), os.path.normpath(paths["platlib"])):
+                return os.path.normpath(paths["scripts"])
+    return None
+
+
+def command_name(name):
+    """Whether name can be a command here: a file name of one line (the manifest has one a line)."""
+    return bool(name) and "/" not in name and name.isprintable() and name not in (".", "..")
+
+
 def script_commands(dist):
-    """{name: text} of the scripts in the bin/ of the distribution's environment that Python runs."""
+    """{name: text} of the scripts in the scripts directory of the distribution's environment that Python runs."""
     commands = {}
+    scripts = scripts_dir(str(dist.locate_file("")))
     for entry in dist.files or []:
-        path = str(dist.locate_file(entry))
-        if os.path.basename(os.path.dirname(path)) != "bin" or not os.path.isfile(path):
+        path = os.path.normpath(str(dist.locate_file(entry)))
+        if os.path.dirname(path) != scripts or not command_name(os.path.basename(path)) or not os.path.isfile(path):
             continue
         with open(path, "rb") as script:
             text = script.read()
@@ -2186,12 +2346,16 @@ def entry_point_commands(dist):
     """{name: text} of launchers of the distribution's console and GUI scripts, as pip writes them."""
     commands = {}
     for point in dist.entry_points:
-        if point.group in ("console_scripts", "gui_scripts") and point.name and "/" not in point.name:
-            module, _, attribute = (part.strip() for part in point.value.partition(":"))
-            if module and attribute:
-                text = "import sys\nfrom %s import %s\nif __name__ == '__main__':\n    sys.exit(%s())\n" % (
-                    module, attribute.split(".")[0], attribute)
-                commands[point.name] = text.encode()
+        if point.group not in ("console_scripts", "gui_scripts") or not command_name(point.name):
+            continue
+        try:
+            module, attr = point.module, point.attr  # of "module:attr [extras]"; attr may be dotted
+        except AttributeError:  # a value that is no entry point
+            continue
+        if attr:
+            text = "import sys\nfrom %s import %s\nif __name__ == '__main__':\n    sys.exit(%s())\n" % (
+                module, attr.split(".")[0], attr)
+            commands[point.name] = text.encode()
     return commands
 
 
@@ -2209,7 +2373,7 @@ def main():
     shebang = ("#!%s\n" % os.path.join(bindir, "python")).encode()
     try:
         with open(MANIFEST) as manifest:
-            written_before = set(manifest.read().split())
+            written_before = set(manifest.read().splitlines())
     except OSError:
         written_before = set()
     written = []
