@@ -46,7 +46,8 @@ def test_users():
 @pytest.fixture(scope='session')
 def demo_sif(tmp_path_factory):
     """A real SIF image whose Python is ready on PATH (images from 2025 on). The images of each family are made by
-    the real apptainer build."""
+    the real apptainer build, as root: the machine's set-up, as the site makes LUMI's images (users only read
+    them)."""
     require_tools('mksquashfs', 'siftool')
     path = tmp_path_factory.mktemp('images') / 'demo.sif'
     return make_test_sif(path, builder='apptainer', env={'DEMO_IMAGE_VAR': 'from-image'})
@@ -120,7 +121,8 @@ def wheelhouse(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def slurm():
-    """A real one-node Slurm cluster (munged, slurmctld, slurmd), stopped at the end of the session."""
+    """A real Slurm cluster (munged, slurmctld, slurmd), stopped at the end of the session. Its daemons run as
+    root, as on LUMI; the jobs run as the user who submits them."""
     require_tools(*SLURM_COMMANDS)
     cluster = SlurmCluster().start()
     yield cluster

@@ -23,7 +23,8 @@ def singularity_d(sif, dest):
 def test_test_images_have_the_layout_of_apptainer_build(tmp_path):
     """A test image packed with mksquashfs and siftool against one that the real apptainer build makes from the
     same tree: the same files with the same text and modes in /.singularity.d, but for the labels and the
-    definition, which a build writes anew."""
+    definition, which a build writes anew. Both built as root: images are made by whoever sets up the machine (on
+    LUMI, the site or the AI Factory), and `apptainer build` of a root-owned tree needs root (or fakeroot)."""
     require_tools('mksquashfs', 'unsquashfs', 'siftool')
     require(APPTAINER.exists(), 'Apptainer in %s (make setup installs it)' % APPTAINER)
     tree = tmp_path / 'tree'
