@@ -15,6 +15,7 @@ key and socket, slurmctld its own port, state and spool directories in a private
 namespaces and the /24 are named and picked per run. stop() takes everything down again, also after a failed
 start: the jobs, the daemons, any process left in a node's namespace, the namespaces, the bridge and the directory.
 """
+import ctypes
 import ipaddress
 import os
 import pwd
@@ -73,6 +74,10 @@ NODE_LINE = 'NodeName={node} NodeAddr={addr} NodeHostname={node} CPUs={cpus} Sta
 NODE_START = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
 def _free_port():
     with socket.socket() as sock:
         sock.bind(('', 0))
@@ -104,6 +109,27 @@ def _free_subnet():
     raise RuntimeError('no free 10.x.y.0/24 for the test cluster\'s bridge: all tried overlap `ip -4 route`')
 
 
+def _running(pid):
+    """Whether process pid runs (not a zombie that nobody reaped yet)."""
+    try:
+        return Path('/proc/%d/stat' % pid).read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
+        return False
+
+
+def _remove_leftovers():
+    """What test clusters left whose process is gone (killed before stop(); their daemons died with it): the
+    processes still in their nodes' namespaces, the namespaces, bridges and directories."""
+    out = subprocess.run(['ip', 'netns', 'list'], capture_output=True, text=True).stdout
+    for netns, token, pid in re.findall(r'^(lumi-ct-(([0-9a-f]{6})[0-9a-f]{2})-\S+)', out, re.M):
+        if not _running(int(pid, 16)):
+            SlurmCluster.empty_netns(netns)
+            subprocess.run(['ip', 'netns', 'del', netns], capture_output=True)
+            subprocess.run(['ip', 'link', 'del', 'lct' + token], capture_output=True)
+            for path in Path(tempfile.gettempdir()).glob('lumi-ct-slurm-%s-*' % token):
+                shutil.rmtree(path, ignore_errors=True)
+
+
 class SlurmCluster:
     """munged and slurmctld on this host, a slurmd per node in its namespaces; env() is what srun and sbatch need to
     reach them."""
@@ -114,14 +140,16 @@ class SlurmCluster:
         self.nodelist = None
         self.submit_host = socket.gethostname()
         self.cpus = cpus
-        token = secrets.token_hex(3)  # names of this run's bridge, veths and namespaces
+        # This run's names (bridge, veths, namespaces, directory): the pid that makes the cluster and a random part
+        # (unique on this machine), short enough for a network interface's name (15 characters).
+        token = '%06x%s' % (os.getpid(), secrets.token_hex(1))
         self.bridge = 'lct%s' % token
         self.netns = {node: 'lumi-ct-%s-%s' % (token, node) for node in self.nodes}
         self.veths = {node: 'lct%sv%d' % (token, index) for index, node in enumerate(self.nodes)}
         self.subnet = self.host_addr = None
         self.addrs = {}
         # Not under pytest's 0700 tmp dirs: munged (the munge user) and the job steps (the test user) reach into it.
-        self.root = Path(tempfile.mkdtemp(prefix='lumi-ct-slurm-'))
+        self.root = Path(tempfile.mkdtemp(prefix='lumi-ct-slurm-%s-' % token))
         self.root.chmod(0o755)
         self.conf = self.root / 'slurm.conf'
         self.procs = {}
@@ -137,6 +165,7 @@ class SlurmCluster:
     def start(self):
         """Start munged, the network, slurmctld and the slurmds; return when every node is idle."""
         try:
+            _remove_leftovers()
             self._start_munge()
             self._make_network()
             self._write_config()
@@ -212,6 +241,9 @@ class SlurmCluster:
             if user:
                 os.setgid(user.pw_gid)
                 os.setuid(user.pw_uid)
+            # SIGTERM when the process that started the cluster dies without stop() (killed, say): no daemon of a
+            # gone test run lingers. Set after setuid, which clears it; execve keeps it.
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         with open(self.root / (name + '.out'), 'wb') as log:
             self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
                                                 preexec_fn=drop_privileges, cwd=self.root)
@@ -250,7 +282,9 @@ class SlurmCluster:
         for name in self.nodes + ['slurmctld', 'munged']:
             self._stop_daemon(name)
         for node in self.nodes:
-            self._empty_netns(self.netns[node])
+            self.empty_netns(self.netns[node])
+            # Its veth pair now, not when the kernel gets round to the namespace: the pair goes with either end.
+            subprocess.run(['ip', 'link', 'del', self.veths[node]], capture_output=True)
             subprocess.run(['ip', 'netns', 'del', self.netns[node]], capture_output=True)
         subprocess.run(['ip', 'link', 'del', self.bridge], capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
@@ -269,7 +303,7 @@ class SlurmCluster:
             proc.wait()
 
     @staticmethod
-    def _empty_netns(netns):
+    def empty_netns(netns):
         """Kill what still runs in a node's namespace (slurmstepd and the job steps outlive slurmd); wait for it."""
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
