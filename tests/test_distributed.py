@@ -173,6 +173,8 @@ def test_distributed_stops_without_slurm_localid_or_master(pytorch):
 # A job step over both nodes of the test cluster, two tasks (ranks) on each, as Slurm's block distribution places
 # them: ranks 0 and 1 on the first node, 2 and 3 on the second.
 TWO_NODES = '-N 2 --ntasks-per-node=2'
+# One task on each, where a test needs ranks on two nodes, but not more ranks (each costs a CPU-bound torch start)
+ONE_TASK_PER_NODE = '-N 2 --ntasks-per-node=1'
 # torchrun-distributed's: one task per node, which starts a process per CPU
 TORCHRUN_TWO_NODES = '-N 2 --ntasks-per-node=1 -c 2'
 
@@ -216,7 +218,7 @@ def test_srun_ranks_on_two_nodes_all_reduce_and_ddp(pytorch, slurm):
 JOB_SCRIPT = '''\
 #!/bin/bash
 #SBATCH --nodes=2
-#SBATCH --ntasks-per-node=2
+#SBATCH --ntasks-per-node=1
 #SBATCH --oversubscribe
 #SBATCH --output={out}
 source {lmod_init}
@@ -254,7 +256,7 @@ def test_two_concurrent_jobs_do_not_collide(pytorch, slurm):
         state = run(['scontrol', 'show', 'job', job], env=env).stdout
         assert 'JobState=COMPLETED' in state and 'ExitCode=0:0' in state, state + out.read_text()
         assert 'NodeList=%s' % slurm.nodelist in state and 'UserId=%s(' % user().name in state, state
-        ports.append(check_ddp_output(out.read_text(), slurm))
+        ports.append(check_ddp_output(out.read_text(), slurm, world=2, per_node=1))
     assert len(set(ports)) == 2, ports
     assert len(list(barrier.iterdir())) == 2
 
@@ -415,19 +417,20 @@ def laif_pytorch(tmp_path_factory, laif_sif, laif_wheels):
 
 
 def test_laif_image_under_srun(laif_pytorch, slurm):
-    """A LAIF image, started through its runscript as LAIF's guides do, on 2 nodes: one task per GPU with
+    """A LAIF image, started through its runscript as LAIF's guides do, on 2 nodes (a rank on each: the many
+    ranks per node are test_srun_ranks_on_two_nodes_all_reduce_and_ddp's): one task per GPU with
     conda-python-distributed, one task per node with torchrun-distributed; the user venv's upgrade wins."""
     inst, root = laif_pytorch
     # The runscript's settings for one node without GPUs (FI_HMEM_DISABLE_P2P) on one node, and only there.
-    for srun, ranks, p2p in (('-N 1 -n 2', [(0, 0), (1, 0)], '1'), (TWO_NODES, [(0, 0), (1, 0), (2, 1), (3, 1)], None)):
+    for srun, ranks, p2p in (('-N 1 -n 2', [(0, 0), (1, 0)], '1'), (ONE_TASK_PER_NODE, [(0, 0), (1, 1)], None)):
         proc = srun_in_module(inst, root, LAIF_MODULE, 'srun %s singularity run "$SIF" conda-python-distributed '
                               'show_laif.py' % srun, slurm)
         assert sorted(line for line in proc.stdout.splitlines() if line.startswith('rank ')) == [
             'rank %d on %s: laif_upgrade 2.0, runscript yes, FI_HMEM_DISABLE_P2P %s, torch 2.13.0+cpu'
             % (rank, slurm.nodes[node], p2p) for rank, node in ranks], proc.stdout
     proc = srun_in_module(inst, root, LAIF_MODULE, 'srun %s singularity run "$SIF" conda-python-distributed -u '
-                          'ddp_check.py' % TWO_NODES, slurm)
-    check_ddp_output(proc.stdout, slurm)
+                          'ddp_check.py' % ONE_TASK_PER_NODE, slurm)
+    check_ddp_output(proc.stdout, slurm, world=2, per_node=1)
     proc = srun_in_module(inst, root, LAIF_MODULE, 'srun %s singularity run "$SIF" torchrun-distributed '
-                          '--nproc-per-node=2 ddp_check.py' % TORCHRUN_TWO_NODES, slurm)
-    check_ddp_output(proc.stdout, slurm)
+                          '--nproc-per-node=1 ddp_check.py' % TORCHRUN_TWO_NODES, slurm)
+    check_ddp_output(proc.stdout, slurm, world=2, per_node=1)
