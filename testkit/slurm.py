@@ -109,6 +109,12 @@ def _free_subnet():
     raise RuntimeError('no free 10.x.y.0/24 for the test cluster\'s bridge: all tried overlap `ip -4 route`')
 
 
+def _write_readable(path, text):
+    """Write a file that the test user's srun, sbatch and job steps read, whatever the umask."""
+    path.write_text(text)
+    path.chmod(0o644)
+
+
 def _running(pid):
     """Whether process pid runs (not a zombie that nobody reaped yet)."""
     try:
@@ -188,7 +194,8 @@ class SlurmCluster:
         and its socket in a directory that every user can reach (0755: munged insists on that)."""
         munge = pwd.getpwnam('munge')
         munge_dir = self.root / 'munge'
-        munge_dir.mkdir(mode=0o755)
+        munge_dir.mkdir()
+        munge_dir.chmod(0o755)  # whatever the umask
         os.chown(munge_dir, munge.pw_uid, munge.pw_gid)
         key = munge_dir / 'munge.key'
         key.write_bytes(secrets.token_bytes(1024))
@@ -220,15 +227,16 @@ class SlurmCluster:
             _ip('-n', self.netns[node], batch=['addr add %s/24 dev eth0' % self.addrs[node], 'link set eth0 up',
                                                'link set lo up'])
         # The nodes' /etc/hosts: this host by its name at the bridge (the machine's file says 127.0.0.1), the nodes.
-        (self.root / 'hosts').write_text('127.0.0.1 localhost\n%s %s\n%s' % (
+        _write_readable(self.root / 'hosts', '127.0.0.1 localhost\n%s %s\n%s' % (
             self.host_addr, self.submit_host, ''.join('%s %s\n' % (self.addrs[node], node) for node in self.nodes)))
 
     def _write_config(self):
         (self.root / 'state').mkdir()
-        for node in self.nodes:
-            (self.root / 'spool' / node).mkdir(parents=True)
-        (self.root / 'plugstack.conf').write_text('')
-        self.conf.write_text(SLURM_CONF.format(
+        for path in [self.root / 'spool'] + [self.root / 'spool' / node for node in self.nodes]:
+            path.mkdir()
+            path.chmod(0o755)  # as /var/spool/slurmd: the job steps (the test user) start the job scripts in it
+        _write_readable(self.root / 'plugstack.conf', '')
+        _write_readable(self.conf, SLURM_CONF.format(
             # Job ids differ from those of other test clusters here: the jobs' caches in /tmp are named by them.
             first_job_id=random.randrange(1000, 10 ** 6), submit_host=self.submit_host, host_addr=self.host_addr,
             ctld_port=_free_port(), root=self.root, nodes=','.join(self.nodes),
