@@ -127,11 +127,14 @@ def _remove_leftovers():
     """What test clusters left whose process is gone (killed before stop(); their daemons died with it): the
     processes still in their nodes' namespaces, the namespaces, bridges and directories."""
     out = subprocess.run(['ip', 'netns', 'list'], capture_output=True, text=True).stdout
-    for netns, token, pid in re.findall(r'^(lumi-ct-(([0-9a-f]{6})[0-9a-f]{2})-\S+)', out, re.M):
+    links = subprocess.run(['ip', '-o', 'link'], capture_output=True, text=True).stdout
+    for netns, token, pid in re.findall(r'^(lumi-ct-(([0-9a-f]{6})[0-9a-f]{4})-\S+)', out, re.M):
         if not _running(int(pid, 16)):
             SlurmCluster.empty_netns(netns)
             subprocess.run(['ip', 'netns', 'del', netns], capture_output=True)
-            subprocess.run(['ip', 'link', 'del', 'lct' + token], capture_output=True)
+            # The bridge and the veths (a namespace may outlive its name for minutes: closing TCP connections)
+            for link in re.findall(r'^\d+: (lct%s\w*)' % token, links, re.M):
+                subprocess.run(['ip', 'link', 'del', link], capture_output=True)
             for path in Path(tempfile.gettempdir()).glob('lumi-ct-slurm-%s-*' % token):
                 shutil.rmtree(path, ignore_errors=True)
 
@@ -146,9 +149,11 @@ class SlurmCluster:
         self.nodelist = None
         self.submit_host = socket.gethostname()
         self.cpus = cpus
-        # This run's names (bridge, veths, namespaces, directory): the pid that makes the cluster and a random part
-        # (unique on this machine), short enough for a network interface's name (15 characters).
-        token = '%06x%s' % (os.getpid(), secrets.token_hex(1))
+        # This run's names (bridge, veths, namespaces, directory): the pid that makes the cluster and a random part,
+        # short enough for a network interface's name (15 characters), and in use by no other cluster.
+        token = '%06x%s' % (os.getpid(), secrets.token_hex(2))
+        while os.path.exists('/sys/class/net/lct' + token):
+            token = '%06x%s' % (os.getpid(), secrets.token_hex(2))
         self.bridge = 'lct%s' % token
         self.netns = {node: 'lumi-ct-%s-%s' % (token, node) for node in self.nodes}
         self.veths = {node: 'lct%sv%d' % (token, index) for index, node in enumerate(self.nodes)}
