@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from _pytest.tmpdir import TempPathFactory
 
-from support import require, require_runtime, require_tools
+from support import IN_CI, require, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND, make_test_sif
 from testkit.install import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,
                              TORCH_IN_CONTAINER, TORCH_SITE, Missing, install_demo, write_wheel)
@@ -121,9 +121,13 @@ def wheelhouse(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def slurm():
-    """A real Slurm cluster (munged, slurmctld, slurmd), stopped at the end of the session. Its daemons run as
-    root, as on LUMI; the jobs run as the user who submits them."""
+    """A real Slurm cluster of two nodes (munged and slurmctld here, a slurmd per node in its own namespaces),
+    stopped at the end of the session. Its daemons run as root, as on LUMI; the jobs run as the user who submits
+    them."""
     require_tools(*SLURM_COMMANDS)
+    if os.geteuid() != 0:
+        (pytest.fail if IN_CI else pytest.skip)('the Slurm test cluster needs root (its daemons, the namespaces of '
+                                                'its nodes); run the tests as root')
     cluster = SlurmCluster().start()
     yield cluster
     cluster.stop()

@@ -1,7 +1,7 @@
-"""The distributed runscripts under a real one-node Slurm: get-master, conda-python-distributed, torch.distributed."""
+"""The distributed runscripts under a real Slurm of two nodes (testkit.slurm), as the test user: get-master,
+conda-python-distributed, torchrun-distributed and torch.distributed across nodes."""
 import json
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -12,6 +12,7 @@ import pytest
 
 from testkit.install import (LAIF_MODULE, LMOD_INIT, Installation, demo_easyconfig, fake_command, install_laif, run,
                              torch_bind)
+from testkit.users import give, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -36,6 +37,7 @@ HOSTLISTS = [
 # parameters and different data per rank; DDP must leave every rank with the same, trained parameters.
 DDP_CHECK = '''\
 import os
+import socket
 import sys
 import torch
 import torch.distributed as dist
@@ -69,9 +71,9 @@ for step in range(5):
 after = torch.cat([p.detach().flatten() for p in model.parameters()])
 gathered = [torch.zeros_like(after) for _ in range(world)]
 dist.all_gather(gathered, after)
-say("rank %d of %d: local rank %s of %s, master %s:%s, trained %s" % (
-    rank, world, os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"], os.environ["MASTER_ADDR"],
-    os.environ["MASTER_PORT"], not torch.equal(before, after)))
+say("rank %d of %d on %s: local rank %s of %s, master %s:%s, trained %s" % (
+    rank, world, socket.gethostname(), os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"],
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], not torch.equal(before, after)))
 if rank == 0:
     say("DDP parameters identical on all ranks: %s" % all(torch.equal(gathered[0], g) for g in gathered))
 # Tear down together: rank 0 holds the rendezvous store, and leaving while another rank still talks to it
@@ -168,32 +170,55 @@ def test_distributed_stops_without_slurm_localid_or_master(pytorch):
     assert 'conda-python-distributed: error: cannot tell the master host from the job\'s node list' in proc.stderr
 
 
-def check_ddp_output(out):
-    """Check the output of ddp_check.py on two ranks; return the master port."""
-    assert 'all_reduce sum 3 expected 3' in out, out
+# A job step over both nodes of the test cluster, two tasks (ranks) on each, as Slurm's block distribution places
+# them: ranks 0 and 1 on the first node, 2 and 3 on the second.
+TWO_NODES = '-N 2 --ntasks-per-node=2'
+# One task on each, where a test needs ranks on two nodes, but not more ranks (each costs a CPU-bound torch start)
+ONE_TASK_PER_NODE = '-N 2 --ntasks-per-node=1'
+# torchrun-distributed's: one task per node, which starts a process per CPU
+TORCHRUN_TWO_NODES = '-N 2 --ntasks-per-node=1 -c 2'
+
+
+def check_ddp_output(out, slurm, world=4, per_node=2):
+    """Check the output of ddp_check.py on `world` ranks, `per_node` on each node of the cluster, where ranks
+    k * per_node ... (k + 1) * per_node - 1 share a node; return the master port."""
+    assert 'all_reduce sum %d expected %d' % ((world * (world + 1) // 2,) * 2) in out, out
     assert 'DDP parameters identical on all ranks: True' in out, out
-    ranks = re.findall(r'rank (\d) of 2: local rank (\d) of 2, master (\S+):(\d+), trained True', out)
-    assert sorted(r[0] for r in ranks) == ['0', '1'], out
-    assert all(r[0] == r[1] for r in ranks), out  # one node: local rank == rank
-    assert len({(r[2], r[3]) for r in ranks}) == 1, out  # one master for both
-    return int(ranks[0][3])
+    ranks = re.findall(r'rank (\d+) of %d on (\S+): local rank (\d+) of %d, master (\S+):(\d+), trained True'
+                       % (world, per_node), out)
+    assert sorted(int(r[0]) for r in ranks) == list(range(world)), out
+    assert all(int(r[0]) % per_node == int(r[2]) for r in ranks), out  # the local rank is the rank on its node
+    hosts = {}
+    for rank, host, _, _, _ in ranks:
+        hosts.setdefault(host, set()).add(int(rank) // per_node)
+    assert sorted(hosts) == slurm.nodes[:world // per_node] and all(len(v) == 1 for v in hosts.values()), out
+    assert len({(r[3], r[4]) for r in ranks}) == 1, out  # one master for all
+    assert ranks[0][3] == slurm.master, out  # the job's first node, by its name on every node
+    return int(ranks[0][4])
 
 
-def test_srun_two_ranks_all_reduce_and_ddp(pytorch, slurm):
+def check_rank_lines(out, slurm, port):
+    """conda-python-distributed's own report: one line per rank with host, CPUs, GPU and master; the ranks of
+    Slurm's block distribution on their nodes."""
+    lines = re.findall(r'^Rank (\d) on (\S+): CPUs [0-9,-]+, GPU ([01]), master (\S+):(\d+)$', out, re.M)
+    assert sorted((int(rank), host, gpu, master, int(found_port)) for rank, host, gpu, master, found_port in lines) == [
+        (rank, slurm.nodes[rank // 2], str(rank % 2), slurm.master, port) for rank in range(4)], out
+
+
+def test_srun_ranks_on_two_nodes_all_reduce_and_ddp(pytorch, slurm):
+    """conda-python-distributed, one rank per task, 2 nodes x 2 tasks: gloo all_reduce and DDP across nodes."""
     inst, root = pytorch
     proc = inst.shell('module load PyTorch/2.13.0\ncd %s\n'
-                      'srun -n 2 singularity exec "$SIFPYTORCH" conda-python-distributed -u ddp_check.py' % root,
-                      env=slurm.env(inst.env()), check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr + slurm.log('slurmd.log')
-    port = check_ddp_output(proc.stdout)
-    # The runscript's own report: one line per rank with host, CPUs, GPU and master.
-    assert len(re.findall(r'^Rank [01] on \S+: CPUs [0-9,-]+, GPU [01], master \S+:%d$' % port,
-                          proc.stdout, re.M)) == 2, proc.stdout
+                      'srun %s singularity exec "$SIFPYTORCH" conda-python-distributed -u ddp_check.py'
+                      % (root, TWO_NODES), env=slurm.env(inst.env()), check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + slurm.log('slurmd')
+    check_rank_lines(proc.stdout, slurm, check_ddp_output(proc.stdout, slurm))
 
 
 JOB_SCRIPT = '''\
 #!/bin/bash
-#SBATCH --ntasks=2
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
 #SBATCH --oversubscribe
 #SBATCH --output={out}
 source {lmod_init}
@@ -208,9 +233,12 @@ srun singularity exec "$SIFPYTORCH" conda-python-distributed -u {root}/ddp_check
 
 
 def test_two_concurrent_jobs_do_not_collide(pytorch, slurm):
+    """Two batch jobs at once on the same two nodes, the module loaded in the job script: each its own master
+    port, so neither job's ranks meet the other's."""
     inst, root = pytorch
     barrier = root / 'barrier'
     barrier.mkdir()
+    give(barrier, user())  # the jobs run as the user who submits them
     env = slurm.env(inst.env())
     jobs = []
     for name in ('a', 'b'):
@@ -222,12 +250,13 @@ def test_two_concurrent_jobs_do_not_collide(pytorch, slurm):
     deadline = time.monotonic() + 600
     while run(['squeue', '-h', '-j', ','.join(j for j, _ in jobs)], env=env, check=False).stdout.strip():
         assert time.monotonic() < deadline, 'jobs did not finish in 10 minutes'
-        time.sleep(1)
+        time.sleep(0.5)
     ports = []
     for job, out in jobs:
         state = run(['scontrol', 'show', 'job', job], env=env).stdout
         assert 'JobState=COMPLETED' in state and 'ExitCode=0:0' in state, state + out.read_text()
-        ports.append(check_ddp_output(out.read_text()))
+        assert 'NodeList=%s' % slurm.nodelist in state and 'UserId=%s(' % user().name in state, state
+        ports.append(check_ddp_output(out.read_text(), slurm, world=2, per_node=1))
     assert len(set(ports)) == 2, ports
     assert len(list(barrier.iterdir())) == 2
 
@@ -241,40 +270,45 @@ def test_conda_python_simple_needs_no_slurm(pytorch):
 
 
 SHOW_ENV = '''\
-import json, os
-names = ["SLURM_JOB_ID", "SLURM_STEP_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
-         "LOCAL_WORLD_SIZE", "ROCR_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "NCCL_NET_GDR_LEVEL",
+import json, os, socket
+names = ["SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_NODEID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+         "LOCAL_RANK", "LOCAL_WORLD_SIZE", "ROCR_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "NCCL_NET_GDR_LEVEL",
          "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR"]
-print("ENV " + json.dumps({name: os.environ.get(name) for name in names}), flush=True)
+env = {name: os.environ.get(name) for name in names}
+env["host"] = socket.gethostname()
+print("ENV " + json.dumps(env), flush=True)
 '''
 
 
 def srun_show_env(pytorch, slurm, setup=''):
-    """srun -n 2 conda-python-distributed show_env.py; the environment each rank saw, by rank, and the output."""
+    """srun show_env.py with conda-python-distributed on 2 nodes x 2 tasks; the environment each rank saw, by rank,
+    and the output."""
     inst, root = pytorch
     (root / 'show_env.py').write_text(SHOW_ENV)
-    proc = inst.shell('module load PyTorch/2.13.0\n%s\ncd %s\n'
-                      'srun -n 2 singularity exec "$SIFPYTORCH" conda-python-distributed show_env.py' % (setup, root),
-                      env=slurm.env(inst.env()))
+    proc = inst.shell('module load PyTorch/2.13.0\n%s\ncd %s\nsrun %s singularity exec "$SIFPYTORCH" '
+                      'conda-python-distributed show_env.py' % (setup, root, TWO_NODES), env=slurm.env(inst.env()))
     ranks = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith('ENV ')]
     return {int(env['RANK']): env for env in ranks}, proc.stdout
 
 
 def test_distributed_environment_defaults(pytorch, slurm):
     ranks, out = srun_show_env(pytorch, slurm)
-    assert sorted(ranks) == [0, 1], out
+    assert sorted(ranks) == [0, 1, 2, 3], out
     job, step = int(ranks[0]['SLURM_JOB_ID']), int(ranks[0]['SLURM_STEP_ID'])
     for rank, env in ranks.items():
-        assert env['MASTER_ADDR'] == slurm.host
+        node, local = divmod(rank, 2)
+        assert (env['host'], env['SLURM_NODEID']) == (slurm.nodes[node], str(node))
+        assert env['MASTER_ADDR'] == slurm.master
         assert env['MASTER_PORT'] == str(10000 + (job * 16 + step) % 22000)
-        assert (env['WORLD_SIZE'], env['LOCAL_RANK'], env['LOCAL_WORLD_SIZE']) == ('2', str(rank), '2')
-        assert env['ROCR_VISIBLE_DEVICES'] == str(rank)
+        assert (env['WORLD_SIZE'], env['LOCAL_RANK'], env['LOCAL_WORLD_SIZE']) == ('4', str(local), '2')
+        assert env['ROCR_VISIBLE_DEVICES'] == str(local)
         assert (env['NCCL_SOCKET_IFNAME'], env['NCCL_NET_GDR_LEVEL']) == ('hsn', '3')
         # One MIOpen cache per user, job and node, in /tmp; still there after the job step (nobody deletes it).
-        assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '/tmp/%s-caches-%d-0/miopen' % (
-            os.environ.get('USER') or pwd.getpwuid(os.getuid()).pw_name, job)
+        assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '/tmp/%s-caches-%d-%d/miopen' % (
+            user().name, job, node)
         assert os.path.isdir(env['MIOPEN_USER_DB_PATH'])
-    shutil.rmtree(ranks[0]['MIOPEN_USER_DB_PATH'])
+    for node in (0, 1):
+        shutil.rmtree(ranks[2 * node]['MIOPEN_USER_DB_PATH'])
 
 
 def test_distributed_environment_keeps_user_choices(pytorch, slurm, tmp_path):
@@ -282,14 +316,15 @@ def test_distributed_environment_keeps_user_choices(pytorch, slurm, tmp_path):
     ranks, out = srun_show_env(pytorch, slurm, setup=(
         'export MASTER_PORT=23456 ROCR_VISIBLE_DEVICES=4,5 NCCL_SOCKET_IFNAME=lo MIOPEN_USER_DB_PATH=%s/miopen\n'
         'export SINGULARITYENV_APPEND_PATH=%s' % (tmp_path, fakebin)))
-    assert sorted(ranks) == [0, 1], out
+    assert sorted(ranks) == [0, 1, 2, 3], out
     for rank, env in ranks.items():
         assert env['MASTER_PORT'] == '23456'
-        assert env['ROCR_VISIBLE_DEVICES'] == str(4 + rank)  # the local rank's entry of the user's list
+        assert env['ROCR_VISIBLE_DEVICES'] == str(4 + rank % 2)  # the local rank's entry of the user's list
         assert (env['NCCL_SOCKET_IFNAME'], env['NCCL_NET_GDR_LEVEL']) == ('lo', '3')
         assert env['MIOPEN_USER_DB_PATH'] == env['MIOPEN_CUSTOM_CACHE_DIR'] == '%s/miopen' % tmp_path
     # rocm-smi runs once per node, on local rank 0, when the container has it.
-    assert re.findall('rocm-smi ran on rank .', out) == ['rocm-smi ran on rank 0'], out
+    assert sorted(re.findall('rocm-smi ran on rank .', out)) == ['rocm-smi ran on rank 0', 'rocm-smi ran on rank 2'], \
+        out
 
 
 CACHES = ['MIOPEN_USER_DB_PATH', 'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR', 'TORCH_EXTENSIONS_DIR',
@@ -301,9 +336,8 @@ def test_caches_per_job_off_home(pytorch, slurm):
     """Every way into the container gets its caches in /tmp per user, job and node (two jobs: two places), made
     when it starts; a user's export wins; nothing lands in $HOME."""
     inst, root = pytorch
-    user = os.environ.get('USER') or pwd.getpwuid(os.getuid()).pw_name
-    home = Path.home()
-    home_before = sorted(str(path) for path in home.rglob('*') if '.cache' in path.parts or path.parent == home)
+    who = user()
+    home_before = sorted(str(path) for path in who.home.rglob('*') if '.cache' in path.parts or path.parent == who.home)
     show = shlex.quote(SHOW_CACHES)
     out = inst.shell('module load PyTorch/2.13.0\ncd %s\n'
                      'srun -n 1 singularity exec "$SIFPYTORCH" conda-python-simple -c %s\n'
@@ -315,7 +349,7 @@ def test_caches_per_job_off_home(pytorch, slurm):
     seen = [json.loads(line[len('CACHES '):]) for line in out.splitlines() if line.startswith('CACHES ')]
     assert len(seen) == 4, out
     roots = [caches[0].rsplit('/', 1)[0] for caches in seen]
-    assert len(set(roots)) == 4 and all(re.fullmatch('/tmp/%s-caches-[0-9]+-0' % user, r) for r in roots), roots
+    assert len(set(roots)) == 4 and all(re.fullmatch('/tmp/%s-caches-[0-9]+-0' % who.name, r) for r in roots), roots
     for job, (caches, cache_root) in enumerate(zip(seen, roots)):
         subdirs = ('miopen', 'triton', 'torchinductor', 'torch_extensions', 'vllm')
         expected = ['%s/%s' % (cache_root, sub) for sub in subdirs]
@@ -323,7 +357,7 @@ def test_caches_per_job_off_home(pytorch, slurm):
             expected[1] = '%s/mine' % root
         assert caches == expected
         assert all(os.path.isdir(path) for path in caches)
-    assert sorted(str(path) for path in home.rglob('*') if '.cache' in path.parts or path.parent == home) == \
+    assert sorted(str(path) for path in who.home.rglob('*') if '.cache' in path.parts or path.parent == who.home) == \
         home_before
 
 
@@ -332,24 +366,31 @@ def srun_in_module(inst, root, module, srun, slurm, check=True):
     return inst.shell('module load %s\ncd %s\n%s' % (module, root, srun), env=slurm.env(inst.env()), check=check)
 
 
-def test_torchrun_one_task_two_processes_ddp(pytorch, slurm):
-    """torchrun-distributed: one Slurm task on the node, torchrun starts 2 processes (gloo)."""
+def check_torchrun_lines(out, slurm):
+    """torchrun-distributed's own report: one line per node, each with the same rendezvous, at the first node (the
+    ranks' MASTER_PORT is another: torchrun picks it)."""
+    lines = re.findall(r'^Node (\d) of 2 \((\S+)\): torchrun with 1 processes per node \(no GPUs in the job\) unless '
+                       r'the options say otherwise, rendezvous at (\S+):(\d+)$', out, re.M)
+    assert sorted(lines) == [(str(node), slurm.nodes[node], slurm.master, lines[0][3]) for node in (0, 1)], out
+
+
+def test_torchrun_one_task_per_node_two_processes_ddp(pytorch, slurm):
+    """torchrun-distributed: one Slurm task on each of 2 nodes, torchrun starts 2 processes on each (gloo)."""
     inst, root = pytorch
-    proc = srun_in_module(inst, root, 'PyTorch/2.13.0', 'srun -N 1 -n 1 -c 2 singularity exec "$SIFPYTORCH" '
-                          'torchrun-distributed --nproc-per-node=2 ddp_check.py', slurm, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr + slurm.log('slurmd.log')
-    check_ddp_output(proc.stdout)
-    line = re.search(r'^Node 0 of 1 \(\S+\): torchrun with 1 processes per node \(no GPUs in the job\) unless the '
-                     r'options say otherwise, rendezvous at (\S+):(\d+)$', proc.stdout, re.M)
-    assert line and line.group(1) == slurm.host, proc.stdout
+    proc = srun_in_module(inst, root, 'PyTorch/2.13.0', 'srun %s singularity exec "$SIFPYTORCH" '
+                          'torchrun-distributed --nproc-per-node=2 ddp_check.py' % TORCHRUN_TWO_NODES, slurm,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + slurm.log('slurmd')
+    check_ddp_output(proc.stdout, slurm)
+    check_torchrun_lines(proc.stdout, slurm)
 
 
 def test_torchrun_needs_one_task_per_node_and_slurm(pytorch, slurm):
     inst, root = pytorch
-    proc = srun_in_module(inst, root, 'PyTorch/2.13.0', 'srun -n 2 singularity exec "$SIFPYTORCH" '
-                          'torchrun-distributed ddp_check.py', slurm, check=False)
+    proc = srun_in_module(inst, root, 'PyTorch/2.13.0', 'srun %s singularity exec "$SIFPYTORCH" '
+                          'torchrun-distributed ddp_check.py' % TWO_NODES, slurm, check=False)
     assert proc.returncode != 0
-    assert ('torchrun-distributed: error: this job step runs 2 tasks on 1 nodes, but torchrun-distributed needs one '
+    assert ('torchrun-distributed: error: this job step runs 4 tasks on 2 nodes, but torchrun-distributed needs one '
             'task per node (srun --ntasks-per-node=1)') in proc.stderr
     proc = inst.shell('module load PyTorch/2.13.0\nsingularity exec "$SIFPYTORCH" torchrun-distributed x.py',
                       check=False)
@@ -358,9 +399,9 @@ def test_torchrun_needs_one_task_per_node_and_slurm(pytorch, slurm):
 
 
 SHOW_LAIF = '''\
-import os, laif_upgrade, torch
-print("rank %s: laif_upgrade %s, runscript %s, FI_HMEM_DISABLE_P2P %s, torch %s" % (
-    os.environ["RANK"], laif_upgrade.VERSION, os.environ.get("LAIF_RUNSCRIPT_RAN"),
+import os, socket, laif_upgrade, torch
+print("rank %s on %s: laif_upgrade %s, runscript %s, FI_HMEM_DISABLE_P2P %s, torch %s" % (
+    os.environ["RANK"], socket.gethostname(), laif_upgrade.VERSION, os.environ.get("LAIF_RUNSCRIPT_RAN"),
     os.environ.get("FI_HMEM_DISABLE_P2P"), torch.__version__), flush=True)
 '''
 
@@ -376,16 +417,20 @@ def laif_pytorch(tmp_path_factory, laif_sif, laif_wheels):
 
 
 def test_laif_image_under_srun(laif_pytorch, slurm):
-    """A LAIF image, started through its runscript as LAIF's guides do: one task per GPU with
+    """A LAIF image, started through its runscript as LAIF's guides do, on 2 nodes (a rank on each: the many
+    ranks per node are test_srun_ranks_on_two_nodes_all_reduce_and_ddp's): one task per GPU with
     conda-python-distributed, one task per node with torchrun-distributed; the user venv's upgrade wins."""
     inst, root = laif_pytorch
-    proc = srun_in_module(inst, root, LAIF_MODULE, 'srun -n 2 singularity run "$SIF" conda-python-distributed '
-                          'show_laif.py', slurm)
-    assert sorted(proc.stdout.strip().splitlines()[-2:]) == [
-        'rank %d: laif_upgrade 2.0, runscript yes, FI_HMEM_DISABLE_P2P 1, torch 2.13.0+cpu' % rank for rank in (0, 1)]
-    proc = srun_in_module(inst, root, LAIF_MODULE, 'srun -n 2 singularity run "$SIF" conda-python-distributed -u '
-                          'ddp_check.py', slurm)
-    check_ddp_output(proc.stdout)
-    proc = srun_in_module(inst, root, LAIF_MODULE, 'srun -N 1 -n 1 -c 2 singularity run "$SIF" torchrun-distributed '
-                          '--nproc-per-node=2 ddp_check.py', slurm)
-    check_ddp_output(proc.stdout)
+    # The runscript's settings for one node without GPUs (FI_HMEM_DISABLE_P2P) on one node, and only there.
+    for srun, ranks, p2p in (('-N 1 -n 2', [(0, 0), (1, 0)], '1'), (ONE_TASK_PER_NODE, [(0, 0), (1, 1)], None)):
+        proc = srun_in_module(inst, root, LAIF_MODULE, 'srun %s singularity run "$SIF" conda-python-distributed '
+                              'show_laif.py' % srun, slurm)
+        assert sorted(line for line in proc.stdout.splitlines() if line.startswith('rank ')) == [
+            'rank %d on %s: laif_upgrade 2.0, runscript yes, FI_HMEM_DISABLE_P2P %s, torch 2.13.0+cpu'
+            % (rank, slurm.nodes[node], p2p) for rank, node in ranks], proc.stdout
+    proc = srun_in_module(inst, root, LAIF_MODULE, 'srun %s singularity run "$SIF" conda-python-distributed -u '
+                          'ddp_check.py' % ONE_TASK_PER_NODE, slurm)
+    check_ddp_output(proc.stdout, slurm, world=2, per_node=1)
+    proc = srun_in_module(inst, root, LAIF_MODULE, 'srun %s singularity run "$SIF" torchrun-distributed '
+                          '--nproc-per-node=1 ddp_check.py' % TORCHRUN_TWO_NODES, slurm)
+    check_ddp_output(proc.stdout, slurm, world=2, per_node=1)
