@@ -74,8 +74,10 @@ INSTALL_HOLDS_LOCK = 'SINGULARITYCONTAINER_INSTALL_HOLDS_LOCK'
 SHARED_UMASK_KEEPS = 0o022
 CONTAINER_USER_SOFTWARE = '/user-software'
 # A reinstall moves the directories running jobs have bound to <installdir>.previous-<date> (keep_for_running_jobs),
-# removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days)
+# removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days). Only a directory
+# with this marker in it is removed: nothing else of that name (a link, say) is the easyblock's.
 PREVIOUS_INSTALLATION = 'previous'
+PREVIOUS_INSTALLATION_MARKER = '.kept-for-running-jobs'
 KEEP_PREVIOUS_DAYS = 7
 CONTAINER_RUNSCRIPTS = '/runscripts'
 # What the install found out about the image's Python, for people and tools (the venv has its own copy)
@@ -592,24 +594,49 @@ class SingularityContainer(EasyBlock):
         """Move runscripts/ and an unpacked user-software/ of a finished installation next to the install dir: a
         running container has them bound, and would find them empty once EasyBuild wiped them (files such as the
         image or a SquashFS file stay readable to it when they are deleted, directories do not). What earlier
-        reinstalls moved there goes once no job can run from it any more."""
+        reinstalls moved there goes once no job can run from it any more. EasyBuild has removed the module file
+        already: what goes wrong here is a warning, and the reinstall goes on."""
         if self.dry_run or not glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb')):
             return
-        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
-            if time.time() - os.path.getmtime(old) > KEEP_PREVIOUS_DAYS * 86400:
-                remove_dir(old)
-                print_msg("Removed %s, kept for jobs that ran during an earlier reinstall" % old)
+        self.remove_old_previous_installations()
         in_use = [entry for entry in ('runscripts', USER_SOFTWARE)
                   if os.path.isdir(os.path.join(self.installdir, entry))]
         if not in_use:
             return
         kept = '%s.%s-%s' % (self.installdir, PREVIOUS_INSTALLATION, time.strftime('%Y%m%d-%H%M%S'))
-        mkdir(kept, parents=True)
-        for entry in in_use:
-            os.rename(os.path.join(self.installdir, entry), os.path.join(kept, entry))
+        try:
+            os.mkdir(kept)  # a new directory, never one (or a link) of that name that is there already
+            write_file(os.path.join(kept, PREVIOUS_INSTALLATION_MARKER),
+                       "Kept by a reinstall of %s for the jobs that ran from it; removed by a reinstall %d days later"
+                       "\n" % (self.installdir, KEEP_PREVIOUS_DAYS))
+            for entry in in_use:
+                os.rename(os.path.join(self.installdir, entry), os.path.join(kept, entry))
+        except (OSError, EasyBuildError) as err:
+            print_warning("Could not keep %s of the previous installation for running jobs in %s (%s): jobs that run "
+                          "from it may fail" % (' and '.join(in_use), kept, err), silent=False)
+            return
         print_msg("%s of the previous installation moved to %s: jobs that run from it keep them. It is removed by a "
                   "reinstall after %d days (remove it yourself when no such job runs any more)" %
                   (' and '.join(in_use), kept, KEEP_PREVIOUS_DAYS))
+
+    def remove_old_previous_installations(self):
+        """Remove what earlier reinstalls kept for running jobs once no job can run from it any more: a directory
+        with the marker in it; anything else of that name (a link, a directory someone else made) is left alone."""
+        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
+            marker = os.path.join(old, PREVIOUS_INSTALLATION_MARKER)
+            try:
+                if os.path.islink(old) or not os.path.isdir(old) or os.path.islink(marker) or \
+                        not os.path.isfile(marker):
+                    self.log.info("Leaving %s alone: not a directory that a reinstall kept for running jobs", old)
+                    continue
+                if time.time() - os.lstat(marker).st_mtime <= KEEP_PREVIOUS_DAYS * 86400:
+                    continue
+                remove_dir(old)
+            except (OSError, EasyBuildError) as err:
+                print_warning("Could not remove %s, kept for jobs that ran during an earlier reinstall: %s" %
+                              (old, err), silent=False)
+                continue
+            print_msg("Removed %s, kept for jobs that ran during an earlier reinstall" % old)
 
     def unlock_user_software(self):
         """The venv is packed: venv-pip, make-squashfs and unmake-squashfs may change it again; what EasyBuild
