@@ -14,6 +14,7 @@ from support import require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND
 from testkit.install import (spawn, LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
                              local_wheels, slow_step, wait_for, write_wheel)
+from testkit.users import give
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -44,6 +45,7 @@ def fresh(installed):
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     for path in saved.iterdir():
         shutil.copytree(path, idir / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, idir)
+        give(idir / path.name, inst.user)  # the owner's, as eb left it (the tests copy as root)
     return inst, idir
 
 
