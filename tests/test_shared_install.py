@@ -69,8 +69,8 @@ def easyconfig(inst):
 def member_env(inst, tmp_path):
     """The member's EasyBuild settings for the owner's prefix: a build and temporary directory of their own."""
     own = tmp_path / 'member'
-    (own / 'build').mkdir(parents=True)
-    (own / 'tmp').mkdir()
+    (own / 'build').mkdir(parents=True, exist_ok=True)
+    (own / 'tmp').mkdir(exist_ok=True)
     give(own, user(MEMBER))
     return inst.env(EASYBUILD_BUILDPATH=str(own / 'build'), EASYBUILD_TMPDIR=str(own / 'tmp'))
 
@@ -150,6 +150,11 @@ def test_a_members_rebuild_stops_while_the_owners_venv_pip_runs(shared_packed, t
     assert after == before
     assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
     assert 'venv/demo' in inst.module_shell(MODULE, 'echo "$SINGULARITYENV_VIRTUAL_ENV"', user=MEMBER).stdout
+
+    # once it is done, the member can reinstall, and the owner change what the member installed
+    eb(inst, easyconfig(inst), '--rebuild', '--group-writable-installdir', who=MEMBER, env=member_env(inst, tmp_path))
+    out = venv_pip(inst, 'install %s lumi-later' % ' '.join(local_wheels(wheelhouse)), OWNER).stdout
+    assert 'user-software.squashfs has the change' in out
 
 
 def test_a_member_uninstalls_what_the_owner_installed(shared_unpacked, wheelhouse):
