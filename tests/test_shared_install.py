@@ -157,6 +157,22 @@ def test_a_members_rebuild_stops_while_the_owners_venv_pip_runs(shared_packed, t
     assert 'user-software.squashfs has the change' in out
 
 
+def test_a_members_rebuild_of_an_install_dir_they_cannot_write_changes_nothing(shared_packed, tmp_path):
+    """A project's install made without --group-writable-installdir: a member's eb --rebuild says so before
+    EasyBuild removes the module file."""
+    inst, idir = shared_packed
+    before = tree(idir)
+    idir.chmod(0o2755)
+    try:
+        proc = eb(inst, easyconfig(inst), '--rebuild', who=MEMBER, env=member_env(inst, tmp_path), check=False)
+    finally:
+        idir.chmod(0o2775)
+    assert proc.returncode != 0
+    assert '%s is not writable for you: only whoever may change it can reinstall it' % idir in proc.stdout
+    assert tree(idir) == before
+    assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
+
+
 def test_a_member_uninstalls_what_the_owner_installed(shared_unpacked, wheelhouse):
     """In an unpacked venv of a shared install, what the owner's venv-pip added (under umask 022) can be removed by
     another member."""

@@ -478,6 +478,10 @@ class SingularityContainer(EasyBlock):
         or if the lock cannot be taken)."""
         if self.dry_run or not os.path.isdir(self.installdir):
             return
+        if not os.access(self.installdir, os.W_OK):
+            raise EasyBuildError("%s is not writable for you: only whoever may change it can reinstall it (a "
+                                 "project's shared install: eb --group-writable-installdir, see the README). Nothing "
+                                 "was changed.", self.installdir)
         self.user_software_lock = self.take_user_software_lock(wait=False)
 
     def take_user_software_lock(self, wait):
