@@ -158,11 +158,12 @@ def test_a_members_rebuild_stops_while_the_owners_venv_pip_runs(shared_packed, t
 
 
 def test_a_members_rebuild_of_an_install_dir_they_cannot_write_changes_nothing(shared_packed, tmp_path):
-    """A project's install made without --group-writable-installdir: a member's eb --rebuild says so before
-    EasyBuild removes the module file."""
+    """An install dir the member cannot write (made without --group-writable-installdir; here read-only for all:
+    an earlier test's member may own it): a member's eb --rebuild says so before EasyBuild removes the module
+    file."""
     inst, idir = shared_packed
     before = tree(idir)
-    idir.chmod(0o2755)
+    idir.chmod(0o2555)
     try:
         proc = eb(inst, easyconfig(inst), '--rebuild', who=MEMBER, env=member_env(inst, tmp_path), check=False)
     finally:
