@@ -177,7 +177,8 @@ def test_a_rebuild_keeps_what_running_jobs_use(tmp_path, demo_sif):
         job.kill()
     assert out.splitlines() == ['conda-python-distributed', '/user-software/venv/demo']
     kept = [path for path in tmp_path.rglob('1.0.previous-*')]
-    assert len(kept) == 1 and sorted(p.name for p in kept[0].iterdir()) == ['runscripts', 'user-software']
+    assert len(kept) == 1 and sorted(p.name for p in kept[0].iterdir()) == [
+        '.kept-for-running-jobs', 'runscripts', 'user-software']  # the marker: the clean-up removes only these
     assert 'runscripts and user-software of the previous installation moved to %s' % kept[0] in proc.stdout
     assert inst.module_shell('Demo/1.0', 'python -c "import sys; print(sys.prefix)"').stdout == (
         '/user-software/venv/demo\n')

@@ -12,6 +12,7 @@ with wrapper commands, run scripts and a Python virtual environment inside the c
 The module sets SIF/SIF<NAME>, CONTAINERROOT, RUNSCRIPTS/RUNSCRIPTS<NAME>, SINGULARITY_BINDPATH and
 SINGULARITYENV_* so that `singularity exec $SIF ...` and the wrappers in bin/ just work.
 """
+import errno
 import fcntl
 import glob
 import json
@@ -27,6 +28,7 @@ from collections import OrderedDict, namedtuple
 from easybuild.framework.easyblock import EasyBlock
 from easybuild.framework.easyconfig import CUSTOM
 from easybuild.tools.build_log import EasyBuildError, print_msg, print_warning
+from easybuild.tools.config import build_option
 from easybuild.tools.filetools import adjust_permissions, convert_name, copy_file, mkdir, remove_dir, write_file
 
 try:
@@ -64,10 +66,18 @@ USER_SOFTWARE = 'user-software'
 USER_SOFTWARE_SQUASHFS = 'user-software.squashfs'
 # Held by whatever changes the user software: venv-pip, make-squashfs, unmake-squashfs and a reinstall
 USER_SOFTWARE_LOCK = '.user-software.lock'
+# Set to the install dir (its real path) for the make-squashfs that an install runs while it holds the lock itself
+INSTALL_HOLDS_LOCK = 'SINGULARITYCONTAINER_INSTALL_HOLDS_LOCK'
+# What the install, venv-pip, make-squashfs and unmake-squashfs write is readable for all who can read the install
+# dir and keeps the group's write bit where the install dir has it: of the user's umask only these bits are kept
+# (write for group and others), and the group's goes where the install dir is group-writable
+SHARED_UMASK_KEEPS = 0o022
 CONTAINER_USER_SOFTWARE = '/user-software'
 # A reinstall moves the directories running jobs have bound to <installdir>.previous-<date> (keep_for_running_jobs),
-# removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days)
+# removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days). Only a directory
+# with this marker in it is removed: nothing else of that name (a link, say) is the easyblock's.
 PREVIOUS_INSTALLATION = 'previous'
+PREVIOUS_INSTALLATION_MARKER = '.kept-for-running-jobs'
 KEEP_PREVIOUS_DAYS = 7
 CONTAINER_RUNSCRIPTS = '/runscripts'
 # What the install found out about the image's Python, for people and tools (the venv has its own copy)
@@ -367,7 +377,8 @@ class SingularityContainer(EasyBlock):
         # (restored by its module purge): without the installer's container settings, as run_in_container's
         for key in installer_container_settings():
             self.initial_environ.pop(key, None)
-        self.user_software_lock = None  # the open lock file while a reinstall holds it
+        self.user_software_lock = None  # the descriptor of the lock file while a (re)install holds it
+        self.installer_umask = None  # the installer's own umask while the install writes with shared_umask()
 
     @property
     def sif_name(self):
@@ -471,27 +482,41 @@ class SingularityContainer(EasyBlock):
 
     def check_readiness_step(self):
         """On a reinstall, take the user software's lock first: EasyBuild removes the old module file in this step,
-        and venv-pip, make-squashfs and unmake-squashfs must not change the user software from then on until
-        make_installdir has moved it aside (it releases the lock)."""
+        and venv-pip, make-squashfs and unmake-squashfs must not change the user software from then on until the
+        new venv is packed (see make_installdir)."""
         self.lock_user_software()
         super(SingularityContainer, self).check_readiness_step()
 
     def lock_user_software(self):
-        """Hold the lock of venv-pip, make-squashfs and unmake-squashfs on an existing install dir until it has been
-        wiped: none of them changes the user software while a reinstall moves it aside (stop if one does now)."""
+        """Hold the lock of venv-pip, make-squashfs and unmake-squashfs on an existing install dir: none of them
+        changes the user software while a reinstall moves it aside (stop before anything is moved if one does now,
+        or if the lock cannot be taken)."""
         if self.dry_run or not os.path.isdir(self.installdir):
             return
-        try:
-            handle = open(os.path.join(self.installdir, USER_SOFTWARE_LOCK), 'a')
-        except OSError:  # not ours: EasyBuild says so later
-            return
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            raise EasyBuildError("A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it "
-                                 "is done. Nothing was changed.", self.installdir)
-        self.user_software_lock = handle
+        if not os.access(self.installdir, os.W_OK):
+            raise EasyBuildError("%s is not writable for you: only whoever may change it can reinstall it (a "
+                                 "project's shared install: eb --group-writable-installdir, see the README). Nothing "
+                                 "was changed.", self.installdir)
+        self.user_software_lock = self.take_user_software_lock(wait=False)
+
+    def take_user_software_lock(self, wait):
+        """The descriptor of the install dir's lock file, locked: when it is the file that is there now (a
+        reinstall replaces it with the install dir). Another member's lock file may not be writable for this one:
+        flock works on a file opened read-only."""
+        path = os.path.join(self.installdir, USER_SOFTWARE_LOCK)
+        while True:
+            handle = open_lock_file(path)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except OSError as err:
+                os.close(handle)
+                if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    raise EasyBuildError("A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again "
+                                         "when it is done. Nothing was changed.", self.installdir)
+                raise EasyBuildError("Cannot lock %s: %s. Nothing was changed.", path, err)
+            if same_file(handle, path):
+                return handle
+            os.close(handle)
 
     # extract, configure, build: nothing to do
 
@@ -512,11 +537,37 @@ class SingularityContainer(EasyBlock):
 
     def make_installdir(self, dontcreate=None):
         """Move software that users installed in the container aside before EasyBuild wipes the install dir, and
-        the directories that running jobs have bound."""
+        the directories that running jobs have bound. The lock goes on to the new install dir's lock file, and is
+        held until the new venv is packed (install_step); what the install writes from here on is for everyone
+        who may read the install dir (shared_umask)."""
         self.back_up_user_software()
         self.keep_for_running_jobs()
         super(SingularityContainer, self).make_installdir(dontcreate=dontcreate)
-        self.unlock_user_software()
+        if self.dry_run:
+            return
+        self.installer_umask = os.umask(self.shared_umask())
+        self.relock_user_software()
+
+    def relock_user_software(self):
+        """Take the lock of the (new) install dir, then let go of the old one: a venv-pip waiting for the old one
+        finds it replaced, and waits for the new one."""
+        old = self.user_software_lock
+        if old is not None and same_file(old, os.path.join(self.installdir, USER_SOFTWARE_LOCK)):
+            return  # the install dir was not replaced (keeppreviousinstall)
+        self.user_software_lock = self.take_user_software_lock(wait=True)
+        if old is not None:
+            os.close(old)
+
+    def shared_umask(self):
+        """The umask for what the install writes: the current one, of which only the write bits for group and
+        others are kept (SHARED_UMASK_KEEPS), without the group's with eb --group-writable-installdir. EasyBuild
+        sets the install dir's modes at the end, but cannot reach into user-software.squashfs."""
+        current = os.umask(0)
+        os.umask(current)
+        mask = current & SHARED_UMASK_KEEPS
+        if build_option('group_writable_installdir'):
+            mask &= ~0o020
+        return mask
 
     def back_up_user_software(self):
         """Move user-software(.squashfs) of a previous installation next to the install dir if the user changed it
@@ -562,28 +613,58 @@ class SingularityContainer(EasyBlock):
         """Move runscripts/ and an unpacked user-software/ of a finished installation next to the install dir: a
         running container has them bound, and would find them empty once EasyBuild wiped them (files such as the
         image or a SquashFS file stay readable to it when they are deleted, directories do not). What earlier
-        reinstalls moved there goes once no job can run from it any more."""
+        reinstalls moved there goes once no job can run from it any more. EasyBuild has removed the module file
+        already: what goes wrong here is a warning, and the reinstall goes on."""
         if self.dry_run or not glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb')):
             return
-        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
-            if time.time() - os.path.getmtime(old) > KEEP_PREVIOUS_DAYS * 86400:
-                remove_dir(old)
-                print_msg("Removed %s, kept for jobs that ran during an earlier reinstall" % old)
+        self.remove_old_previous_installations()
         in_use = [entry for entry in ('runscripts', USER_SOFTWARE)
                   if os.path.isdir(os.path.join(self.installdir, entry))]
         if not in_use:
             return
         kept = '%s.%s-%s' % (self.installdir, PREVIOUS_INSTALLATION, time.strftime('%Y%m%d-%H%M%S'))
-        mkdir(kept, parents=True)
-        for entry in in_use:
-            os.rename(os.path.join(self.installdir, entry), os.path.join(kept, entry))
+        try:
+            os.mkdir(kept)  # a new directory, never one (or a link) of that name that is there already
+            write_file(os.path.join(kept, PREVIOUS_INSTALLATION_MARKER),
+                       "Kept by a reinstall of %s for the jobs that ran from it; removed by a reinstall %d days later"
+                       "\n" % (self.installdir, KEEP_PREVIOUS_DAYS))
+            for entry in in_use:
+                os.rename(os.path.join(self.installdir, entry), os.path.join(kept, entry))
+        except (OSError, EasyBuildError) as err:
+            print_warning("Could not keep %s of the previous installation for running jobs in %s (%s): jobs that run "
+                          "from it may fail" % (' and '.join(in_use), kept, err), silent=False)
+            return
         print_msg("%s of the previous installation moved to %s: jobs that run from it keep them. It is removed by a "
                   "reinstall after %d days (remove it yourself when no such job runs any more)" %
                   (' and '.join(in_use), kept, KEEP_PREVIOUS_DAYS))
 
+    def remove_old_previous_installations(self):
+        """Remove what earlier reinstalls kept for running jobs once no job can run from it any more: a directory
+        with the marker in it; anything else of that name (a link, a directory someone else made) is left alone."""
+        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
+            marker = os.path.join(old, PREVIOUS_INSTALLATION_MARKER)
+            try:
+                if os.path.islink(old) or not os.path.isdir(old) or os.path.islink(marker) or \
+                        not os.path.isfile(marker):
+                    self.log.info("Leaving %s alone: not a directory that a reinstall kept for running jobs", old)
+                    continue
+                if time.time() - os.lstat(marker).st_mtime <= KEEP_PREVIOUS_DAYS * 86400:
+                    continue
+                remove_dir(old)
+            except (OSError, EasyBuildError) as err:
+                print_warning("Could not remove %s, kept for jobs that ran during an earlier reinstall: %s" %
+                              (old, err), silent=False)
+                continue
+            print_msg("Removed %s, kept for jobs that ran during an earlier reinstall" % old)
+
     def unlock_user_software(self):
-        if self.user_software_lock:
-            self.user_software_lock.close()
+        """The venv is packed: venv-pip, make-squashfs and unmake-squashfs may change it again; what EasyBuild
+        writes from here on follows the installer's umask again."""
+        if self.installer_umask is not None:
+            os.umask(self.installer_umask)
+            self.installer_umask = None
+        if self.user_software_lock is not None:
+            os.close(self.user_software_lock)
             self.user_software_lock = None
 
     def install_step(self):
@@ -597,6 +678,7 @@ class SingularityContainer(EasyBlock):
         self.add_image_commands()
         if self.cfg['squash_user_software'] and self.cfg['pip_requirements']:
             self.squash_user_software()
+        self.unlock_user_software()
 
     def install_image(self):
         """Copy the image into the install dir, once, following symlinks; or link to it (copy_image = False)."""
@@ -737,7 +819,9 @@ class SingularityContainer(EasyBlock):
     def squash_user_software(self):
         """Pack user-software/ with bin/make-squashfs, check the result, and only then remove the directory."""
         make_squashfs = os.path.join(self.installdir, 'bin', 'make-squashfs')
-        self.run_checked(sh_str(make_squashfs), "Packing user-software with make-squashfs")
+        # the install holds the lock: make-squashfs must not wait for it
+        holds_lock = sh_str('%s=%s' % (INSTALL_HOLDS_LOCK, os.path.realpath(self.installdir)))
+        self.run_checked('%s %s' % (holds_lock, sh_str(make_squashfs)), "Packing user-software with make-squashfs")
         if self.dry_run:
             return
         squashfs = os.path.join(self.installdir, USER_SOFTWARE_SQUASHFS)
@@ -760,7 +844,7 @@ class SingularityContainer(EasyBlock):
         env += [(key, value) for key, value in self.cfg['container_env_defaults'].items() if key not in os.environ]
         cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
                        [sh_str(self.container_runtime()), self.cfg['container_entry'], sh_str(self.installed_sif()),
-                        '/bin/bash', '-c', sh_str(READABLE_BY_ALL + '\n' + script)])
+                        '/bin/bash', '-c', sh_str('umask %04o\n%s' % (self.shared_umask(), script))])
         return self.run_checked(cmd, what)
 
     def run_checked(self, cmd, what):
@@ -846,6 +930,8 @@ class SingularityContainer(EasyBlock):
             self.cfg['usage'] = self.usage_text()
         if not fake and not self.dry_run and self.installed_now:
             self.write_user_software_fingerprints()
+        if not fake:
+            self.unlock_user_software()  # held since check_readiness_step by a --module-only run
         return super(SingularityContainer, self).make_module_step(fake=fake)
 
     def write_user_software_fingerprints(self):
@@ -1002,6 +1088,31 @@ def installer_container_settings():
     container commands run with the install's own only."""
     return sorted(key for key in os.environ if key.startswith(('SINGULARITYENV_', 'APPTAINERENV_')) or
                   key in ('SINGULARITY_BIND', 'APPTAINER_BIND', 'SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'))
+
+
+def open_lock_file(path):
+    """A descriptor of the lock file at path (made if missing): for writing if it may be, else read-only (flock
+    works on either). An error that says what is wrong if neither works."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    except OSError:
+        pass
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as err:
+        raise EasyBuildError("Cannot open %s, the lock of venv-pip, make-squashfs and unmake-squashfs: %s. Nothing "
+                             "was changed: reinstall as a user who may change %s.", path, err.strerror,
+                             os.path.dirname(path))
+
+
+def same_file(handle, path):
+    """Whether the open descriptor handle is the file at path now."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    mine = os.fstat(handle)
+    return (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino)
 
 
 def installer_independent_env():
@@ -1583,15 +1694,30 @@ root=${root%/*/*}
 dir="$root/@us_dir@"
 squashfs="$root/@us_squashfs@"''', us_dir=USER_SOFTWARE, us_squashfs=USER_SOFTWARE_SQUASHFS)
 
-# venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock.
+# venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
+# reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken.
 LOCK_INSTALL_DIR = fill_template(r'''[ -w "$root" ] ||
     die "$root is not writable for you: only whoever installed the module can change it"
 command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
-exec 9>>"$root/@lock@"''', lock=USER_SOFTWARE_LOCK)
-# make-squashfs and unmake-squashfs do not wait (venv-pip does)
-LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + r'''
-flock -n 9 ||
-    die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"'''
+lock="$root/@lock@"
+# Another member's lock file may not be writable for you: flock works on a file opened read-only. The lock counts
+# when it is the file that is there now (a reinstall replaces it with the install dir).
+take_lock() {
+    while :; do
+        { exec 9>>"$lock"; } 2>/dev/null || { exec 9<"$lock"; } 2>/dev/null ||
+            die "cannot open $lock, the lock of this install dir; ask whoever installed the module"
+        flock "$@" 9 || return 1
+        if [ /dev/fd/9 -ef "$lock" ]; then
+            return 0
+        fi
+    done
+}''', lock=USER_SOFTWARE_LOCK)
+# make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the lock
+LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(r'''
+if [ "${@holds_lock@:-}" != "$root" ]; then
+    take_lock -n ||
+        die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
+fi''', holds_lock=INSTALL_HOLDS_LOCK)
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment:
@@ -1617,10 +1743,29 @@ pip_changes_venv() {
     [ "$pip_subcommand" = install ] || [ "$pip_subcommand" = uninstall ]
 }'''
 
-# What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir
-READABLE_BY_ALL = r'''# What this writes is for everyone who may read the install dir (a project's shared install),
-# whatever the user's umask: who that is, the install dir's own permissions say.
-umask 022'''
+# What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir, and writable
+# by the group where the install dir is (after $root is set); the install's is shared_umask().
+READABLE_BY_ALL = fill_template(r'''
+# What this writes is for everyone who may read the install dir (a project's shared install), whatever your umask:
+# who that is, the install dir's own permissions say. Of your umask only the write bits for group and others stay,
+# the group's only where the install dir is not group-writable.
+group_writable=
+shared_umask=$(( $(umask) & @keeps@ ))
+if (( 8#$(stat -c %a "$root") & 8#020 )); then
+    group_writable=yes
+    shared_umask=$(( shared_umask & ~8#020 ))
+fi
+umask "$(printf %04o "$shared_umask")"
+# The same for the files of yours under $1 that you wrote with a tighter umask (pip in start-shell, say): before
+# mksquashfs takes their modes, which nobody can change in the SquashFS file. Other members' are as they made them.
+share_modes() {
+    local executable=0555 readable=0444 modes=a+rX  # directories and executables, other files
+    if [ -n "$group_writable" ]; then
+        executable=0575 readable=0464 modes=a+rX,g+w
+    fi
+    find "$1" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" \) \
+        -exec chmod "$modes" {} +
+}''', keeps='0%o' % SHARED_UMASK_KEEPS)
 
 # The cache root (module help), written once: the module runs it at load (sh -c), the wrappers and init-conda-venv
 # include it. Its name is predictable, and /tmp is shared: another user can make it first, as an open directory or a
@@ -1848,9 +1993,9 @@ fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
 @lock_install_dir@
-if ! flock -n 9; then
+if ! take_lock -n; then
     echo "venv-pip: waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall on $root..." >&2
-    flock 9
+    take_lock
 fi
 remove_leftovers "$squashfs"
 remove_leftovers "$dir.venv-pip"
@@ -1926,10 +2071,10 @@ mv "$new" "$squashfs"
 echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."'''
 
 MAKE_SQUASHFS = r'''@header@
-@readable_by_all@
 @remove_leftovers@
 
 @user_software_paths@
+@readable_by_all@
 
 @lock_install_dir_or_stop@
 remove_leftovers "$squashfs"
@@ -1943,6 +2088,7 @@ tmp="$squashfs.tmp.$(hostname).$$"
 trap 'rm -f "$tmp"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+share_modes "$dir"
 echo "Packing $dir into $squashfs with $cpus processors..."
 mksquashfs "$dir" "$tmp" -noappend -no-progress -quiet -processors "$cpus" ||
     die "mksquashfs failed; nothing was changed"
@@ -1954,10 +2100,10 @@ echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS fi
 '''
 
 UNMAKE_SQUASHFS = r'''@header@
-@readable_by_all@
 @remove_leftovers@
 
 @user_software_paths@
+@readable_by_all@
 
 @lock_install_dir_or_stop@
 remove_leftovers "$dir"

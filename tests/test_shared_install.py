@@ -1,0 +1,311 @@
+"""A project's shared install, as on LUMI's /project/project_X: the owner installs with EasyBuild into a directory
+of the project's group (setgid, 2775) with umask 002 and --group-writable-installdir; the other members change the
+virtual environment with venv-pip and may reinstall. And what a reinstall keeps for running jobs, and removes."""
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from support import require_runtime, require_tools
+from testkit.install import (EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, fake_command, local_wheels,
+                             run, slow_step, spawn, wait_for)
+from testkit.users import MEMBER, OWNER, give, project_gid, user
+
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
+MODULE = 'Demo/1.0'
+STOPPED_REBUILD = 'A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it is done. ' \
+    'Nothing was changed.'
+REFUSED = '%s: error: a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing %s; try again when it ' \
+    'is done\n'
+
+
+def share_with_the_project(path):
+    """path (recursively) the owner's, of the project's group, directories setgid and group-writable: a project
+    directory on LUMI."""
+    give(path, user(OWNER), group=project_gid())
+    for top, dirs, files in os.walk(path):
+        os.chmod(top, 0o2775)
+        for name in files:
+            os.chmod(os.path.join(top, name), 0o664)
+
+
+def install(root, demo_sif, wheelhouse, squash, umask, shared=True):
+    """Demo/1.0 with lumi-base in its venv, installed by OWNER with eb under `umask`, in a project directory with
+    --group-writable-installdir (shared) or in the owner's own one; (Installation, install dir)."""
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs', 'flock')
+    inst = Installation(root)
+    shutil.copy(demo_sif, inst.sources / 'demo.sif')
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
+        wrapped_commands=['python'], pip_requirements=['lumi-base'], squash_user_software=squash,
+        pip_install_options=local_wheels(wheelhouse)))
+    if shared:
+        share_with_the_project(inst.root)
+    else:
+        give(inst.root, inst.user)
+    eb(inst, ec, *(['--group-writable-installdir'] if shared else []), umask=umask)
+    return inst, inst.installdir('Demo', '1.0')
+
+
+def eb_command(inst, umask):
+    """eb of the installation's EasyBuild, run under `umask`."""
+    return ['bash', '-c', 'umask %s; exec "$@"' % umask, 'eb', str(EB_VENVS[inst.eb_version] / 'bin' / 'eb')]
+
+
+def eb(inst, *args, umask='002', who=OWNER, env=None, check=True):
+    """eb as `who`, under `umask`, with the installation's settings."""
+    return run(eb_command(inst, umask) + [str(a) for a in args], env=env or inst.env(), check=check, user=who)
+
+
+def easyconfig(inst):
+    return inst.root / 'easyconfigs' / 'Demo-1.0.eb'
+
+
+def member_env(inst, tmp_path):
+    """The member's EasyBuild settings for the owner's prefix: a build and temporary directory of their own."""
+    own = tmp_path / 'member'
+    (own / 'build').mkdir(parents=True, exist_ok=True)
+    (own / 'tmp').mkdir(exist_ok=True)
+    give(own, user(MEMBER))
+    return inst.env(EASYBUILD_BUILDPATH=str(own / 'build'), EASYBUILD_TMPDIR=str(own / 'tmp'))
+
+
+@pytest.fixture(scope='module')
+def shared_packed(tmp_path_factory, demo_sif, wheelhouse):
+    return install(tmp_path_factory.mktemp('shared-packed'), demo_sif, wheelhouse, squash=True, umask='002')
+
+
+@pytest.fixture(scope='module')
+def shared_unpacked(tmp_path_factory, demo_sif, wheelhouse):
+    return install(tmp_path_factory.mktemp('shared-unpacked'), demo_sif, wheelhouse, squash=False, umask='002')
+
+
+def squashfs_modes(squashfs):
+    """{path in the SquashFS file: permission string} (unsquashfs -ll)."""
+    listing = subprocess.run(['unsquashfs', '-ll', str(squashfs)], capture_output=True, text=True, check=True)
+    return {line.split()[-1]: line.split()[0] for line in listing.stdout.splitlines()
+            if line.startswith(('-', 'd')) and 'squashfs-root' in line}
+
+
+def venv_pip(inst, args, who, umask='022', check=True):
+    return inst.module_shell(MODULE, 'umask %s\nvenv-pip %s' % (umask, args), user=who, check=check)
+
+
+@pytest.mark.needs('image-src')
+def test_members_take_turns_with_venv_pip(shared_packed, wheelhouse):
+    """The first venv-pip of a shared install makes the lock; the next member's venv-pip can take it, also when an
+    earlier version left it 0644 (it locks through a read-only descriptor then). What they add keeps the group's
+    write bit and is readable for all, in the SquashFS file too."""
+    inst, idir = shared_packed
+    wheels = ' '.join(local_wheels(wheelhouse))
+    venv_pip(inst, 'install -q %s lumi-later' % wheels, OWNER)
+    assert (idir / '.user-software.lock').stat().st_mode & 0o020, 'the lock is not group-writable'
+    out = venv_pip(inst, 'install %s lumi-top' % wheels, MEMBER).stdout
+    assert 'user-software.squashfs has the change' in out
+    (idir / '.user-software.lock').chmod(0o644)  # as the first venv-pip of an earlier version left it
+    out = venv_pip(inst, 'uninstall -y lumi-later', MEMBER).stdout
+    assert 'Successfully uninstalled lumi-later-1.0' in out
+    added = {path: mode for path, mode in squashfs_modes(idir / 'user-software.squashfs').items() if 'lumi_top' in path}
+    assert added and all(mode[5] == 'w' and mode[7] == 'r' for mode in added.values()), added
+
+
+def start_venv_pip(inst, wheelhouse, *extra_path, who=OWNER):
+    """venv-pip install lumi-later in the background, in its own process group."""
+    command = inst.shell_command('module load %s\nexec venv-pip install %s lumi-later'
+                                 % (MODULE, ' '.join(local_wheels(wheelhouse))))
+    return spawn(command, env=base_env([str(p) for p in extra_path]), user=who, stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def tree(idir):
+    return sorted(str(path.relative_to(idir)) for path in idir.rglob('*'))
+
+
+@pytest.mark.needs('image-src')
+def test_a_members_rebuild_stops_while_the_owners_venv_pip_runs(shared_packed, tmp_path, wheelhouse):
+    """eb --rebuild by a member while the owner's venv-pip holds the lock (a 0644 lock file of the owner's, as
+    earlier versions made it): a clear error before anything is moved; the module and the image stay."""
+    inst, idir = shared_packed
+    lock = idir / '.user-software.lock'
+    lock.unlink()
+    run(['bash', '-c', 'umask 022; : > %s' % shlex.quote(str(lock))])
+    slow, started = slow_step(tmp_path, 'pip')
+    running = start_venv_pip(inst, wheelhouse, slow)
+    try:
+        wait_for(started.exists, 'venv-pip to run pip')
+        before = tree(idir)
+        proc = eb(inst, easyconfig(inst), '--rebuild', '--group-writable-installdir', who=MEMBER,
+                  env=member_env(inst, tmp_path), check=False)
+        after = tree(idir)
+    finally:
+        os.kill(running.pid, signal.SIGTERM)
+        running.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert STOPPED_REBUILD % idir in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    assert after == before
+    assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
+    assert 'venv/demo' in inst.module_shell(MODULE, 'echo "$SINGULARITYENV_VIRTUAL_ENV"', user=MEMBER).stdout
+
+    # once it is done, the member can reinstall, and the owner change what the member installed
+    eb(inst, easyconfig(inst), '--rebuild', '--group-writable-installdir', who=MEMBER, env=member_env(inst, tmp_path))
+    out = venv_pip(inst, 'install %s lumi-later' % ' '.join(local_wheels(wheelhouse)), OWNER).stdout
+    assert 'user-software.squashfs has the change' in out
+
+
+def test_a_members_rebuild_of_an_install_dir_they_cannot_write_changes_nothing(shared_packed, tmp_path):
+    """An install dir the member cannot write (made without --group-writable-installdir; here read-only for all:
+    an earlier test's member may own it): a member's eb --rebuild says so before EasyBuild removes the module
+    file."""
+    inst, idir = shared_packed
+    before = tree(idir)
+    idir.chmod(0o2555)
+    try:
+        proc = eb(inst, easyconfig(inst), '--rebuild', who=MEMBER, env=member_env(inst, tmp_path), check=False)
+    finally:
+        idir.chmod(0o2775)
+    assert proc.returncode != 0
+    assert '%s is not writable for you: only whoever may change it can reinstall it' % idir in proc.stdout
+    assert tree(idir) == before
+    assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
+
+
+def test_a_member_uninstalls_what_the_owner_installed(shared_unpacked, wheelhouse):
+    """In an unpacked venv of a shared install, what the owner's venv-pip added (under umask 022) can be removed by
+    another member."""
+    inst, idir = shared_unpacked
+    venv_pip(inst, 'install -q %s lumi-later' % ' '.join(local_wheels(wheelhouse)), OWNER)
+    out = venv_pip(inst, 'uninstall -y lumi-later', MEMBER).stdout
+    assert 'Successfully uninstalled lumi-later-1.0' in out
+    assert not list(idir.glob('user-software/venv/demo/lib/python*/site-packages/lumi_later*'))
+
+
+def hold_lock(path):
+    """A process of the owner's that holds the lock on the file at path until it is killed."""
+    holder = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys, time\nhandle = open(sys.argv[1], "a")\n'
+                    'fcntl.flock(handle, fcntl.LOCK_EX)\nprint("held", flush=True)\ntime.sleep(300)', str(path)],
+                   stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == 'held\n'
+    return holder
+
+
+def test_venv_pip_waits_for_the_lock_file_that_is_there_now(shared_unpacked, tmp_path, wheelhouse):
+    """A reinstall replaces the install dir, and its lock file with it: a venv-pip that waited for the old lock
+    file takes the new one, and waits while that is held."""
+    inst, idir = shared_unpacked
+    lock, new_lock = idir / '.user-software.lock', idir / 'new-lock'
+    slow, started = slow_step(tmp_path / 'member', 'pip')
+    give(tmp_path / 'member', user(MEMBER))
+    holders = [hold_lock(lock)]
+    running = start_venv_pip(inst, wheelhouse, slow, who=MEMBER)
+    try:
+        wait_for(lambda: 'waiting' in running.stderr.readline(), 'venv-pip to wait for the lock')
+        holders.append(hold_lock(new_lock))
+        os.rename(new_lock, lock)  # as a reinstall replaces it, holding the new one
+        holders[0].kill()
+        holders[0].wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not started.exists():
+            time.sleep(0.1)
+        assert not started.exists(), 'venv-pip went on while the lock file there now was held'
+        holders[1].kill()
+        wait_for(started.exists, 'venv-pip to run pip once the lock is free')
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+        os.kill(running.pid, signal.SIGTERM)
+        running.communicate(timeout=60)
+
+
+@pytest.fixture(scope='module')
+def umask_027_install(tmp_path_factory, demo_sif, wheelhouse):
+    return install(tmp_path_factory.mktemp('umask-027'), demo_sif, wheelhouse, squash=True, umask='027',
+                   shared=False)
+
+
+@pytest.mark.needs('image-src')
+def test_what_the_install_packs_is_readable_for_all_under_umask_027(umask_027_install):
+    """EasyBuild fixes the modes of the install dir at the end, but cannot fix them in the SquashFS file: what the
+    install packs there is readable for all whatever the installer's umask (and not group-writable: the install
+    dir is not)."""
+    inst, idir = umask_027_install
+    modes = squashfs_modes(idir / 'user-software.squashfs')
+    assert modes
+    unreadable = {path: mode for path, mode in modes.items()
+                  if mode[7] != 'r' or (mode[0] == 'd' and mode[9] != 'x') or mode[5] == 'w'}
+    assert not unreadable, unreadable
+
+
+@pytest.mark.needs('image-src')
+def test_a_reinstall_holds_the_lock_until_the_venv_is_packed(umask_027_install, tmp_path):
+    """eb --rebuild keeps the lock from before it moves anything until the new venv is packed: a make-squashfs
+    while its pip runs is refused; its own make-squashfs packs."""
+    inst, idir = umask_027_install
+    started, go_on = tmp_path / 'started', tmp_path / 'go-on'
+    paused = fake_command(tmp_path / 'paused', 'singularity', (
+        'case " $* " in *" -m pip install "*)\n'
+        '    : > %s\n    while [ ! -e %s ]; do sleep 0.1; done ;;\nesac\nexec %s "$@"\n') % (started, go_on, RUNTIME))
+    env = inst.env()
+    env['PATH'] = '%s:%s' % (paused, env['PATH'])
+    rebuild = spawn(eb_command(inst, '027') + [str(easyconfig(inst)), '--rebuild'], env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(started.exists, "the reinstall's pip step", timeout=120)
+        proc = run([str(idir / 'bin' / 'make-squashfs')], env=base_env(), check=False)
+        go_on.touch()
+        out, _ = rebuild.communicate(timeout=300)
+    finally:
+        go_on.touch()
+        if rebuild.poll() is None:
+            rebuild.kill()
+            rebuild.wait()
+    assert (proc.returncode, proc.stderr) == (1, REFUSED % ('make-squashfs', idir))
+    assert rebuild.returncode == 0, out[-3000:]
+    listing = run(['unsquashfs', '-l', str(idir / 'user-software.squashfs')]).stdout
+    assert 'squashfs-root/venv/demo/bin/python' in listing.split()
+
+
+def test_a_reinstall_removes_only_what_it_kept_for_running_jobs(tmp_path, demo_sif):
+    """What an earlier reinstall kept for running jobs goes after 7 days; a link, or a directory it did not make,
+    named alike is left alone, and does not stop the reinstall."""
+    require_runtime()
+    inst = Installation(tmp_path / 'install')
+    shutil.copy(demo_sif, inst.sources / 'demo.sif')
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
+    give(inst.root, inst.user)
+    inst.eb(ec)
+    inst.eb(ec, '--rebuild')
+    idir = inst.installdir('Demo', '1.0')
+    [kept] = idir.parent.glob('1.0.previous-*')
+    old = time.mktime((2020, 1, 1, 0, 0, 0, 0, 0, -1))
+    for path in [kept] + list(kept.rglob('*')):
+        os.utime(path, (old, old), follow_symlinks=False)
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    (elsewhere / 'data').write_text('keep me\n')
+    planted = {
+        'link': (idir.parent / '1.0.previous-20200101-000000', elsewhere),
+        'dangling link': (idir.parent / '1.0.previous-20200101-000001', tmp_path / 'somewhere'),
+    }
+    for link, target in planted.values():
+        link.symlink_to(target)
+    made_by_hand = idir.parent / '1.0.previous-20200101-000002'
+    made_by_hand.mkdir()
+    give(tmp_path, inst.user)
+    for path in [elsewhere, made_by_hand] + [link for link, _ in planted.values()]:
+        os.utime(path, (old, old), follow_symlinks=False)
+
+    proc = inst.eb(ec, '--rebuild', check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not kept.exists()
+    assert 'Removed %s, kept for jobs that ran during an earlier reinstall' % kept in proc.stdout
+    for link, target in planted.values():
+        assert link.is_symlink() and os.readlink(link) == str(target)
+    assert (elsewhere / 'data').read_text() == 'keep me\n'
+    assert made_by_hand.is_dir()
+    assert len(list(idir.parent.glob('1.0.previous-2*'))) == 4  # the planted three and this reinstall's
