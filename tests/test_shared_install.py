@@ -13,7 +13,7 @@ import pytest
 from support import require_runtime, require_tools
 from testkit.install import (EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, fake_command, local_wheels,
                              run, slow_step, spawn, wait_for)
-from testkit.users import MEMBER, OWNER, give, project_gid, user
+from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -182,6 +182,19 @@ def test_a_member_uninstalls_what_the_owner_installed(shared_unpacked, wheelhous
     out = venv_pip(inst, 'uninstall -y lumi-later', MEMBER).stdout
     assert 'Successfully uninstalled lumi-later-1.0' in out
     assert not list(idir.glob('user-software/venv/demo/lib/python*/site-packages/lumi_later*'))
+
+
+@pytest.mark.needs('image-src')
+def test_a_members_make_squashfs_is_the_groups(shared_unpacked):
+    """make-squashfs by a member of a shared install: the SquashFS file is the project's and group-writable, as the
+    install dir is (mksquashfs itself makes it 0644), and another member's venv-pip replaces it with the same."""
+    inst, idir = shared_unpacked
+    squashfs = idir / 'user-software.squashfs'
+    try:
+        inst.module_shell(MODULE, 'umask 022\nmake-squashfs', user=MEMBER)
+        assert (squashfs.stat().st_mode & 0o777, squashfs.group()) == (0o664, PROJECT_GROUP)
+    finally:
+        squashfs.unlink()  # the venv unpacked again, as the other tests of the fixture expect
 
 
 def hold_lock(path):

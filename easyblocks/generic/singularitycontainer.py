@@ -2092,6 +2092,9 @@ share_modes "$dir"
 echo "Packing $dir into $squashfs with $cpus processors..."
 mksquashfs "$dir" "$tmp" -noappend -no-progress -quiet -processors "$cpus" ||
     die "mksquashfs failed; nothing was changed"
+# mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
+# dir is, so that venv-pip keeps it so)
+chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$tmp"
 mv "$tmp" "$squashfs"
 trap - EXIT
 echo "Created $squashfs."
