@@ -18,11 +18,18 @@ from pathlib import Path
 import pytest
 
 from generator.easyblock import easyblock
-from support import require_tools
+from support import require_other_users, require_tools
 from testkit.install import base_env, demo_easyconfig, install_demo, run
 from testkit.users import OUTSIDER, OWNER, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
+
+@pytest.fixture(autouse=True)
+def other_users():
+    """Every test here switches between the test users (an outsider plants the cache roots)."""
+    require_other_users()
+
 
 CACHES = ['MIOPEN_USER_DB_PATH', 'MIOPEN_CUSTOM_CACHE_DIR', 'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR',
           'TORCH_EXTENSIONS_DIR', 'VLLM_CACHE_ROOT']

@@ -13,11 +13,16 @@ import stat
 import pytest
 
 from generator_support import FULL_SBOM, LAIF_NAME, PYTORCH_FILES, PYTORCH_SPEC, generate_ec, make_image
-from support import generate_ec_command
+from support import generate_ec_command, require_other_users
 from testkit.install import run
-from testkit.users import MEMBER, OWNER, PROJECT_GROUP, SWITCHING, give, user
+from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, user
 
-pytestmark = pytest.mark.skipif(not SWITCHING, reason='switches between the test users: needs root')
+
+@pytest.fixture(autouse=True)
+def other_users():
+    """Every test here switches between the test users."""
+    require_other_users()
+
 
 RELEASE = 'lumi-multitorch-u24r64f21m43t29-20260225_144743'
 IMAGE = 'lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif'

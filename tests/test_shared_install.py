@@ -10,12 +10,19 @@ import time
 
 import pytest
 
-from support import require_runtime, require_tools
+from support import require_other_users, require_runtime, require_tools
 from testkit.install import (EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, fake_command, local_wheels,
                              run, slow_step, spawn, wait_for)
 from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
+
+@pytest.fixture(autouse=True)
+def other_users():
+    """Every test here switches between the test users (the project's members share an install)."""
+    require_other_users()
+
 
 MODULE = 'Demo/1.0'
 STOPPED_REBUILD = 'A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it is done. ' \
