@@ -74,7 +74,7 @@ $(ROOTFS)/apptainer-layout.stamp: | $(TOOLS)/apt.stamp $(APPTAINER)
 # The suite drives Apptainer, installed above, as 'singularity' (LUMI's name for its runtime) and, where a test says
 # so, as 'apptainer'. With SINGULARITY=/path/to/singularity (or apptainer) it drives that runtime instead: on LUMI,
 # SingularityCE 4.x.
-TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra -p no:cacheprovider
+TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra --durations=20 -p no:cacheprovider
 # The tests, the demo and the benchmarks import the easyblock, generate-ec and the test kit (testkit/) as installed:
 # this checkout's, reinstalled before each run (without setuptools' build/, which would keep a module removed since,
 # e.g. an image family that generate-ec would still find)
