@@ -20,11 +20,12 @@ import re
 import stat
 import sys
 
-from generator.cli import EXIT_DIFFERENT, EXIT_ERROR, EXIT_OK, PROG
 from generator import files
+from generator.errors import EXIT_DIFFERENT, EXIT_ERROR, EXIT_OK, PROG, GenerateError, parse_args
 from generator.families import laif
-from generator.inspect_image import InspectError, append_entries, inspect_image, same_image, sha256
+from generator.inspect_image import inspect_image, sha256
 from generator.spec import load_spec
+from generator.spec_edit import append_entries, same_image
 
 SHA256_RE = re.compile(r'(?<![0-9A-Za-z])[0-9A-Fa-f]{64}(?![0-9A-Za-z])')
 # What stands between a file name and the rest of a line: blanks, Markdown's table bars, emphasis, code and link
@@ -74,8 +75,8 @@ def releases_in(directory):
     """The releases that ``directory`` names: itself when it is a release directory (or a symlink to one, such as
     lumi-multitorch), else its subdirectories that are release directories, symlinks skipped."""
     if not os.path.isdir(directory):
-        raise InspectError('%s: no such directory; give the central directory (%s) or release directories in it'
-                           % (directory, laif.ROOT))
+        raise GenerateError('%s: no such directory; give the central directory (%s) or release directories in it'
+                            % (directory, laif.ROOT))
     release = _release(directory) or _release(os.path.realpath(directory))
     if release:
         return [release]
@@ -85,9 +86,9 @@ def releases_in(directory):
         if not os.path.islink(path) and os.path.isdir(path) and _release(path):
             found.append(_release(path))
     if not found:
-        raise InspectError('%s: neither a release directory (%s) nor a directory with release directories in it; '
-                           'give the central directory (%s) or release directories'
-                           % (directory, laif.RELEASE_DIR_NAME, laif.ROOT))
+        raise GenerateError('%s: neither a release directory (%s) nor a directory with release directories in it; '
+                            'give the central directory (%s) or release directories'
+                            % (directory, laif.RELEASE_DIR_NAME, laif.ROOT))
     return found
 
 
@@ -124,8 +125,8 @@ def check_image_file(path):
         what = 'a symbolic link (to %s)' % os.readlink(path)
     else:
         what = 'a directory' if stat.S_ISDIR(info.st_mode) else 'a special file'
-    raise InspectError("%s: not an image file but %s; a release's images are regular files: check the release, "
-                       'or leave it out by naming the other release directories' % (path, what))
+    raise GenerateError("%s: not an image file but %s; a release's images are regular files: check the release, "
+                        'or leave it out by naming the other release directories' % (path, what))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -136,7 +137,7 @@ def check_image_file(path):
 def load(spec_path):
     spec, issues = load_spec(spec_path)
     if issues:
-        raise InspectError('%s has errors; fix them first:\n%s' % (spec_path, '\n'.join(map(str, issues))))
+        raise GenerateError('%s has errors; fix them first:\n%s' % (spec_path, '\n'.join(map(str, issues))))
     return spec
 
 
@@ -149,8 +150,8 @@ def spec_variants(spec):
     """The image variants the spec has for some release, in laif.VARIANTS' order."""
     have = {container.image_variant for container in spec.containers if container.family == laif.NAME}
     if not have:
-        raise InspectError('%s has no %s containers (family: %s), so no image variants to look for; name them '
-                           'with --variants, e.g. --variants torch,full' % (spec.source, laif.TITLE, laif.NAME))
+        raise GenerateError('%s has no %s containers (family: %s), so no image variants to look for; name them '
+                            'with --variants, e.g. --variants torch,full' % (spec.source, laif.TITLE, laif.NAME))
     return [variant for variant in laif.VARIANTS if variant in have]
 
 
@@ -172,9 +173,9 @@ def files_part(lines):
 
 
 def _cannot_take(md_path, problem):
-    return InspectError('%s: %s, so no checksum can be taken from it. Check the file (has its format changed?); '
-                        'generate-ec inspect IMAGE.sif --spec FILE adds an image with its checksum computed'
-                        % (md_path, problem))
+    return GenerateError('%s: %s, so no checksum can be taken from it. Check the file (has its format changed?); '
+                         'generate-ec inspect IMAGE.sif --spec FILE adds an image with its checksum computed'
+                         % (md_path, problem))
 
 
 def _file_name(word):
@@ -272,9 +273,9 @@ def verify(image):
     """Compute the image's SHA256 and refuse it when it is not the one published."""
     actual = sha256(image.path)
     if actual != image.published:
-        raise InspectError('%s: its SHA256 is %s, but %s publishes %s for it: the image or its checksum file changed '
-                           'after the release, or the image is not complete. Do not add it; ask the LUMI AI Factory '
-                           'which is right' % (image.path, actual, image.checksum_file, image.published))
+        raise GenerateError('%s: its SHA256 is %s, but %s publishes %s for it: the image or its checksum file changed '
+                            'after the release, or the image is not complete. Do not add it; ask the LUMI AI Factory '
+                            'which is right' % (image.path, actual, image.checksum_file, image.published))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -298,7 +299,13 @@ def _tag(text):
     return text
 
 
-def _parser():
+def summary():
+    """What the subcommand does, for generate-ec --help."""
+    return ('%s releases DIR... --spec FILE lists the images of LUMI AI Factory releases that the spec does not have '
+            'yet (see %s releases --help)' % (PROG, PROG))
+
+
+def parser():
     parser = argparse.ArgumentParser(
         prog=PROG + ' releases',
         description='List the LUMI AI Factory images (of the wanted variants) that the spec does not have yet '
@@ -361,15 +368,14 @@ def run(args):
     return EXIT_DIFFERENT if args.check and images else EXIT_OK
 
 
-def releases_main(argv):
+def main(argv):
     """Run generate-ec releases; return the exit code."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as err:
-        return err.code if isinstance(err.code, int) else EXIT_ERROR
+    args, code = parse_args(parser(), argv)
+    if args is None:
+        return code
     try:
         return run(args)
-    except InspectError as err:
+    except GenerateError as err:
         message = str(err)
     except OSError as err:
         message = '%s: %s' % (err.filename or args.spec, err.strerror or err)
