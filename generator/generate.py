@@ -9,7 +9,8 @@ import sys
 from generator import __version__, files
 from generator.errors import EXIT_DIFFERENT, EXIT_ERROR, EXIT_OK, PROG, parse_args
 from generator.render import render, style_problems
-from generator.spec import Issue, load_specs
+from generator.spec import load_specs
+from generator.yaml_source import Issue
 
 
 def parser(epilog=None):
