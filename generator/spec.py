@@ -32,8 +32,7 @@ class _ContainerNames:
 
     @property
     def versionsuffix(self):
-        suffix = '-rocm-%s-python-%s-singularity' % (self.rocm, self.container_python_version)
-        suffix += self.family_module.suffix(vars(self))
+        suffix = self.family_module.name_part(vars(self))
         if self.variant:
             suffix += '-' + self.variant
         return suffix + '-' + self.date
@@ -161,7 +160,7 @@ FIELDS = (
     + (Field('sif', CONTAINER, in_module_help(Checker.sif), default=_derived('sif')),
        Field('checksum', CONTAINER, pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
        Field('family', SHARED, one_of(families.NAMES, 'an image family'), default=families.DEFAULT),
-       Field('rocm', SHARED, pattern(easyblock.VERSION, 'a valid ROCm version (e.g. 6.2.4)'), required=True),
+       Field('rocm', SHARED, pattern(easyblock.VERSION, 'a valid ROCm version (e.g. 6.2.4)')),  # RocmFamily's
        Field('variant', SHARED, pattern(easyblock.DISTRIBUTION_NAME,
                                         'a valid variant (letters, digits, _.+-; may be empty)', allow_empty=True),
              default=''),

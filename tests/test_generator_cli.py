@@ -200,6 +200,10 @@ def test_no_import_cycle():
     assert not cycles, ' -> '.join(cycles[0])
     assert {'generator.cli', 'generator.generate', 'generator.inspect', 'generator.releases'} <= set(graph)
     assert graph['generator.cli'] == {'generator.generate', 'generator.inspect', 'generator.releases'}
+    families = {name: sorted(other for other in imported if other.startswith('generator.families.'))
+                for name, imported in graph.items() if not name.startswith('generator.families')}
+    naming = {name: found for name, found in families.items() if found}
+    assert not naming  # no module outside the families names one (releases once took laif's)
 
 
 def test_each_module_imports_alone():
