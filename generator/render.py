@@ -145,7 +145,7 @@ def description_text(spec, container):
         lines.extend(_wrap(line.rstrip()))
     lines.append('')
     lines.extend(_wrap('Container image: %s' % c.sif))
-    about = '(%s %s, ROCm %s, Python %s)' % (c.name, c.version, c.rocm, c.container_python_version)
+    about = '(%s %s, %s)' % (c.name, c.version, ', '.join(c.family_module.versions(vars(c))))
     if c.container_components:
         about += ', with ' + ', '.join('%s %s' % item for item in c.container_components.items())
     lines.extend(_wrap(about + '.'))

@@ -1,5 +1,6 @@
 """generate-ec's command line and how it writes files: output directory, --list, --check, python -m generator,
 usage errors, and all or nothing."""
+import ast
 import datetime
 import os
 import shutil
@@ -153,3 +154,61 @@ def test_outdir_that_is_a_file(tmp_path, capsys):
     assert (code, stdout) == (2, '')
     assert err == 'generate-ec: -o %s: not a directory\n' % target
     assert target.read_text() == 'mine\n'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The layout: one module per subcommand, cli.py dispatches, no import cycle
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def generator_modules():
+    """{module name: path} of the generator package's modules (a package by its __init__.py)."""
+    root = os.path.join(REPO, 'generator')
+    modules = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            if name.endswith('.py'):
+                path = os.path.join(directory, name)
+                parts = os.path.relpath(path, REPO)[:-len('.py')].split(os.sep)
+                modules['.'.join(parts[:-1] if parts[-1] == '__init__' else parts)] = path
+    return modules
+
+
+def imported_modules(path, modules):
+    """The generator modules that the module at ``path`` imports anywhere (also inside a function)."""
+    found = set()
+    for node in ast.walk(ast.parse(read_bytes(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.module in modules:
+            named = ['%s.%s' % (node.module, alias.name) for alias in node.names]
+            found.update([name for name in named if name in modules] or [node.module])
+    return found
+
+
+def test_no_import_cycle():
+    """No generator module imports, directly or through others, one that imports it (releases once took PROG and
+    the exit codes from cli.py, which dispatched to it)."""
+    modules = generator_modules()
+    graph = {name: imported_modules(path, modules) for name, path in modules.items()}
+
+    def cycle_from(name, chain):
+        if name in chain:
+            return chain[chain.index(name):] + [name]
+        return next(filter(None, (cycle_from(other, chain + [name]) for other in sorted(graph[name]))), None)
+    cycles = [cycle for cycle in map(lambda name: cycle_from(name, []), sorted(graph)) if cycle]
+    assert not cycles, ' -> '.join(cycles[0])
+    assert {'generator.cli', 'generator.generate', 'generator.inspect', 'generator.releases'} <= set(graph)
+    assert graph['generator.cli'] == {'generator.generate', 'generator.inspect', 'generator.releases'}
+    families = {name: sorted(other for other in imported if other.startswith('generator.families.'))
+                for name, imported in graph.items() if not name.startswith('generator.families')}
+    naming = {name: found for name, found in families.items() if found}
+    assert not naming  # no module outside the families names one (releases once took laif's)
+
+
+def test_each_module_imports_alone():
+    """Each generator module imports in a fresh interpreter, by itself."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    for name in sorted(generator_modules()):
+        proc = subprocess.run([sys.executable, '-c', 'import ' + name], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, name + ': ' + proc.stderr

@@ -22,7 +22,7 @@ def test_families_are_found_with_their_interface():
     assert families.NAMES == ('amd', 'laif') and families.DEFAULT in families.NAMES
     for module in families.FAMILIES.values():
         assert all(hasattr(module, name) for name in families.INTERFACE), module
-    assert families.inspected() == [families.FAMILIES['laif']]
+    assert families.inspected() == families.released() == [families.FAMILIES['laif']]
     assert families.FAMILIES['laif'].INSPECT.VERSION_FROM == 'torch'  # inspect refuses a LAIF image without torch
 
 
@@ -32,31 +32,22 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
-
-NAME, TITLE = 'jax', 'JAX'
-KEYS = OrderedDict([('jax_build', easyblock.pattern_problem(re.compile(r'[0-9]+\\Z'), 'a build number'))])
-DERIVED = {'sif': lambda name, values: 'lumi-jax-%s-b%s.sif' % (values['version'], values['jax_build'])}
-INSPECT = None
+from generator.family import RocmFamily
 
 
-def required(values):
-    return ('date', 'jax_build')
+class Jax(RocmFamily):
+    NAME, TITLE = 'jax', 'JAX'
+    KEYS = OrderedDict([('jax_build', easyblock.pattern_problem(re.compile(r'[0-9]+\\Z'), 'a build number'))])
+    DERIVED = {'sif': lambda name, values: 'lumi-jax-%s-b%s.sif' % (values['version'], values['jax_build'])}
+
+    def suffix(self, values):
+        return '-jax'
+
+    def description(self, values):
+        return 'A JAX image, build %s.' % values['jax_build']
 
 
-def problems(values):
-    return []
-
-
-def suffix(values):
-    return '-jax'
-
-
-def description(values):
-    return 'A JAX image, build %s.' % values['jax_build']
-
-
-def release_dir(values):
-    return None
+FAMILY = Jax()
 '''
 
 
@@ -80,6 +71,46 @@ def test_a_new_family_is_one_module(tmp_path):
                           capture_output=True, text=True)
     assert proc.stderr.splitlines()[0] == (
         "bad.yaml:12: containers[0].jax_build: 'jax_build' is only for family: jax (this entry is family: amd)")
+
+
+CPU_FAMILY = '''\
+"""A family for a test: images without ROCm, lumi-cpu-<version>.sif; all else is the base's."""
+from generator.family import Family
+
+
+class Cpu(Family):
+    NAME, TITLE = 'cpu', 'CPU'
+    DERIVED = {'sif': lambda name, values: 'lumi-cpu-%s.sif' % values['version']}
+
+
+FAMILY = Cpu()
+'''
+
+
+def test_rocm_only_where_a_family_has_it(tmp_path):
+    """A family that is not a RocmFamily needs no rocm, and neither the easyconfig's name nor the description has
+    one (the spec's default rocm is for its AMD entries); the ROCm families keep theirs."""
+    shutil.copytree(os.path.join(REPO, 'generator'), str(tmp_path / 'generator'),
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    (tmp_path / 'generator' / 'families' / 'cpu.py').write_text(CPU_FAMILY)
+    entry = '  - family: cpu\n    version: "2.8.0"\n    date: "20250101"\n'
+    (tmp_path / 'spec.yaml').write_text(spec_text(replace=[('  rocm: "6.2.4"\n', '')], append=entry))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'spec.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[:-1] == [  # the AMD entry only
+        'spec.yaml:8: containers[0].rocm: missing required key (set it in the container entry or in defaults)']
+    (tmp_path / 'spec.yaml').write_text(spec_text(append=entry))
+    proc = subprocess.run([sys.executable, '-m', 'generator', 'spec.yaml', '-o', 'out'], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    values = check_easyconfig(str(tmp_path / 'out' / 'PyTorch-2.8.0-python-3.12-singularity-20250101.eb'))
+    assert values['sources'] == ['lumi-cpu-2.8.0.sif']
+    assert values['description'].endswith('\n(PyTorch 2.8.0, Python 3.12).\n')
+    assert sorted(os.listdir(str(tmp_path / 'out'))) == [
+        'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb',
+        'PyTorch-2.8.0-python-3.12-singularity-20250101.eb']
 
 
 def test_a_family_key_must_not_hide_another(tmp_path):

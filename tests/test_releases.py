@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from generator.releases import published_sums
+from generator.checksums import published_sums
 from generator.spec import load_spec
 from generator_support import FULL_SBOM, check_easyconfig, generate_ec, make_image, read_bytes
 from support import generate_ec_command

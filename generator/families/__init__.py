@@ -1,43 +1,31 @@
 """The image families of generate-ec: one module each in this package, found here (every module whose name does not
-start with '_'). A spec entry's ``family`` names one; DEFAULT is the family of an entry that names none.
-
-A family module says everything that differs between families, and spec.py, render.py and inspect_image.py ask it:
-
-NAME            the spec's name of the family (``family: laif``)
-TITLE           the family's name in messages ("LAIF")
-KEYS            {key: check}: the container keys of this family only (e.g. ``digest``), each with its check, which
-                returns what is wrong with a string value, or None
-required(v)     the keys that an entry with the values v (defaults merged in) must give, besides the ones every
-                entry gives (version, rocm, container_python_version); ``date`` if the family cannot derive it
-DERIVED         {key: function(name, v)}: the value of a key that the entry does not give, derived from the ones it
-                gives (the image's file name ``sif``; ``date``, ``central_sif_dir`` where the family knows them)
-problems(v)     [(key, message)]: what is wrong between the entry's valid values (e.g. a version and the digest)
-suffix(v)       the family's part of the easyconfig's versionsuffix ('' or e.g. '-laif-full')
-description(v)  a sentence about the image for the module's description, or None
-release_dir(v)  the directory of the image's release on LUMI, or None
-INSPECT         what ``generate-ec inspect`` reads in an image of this family (see laif.py), or None: it reads none
-
-v is a mapping of the entry's keys to values (a Container's vars()).
+start with '_'), whose FAMILY is the family: an instance of a subclass of generator.family.Family (which says what a
+family is), holding only what differs from the defaults there. A spec entry's ``family`` names one; DEFAULT is the
+family of an entry that names none.
 """
 
 import importlib
 import pkgutil
 from collections import OrderedDict
 
+from generator.family import Family
+
 DEFAULT = 'amd'
-INTERFACE = ('NAME', 'TITLE', 'KEYS', 'required', 'DERIVED', 'problems', 'suffix', 'description', 'release_dir',
-             'INSPECT')
+INTERFACE = ('NAME', 'TITLE', 'KEYS', 'DERIVED', 'required', 'problems', 'name_part', 'suffix', 'versions',
+             'description', 'release_dir', 'INSPECT', 'RELEASES')
 
 
 def _load():
-    """{name: module} of the family modules in this package, by name."""
+    """{name: family} of the family modules in this package, by name."""
     modules = [importlib.import_module('%s.%s' % (__name__, info.name))
                for info in pkgutil.iter_modules(__path__) if not info.name.startswith('_')]
     for module in modules:
-        missing = [name for name in INTERFACE if not hasattr(module, name)]
-        if missing:
-            raise ImportError('%s: an image family module must define %s' % (module.__file__, ', '.join(missing)))
-    return OrderedDict((module.NAME, module) for module in sorted(modules, key=lambda module: module.NAME))
+        family = getattr(module, 'FAMILY', None)
+        if not isinstance(family, Family) or not family.NAME or not family.TITLE:
+            raise ImportError('%s: an image family module must define FAMILY, an instance of a subclass of '
+                              'generator.family.Family with a NAME and a TITLE' % module.__file__)
+    return OrderedDict((family.NAME, family) for family in sorted((module.FAMILY for module in modules),
+                                                                  key=lambda family: family.NAME))
 
 
 FAMILIES = _load()
@@ -45,10 +33,15 @@ NAMES = tuple(FAMILIES)
 
 
 def family(values):
-    """The family module of an entry with the values ``values`` (a mapping; the family must be a valid one)."""
+    """The family of an entry with the values ``values`` (a mapping; the family must be a valid one)."""
     return FAMILIES[values.get('family') or DEFAULT]
 
 
 def inspected():
     """The families whose images ``generate-ec inspect`` reads."""
     return [module for module in FAMILIES.values() if module.INSPECT is not None]
+
+
+def released():
+    """The families whose release directories ``generate-ec releases`` reads."""
+    return [module for module in FAMILIES.values() if module.RELEASES is not None]

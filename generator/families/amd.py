@@ -9,19 +9,9 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
-
-NAME = 'amd'
-TITLE = 'AMD'
+from generator.family import RocmFamily
 
 DOCKERHASH_RE = re.compile(r'[0-9a-f]{12}\Z')  # \Z: $ would take a newline at the end
-KEYS = OrderedDict([
-    ('dockerhash', easyblock.pattern_problem(DOCKERHASH_RE, '12 lowercase hex digits')),
-])
-
-
-def required(values):
-    """The date names the easyconfig; the dockerhash names the image, unless the entry gives its file name."""
-    return ('date',) if 'sif' in values else ('date', 'dockerhash')
 
 
 def sif_name(name, values):
@@ -30,23 +20,18 @@ def sif_name(name, values):
         lname, values['rocm'], values['container_python_version'], lname, values['version'], values['dockerhash'])
 
 
-DERIVED = {'sif': sif_name}
+class Amd(RocmFamily):
+    NAME = 'amd'
+    TITLE = 'AMD'
+    KEYS = OrderedDict([
+        ('dockerhash', easyblock.pattern_problem(DOCKERHASH_RE, '12 lowercase hex digits')),
+    ])
+    DERIVED = {'sif': sif_name}
+
+    def required(self, values):
+        """The dockerhash names the image, unless the entry gives its file name."""
+        keys = super().required(values)
+        return tuple(key for key in keys if key != 'dockerhash') if 'sif' in values else keys
 
 
-def problems(values):
-    return []
-
-
-def suffix(values):
-    return ''
-
-
-def description(values):
-    return None
-
-
-def release_dir(values):
-    return None
-
-
-INSPECT = None  # no software list in the image to read
+FAMILY = Amd()

@@ -16,9 +16,7 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
-
-NAME = 'laif'
-TITLE = 'LAIF'
+from generator.family import RocmFamily
 
 ROOT = '/appl/local/laifs/containers'
 VARIANTS = ('torch', 'full', 'plus', 'rocm', 'libfabric', 'mpich')
@@ -92,68 +90,19 @@ def parse_sif_name(filename):
     return match.group('variant'), match.group('digest'), match.group('tag')
 
 
+def release_dir(values):
+    """The directory of the image's release on LUMI."""
+    return '%s/%s' % (ROOT, release_dir_name(values['digest'], values['tag']))
+
+
 # ---------------------------------------------------------------------------------------------------------------
-# The family's entries in a spec (the interface of generator/families)
+# The family: its entries in a spec, what inspect reads in its images, what releases reads in its release directories
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def _tag_check(tag):
     problem = tag_problem(tag)
     return problem and '%r %s' % (tag, problem)
-
-
-KEYS = OrderedDict([
-    ('digest', easyblock.pattern_problem(DIGEST_RE, 'a LAIF digest (%s)' % DIGEST_FORMAT)),
-    ('tag', _tag_check),
-    ('image_variant', easyblock.pattern_problem(re.compile(r'(%s)\Z' % '|'.join(VARIANTS)),
-                                                'a LAIF image variant (allowed: %s)' % ', '.join(VARIANTS))),
-])
-
-
-def required(values):
-    """The release (digest and tag) and the image's variant name the image and the easyconfig; the date is the
-    tag's."""
-    return tuple(KEYS)
-
-
-DERIVED = {
-    'sif': lambda name, values: sif_name(values['image_variant'], values['digest'], values['tag']),
-    'date': lambda name, values: tag_date(values['tag']),
-    'central_sif_dir': lambda name, values: release_dir(values),
-}
-
-
-def problems(values):
-    """The digest names the major and minor versions of ROCm and torch; the tag the date.  (Valid values only.)"""
-    digest, found = values.get('digest'), []
-    if not isinstance(digest, str):
-        return found
-    versions = parse_digest(digest)
-    for key, letter, what in (('rocm', 'r', 'ROCm'), ('version', 't', 'torch')):
-        if isinstance(values.get(key), str) and major_minor(values[key]) != versions[what]:
-            token = re.search(letter + r'[0-9]+', digest).group(0)
-            found.append((key, '%r does not match the digest %s (%s: %s %s.x)'
-                          % (values[key], digest, token, what, versions[what])))
-    tag, date = values.get('tag'), values.get('date')
-    if isinstance(tag, str) and isinstance(date, str) and tag_date(tag) != date:
-        found.append(('date', '%r does not match the tag %s (its date is %s; or leave date out)'
-                      % (date, tag, tag_date(tag))))
-    return found
-
-
-def suffix(values):
-    return '-laif-' + values['image_variant']
-
-
-def description(values):
-    """The sentence names the directory the image is taken from: the spec's central_sif_dir, else the release's."""
-    return 'A LUMI AI Factory image: the %s variant of the release in %s.' % (
-        values['image_variant'], values.get('central_sif_dir') or release_dir(values))
-
-
-def release_dir(values):
-    """The directory of the image's release on LUMI."""
-    return '%s/%s' % (ROOT, release_dir_name(values['digest'], values['tag']))
 
 
 class Inspect:
@@ -191,4 +140,76 @@ class Inspect:
         return parse_digest(keys['digest'])['ROCm']
 
 
-INSPECT = Inspect
+class Releases:
+    """What generate-ec releases reads: the release directories lumi-multitorch-<digest>-<tag> in the central
+    directory (ROOT), and in each its images lumi-multitorch-<variant>-<digest>-<tag>.sif (Inspect.image_keys), each
+    with a .md beside it whose Files part lists SHA256 sums, the image's among them (sha256sum output in
+    laifs-container-recipes' post.sh). The central directory's symlinks (lumi-multitorch-<digest>, lumi-multitorch:
+    the latest release of a digest, and overall) point to releases that are listed anyway."""
+
+    PUBLISHER = 'LUMI AI Factory'  # who publishes the releases, in messages
+    ROOT = ROOT  # the central directory, whose subdirectories are the releases
+    DIR_NAME = RELEASE_DIR_NAME
+    VARIANT = 'image_variant'  # the entry's key that tells the images of a release apart
+    VARIANTS = VARIANTS  # its values, in the order they are listed
+    SINCE, SINCE_FORMAT = 'tag', 'YYYYMMDD_HHMMSS'  # the release's key that orders releases (--since), its format
+    since_problem = staticmethod(tag_problem)  # what is wrong with a value of SINCE, or None
+    CHECKSUM_SUFFIX = '.md'  # the file beside an image (its name with this suffix) that publishes its SHA256
+
+    @staticmethod
+    def release_keys(dirname):
+        """The keys that a release directory's name gives ({'digest': ..., 'tag': ...}), which its images' names
+        give too, or None when the name is not a release's."""
+        parsed = parse_release_dir_name(dirname)
+        return OrderedDict(zip(('digest', 'tag'), parsed)) if parsed else None
+
+
+class Laif(RocmFamily):
+    NAME = 'laif'
+    TITLE = 'LAIF'
+    KEYS = OrderedDict([
+        ('digest', easyblock.pattern_problem(DIGEST_RE, 'a LAIF digest (%s)' % DIGEST_FORMAT)),
+        ('tag', _tag_check),
+        ('image_variant', easyblock.pattern_problem(re.compile(r'(%s)\Z' % '|'.join(VARIANTS)),
+                                                    'a LAIF image variant (allowed: %s)' % ', '.join(VARIANTS))),
+    ])
+    # The release (digest and tag) and the image's variant name the image and the easyconfig; the date is the tag's
+    DERIVED = {
+        'sif': lambda name, values: sif_name(values['image_variant'], values['digest'], values['tag']),
+        'date': lambda name, values: tag_date(values['tag']),
+        'central_sif_dir': lambda name, values: release_dir(values),
+    }
+    INSPECT = Inspect
+    RELEASES = Releases
+
+    def problems(self, values):
+        """The digest names the major and minor versions of ROCm and torch; the tag the date.  (Valid values only.)"""
+        digest, found = values.get('digest'), []
+        if not isinstance(digest, str):
+            return found
+        versions = parse_digest(digest)
+        for key, letter, what in (('rocm', 'r', 'ROCm'), ('version', 't', 'torch')):
+            if isinstance(values.get(key), str) and major_minor(values[key]) != versions[what]:
+                token = re.search(letter + r'[0-9]+', digest).group(0)
+                found.append((key, '%r does not match the digest %s (%s: %s %s.x)'
+                              % (values[key], digest, token, what, versions[what])))
+        tag, date = values.get('tag'), values.get('date')
+        if isinstance(tag, str) and isinstance(date, str) and tag_date(tag) != date:
+            found.append(('date', '%r does not match the tag %s (its date is %s; or leave date out)'
+                          % (date, tag, tag_date(tag))))
+        return found
+
+    def suffix(self, values):
+        return '-laif-' + values['image_variant']
+
+    def description(self, values):
+        """The sentence names the directory the image is taken from: the spec's central_sif_dir, else the
+        release's."""
+        return 'A LUMI AI Factory image: the %s variant of the release in %s.' % (
+            values['image_variant'], values.get('central_sif_dir') or release_dir(values))
+
+    def release_dir(self, values):
+        return release_dir(values)
+
+
+FAMILY = Laif()
