@@ -2,12 +2,11 @@
 minimal spec of each image family to vary, running generate-ec in the test's process, the checks every
 generated easyconfig must pass, and small LAIF-like images for inspect and releases."""
 import ast
-import json
 import os
-import subprocess
 
 from generator.cli import main
 from support import require_tools
+from testkit.images import make_sbom_sif
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, 'tests', 'data', 'generator')
@@ -151,22 +150,6 @@ FULL_SBOM = {
 
 
 def make_image(directory, name, sbom=None, sbom_text=None, python_dirs=('python3.12',), partition=True):
-    """A LAIF-like SIF: /.sbom.json (if given) and /opt/venv/lib/<python_dirs>/site-packages in a SquashFS
-    root file system partition, packed with mksquashfs and siftool."""
+    """testkit.images.make_sbom_sif, skipped where its tools are missing."""
     require_tools('mksquashfs', 'siftool', 'unsquashfs')
-    directory = directory / ('image-%d' % len(os.listdir(str(directory))))
-    tree = directory / 'tree'
-    tree.mkdir(parents=True)
-    for python in python_dirs:
-        (tree / 'opt' / 'venv' / 'lib' / python / 'site-packages').mkdir(parents=True)
-    if sbom is not None or sbom_text is not None:
-        (tree / '.sbom.json').write_text(sbom_text if sbom_text is not None else json.dumps(sbom))
-    sif = directory / name
-    commands = [['mksquashfs', tree, directory / 'root.sqfs', '-noappend', '-quiet', '-all-root'],
-                ['siftool', 'new', sif]]
-    if partition:
-        commands.append(['siftool', 'add', '--datatype', '4', '--partfs', '1', '--parttype', '2', '--partarch', '2',
-                         sif, directory / 'root.sqfs'])
-    for command in commands:
-        subprocess.run([str(part) for part in command], check=True, capture_output=True)
-    return str(sif)
+    return make_sbom_sif(directory, name, sbom, sbom_text, python_dirs, partition)
