@@ -35,6 +35,11 @@ ENVIRONMENT_SCRIPT = ".singularity.d/env/90-environment.sh"
 # Where an image's root file system starts, read as the easyblock reads it (tests/test_images.py reads real
 # images of `apptainer build` and of build_sif with it)
 sif_partition_offset = easyblock.sif_partition_offset
+# siftool's arguments for the root file system, the partition the easyblock's reader looks for: a partition (SIF
+# datatype 0x4004, siftool's 4), SquashFS, the primary system partition, for amd64 (siftool's 2)
+SIFTOOL_ROOTFS_PARTITION = ["--datatype", str(easyblock.SIF_PARTITION_DATATYPE & 0xff),
+                            "--partfs", str(easyblock.SIF_FS_SQUASHFS),
+                            "--parttype", str(easyblock.SIF_PARTTYPES_SYSTEM[0]), "--partarch", "2"]
 IMAGE_PYTHON = "/usr/bin/python3"  # Debian's, also on PATH as python (python-is-python3)
 
 # Sourced as `source /opt/miniconda3/bin/activate ENV`, like conda's script.
@@ -100,8 +105,7 @@ def build_sif(rootfs: Path, sif: Path, builder: str = "siftool", partition: bool
         _run(["mksquashfs", rootfs, sqfs, "-noappend", "-quiet", "-no-progress", "-all-root",
               "-comp", "gzip", "-Xcompression-level", "1"])
         _run(["siftool", "new", sif])
-        _run(["siftool", "add", "--datatype", "4", "--partfs", "1", "--parttype", "2", "--partarch", "2", sif,
-              sqfs])
+        _run(["siftool", "add"] + SIFTOOL_ROOTFS_PARTITION + [sif, sqfs])
     finally:
         os.unlink(sqfs)
     return sif
