@@ -8,25 +8,38 @@ SingularityCE set the user's SINGULARITYENV_* variables from 99-base.sh's turn. 
 hard-linked copy of it (the root file system itself is never changed; a file of the layout that the layer rewrites is
 replaced, not written through the link), and the tree is packed into a SIF file either by the real `apptainer build`
 (builder='apptainer') or, faster, with mksquashfs and siftool as that build does (builder='siftool').
-Stdlib only.
+Where an image's root file system is, is read by the easyblock's own SIF reader (testkit.easyblock), not by a
+copy of it. Stdlib and the easyblock only.
+
+Besides those, make_sbom_sif packs small images that are only read, never run: the files of a LUMI AI Factory image
+that generate-ec inspect and releases read.
 """
 import json
 import os
 import re
 import shlex
 import shutil
-import struct
 import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["IMAGE_PYTHON", "IMAGE_TOOL_COMMAND", "ROOTFS", "build_sif", "image_layer", "make_test_sif",
+from .easyblock import easyblock
+
+__all__ = ["IMAGE_PYTHON", "IMAGE_TOOL_COMMAND", "ROOTFS", "build_sif", "image_layer", "make_sbom_sif", "make_test_sif",
            "sif_partition_offset", "write_distribution"]
 
 TOOLS = Path(os.environ.get("LUMI_CT_TOOLS", "/opt/lumi-container-tools"))
 ROOTFS = TOOLS / "rootfs" / "bookworm"
 APPTAINER = TOOLS / "apptainer" / "bin" / "apptainer"
 ENVIRONMENT_SCRIPT = ".singularity.d/env/90-environment.sh"
+# Where an image's root file system starts, read as the easyblock reads it (tests/test_images.py reads real
+# images of `apptainer build` and of build_sif with it)
+sif_partition_offset = easyblock.sif_partition_offset
+# siftool's arguments for the root file system, the partition the easyblock's reader looks for: a partition (SIF
+# datatype 0x4004, siftool's 4), SquashFS, the primary system partition, for amd64 (siftool's 2)
+SIFTOOL_ROOTFS_PARTITION = ["--datatype", str(easyblock.SIF_PARTITION_DATATYPE & 0xff),
+                            "--partfs", str(easyblock.SIF_FS_SQUASHFS),
+                            "--parttype", str(easyblock.SIF_PARTTYPES_SYSTEM[0]), "--partarch", "2"]
 IMAGE_PYTHON = "/usr/bin/python3"  # Debian's, also on PATH as python (python-is-python3)
 
 # Sourced as `source /opt/miniconda3/bin/activate ENV`, like conda's script.
@@ -72,15 +85,19 @@ def _run(cmd, **kwargs):
     return r.stdout
 
 
-def build_sif(rootfs: Path, sif: Path, builder: str = "siftool") -> Path:
+def build_sif(rootfs: Path, sif: Path, builder: str = "siftool", partition: bool = True) -> Path:
     """Pack directory `rootfs` into a SIF file at `sif` (overwritten), with `apptainer build` or, as it does it,
     with mksquashfs and siftool (a SquashFS root file system partition in a new SIF file; level 1 compression for
-    both, as the images are packed again and again)."""
+    both, as the images are packed again and again). partition=False (siftool only): a SIF file without any data
+    object, a broken image."""
     sif = Path(sif)
     if sif.exists():
         sif.unlink()
     if builder == "apptainer":
         _run([APPTAINER, "--quiet", "build", "--mksquashfs-args", "-Xcompression-level 1", sif, rootfs])
+        return sif
+    if not partition:
+        _run(["siftool", "new", sif])
         return sif
     fd, sqfs = tempfile.mkstemp(suffix=".sqfs", dir=sif.parent)
     os.close(fd)
@@ -88,11 +105,26 @@ def build_sif(rootfs: Path, sif: Path, builder: str = "siftool") -> Path:
         _run(["mksquashfs", rootfs, sqfs, "-noappend", "-quiet", "-no-progress", "-all-root",
               "-comp", "gzip", "-Xcompression-level", "1"])
         _run(["siftool", "new", sif])
-        _run(["siftool", "add", "--datatype", "4", "--partfs", "1", "--parttype", "2", "--partarch", "2", sif,
-              sqfs])
+        _run(["siftool", "add"] + SIFTOOL_ROOTFS_PARTITION + [sif, sqfs])
     finally:
         os.unlink(sqfs)
     return sif
+
+
+def make_sbom_sif(directory: Path, name: str, sbom: dict | None = None, sbom_text: str | None = None,
+                  python_dirs: tuple = ("python3.12",), partition: bool = True) -> str:
+    """A small LAIF-like SIF for what generate-ec reads from an image without running it (inspect, releases):
+    /.sbom.json (`sbom` as JSON, or `sbom_text` as it is; none if neither) and
+    /opt/venv/lib/<python_dirs>/site-packages, packed by build_sif in a new directory below `directory` as `name`;
+    partition=False: a SIF without its root file system. Not a runnable image (no operating system)."""
+    directory = Path(directory) / ("image-%d" % len(os.listdir(directory)))
+    tree = directory / "tree"
+    tree.mkdir(parents=True)
+    for python in python_dirs:
+        (tree / "opt" / "venv" / "lib" / python / "site-packages").mkdir(parents=True)
+    if sbom is not None or sbom_text is not None:
+        (tree / ".sbom.json").write_text(sbom_text if sbom_text is not None else json.dumps(sbom))
+    return str(build_sif(tree, directory / name, partition=partition))
 
 
 # The image's own tool, a distribution with a console script in every test image: it says which Python runs it
@@ -270,26 +302,3 @@ def make_test_sif(dest: Path, builder: str = "siftool", **layer) -> Path:
             _run(["cp", "-a", ROOTFS, root])
         image_layer(root, **layer)
         return build_sif(root, dest, builder)
-
-
-def sif_partition_offset(path) -> int:
-    """Byte offset of the image's root file system, the primary (or else the first) SquashFS system partition of a
-    SIF v1 file; ValueError says why there is none."""
-    with open(path, "rb") as f:
-        hdr = f.read(128)
-        if len(hdr) < 128 or hdr[32:41] != b"SIF_MAGIC":
-            raise ValueError("image format not recognized")
-        total, doff, dsize = struct.unpack_from("<qqq", hdr, 0x58)
-        f.seek(doff)
-        descs = f.read(dsize)
-    step = dsize // total if total else 0
-    found = []
-    for i in range(total):
-        # int32 datatype, bool used, 3x uint32 ids, int64 offset; extra at +201
-        dtype, used, _, _, _, off = struct.unpack_from("<iBIIIq", descs, i * step)
-        fstype, parttype = struct.unpack_from("<ii", descs, i * step + 201)
-        if used and dtype == 0x4004 and fstype == 1 and parttype in (1, 2):
-            found.append((parttype != 2, i, off))  # PrimSys (2) first
-    if not found:
-        raise ValueError("no SquashFS system partition found")
-    return min(found)[2]

@@ -5,7 +5,6 @@ No pytest: the tests, make demo and make bench use it alike. Where something it 
 Missing (the tests skip on it, or fail in CI: tests/conftest.py).
 """
 import functools
-import importlib.util
 import os
 import re
 import shlex
@@ -18,22 +17,11 @@ import time
 import zipfile
 from pathlib import Path
 
+from .easyblock import EASYBLOCK
 from .images import ROOTFS, make_test_sif
 from .users import OWNER, as_user, give, missing_users, user as test_user
 
 
-def _easyblock_file():
-    """The easyblock installed beside this kit (setup.cfg installs both from one checkout; make test, demo and bench
-    reinstall it first): the file `import singularitycontainer` loads. Else, in a checkout that was not installed,
-    the checkout's."""
-    spec = importlib.util.find_spec('singularitycontainer')
-    if spec is None:
-        return Path(__file__).resolve().parent.parent / 'easyblocks' / 'generic' / 'singularitycontainer.py'
-    return Path(spec.origin)
-
-
-# The easyblock the installs use (EASYBUILD_INCLUDE_EASYBLOCKS)
-EASYBLOCK = _easyblock_file()
 TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
 EB_VENVS = {'5': TOOLS / 'eb5', '4.9': TOOLS / 'eb49'}
 # torch installed with pip --target by make setup, bound into the test image of the distributed tests.

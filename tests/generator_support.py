@@ -1,13 +1,19 @@
-"""What the tests of generate-ec (test_generator_*.py) share: the specs and golden files in tests/data/generator, a
-minimal spec of each image family to vary, running generate-ec in the test's process, the checks every
-generated easyconfig must pass, and small LAIF-like images for inspect and releases."""
+"""What the tests of generate-ec (test_generator_*.py) share: the specs and golden files in tests/data/generator,
+running generate-ec in the test's process, the checks every generated easyconfig must pass, and the test kit's
+small LAIF-like images (testkit.images.make_sbom_sif) and specs to vary (testkit.specs), skipped where a tool is
+missing."""
 import ast
-import json
 import os
-import subprocess
 
 from generator.cli import main
 from support import require_tools
+from testkit.images import make_sbom_sif
+from testkit.specs import FULL_SBOM, LAIF_NAME, laif_text, spec_text
+
+# The spec fixtures are testkit.specs'; the tests of generate-ec take these from here too.
+__all__ = ['DATA', 'FULL_SBOM', 'GOLDEN', 'LAIF_FILES', 'LAIF_NAME', 'LAIF_SPEC', 'OVERRIDES_SPEC', 'PYTORCH_FILES',
+           'PYTORCH_SPEC', 'REPO', 'SPECS', 'assigned_values', 'check_easyconfig', 'generate_ec', 'laif_text',
+           'make_image', 'read_bytes', 'run_spec', 'spec_text', 'tree']
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, 'tests', 'data', 'generator')
@@ -80,31 +86,6 @@ def check_easyconfig(path):
     return values
 
 
-BASE = """\
-name: PyTorch
-homepage: https://pytorch.org/
-description: Test spec.
-defaults:
-  container_python_version: "3.12"
-  rocm: "6.2.4"
-  container_venv: pytorch
-containers:
-  - version: "2.7.1"
-    date: "20250827"
-    dockerhash: 0d479e852886
-"""
-# line numbers in BASE:      1 name, 2 homepage, 3 description, 4 defaults, 5 python, 6 rocm, 7 venv,
-#                            8 containers, 9 version, 10 date, 11 dockerhash; appended lines start at 12
-
-
-def spec_text(replace=(), append=''):
-    text = BASE
-    for old, new in replace:
-        assert old in text, old
-        text = text.replace(old, new)
-    return text + append
-
-
 def run_spec(tmp_path, monkeypatch, capsys, text, name='spec.yaml'):
     monkeypatch.chdir(tmp_path)
     with open(name, 'w', encoding='utf-8') as handle:
@@ -113,60 +94,7 @@ def run_spec(tmp_path, monkeypatch, capsys, text, name='spec.yaml'):
     return code, out, err
 
 
-LAIF_BASE = """\
-name: PyTorch
-homepage: https://pytorch.org/
-description: Test spec.
-defaults:
-  container_python_version: "3.12"
-  container_venv: pytorch
-containers:
-  - family: laif
-    version: "2.9.1"
-    rocm: "6.4.4"
-    digest: u24r64f21m43t29
-    tag: "20260225_144743"
-    image_variant: full
-"""
-# line numbers in LAIF_BASE: 1 name, 2 homepage, 3 description, 4 defaults, 5 python, 6 venv, 7 containers,
-#                            8 family, 9 version, 10 rocm, 11 digest, 12 tag, 13 image_variant; appended from 14
-LAIF_NAME = 'PyTorch-2.9.1-rocm-6.4.4-python-3.12-singularity-laif-full-20260225.eb'
-
-
-def laif_text(replace=(), append=''):
-    text = LAIF_BASE
-    for old, new in replace:
-        assert old in text, old
-        text = text.replace(old, new)
-    return text + append
-
-
-FULL_SBOM = {
-    'apt': [{'name': 'libc6', 'version': '2.39-0ubuntu8.6'}, {'name': 'python3.12', 'version': '3.12.3-1ubuntu0.8'},
-            {'name': 'rocm-core', 'version': '6.4.4.60404-129~24.04'}],
-    'pip': [{'name': 'numpy', 'version': '2.1.3'}, {'name': 'torch', 'version': '2.9.1+rocm6.4.4'},
-            {'name': 'vllm', 'version': '0.15.1+rocm644'}, {'name': 'deepspeed', 'version': '0.18.6'},
-            {'name': 'flash_attn', 'version': '2.8.3'}, {'name': 'transformers', 'version': '4.57.1'}],
-}
-
-
 def make_image(directory, name, sbom=None, sbom_text=None, python_dirs=('python3.12',), partition=True):
-    """A LAIF-like SIF: /.sbom.json (if given) and /opt/venv/lib/<python_dirs>/site-packages in a SquashFS
-    root file system partition, packed with mksquashfs and siftool."""
+    """testkit.images.make_sbom_sif, skipped where its tools are missing."""
     require_tools('mksquashfs', 'siftool', 'unsquashfs')
-    directory = directory / ('image-%d' % len(os.listdir(str(directory))))
-    tree = directory / 'tree'
-    tree.mkdir(parents=True)
-    for python in python_dirs:
-        (tree / 'opt' / 'venv' / 'lib' / python / 'site-packages').mkdir(parents=True)
-    if sbom is not None or sbom_text is not None:
-        (tree / '.sbom.json').write_text(sbom_text if sbom_text is not None else json.dumps(sbom))
-    sif = directory / name
-    commands = [['mksquashfs', tree, directory / 'root.sqfs', '-noappend', '-quiet', '-all-root'],
-                ['siftool', 'new', sif]]
-    if partition:
-        commands.append(['siftool', 'add', '--datatype', '4', '--partfs', '1', '--parttype', '2', '--partarch', '2',
-                         sif, directory / 'root.sqfs'])
-    for command in commands:
-        subprocess.run([str(part) for part in command], check=True, capture_output=True)
-    return str(sif)
+    return make_sbom_sif(directory, name, sbom, sbom_text, python_dirs, partition)

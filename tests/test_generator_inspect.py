@@ -9,6 +9,7 @@ import pytest
 
 from generator.spec import load_spec
 from generator_support import FULL_SBOM, LAIF_NAME, check_easyconfig, generate_ec, make_image, read_bytes
+from testkit.specs import INSPECT_SPEC
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -47,29 +48,6 @@ def test_inspect_prints_the_entry(tmp_path, capsys):
     code, out, err = generate_ec(['inspect', sif], capsys)
     assert (code, err) == (0, '')
     assert out == full_entry(sif)
-
-
-INSPECT_SPEC = """\
-# A spec with comments, which inspect --spec keeps.
-name: PyTorch
-homepage: https://pytorch.org/
-description: Test spec.
-defaults:
-  container_python_version: "3.12"  # the Python of all images
-  container_venv: pytorch
-containers:
-  # the first release
-  - family: laif
-    version: "2.9.1"
-    rocm: "6.4.4"
-    digest: u24r64f21m43t29
-    tag: "20260124_092648"
-    image_variant: full
-
-# the settings of the LAIF images
-family_defaults:
-  laif: {container_entry: run, copy_image: false}
-"""
 
 
 def test_inspect_appends_to_the_spec(tmp_path, monkeypatch, capsys):

@@ -15,6 +15,7 @@ import pytest
 from generator_support import FULL_SBOM, LAIF_NAME, PYTORCH_FILES, PYTORCH_SPEC, generate_ec, make_image
 from support import generate_ec_command, require_other_users
 from testkit.install import run
+from testkit.specs import SHARED_SPEC
 from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, user
 
 
@@ -27,22 +28,7 @@ def other_users():
 RELEASE = 'lumi-multitorch-u24r64f21m43t29-20260225_144743'
 IMAGE = 'lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif'
 PLANTED = 'spec.yaml.tmp-generate-ec'  # the fixed name generate-ec wrote through
-SPEC = """\
-# A project's spec: its members add the new images.
-name: PyTorch
-homepage: https://pytorch.org/
-description: Test spec.
-defaults:
-  container_python_version: "3.12"
-  container_venv: pytorch
-containers:
-  - family: laif
-    version: "2.9.1"
-    rocm: "6.4.4"
-    digest: u24r64f21m43t29
-    tag: "20260124_092648"
-    image_variant: full
-"""
+SPEC = SHARED_SPEC
 BASHRC = 'export SECRET=only-mine\n'
 
 

@@ -18,6 +18,7 @@ from generator.spec import load_spec
 from generator_support import FULL_SBOM, check_easyconfig, generate_ec, make_image, read_bytes
 from support import generate_ec_command
 from testkit.install import run
+from testkit.specs import RELEASES_SPEC
 
 OLD = ('u24r64f21m43t29', '20260225_144743')  # a .md with the checksums beside each image
 NEW = ('u24r70f21m50t210', '20260415_130625')  # no .md
@@ -35,40 +36,7 @@ SBOMS = {
 }
 OTHER_SUM = 'f' * 64  # a checksum that is no image's
 
-# The spec has the torch and full images of 20260124 (not in the directory) and OLD's torch image.
-SPEC = """\
-# PyTorch images; comments and layout stay when releases --add appends.
-name: PyTorch
-homepage: https://pytorch.org/
-description: Test spec.
-defaults:
-  container_python_version: "3.12"  # the Python of all images
-  container_venv: pytorch
-containers:
-  # the first releases
-  - family: laif
-    version: "2.9.1"
-    rocm: "6.4.4"
-    digest: u24r64f21m43t29
-    tag: "20260124_092648"
-    image_variant: torch
-  - family: laif
-    version: "2.9.1"
-    rocm: "6.4.4"
-    digest: u24r64f21m43t29
-    tag: "20260124_092648"
-    image_variant: full
-  - family: laif
-    version: "2.9.1"
-    rocm: "6.4.4"
-    digest: u24r64f21m43t29
-    tag: "20260225_144743"
-    image_variant: torch
-
-# the settings of the LAIF images
-family_defaults:
-  laif: {container_entry: run, copy_image: false}
-"""
+SPEC = RELEASES_SPEC  # the torch and full images of 20260124 (not in the directory) and OLD's torch image
 HEAD, TAIL = SPEC.split('\n# the settings', 1)
 TAIL = '\n# the settings' + TAIL
 
