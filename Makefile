@@ -41,11 +41,13 @@ $(EB49): | $(TOOLS)/apt.stamp
 	$(TOOLS)/eb49/bin/pip install -q easybuild-framework==4.9.4 easybuild-easyblocks==4.9.4 pycodestyle
 	touch $@
 
-# The tests' venv, with Debian's Python too: the test users run generate-ec and the test kit's helpers
-$(TOOLS)/venv/setup.stamp: setup.cfg setup.py | $(TOOLS)/apt.stamp
+# The tests' venv, with Debian's Python too: the test users run generate-ec and the test kit's helpers. flake8 with
+# flake8-comprehensions: the easyblock passes easybuild-easyblocks' lint (tests/test_upstream.py).
+$(TOOLS)/venv/setup.stamp: setup.cfg setup.py Makefile | $(TOOLS)/apt.stamp
 	[ "$$(readlink -f $(TOOLS)/venv/bin/python)" = "$$(readlink -f $(SYSTEM_PYTHON))" ] || rm -rf $(TOOLS)/venv
 	$(SYSTEM_PYTHON) -m venv $(TOOLS)/venv
-	$(TOOLS)/venv/bin/pip install -q pytest jinja2 pyyaml pycodestyle pyflakes setuptools wheel
+	$(TOOLS)/venv/bin/pip install -q pytest jinja2 pyyaml pycodestyle pyflakes flake8 flake8-comprehensions setuptools \
+	  wheel
 	$(TOOLS)/venv/bin/pip install -q .
 	touch $@
 
