@@ -102,12 +102,18 @@ bench: setup
 	$(INSTALL_THIS)
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) benchmarks/run.py $(BENCH_ARGS)
 
-# Maintainers: regenerate the easyconfigs from their spec, or check that they are in sync.
+# Maintainers: regenerate the easyconfigs from their specs, or check that they are in sync. Every spec under
+# easyconfigs/ (easyconfigs/p/PyTorch/PyTorch.yaml, ...) is run in its own directory, where its easyconfigs are.
+SPECS = $(sort $(shell find easyconfigs -name '*.yaml'))
 generate: setup
-	cd easyconfigs/p/PyTorch && $(TOOLS)/venv/bin/generate-ec -o . PyTorch.yaml
+	for spec in $(SPECS); do \
+	  (cd "$$(dirname "$$spec")" && $(TOOLS)/venv/bin/generate-ec -o . "$$(basename "$$spec")") || exit; \
+	done
 
 check-easyconfigs: setup
-	cd easyconfigs/p/PyTorch && $(TOOLS)/venv/bin/generate-ec --check -o . PyTorch.yaml
+	for spec in $(SPECS); do \
+	  (cd "$$(dirname "$$spec")" && $(TOOLS)/venv/bin/generate-ec --check -o . "$$(basename "$$spec")") || exit; \
+	done
 
 clean-tools:
 	rm -rf $(TOOLS)
