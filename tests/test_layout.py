@@ -27,9 +27,9 @@ def maintainers_make(tmp_path, target):
     tools = tmp_path / 'tools'
     (tools / 'venv' / 'bin').mkdir(parents=True, exist_ok=True)
     generate_ec = tools / 'venv' / 'bin' / 'generate-ec'
-    generate_ec.write_text('#!/bin/sh\nPYTHONPATH=%s:%s exec %s -c "import sys; from generator.cli import main; '
-                           'sys.exit(main(sys.argv[1:]))" "$@"\n' % (REPO, REPO / 'easyblocks' / 'generic',
-                                                                      sys.executable))
+    main = 'import sys; from generator.cli import main; sys.exit(main(sys.argv[1:]))'
+    generate_ec.write_text('#!/bin/sh\nPYTHONPATH=%s:%s exec %s -c "%s" "$@"\n' % (
+        REPO, REPO / 'easyblocks' / 'generic', sys.executable, main))
     generate_ec.chmod(0o755)
     return run(['make', '-s', '-f', str(REPO / 'Makefile'), '-C', str(tmp_path / 'copy'), '-o', 'setup', target,
                 'TOOLS=%s' % tools], check=False, user=None)
