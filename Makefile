@@ -41,11 +41,13 @@ $(EB49): | $(TOOLS)/apt.stamp
 	$(TOOLS)/eb49/bin/pip install -q easybuild-framework==4.9.4 easybuild-easyblocks==4.9.4 pycodestyle
 	touch $@
 
-# The tests' venv, with Debian's Python too: the test users run generate-ec and the test kit's helpers
-$(TOOLS)/venv/setup.stamp: setup.cfg setup.py | $(TOOLS)/apt.stamp
+# The tests' venv, with Debian's Python too: the test users run generate-ec and the test kit's helpers. flake8 with
+# flake8-comprehensions: the easyblock passes easybuild-easyblocks' lint (tests/test_upstream.py).
+$(TOOLS)/venv/setup.stamp: setup.cfg setup.py Makefile | $(TOOLS)/apt.stamp
 	[ "$$(readlink -f $(TOOLS)/venv/bin/python)" = "$$(readlink -f $(SYSTEM_PYTHON))" ] || rm -rf $(TOOLS)/venv
 	$(SYSTEM_PYTHON) -m venv $(TOOLS)/venv
-	$(TOOLS)/venv/bin/pip install -q pytest jinja2 pyyaml pycodestyle pyflakes setuptools wheel
+	$(TOOLS)/venv/bin/pip install -q pytest jinja2 pyyaml pycodestyle pyflakes flake8 flake8-comprehensions setuptools \
+	  wheel
 	$(TOOLS)/venv/bin/pip install -q .
 	touch $@
 
@@ -100,12 +102,18 @@ bench: setup
 	$(INSTALL_THIS)
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) benchmarks/run.py $(BENCH_ARGS)
 
-# Maintainers: regenerate the easyconfigs from their spec, or check that they are in sync.
+# Maintainers: regenerate the easyconfigs from their specs, or check that they are in sync. Every spec under
+# easyconfigs/ (easyconfigs/p/PyTorch/PyTorch.yaml, ...) is run in its own directory, where its easyconfigs are.
+SPECS = $(sort $(shell find easyconfigs -name '*.yaml'))
 generate: setup
-	cd easyconfigs/p/PyTorch && $(TOOLS)/venv/bin/generate-ec -o . PyTorch.yaml
+	for spec in $(SPECS); do \
+	  (cd "$$(dirname "$$spec")" && $(TOOLS)/venv/bin/generate-ec -o . "$$(basename "$$spec")") || exit; \
+	done
 
 check-easyconfigs: setup
-	cd easyconfigs/p/PyTorch && $(TOOLS)/venv/bin/generate-ec --check -o . PyTorch.yaml
+	for spec in $(SPECS); do \
+	  (cd "$$(dirname "$$spec")" && $(TOOLS)/venv/bin/generate-ec --check -o . "$$(basename "$$spec")") || exit; \
+	done
 
 clean-tools:
 	rm -rf $(TOOLS)

@@ -2,6 +2,7 @@
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from support import EASYBLOCK, require_runtime, require_tools
+from support import EASYBLOCK, REPO, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND
 from testkit.install import (LITERAL_DEFAULT, RUNTIME, Installation, base_env, demo_easyconfig, failing_mksquashfs,
                              install_demo, run, slow_step, spawn, wait_for)
@@ -347,6 +348,48 @@ def test_scripts_pass_shellcheck(demo_install):
     for script in scripts:
         run(['bash', '-n', str(script)])
     assert (idir / 'runscripts' / 'get-master').read_text().startswith('#!/usr/bin/env python3')
+
+
+def readme_install_dir_listing():
+    """README's listing of the install dir ("The install dir:", a code block): {entry: its text}, for the lines
+    indented by four spaces under <prefix>/software/..., a longer indent continuing an entry's text; and the
+    module's line."""
+    block = re.search(r'^The install dir:\n\n```\n(.*?)```', (REPO / 'README.md').read_text(), re.M | re.S).group(1)
+    lines = block.splitlines()
+    assert lines[0] == '<prefix>/software/PyTorch/<version><versionsuffix>/'
+    entries, name = {}, None
+    for line in lines[1:-1]:
+        if not line.startswith('     '):
+            name, text = line.split(None, 1)
+            entries[name] = text
+        else:
+            entries[name] += ' ' + line.strip()
+    return entries, lines[-1]
+
+
+def listed_names(text):
+    """The names an entry's text lists after its last ':' ('wrappers' stands for the wrapped commands)."""
+    return {name.strip() for name in text.rsplit(':', 1)[-1].split(',')}
+
+
+def test_the_readme_lists_what_the_install_dir_has(demo_install):
+    """README's install dir listing is what an install has: each entry there (<image>.sif as the image's name, an
+    alternative as '(or <name> ...)'), and nothing else but the install's own hidden files; the commands in bin/
+    besides the wrappers and the run scripts as listed; the module file where the listing says."""
+    inst, idir = demo_install
+    entries, module_line = readme_install_dir_listing()
+    present = {path.name + ('/' if path.is_dir() else '') for path in idir.iterdir() if not path.name.startswith('.')}
+    unlisted = set(present)
+    for name, text in entries.items():
+        names = {name.replace('<image>.sif', 'demo.sif')} | set(re.findall(r'\(or (\S+)', text))
+        assert names & present, 'README lists %s, which the install dir lacks' % name
+        unlisted -= names
+    assert not unlisted, 'README does not list %s of the install dir' % ', '.join(sorted(unlisted))
+    wrappers = {'python', 'python3', 'pip'}  # install_demo's wrapped_commands
+    assert {path.name for path in (idir / 'bin').iterdir()} == listed_names(entries['bin/']) - {'wrappers'} | wrappers
+    assert {path.name for path in (idir / 'runscripts').iterdir()} == listed_names(entries['runscripts/'])
+    assert module_line == '<prefix>/modules/all/PyTorch/<version><versionsuffix>.lua (or Tcl)'
+    assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').is_file()
 
 
 def test_avail_easyconfig_params(tmp_path):

@@ -124,6 +124,8 @@ def parameter_table():
             default = "LUMI's file systems: " + ', '.join('`%s`' % path for path in default)
         elif default is easyblock.LUMI_BINDING_MODULES:
             default = ', '.join('`%s`' % module for module in default)
+        elif isinstance(default, dict):  # as an easyconfig writes it (an OrderedDict's repr is no easyconfig value)
+            default = '`{%s}`' % ', '.join('%r: %r' % item for item in default.items())
         else:
             default = '`%r`' % (default,)
         rows.append('| `%s` | %s | %s |' % (name, default, parameter.help.replace('|', '\\|')))

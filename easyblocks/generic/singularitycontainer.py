@@ -33,10 +33,8 @@ from easybuild.tools.filetools import adjust_permissions, convert_name, copy_fil
 
 try:
     from easybuild.tools.run import run_shell_cmd  # EasyBuild 5.x
-    run_cmd = None
 except ImportError:
-    from easybuild.tools.run import run_cmd  # EasyBuild 4.x
-    run_shell_cmd = None
+    run_shell_cmd = None  # EasyBuild 4.x: run_checked imports run_cmd, which EasyBuild 5 deprecates, only there
 
 
 LUMI_BIND_PATHS = ['/var/spool/slurmd', '/opt/cray', '/usr/lib64/libcxi.so.1', '/pfs', '/scratch', '/projappl',
@@ -192,18 +190,14 @@ def entry_problem(value):
     return None if value in CONTAINER_ENTRIES else "%r is neither 'exec' nor 'run'" % value
 
 
-class Parameter(object):
-    """An easyconfig parameter of this easyblock: its name, default and help (extra_options), and what its value
-    may be (checked by check_parameters before anything is copied, and by generate-ec in a spec).
-
-    shape: 'text', 'optional text' (None too), 'list' of texts, 'dict' of text to text, or 'bool'.
-    check: what is wrong with a text, a list entry or a dict key (None: nothing); value_check the same for dict
-    values. unique: a list entry may appear only once. allowed: said in the error message.
-    """
-
-    def __init__(self, name, default, help, shape, allowed, check=None, value_check=one_line_problem, unique=False):
-        self.name, self.default, self.help = name, default, help
-        self.shape, self.allowed, self.check, self.value_check, self.unique = shape, allowed, check, value_check, unique
+# An easyconfig parameter of this easyblock (a record: the easyblock must be the file's first class, as EasyBuild's own
+# tests take it): its name, default and help (extra_options), and what its value may be (checked by check_parameters
+# before anything is copied, and by generate-ec in a spec).
+# shape: 'text', 'optional text' (None too), 'list' of texts, 'dict' of text to text, or 'bool'.
+# check: what is wrong with a text, a list entry or a dict key (None: nothing); value_check the same for dict
+# values. unique: a list entry may appear only once. allowed: said in the error message.
+Parameter = namedtuple('Parameter', 'name default help shape allowed check value_check unique')
+Parameter.__new__.__defaults__ = (None, one_line_problem, False)  # check, value_check, unique
 
 
 # The parameters, in the order an easyconfig gives them (generate-ec writes them in this order): where the image is
@@ -373,6 +367,7 @@ class SingularityContainer(EasyBlock):
         self.venv_name = venv_name(self.name, self.cfg['container_venv'])
         self.container_venv = container_venv_path(self.venv_name)
         self.installed_now = False  # not with --module-only, say
+        self.making_fake_module = False  # while make_module_step writes the module EasyBuild loads for itself
         # The sanity check's container commands run through the module, which EasyBuild loads into this environment
         # (restored by its module purge): without the installer's container settings, as run_in_container's
         for key in installer_container_settings():
@@ -382,10 +377,10 @@ class SingularityContainer(EasyBlock):
 
     @property
     def sif_name(self):
-        """File name of the image: the first source's name."""
+        """File name of the image: the first source's name. Without sources, which stop an install in fetch_step but
+        not eb --module-only, <name>-<version><versionsuffix>.sif: the image the module then says it lacks."""
         if not self.cfg['sources']:
-            raise EasyBuildError("%s: no sources; the container image (.sif) must be the first source",
-                                 self.cfg.path)
+            return '%s-%s%s.sif' % (self.name, self.version, self.cfg['versionsuffix'])
         source = self.cfg['sources'][0]
         return os.path.basename(source['filename'] if isinstance(source, dict) else source)
 
@@ -445,6 +440,9 @@ class SingularityContainer(EasyBlock):
     def fetch_step(self, *args, **kwargs):
         """Check the parameters, locate the image like any source, then check that it is a SIF file."""
         self.check_parameters()
+        if not self.cfg['sources']:
+            raise EasyBuildError("%s: no sources; the container image (.sif) must be the first source",
+                                 self.cfg.path)
         # fetch_step reads every source to log its checksums (EasyBuild 4.9: MD5 and SHA256, two reads), on top
         # of checksum_step's verification: for a 10-20 GB image on Lustre that is minutes of I/O for a log line.
         # checksum_step still verifies the checksums the easyconfig gives.
@@ -857,6 +855,7 @@ class SingularityContainer(EasyBlock):
             res = run_shell_cmd(cmd, fail_on_error=False, hidden=True)
             output, exit_code = res.output, res.exit_code
         else:
+            from easybuild.tools.run import run_cmd
             output, exit_code = run_cmd(cmd, log_ok=False, log_all=False, simple=False, trace=False)
         self.log.info("Output of %s (exit code %s):\n%s", what, exit_code, output)
         if exit_code:
@@ -932,7 +931,11 @@ class SingularityContainer(EasyBlock):
             self.write_user_software_fingerprints()
         if not fake:
             self.unlock_user_software()  # held since check_readiness_step by a --module-only run
-        return super(SingularityContainer, self).make_module_step(fake=fake)
+        self.making_fake_module = fake
+        try:
+            return super(SingularityContainer, self).make_module_step(fake=fake)
+        finally:
+            self.making_fake_module = False
 
     def write_user_software_fingerprints(self):
         """Remember what the user software looks like as installed: a reinstall keeps it only if it changed."""
@@ -1002,6 +1005,10 @@ class SingularityContainer(EasyBlock):
         # The cache root: CACHE_ROOT_RULE, run by the shell (Lmod's capture, Tcl's exec) when the module loads
         rule, call = cache_root_rule(self.full_mod_name, self.cfg['container_cache_dirs'].values())
         cache_root = {'cache_root_script': quote(rule + '\n' + call)}
+        # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
+        # eb --module-only, for an install dir that may lack the image) goes on
+        user_load = ('mode() == "load"' if lua else '[module-info mode load]')
+        stops = 'false' if self.making_fake_module else user_load
         return txt + fill_template(
             template, family=quote(MODULE_FAMILY), conflicts=conflicts, installdir=quote(self.installdir),
             sif_name=quote(self.sif_name), suffix=quote(self.var_suffix), sif_path=quote(self.module_sif()),
@@ -1011,7 +1018,8 @@ class SingularityContainer(EasyBlock):
             us_squashfs=quote(USER_SOFTWARE_SQUASHFS), us_dir=quote(USER_SOFTWARE),
             prepend_path=quote(self.prepend_path()), container_env=pairs(self.container_environment()),
             env_defaults=pairs(self.cfg['container_env_defaults'].items()),
-            cache_dirs=pairs(self.cfg['container_cache_dirs'].items()), **dict(mod_name, **cache_root))
+            cache_dirs=pairs(self.cfg['container_cache_dirs'].items()), missing_image_stops_load=stops,
+            **dict(mod_name, **cache_root))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1120,7 +1128,7 @@ def installer_independent_env():
     (the runtime passes the host's environment in and binds their home): what the install writes must not depend on
     who installs. PYTHONPATH, PIP_*, SINGULARITYENV_* and the like go; no user site (~/.local); no pip
     configuration files."""
-    unset = sorted(set(key for key in os.environ if key.startswith(('PYTHON', 'PIP_'))) |
+    unset = sorted({key for key in os.environ if key.startswith(('PYTHON', 'PIP_'))} |
                    set(installer_container_settings()))
     return ' '.join(['env'] + ['-u %s' % sh_str(key) for key in unset] +
                     ['PYTHONNOUSERSITE=1', 'PIP_CONFIG_FILE=%s' % os.devnull])
@@ -1285,7 +1293,7 @@ if not isFile(sif) then
     local central_sif = pathJoin(central_dir, sif_name)
     if isFile(central_sif) then
         sif = central_sif
-    elseif mode() == "load" then
+    elseif @missing_image_stops_load@ then
         local sif_dir = sif:match("^(.*)/[^/]*$")
         local where = sif_dir == central_dir and ("not in " .. central_dir) or
                       ("neither in " .. sif_dir .. " nor in " .. central_dir)
@@ -1331,7 +1339,7 @@ if user_binds == "" then
 elseif singularity_binds ~= "" and singularity_binds ~= user_binds then
     user_binds = user_binds .. "," .. singularity_binds
 end
--- None of the module's binds goes where one of the user's goes: the runtime would say so at every start.
+-- No bind of the module goes where one of the user's goes: the runtime would say so at every start.
 local function destination(bind)  -- of src[:dst[:opts]]
     local source, target = bind:match("^([^:]*):?([^:]*)")
     return target ~= "" and target or source
@@ -1493,7 +1501,7 @@ if { ![file isfile $sif] } {
     set central_sif [file join $central_dir $sif_name]
     if { [file isfile $central_sif] } {
         set sif $central_sif
-    } elseif { [module-info mode load] } {
+    } elseif { @missing_image_stops_load@ } {
         set sif_dir [file dirname $sif]
         set where [expr {$sif_dir eq $central_dir ? "not in $central_dir" : "neither in $sif_dir nor in $central_dir"}]
         error "@mod_name_text@: the container image $sif_name is $where.\
@@ -1535,7 +1543,7 @@ if { $user_binds eq "" } {
 } elseif { $singularity_binds ne "" && $singularity_binds ne $user_binds } {
     append user_binds ",$singularity_binds"
 }
-# None of the module's binds goes where one of the user's goes: the runtime would say so at every start.
+# No bind of the module goes where one of the user's goes: the runtime would say so at every start.
 proc bind_destination {bind} {
     set fields [split $bind :]
     return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
@@ -1897,7 +1905,7 @@ def fill_script_template(template, **values):
     """fill_template with the SCRIPT_SNIPPETS and the values that the template has placeholders for."""
     used = set(PLACEHOLDER.findall(template))
     values = dict(SCRIPT_SNIPPETS, **values)
-    return fill_template(template, **dict((key, value) for key, value in values.items() if key in used))
+    return fill_template(template, **{key: value for key, value in values.items() if key in used})
 
 
 # venv-pip: the module's binds with /user-software bound from where the venv is now

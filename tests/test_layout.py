@@ -1,0 +1,57 @@
+"""The project's own facts in one place: the version, and the maintainers' make targets over every spec."""
+import configparser
+import filecmp
+import shutil
+import subprocess
+import sys
+
+import generator
+from support import REPO
+from testkit.install import run
+
+
+def test_the_version_has_one_source():
+    """setup.cfg takes the version from generator.__version__ (what generate-ec --version says), and setuptools
+    reads it there."""
+    config = configparser.ConfigParser()
+    config.read(str(REPO / 'setup.cfg'))
+    assert config['metadata']['version'] == 'attr: generator.__version__'
+    proc = subprocess.run([sys.executable, 'setup.py', '--version'], cwd=str(REPO), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1] == generator.__version__
+
+
+def maintainers_make(tmp_path, target):
+    """make <target> in a copy of the easyconfigs with a second spec in easyconfigs/x/Other, generate-ec being this
+    checkout's (make's own prerequisite, setup, left out: it would install the tools)."""
+    tools = tmp_path / 'tools'
+    (tools / 'venv' / 'bin').mkdir(parents=True, exist_ok=True)
+    generate_ec = tools / 'venv' / 'bin' / 'generate-ec'
+    main = 'import sys; from generator.cli import main; sys.exit(main(sys.argv[1:]))'
+    generate_ec.write_text('#!/bin/sh\nPYTHONPATH=%s:%s exec %s -c "%s" "$@"\n' % (
+        REPO, REPO / 'easyblocks' / 'generic', sys.executable, main))
+    generate_ec.chmod(0o755)
+    return run(['make', '-s', '-f', str(REPO / 'Makefile'), '-C', str(tmp_path / 'copy'), '-o', 'setup', target,
+                'TOOLS=%s' % tools], check=False, user=None)
+
+
+def test_generate_and_check_easyconfigs_take_every_spec(tmp_path):
+    """make generate writes the easyconfigs of each spec under easyconfigs/ in the spec's directory, exactly those
+    checked in; make check-easyconfigs finds one that differs from its spec, in any of them."""
+    shutil.copytree(str(REPO / 'easyconfigs'), str(tmp_path / 'copy' / 'easyconfigs'))
+    other = tmp_path / 'copy' / 'easyconfigs' / 'x' / 'Other'
+    shutil.copytree(str(REPO / 'easyconfigs' / 'p' / 'PyTorch'), str(other))
+    for easyconfig in other.glob('*.eb'):
+        easyconfig.unlink()
+    proc = maintainers_make(tmp_path, 'generate')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for directory in (tmp_path / 'copy' / 'easyconfigs' / 'p' / 'PyTorch', other):
+        comparison = filecmp.dircmp(str(REPO / 'easyconfigs' / 'p' / 'PyTorch'), str(directory))
+        assert (comparison.left_only, comparison.right_only, comparison.diff_files) == ([], [], []), directory
+    proc = maintainers_make(tmp_path, 'check-easyconfigs')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    changed = sorted(other.glob('*.eb'))[0]
+    changed.write_text(changed.read_text() + '# changed by hand\n')
+    proc = maintainers_make(tmp_path, 'check-easyconfigs')
+    assert proc.returncode != 0
+    assert changed.name in proc.stdout + proc.stderr
