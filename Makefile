@@ -81,15 +81,20 @@ TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(P
 # this checkout's, reinstalled before each run (without setuptools' build/, which would keep a module removed since,
 # e.g. an image family that generate-ec would still find)
 INSTALL_THIS := rm -rf build && $(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
+# pytest's temporary files in a directory of this run's own, removed afterwards: in pytest's shared
+# /tmp/pytest-of-<user>, which every new pytest session makes 0700 again, another run on the machine would shut the
+# test users out of this one's files for a moment
+RUN_TESTS = base=$$(mktemp -d /tmp/lumi-ct-tests-XXXXXX) && chmod 755 "$$base" && \
+	{ $(TEST) --basetemp="$$base/pytest" tests; status=$$?; rm -rf "$$base"; exit $$status; }
 ifeq ($(SINGULARITY),)
 test: setup
 	$(INSTALL_THIS)
-	LUMI_CT_SINGULARITY=$(TOOLS)/apptainer/bin/singularity $(TEST) tests
+	LUMI_CT_SINGULARITY=$(TOOLS)/apptainer/bin/singularity; export LUMI_CT_SINGULARITY; $(RUN_TESTS)
 else
 # No root needed here: the Debian packages and the root file system must be there already.
 test: $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp
 	$(INSTALL_THIS)
-	LUMI_CT_SINGULARITY=$(abspath $(SINGULARITY)) $(TEST) tests
+	LUMI_CT_SINGULARITY=$(abspath $(SINGULARITY)); export LUMI_CT_SINGULARITY; $(RUN_TESTS)
 endif
 
 demo: setup
