@@ -25,7 +25,8 @@ from generator.yaml_source import LoadError, format_path, load_yaml
 
 
 class _ContainerNames:
-    """The names derived from a container's values (the base of :class:`Container`, built from FIELDS below)."""
+    """The names and the easyconfig's parameter values derived from a container's values (the base of
+    :class:`Container`, built from FIELDS below)."""
 
     @property
     def family_module(self):
