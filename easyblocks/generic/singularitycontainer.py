@@ -894,7 +894,8 @@ class Problem(namedtuple('Problem', 'path text value expected in_key')):
     def __str__(self):
         if self.text is not None:
             return self.text
-        return 'must be %s, not %s (%r)' % (self.expected, type_name(self.value), self.value)
+        shown = '' if self.value is None else ' (%r)' % (self.value,)
+        return 'must be %s, not %s%s' % (self.expected, type_name(self.value), shown)
 
 
 Problem.__new__.__defaults__ = (None, None, False)  # value, expected, in_key
