@@ -1,7 +1,7 @@
 """The checker primitives of spec validation: a Checker collects the Issues of one spec file (with the line of each
-value from its SourceMap), and validators check a value of some kind (a string, one matching a pattern, a boolean, a
-list of strings, a mapping of strings, a date, a file name), saying what YAML made of a value that is not one. The
-field table (spec.py) builds on them."""
+value from its SourceMap), and validators check a value of some kind (a string, one matching a pattern, a date, a
+file name, a value of one of the easyblock's shapes), saying what YAML made of a value that is not one. The field
+table (spec.py) builds on them."""
 
 import datetime
 import difflib
@@ -13,6 +13,8 @@ from generator.yaml_source import Issue, format_path
 # Matched from the start, as the easyblock's patterns are (pattern_problem): \Z, as $ would take a newline at the
 # end; [0-9], as \d takes any Unicode digit.
 DATE_RE = re.compile(r'[0-9]{8}\Z')
+# What the easyblock's shapes expect, in YAML's words where they differ from Python's
+YAML_WORDS = {easyblock.BOOL: 'true or false', easyblock.DICT: 'a mapping'}
 # EasyBuild writes the module's help and whatis (with the description and homepage) as Lua long strings [==[...]==]
 # and refuses text with either bracket of one, when it makes the module: at the end of the install.
 LUA_LONG_STRING_BRACKETS = ('[==[', ']==]')
@@ -70,6 +72,11 @@ class Checker:
                 self.error(path, 'must not be empty')
                 return False
             return True
+        self.not_a_string(path, value)
+        return False
+
+    def not_a_string(self, path, value):
+        """Report that value is not a string, and what YAML made of it (quoted, it would be one)."""
         raw = self.smap.raw.get(tuple(path))
         if raw is not None and value is not None and not isinstance(value, (list, dict)):
             reads = kind(value)
@@ -78,7 +85,6 @@ class Checker:
             self.error(path, 'must be a string, quote it: "%s" (unquoted, YAML reads it as %s)' % (raw, reads))
         else:
             self.error(path, 'must be a string, got %s' % kind(value))
-        return False
 
     def matching(self, path, value, regex, what, allow_empty=False):
         if not self.string(path, value, allow_empty=allow_empty):
@@ -88,47 +94,27 @@ class Checker:
         return self.no_problem(path, easyblock.pattern_problem(regex, what)(value))
 
     def boolean(self, path, value):
-        if isinstance(value, bool):
-            return True
-        self.error(path, 'must be true or false, got %s' % kind(value))
-        return False
+        return self.shape(path, value, easyblock.Bool())
 
-    def string_list(self, path, value, item_check=None, unique=False):
-        if not isinstance(value, list):
-            self.error(path, 'must be a list of strings, got %s' % kind(value))
-            return False
-        ok = True
-        seen = {}
-        for i, item in enumerate(value):
-            ipath = tuple(path) + (i,)
-            if item_check is not None:
-                good = item_check(ipath, item)
-            else:
-                good = self.string(ipath, item)
-            ok = ok and good
-            if good and unique:
-                if item in seen:
-                    self.error(ipath, '%r is listed twice (also at index %d)' % (item, seen[item]))
-                    ok = False
-                else:
-                    seen[item] = i
-        return ok
+    # -- a value of one of the easyblock's shapes: the shape decides what is wrong, and where; this says it
+    def shape(self, path, value, shape):
+        """True if shape's walk finds nothing wrong with value; else report each problem it finds."""
+        problems = shape.walk(value)
+        for problem in problems:
+            self.shape_problem(tuple(path) + problem.path, problem)
+        return not problems
 
-    def string_map(self, path, value, key_problem, value_check):
-        if not isinstance(value, dict):
-            self.error(path, 'must be a mapping, got %s' % kind(value))
-            return False
-        ok = True
-        for key, item in value.items():
-            kpath = tuple(path) + (key,)
-            problem = key_problem(key if isinstance(key, str) else str(key))
-            if not isinstance(key, str) and not problem:
-                problem = '%r is not a string' % str(key)
-            if problem:
-                self.error(kpath, problem, key_line=True)
-                ok = False
-            ok = value_check(kpath, item) and ok
-        return ok
+    def shape_problem(self, path, problem):
+        """Report a problem of a shape's walk (easyblock.Problem) at path, in YAML's words; a dict's key at its line."""
+        if problem.text is not None:
+            self.error(path, problem.text, key_line=problem.in_key)
+        elif problem.in_key:
+            self.error(path, '%r is not a string' % str(problem.value), key_line=True)
+        elif problem.expected == easyblock.STRING:
+            self.not_a_string(path, problem.value)
+        else:
+            self.error(path, 'must be %s, got %s' % (YAML_WORDS.get(problem.expected, problem.expected),
+                                                     kind(problem.value)))
 
     def no_problem(self, path, problem):
         """True if problem (a rule's finding, or None) is None; else report it."""
@@ -192,24 +178,12 @@ def problem_check(problem):
 
 
 def rule(parameter):
-    """Validator: the easyblock's rule for the easyconfig parameter that this key becomes (one definition for both,
-    easyblock.PARAMETERS), after generate-ec's own type checks, which can tell what YAML made of a value.  An empty
-    text is refused as such (but for a dict's values), unless the rule takes it."""
-    rule = easyblock.PARAMETERS[parameter]
-
-    def text(chk, path, value, check, empty_ok):
-        return chk.string(path, value, allow_empty=empty_ok) and chk.no_problem(path, check(value) if check else None)
+    """Validator: the shape of the easyblock's parameter (one definition for both, easyblock.PARAMETERS), for a value
+    that a spec gives: null is none (a spec leaves the key out instead)."""
+    shape = easyblock.PARAMETERS[parameter].shape.given
 
     def check(chk, path, value):
-        if rule.shape == 'bool':
-            return chk.boolean(path, value)
-        if rule.shape == 'list':
-            return chk.string_list(path, value, lambda ipath, item: text(chk, ipath, item, rule.check, False),
-                                   unique=rule.unique)
-        if rule.shape == 'dict':
-            return chk.string_map(path, value, rule.check,
-                                  lambda kpath, item: text(chk, kpath, item, rule.value_check, True))
-        return text(chk, path, value, rule.check, rule.check is None or rule.check('') is None)
+        return chk.shape(path, value, shape)
     return check
 
 

@@ -29,7 +29,7 @@ def _environment():
     env.filters['py'] = py
     env.filters['docstring'] = docstring
     env.globals['py_list'] = py_list
-    env.globals['py_dict'] = py_dict
+    env.globals['py_assignment'] = py_assignment
     return env
 
 
@@ -175,24 +175,26 @@ def _safe_comment(text):
     return ''.join(ch if ch.isprintable() else '?' for ch in text)
 
 
-# One easyblock parameter that the easyconfig sets; shape is the parameter's (easyblock.Parameter)
-Assignment = namedtuple('Assignment', 'name shape value comment')
+# One easyblock parameter that the easyconfig sets
+Assignment = namedtuple('Assignment', 'name value comment')
 PYTHON_CHECK_OFF = 'python_check: false in the spec; the sanity check skips the version'
 
 
 def parameter_assignments(container):
-    """The easyblock's parameters that the easyconfig sets, in the easyblock's order: those that the spec gives
-    (or the image's family derives), and container_python_version = None after python_check: false. The others
-    are left out: the easyblock's defaults apply."""
-    assignments = []
-    for name, parameter in easyblock.PARAMETERS.items():
-        value, comment = getattr(container, name), None
-        if name == 'container_python_version' and container.python_check is False:
-            value, comment = None, PYTHON_CHECK_OFF
-        elif value is None:
-            continue
-        assignments.append(Assignment(name, parameter.shape, value, comment))
-    return assignments
+    """The easyblock's parameters that the easyconfig sets (container.parameters), in the easyblock's order; the
+    comment says why container_python_version is None (python_check: false)."""
+    python_check_off = {'container_python_version': PYTHON_CHECK_OFF} if container.python_check is False else {}
+    return [Assignment(name, value, python_check_off.get(name)) for name, value in container.parameters.items()]
+
+
+def py_assignment(name, value, comment=None):
+    """``name = value`` for any parameter's value: a list by py_list, a dict by py_dict, else on one line (with
+    the comment)."""
+    if isinstance(value, (list, tuple)):
+        return py_list(name, value)
+    if isinstance(value, dict):
+        return py_dict(name, value)
+    return '%s = %s' % (name, py(value)) + ('  # ' + comment if comment else '')
 
 
 def render(spec, container):

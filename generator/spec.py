@@ -9,6 +9,7 @@ command line can report every one of them (with file, line and key path) before 
 
 import os
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Callable, Optional
 
@@ -24,7 +25,8 @@ from generator.yaml_source import LoadError, format_path, load_yaml
 
 
 class _ContainerNames:
-    """The names derived from a container's values (the base of :class:`Container`, built from FIELDS below)."""
+    """The names and the easyconfig's parameter values derived from a container's values (the base of
+    :class:`Container`, built from FIELDS below)."""
 
     @property
     def family_module(self):
@@ -44,6 +46,19 @@ class _ContainerNames:
     @property
     def path(self):
         return format_path(('containers', self.index))
+
+    @property
+    def parameters(self):
+        """{name: value} of the easyblock's parameters that the easyconfig sets, in the easyblock's order: those that
+        the spec gives (or the image's family derives), and container_python_version = None after python_check:
+        false. The others are left out: the easyblock's defaults apply."""
+        values = OrderedDict()
+        for name in easyblock.PARAMETERS:
+            if name == 'container_python_version' and self.python_check is False:
+                values[name] = None
+            elif getattr(self, name) is not None:
+                values[name] = getattr(self, name)
+        return values
 
     @property
     def release_dir(self):
@@ -350,7 +365,19 @@ def _check_container(chk, index, entry, defaults, family_defaults, name):
     if len(chk.issues) != before or name is None or _INVALID in values.values():
         return None
     resolved = {fld.key: fld.value(name, values) for fld in FIELDS}
-    return Container(name=name, index=index, line=chk.smap.line(cpath), **resolved)
+    container = Container(name=name, index=index, line=chk.smap.line(cpath), **resolved)
+    return container if _check_parameter_rules(chk, cpath, container) else None
+
+
+def _check_parameter_rules(chk, cpath, container):
+    """The easyblock's rules between its parameters, over the values the container's easyconfig gives them (and
+    the easyblock's defaults): True if they find nothing wrong."""
+    values = {name: parameter.default for name, parameter in easyblock.PARAMETERS.items()}
+    values.update(container.parameters)
+    found = easyblock.rule_problems(values)
+    for name, problem in found:
+        chk.error(cpath + (name,), problem)
+    return not found
 
 
 def load_spec(source):

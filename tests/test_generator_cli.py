@@ -20,9 +20,10 @@ from generator_support import (GOLDEN, LAIF_SPEC, OVERRIDES_SPEC, PYTORCH_FILES,
 
 def test_deterministic(tmp_path):
     """The same output from separate processes whose dict and set orders differ (other hash seeds)."""
+    path = REPO + os.pathsep + os.environ.get('PYTHONPATH', '')  # this checkout's, as the tests' own process has it
     for run_dir, seed in (('a', '1'), ('b', '2'), ('c', '12345')):
         proc = subprocess.run([sys.executable, '-m', 'generator', PYTORCH_SPEC, OVERRIDES_SPEC, LAIF_SPEC, '-o',
-                               str(tmp_path / run_dir)], env=dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=REPO),
+                               str(tmp_path / run_dir)], env=dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=path),
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
     first = tree(str(tmp_path / 'a'))

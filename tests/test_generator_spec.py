@@ -486,7 +486,8 @@ import sys
 import singularitycontainer as easyblock
 # A new parameter: one row in the easyblock's table
 easyblock.PARAMETERS['container_example'] = easyblock.Parameter(
-    'container_example', [], 'An example', 'list', 'a list of absolute paths', easyblock.absolute_path_problem)
+    'container_example', [], 'An example', easyblock.ListOf(easyblock.absolute_path_problem),
+    'a list of absolute paths')
 from generator.cli import main
 sys.exit(main(sys.argv[1:]))
 """

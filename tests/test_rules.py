@@ -1,6 +1,7 @@
 """One definition of each parameter rule: the easyblock checks its parameters before anything is copied, and
 generate-ec applies the same rules to the spec values that become those parameters."""
 import os
+import re
 
 import pytest
 import yaml
@@ -100,6 +101,67 @@ def test_easyblock_and_generate_ec_apply_the_same_rules(tmp_path, parameter, val
     generator_problems = spec_problems(tmp_path, parameter, value)
     assert (not easyblock_problems) == accepted, easyblock_problems
     assert (not generator_problems) == accepted, [str(issue) for issue in generator_problems]
+
+
+# (parameter, value, where each tool finds it wrong): each entry that is wrong, and only those, for both tools
+PLACES = [
+    ('container_bind', ['/pfs', '/pfs', 'pfs'], ['[1]', '[2]']),
+    ('pip_install_options', ['--no-index', ''], ['[1]']),
+    ('pip_requirements', ['torchmetrics', '  '], ['[1]']),
+    ('wrapped_commands', ['python', 3, 'python'], ['[1]', '[2]']),
+    ('container_env', {'OK': '1', '1BAD': 'x', 'X': 'a$b'}, ["['1BAD']", "['X']"]),
+    ('container_components', {'torch': 2.9}, ["['torch']"]),
+    ('container_venv', '', ['']),
+    ('copy_image', 'no', ['']),
+]
+
+
+def generator_where(issue, parameter):
+    """Where generate-ec's issue is in the parameter's value, as the easyblock says it: '', '[2]', "['KEY']"."""
+    rest = issue.path.split('.' + parameter, 1)[1]
+    return re.sub(r'\.([^.\[]+)', lambda match: '[%r]' % match.group(1), rest)
+
+
+@pytest.mark.parametrize('parameter,value,places', PLACES, ids=['%s=%r' % (case[0], case[1])[:60] for case in PLACES])
+def test_easyblock_and_generate_ec_find_the_same_places(tmp_path, parameter, value, places):
+    """Both tools find what is wrong by one walk over the value (the parameter's shape): the same entries, each
+    wrong entry (also an empty one, or one listed twice beside a wrong one), and nothing else."""
+    assert sorted(where for where, _ in easyblock.parameter_problems(parameter, value)) == places
+    assert sorted(generator_where(issue, parameter) for issue in spec_problems(tmp_path, parameter, value)) == places
+
+
+def test_a_spec_gives_a_value_or_leaves_the_key_out(tmp_path):
+    """An easyconfig's None leaves an optional text unset; a spec leaves the key out instead, and null there is
+    refused as the value that it is not (a YAML key without a value is a slip)."""
+    assert easyblock.parameter_problems('central_sif_dir', None) == []
+    assert [(issue.path, issue.message) for issue in spec_problems(tmp_path, 'central_sif_dir', None)] == [
+        ('containers[0].central_sif_dir', 'must be a string, got null (an empty value)')]
+
+
+def pip_options_without_requirements(options, requirements):
+    return 'gives pip options but no requirements for them' if options and not requirements else None
+
+
+def test_a_rule_between_parameters_reaches_both(tmp_path, monkeypatch):
+    """A rule added to the easyblock's list of rules between parameters is checked by the easyblock and by
+    generate-ec (with the easyblock's defaults for what a spec leaves out), said of its first parameter, and only
+    between values that are valid on their own."""
+    rule = easyblock.ParameterRule(('pip_install_options', 'pip_requirements'), pip_options_without_requirements)
+    monkeypatch.setattr(easyblock, 'PARAMETER_RULES', [rule])
+    values = {name: parameter.default for name, parameter in easyblock.PARAMETERS.items()}
+    message = 'gives pip options but no requirements for them'
+    assert easyblock.easyconfig_problems(dict(values, pip_install_options=['--no-index'])) == [
+        'pip_install_options: ' + message]
+    assert easyblock.easyconfig_problems(dict(values, pip_install_options=['--no-index'], pip_requirements=['x'])) \
+        == []
+    assert easyblock.easyconfig_problems(dict(values, pip_install_options='--no-index')) == [
+        "pip_install_options: must be a list of strings, not a string ('--no-index') (allowed: a list of options, "
+        "one per entry)"]
+    issues = spec_problems(tmp_path, 'pip_install_options', ['--no-index'])
+    assert [(issue.path, issue.message) for issue in issues] == [('containers[0].pip_install_options', message)]
+    assert spec_problems(tmp_path, 'pip_requirements', ['x']) == []
+    assert [issue.message for issue in spec_problems(tmp_path, 'pip_install_options', '--no-index')] == [
+        'must be a list of strings, got a string']
 
 
 def test_every_parameter_has_a_rule():
