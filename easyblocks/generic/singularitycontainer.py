@@ -2340,7 +2340,11 @@ if __name__ == '__main__':
 # Run by the image's Python in the container before the venv exists: where its packages are. Not its standard
 # library; PYTHONPATH entries count (LAIF images point it to /opt/venv). Printed as one JSON line.
 DETECT_IMAGE_PYTHON = r'''
-import importlib.util, json, os, sys, sysconfig
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
 stdlib = {os.path.normpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
 stdlib |= {os.path.join(path, "lib-dynload") for path in stdlib}
 package_dirs = []
@@ -2549,7 +2553,10 @@ exec "$(dirname "$0")/python" -m pip "$@"
 # stays readable in the log once shell-quoted. A component's version matches as pip's == does: '2.9.1' also
 # matches '2.9.1+rocm6.4.4'.
 CONTAINER_CHECK_SCRIPT = r'''
-import importlib.metadata, json, subprocess, sys
+import importlib.metadata
+import json
+import subprocess
+import sys
 checks = json.load(sys.stdin)
 errors = []
 version = "%d.%d" % sys.version_info[:2]

@@ -1,5 +1,8 @@
 
-import importlib.metadata, json, subprocess, sys
+import importlib.metadata
+import json
+import subprocess
+import sys
 checks = json.load(sys.stdin)
 errors = []
 version = "%d.%d" % sys.version_info[:2]

@@ -1,5 +1,9 @@
 
-import importlib.util, json, os, sys, sysconfig
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
 stdlib = {os.path.normpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
 stdlib |= {os.path.join(path, "lib-dynload") for path in stdlib}
 package_dirs = []
