@@ -115,10 +115,10 @@ library; PYTHONPATH entries count (LAIF images point it to /opt/venv). Printed a
 The venv does not use --system-site-packages: for an image whose Python is a venv that would be the wrong
 packages. IMAGE_PACKAGES_MODULE adds the image's package dirs instead. An image with pip serves the venv
 (add_pip_scripts): no copy of pip, which is about 1000 files and seconds of install time on Lustre."""),
-    ('IMAGE_PACKAGES', 'programs/image_packages.py.in',
+    ('IMAGE_PACKAGES', 'programs/image_packages.py',
      """\
 In the venv's site-packages, imported by a .pth file at every start of its Python."""),
-    ('IMAGE_COMMANDS', 'programs/image_commands.py.in',
+    ('IMAGE_COMMANDS', 'programs/image_commands.py',
      """\
 In the venv's site-packages too, run as a module by the install and by venv-pip after every change."""),
     ('VENV_PIP_SCRIPT_TEMPLATE', 'scripts/venv-pip.sh',

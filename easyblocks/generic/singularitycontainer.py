@@ -779,10 +779,13 @@ class SingularityContainer(EasyBlock):
     def add_image_packages(self, image_python):
         """Make the image's packages visible in the venv, after the venv's own (see IMAGE_PACKAGES)."""
         site_packages = self.venv_site_packages(image_python)
+        # The program, then what this install found: the image's package dirs, and the call that puts them in place
         dirs = '[\n%s]' % ''.join('    %r,\n' % path for path in image_python['package_dirs'])
+        found = '\n\n# The image\'s package directories, found at install\nIMAGE_PACKAGE_DIRS = %s\n' \
+                'main(IMAGE_PACKAGE_DIRS)\n'
         write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.py'),
-                   fill_template(IMAGE_PACKAGES, module=self.full_mod_name, module_name=IMAGE_PACKAGES_MODULE,
-                                 package_dirs=dirs))
+                   fill_template(IMAGE_PACKAGES, module=self.full_mod_name, module_name=IMAGE_PACKAGES_MODULE) +
+                   found % dirs)
         write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.pth'), 'import %s\n' % IMAGE_PACKAGES_MODULE)
         write_file(os.path.join(site_packages, IMAGE_COMMANDS_MODULE + '.py'),
                    fill_template(IMAGE_COMMANDS, module=self.full_mod_name, module_name=IMAGE_COMMANDS_MODULE,
@@ -2339,24 +2342,44 @@ if __name__ == '__main__':
 
 # Run by the image's Python in the container before the venv exists: where its packages are. Not its standard
 # library; PYTHONPATH entries count (LAIF images point it to /opt/venv). Printed as one JSON line.
-DETECT_IMAGE_PYTHON = r'''
+DETECT_IMAGE_PYTHON = r'''"""Where the Python of the image has its packages.
+
+Printed as one JSON line after IMAGE-PYTHON: its package directories (sys.path without the standard library;
+PYTHONPATH entries count), its version, prefix and kind, and whether it has pip. Run as python -c in the container
+by the easyblock, before the virtual environment exists."""
 import importlib.util
 import json
 import os
 import sys
 import sysconfig
-stdlib = {os.path.normpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
-stdlib |= {os.path.join(path, "lib-dynload") for path in stdlib}
-package_dirs = []
-for entry in sys.path:
-    path = os.path.normpath(entry) if entry else ""
-    if os.path.isabs(path) and os.path.isdir(path) and path not in package_dirs and path not in stdlib:
-        package_dirs.append(path)
-kind = "venv" if sys.prefix != sys.base_prefix else \
-    "conda" if os.path.isdir(os.path.join(sys.prefix, "conda-meta")) else "system"
-print("IMAGE-PYTHON " + json.dumps({
-    "version": "%d.%d" % sys.version_info[:2], "executable": sys.executable, "prefix": sys.prefix,
-    "kind": kind, "package_dirs": package_dirs, "pip": importlib.util.find_spec("pip") is not None}))
+
+
+def package_dirs(path):
+    """The absolute directories of path (sys.path) that are not the standard library, each once."""
+    stdlib = {os.path.normpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
+    stdlib |= {os.path.join(path, "lib-dynload") for path in stdlib}
+    dirs = []
+    for entry in path:
+        entry = os.path.normpath(entry) if entry else ""
+        if os.path.isabs(entry) and os.path.isdir(entry) and entry not in dirs and entry not in stdlib:
+            dirs.append(entry)
+    return dirs
+
+
+def image_python():
+    """What the easyblock needs to know about this Python."""
+    kind = "venv" if sys.prefix != sys.base_prefix else \
+        "conda" if os.path.isdir(os.path.join(sys.prefix, "conda-meta")) else "system"
+    return {"version": "%d.%d" % sys.version_info[:2], "executable": sys.executable, "prefix": sys.prefix,
+            "kind": kind, "package_dirs": package_dirs(sys.path), "pip": importlib.util.find_spec("pip") is not None}
+
+
+def main():
+    print("IMAGE-PYTHON " + json.dumps(image_python()))
+
+
+if __name__ == "__main__":
+    main()
 '''
 
 # The venv does not use --system-site-packages: for an image whose Python is a venv that would be the wrong
@@ -2380,11 +2403,10 @@ Written by EasyBuild's SingularityContainer easyblock for module @module@. Pytho
 (@module_name@.pth). It puts the image's package directories (found when the module was installed) after this
 environment's own site-packages, so that every package of the image can be imported and pip counts it as
 installed, while a package installed here wins over the image's copy, also over one on the image's PYTHONPATH.
+The install appends those directories (IMAGE_PACKAGE_DIRS) and the call of main() to this file.
 """
 import os
 import sys
-
-IMAGE_PACKAGE_DIRS = @package_dirs@
 
 
 def arrange(path, own, image_dirs):
@@ -2396,7 +2418,9 @@ def arrange(path, own, image_dirs):
     return path[:first_image] + [own] + path[first_image:] + missing
 
 
-sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), IMAGE_PACKAGE_DIRS)
+def main(image_dirs):
+    """sys.path with this environment's site-packages (where this file is) before the image's directories."""
+    sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), image_dirs)
 '''
 
 # In the venv's site-packages too, run as a module by the install and by venv-pip after every change.
@@ -2413,8 +2437,6 @@ import os
 import pathlib
 import sys
 import sysconfig
-
-from @packages_module@ import IMAGE_PACKAGE_DIRS
 
 MANIFEST = os.path.join(sys.prefix, "bin", "@manifest@")
 
@@ -2477,7 +2499,8 @@ def entry_point_commands(dist):
 def image_commands():
     """{name: text without the #! line} of every command of the image's distributions."""
     commands = {}
-    for dist in importlib.metadata.distributions(path=IMAGE_PACKAGE_DIRS):
+    image_dirs = importlib.import_module("@packages_module@").IMAGE_PACKAGE_DIRS  # the module beside this one
+    for dist in importlib.metadata.distributions(path=image_dirs):
         for name, text in {**entry_point_commands(dist), **script_commands(dist)}.items():
             commands.setdefault(name, text)
     return commands
@@ -2552,31 +2575,46 @@ exec "$(dirname "$0")/python" -m pip "$@"
 # Run by the sanity check in the container, with the checks as JSON on stdin. No single quotes in it, so that it
 # stays readable in the log once shell-quoted. A component's version matches as pip's == does: '2.9.1' also
 # matches '2.9.1+rocm6.4.4'.
-CONTAINER_CHECK_SCRIPT = r'''
+CONTAINER_CHECK_SCRIPT = r'''"""The sanity check in the container.
+
+Checks the Python version, the components and the requirements given as JSON on stdin. Run as python -c by the
+easyblock; prints what is wrong (exit status 1), else that the checks passed."""
 import importlib.metadata
 import json
 import subprocess
 import sys
-checks = json.load(sys.stdin)
-errors = []
-version = "%d.%d" % sys.version_info[:2]
-if checks["python"] and version != checks["python"]:
-    errors.append("Python %s in the container, expected %s" % (version, checks["python"]))
-wanted = list(checks["components"].items()) + [(name, None) for name in checks["requirements"]]
-for name, want in wanted:
-    try:
-        have = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        errors.append("%s is not installed" % name)
-        continue
-    if want and have != want and ("+" in want or have.split("+")[0] != want):
-        errors.append("%s is version %s, expected %s" % (name, have, want))
-if checks["requirements"]:
-    pip_check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    if pip_check.returncode:
-        errors.append("pip check failed: " + pip_check.stdout + pip_check.stderr)
-print("\n".join(errors) or "container checks passed")
-sys.exit(1 if errors else 0)
+
+
+def problems(checks):
+    """What is wrong in this Python, one message each."""
+    errors = []
+    version = "%d.%d" % sys.version_info[:2]
+    if checks["python"] and version != checks["python"]:
+        errors.append("Python %s in the container, expected %s" % (version, checks["python"]))
+    wanted = list(checks["components"].items()) + [(name, None) for name in checks["requirements"]]
+    for name, want in wanted:
+        try:
+            have = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            errors.append("%s is not installed" % name)
+            continue
+        if want and have != want and ("+" in want or have.split("+")[0] != want):
+            errors.append("%s is version %s, expected %s" % (name, have, want))
+    if checks["requirements"]:
+        pip_check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+        if pip_check.returncode:
+            errors.append("pip check failed: " + pip_check.stdout + pip_check.stderr)
+    return errors
+
+
+def main(stdin):
+    errors = problems(json.load(stdin))
+    print("\n".join(errors) or "container checks passed")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.stdin))
 '''
 # END GENERATED by tools/build-easyblock.py
 

@@ -4,11 +4,10 @@ Written by EasyBuild's SingularityContainer easyblock for module @module@. Pytho
 (@module_name@.pth). It puts the image's package directories (found when the module was installed) after this
 environment's own site-packages, so that every package of the image can be imported and pip counts it as
 installed, while a package installed here wins over the image's copy, also over one on the image's PYTHONPATH.
+The install appends those directories (IMAGE_PACKAGE_DIRS) and the call of main() to this file.
 """
 import os
 import sys
-
-IMAGE_PACKAGE_DIRS = @package_dirs@
 
 
 def arrange(path, own, image_dirs):
@@ -20,4 +19,6 @@ def arrange(path, own, image_dirs):
     return path[:first_image] + [own] + path[first_image:] + missing
 
 
-sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), IMAGE_PACKAGE_DIRS)
+def main(image_dirs):
+    """sys.path with this environment's site-packages (where this file is) before the image's directories."""
+    sys.path[:] = arrange(sys.path, os.path.dirname(os.path.abspath(__file__)), image_dirs)

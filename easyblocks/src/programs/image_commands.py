@@ -12,8 +12,6 @@ import pathlib
 import sys
 import sysconfig
 
-from @packages_module@ import IMAGE_PACKAGE_DIRS
-
 MANIFEST = os.path.join(sys.prefix, "bin", "@manifest@")
 
 
@@ -75,7 +73,8 @@ def entry_point_commands(dist):
 def image_commands():
     """{name: text without the #! line} of every command of the image's distributions."""
     commands = {}
-    for dist in importlib.metadata.distributions(path=IMAGE_PACKAGE_DIRS):
+    image_dirs = importlib.import_module("@packages_module@").IMAGE_PACKAGE_DIRS  # the module beside this one
+    for dist in importlib.metadata.distributions(path=image_dirs):
         for name, text in {**entry_point_commands(dist), **script_commands(dist)}.items():
             commands.setdefault(name, text)
     return commands
