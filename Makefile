@@ -10,7 +10,7 @@ PYTHON ?= python3
 SYSTEM_PYTHON := /usr/bin/python3
 TORCH_VERSION := 2.13.0
 
-.PHONY: setup users test demo bench generate check-easyconfigs clean-tools lumi-user-repo
+.PHONY: setup users test demo bench generate check-easyconfigs clean-tools lumi-user-repo easyblock
 
 ROOTFS := $(TOOLS)/rootfs/bookworm
 APPTAINER := $(TOOLS)/apptainer/bin/apptainer
@@ -119,6 +119,11 @@ check-easyconfigs: setup
 	for spec in $(SPECS); do \
 	  (cd "$$(dirname "$$spec")" && $(TOOLS)/venv/bin/generate-ec --check -o . "$$(basename "$$spec")") || exit; \
 	done
+
+# Maintainers: write the programs of easyblocks/src/ (bash, Python, Lua, Tcl) into the one-file easyblock, after
+# changing one of them (tests/test_sources.py fails while the easyblock is stale). Python's standard library only.
+easyblock:
+	$(PYTHON) tools/build-easyblock.py
 
 clean-tools:
 	rm -rf $(TOOLS)

@@ -2,6 +2,7 @@
 
 The tests import this module as `support`: pytest's import mode prepend (setup.cfg) puts tests/ on sys.path.
 """
+import importlib.util
 import os
 import shutil
 import sys
@@ -15,6 +16,9 @@ from testkit.users import SWITCHING, TEST_USERS
 REPO = Path(__file__).resolve().parent.parent
 # The easyblock's source in this checkout (the installs use the installed copy: testkit.install.EASYBLOCK)
 EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
+# The Python programs the easyblock runs in the container or writes into the venv (tools/build-easyblock.py copies
+# them into the easyblock)
+PROGRAMS = REPO / 'easyblocks' / 'src' / 'programs'
 IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
 
 
@@ -57,3 +61,12 @@ def generate_ec_command():
     path = str(beside) if beside.exists() else shutil.which('generate-ec')
     require(path, 'the generate-ec console script (pip install .)')
     return path
+
+
+def program(name):
+    """The Python program easyblocks/src/programs/<name>.py, imported as a module (a program runs only from its
+    main())."""
+    spec = importlib.util.spec_from_file_location(name, str(PROGRAMS / (name + '.py')))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

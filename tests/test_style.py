@@ -1,5 +1,6 @@
 """The project's own Python follows PEP 8 with EasyBuild's 120-column limit, has no unused imports or names
-(pyflakes), and no function longer than 60 lines in the product, the test kit and the benchmarks."""
+(pyflakes), and no function longer than 60 lines in the product (with the Python programs of easyblocks/src/), the test
+kit, the benchmarks and tools/."""
 import ast
 import subprocess
 import sys
@@ -13,8 +14,9 @@ try:
 except ImportError:  # pragma: no cover - make test installs it
     pycodestyle = None
 
-PYTHON_TREES = ['easyblocks', 'generator', 'testkit', 'tests', 'demo', 'benchmarks', 'setup.py']
-PRODUCT = ['easyblocks', 'generator', 'testkit', 'benchmarks']
+PYTHON_TREES = ['easyblocks', 'generator', 'testkit', 'tests', 'demo', 'benchmarks', 'tools', 'setup.py']
+# easyblocks/ holds the Python programs of easyblocks/src/programs/ too: the easyblock runs them in the container
+PRODUCT = ['easyblocks', 'generator', 'testkit', 'benchmarks', 'tools']
 MAX_FUNCTION_LINES = 60
 
 

@@ -1,7 +1,9 @@
 """The easyblock's text, tested directly: one quoting helper per language, the template filler, and the programs it
-writes (get-master, the sanity check's container script, the image packages module) run as the programs they
-are."""
+writes (get-master, the sanity check's container script, the image packages module, the image's Python detection),
+imported from easyblocks/src/programs/ and run as the programs they are."""
+import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -9,8 +11,9 @@ import sys
 import pytest
 
 from generator.easyblock import easyblock
-from support import require
+from support import PROGRAMS, REPO, program, require
 
+SCRIPTS = REPO / 'easyblocks' / 'src' / 'scripts'
 TRICKY = ['plain', "it's", 'say "hi"', '$HOME ${X} $(id)', '`date`', 'back\\slash \\n \\\\', 'two\nlines',
           'tab\there', 'carriage\rreturn', 'ünïcödé €', '', '{braces} [brackets] ;&|<>*?~#!', '-n', '%s %d']
 
@@ -71,19 +74,17 @@ GET_MASTER_ERRORS = [('nid[1-2', 'unbalanced brackets'), ('nid[a-b]', "'a-b' is 
 
 @pytest.fixture(scope='module')
 def get_master(tmp_path_factory):
-    """runscripts/get-master as written: a file to run, and a module to call."""
+    """runscripts/get-master as the easyblock writes it: a file to run, and its source imported as a module."""
     path = tmp_path_factory.mktemp('get-master') / 'get-master'
     path.write_text(easyblock.RUNSCRIPT_GET_MASTER)
     path.chmod(0o755)
-    namespace = {'__name__': 'get_master'}
-    exec(compile(easyblock.RUNSCRIPT_GET_MASTER, str(path), 'exec'), namespace)
-    return path, namespace
+    return path, program('get_master')
 
 
 @pytest.mark.parametrize('hostlist,first', GET_MASTER_CASES)
 def test_get_master_first_host(get_master, hostlist, first):
     path, module = get_master
-    assert module['first_host'](hostlist) == first
+    assert module.first_host(hostlist) == first
     assert output_of([sys.executable, str(path), hostlist]) == first + '\n'
 
 
@@ -91,15 +92,15 @@ def test_get_master_first_host(get_master, hostlist, first):
 def test_get_master_rejects(get_master, hostlist, reason):
     path, module = get_master
     with pytest.raises(ValueError, match='^%s$' % reason.replace('[', r'\[').replace(']', r'\]')):
-        module['first_host'](hostlist)
+        module.first_host(hostlist)
     proc = subprocess.run([sys.executable, str(path), hostlist], capture_output=True, text=True)
     assert (proc.returncode, proc.stdout) == (1, '')
     assert proc.stderr == 'get-master: error: cannot parse host list %r: %s\n' % (hostlist, reason)
 
 
 def container_check(checks):
-    """The sanity check's script run by this Python, with the checks on stdin: (exit status, output)."""
-    proc = subprocess.run([sys.executable, '-c', easyblock.CONTAINER_CHECK_SCRIPT], input=json.dumps(checks),
+    """The sanity check's program run by this Python, with the checks on stdin: (exit status, output)."""
+    proc = subprocess.run([sys.executable, str(PROGRAMS / 'container_check.py')], input=json.dumps(checks),
                           capture_output=True, text=True, timeout=120)
     return proc.returncode, proc.stdout
 
@@ -118,26 +119,36 @@ def test_container_check_script():
                                 'no-such-dist is not installed', 'also-missing is not installed']) + '\n')
 
 
-def test_container_check_matches_like_pip(tmp_path):
+def test_container_check_matches_like_pip(tmp_path, monkeypatch, capsys):
     """'2.9.1' matches an installed '2.9.1+rocm6.4.4' (pip's ==), but '2.9.1+cpu' does not."""
     site = tmp_path / 'site'
     info = site / 'fake_torch-2.9.1+rocm6.4.4.dist-info'
     info.mkdir(parents=True)
     (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: fake-torch\nVersion: 2.9.1+rocm6.4.4\n')
-    script = 'import sys; sys.path.insert(0, %r)\n' % str(site) + easyblock.CONTAINER_CHECK_SCRIPT
+    monkeypatch.syspath_prepend(str(site))
+    check = program('container_check')
     for want, status in (('2.9.1', 0), ('2.9.1+rocm6.4.4', 0), ('2.9.1+cpu', 1), ('2.9', 1)):
-        proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                              input=json.dumps({'python': '', 'components': {'fake-torch': want}, 'requirements': []}))
-        assert proc.returncode == status, (want, proc.stdout)
+        checks = {'python': '', 'components': {'fake-torch': want}, 'requirements': []}
+        assert check.main(io.StringIO(json.dumps(checks))) == status, (want, capsys.readouterr().out)
+
+
+def test_detect_image_python():
+    """What the install learns of the image's Python, here of this one: a venv, its version, its package dirs
+    (its site-packages and PYTHONPATH's entries, not the standard library)."""
+    detect = program('detect_image_python')
+    found = detect.image_python()
+    assert found['kind'] == ('venv' if sys.prefix != sys.base_prefix else 'system')
+    assert found['version'] == '%d.%d' % sys.version_info[:2] and found['pip'] is True
+    site = [path for path in sys.path if path.endswith('-packages') and os.path.isdir(path)]
+    assert site and set(site) <= set(found['package_dirs'])
+    stdlib = os.path.dirname(os.__file__)
+    assert stdlib not in found['package_dirs'] and os.path.join(stdlib, 'lib-dynload') not in found['package_dirs']
+    assert detect.package_dirs(['', 'relative', stdlib, '/no/such/dir', site[0], site[0] + '/']) == [site[0]]
 
 
 def test_image_packages_arrangement():
     """The venv's own site-packages before the first of the image's package dirs, missing image dirs after."""
-    namespace = {'__file__': '/image/packages.py'}
-    source = easyblock.fill_template(easyblock.IMAGE_PACKAGES, module='Demo/1.0',
-                                     module_name=easyblock.IMAGE_PACKAGES_MODULE, package_dirs='[]')
-    exec(compile(source.replace('\nsys.path[:] = ', '\n_ = '), 'image_packages', 'exec'), namespace)
-    arrange = namespace['arrange']
+    arrange = program('image_packages').arrange
     own = '/user-software/venv/x/lib/python3.12/site-packages'
     image = ['/opt/venv/lib/python3.12/site-packages', '/opt/torch']
     path = ['/work', '/opt/venv/lib/python3.12/site-packages', '', '/usr/lib/python312.zip', '/usr/lib/python3.12',
@@ -165,8 +176,8 @@ PIP_COMMANDS = [  # pip's arguments, whether they change the venv, whether they 
 @pytest.mark.parametrize('args, changes, user', PIP_COMMANDS)
 def test_pip_changes_venv(shell, args, changes, user):
     """The one decision of venv-pip (bash) and the venv's pip (sh): does pip change the venv?"""
-    script = easyblock.PIP_CHANGES_VENV + '\nif pip_changes_venv "$@"; then echo yes "$pip_user"; else echo no; fi'
-    out = output_of([shell, '-c', script, 'sh'] + args).split()
+    script = '. "$0"; if pip_changes_venv "$@"; then echo yes "$pip_user"; else echo no; fi'
+    out = output_of([shell, '-c', script, str(SCRIPTS / 'pip-changes-venv.sh')] + args).split()
     assert out == (['yes', 'yes'] if user else ['yes']) if changes else ['no']
 
 
@@ -196,3 +207,11 @@ def test_venv_pip_script_passes_shellcheck(tmp_path):
     (tmp_path / 'pip').write_text(easyblock.VENV_PIP_SCRIPT)
     proc = subprocess.run(['shellcheck', str(tmp_path / 'pip')], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_image_commands_takes_only_file_names():
+    """The image's commands the venv gets: names that are one file name of one line (the manifest has one a
+    line); imported without running (it runs from main())."""
+    command_name = program('image_commands').command_name
+    assert command_name('torchrun') and command_name('accelerate-launch')
+    assert not any(command_name(name) for name in ('', 'a/b', '.', '..', 'two\nlines'))

@@ -1,0 +1,65 @@
+# The cache root: @cache_parent@/<user>-caches, -<job>-<node> in a job, private to the user,
+# else a fresh private one beside it. Prints it, with the subdirectories given as arguments made in it (0700).
+singularitycontainer_cache_root() {
+    __sc_user=${USER:-${LOGNAME:-$(id -un 2>/dev/null || id -u)}}
+    __sc_named=@cache_parent@/$__sc_user-caches${SLURM_JOB_ID:+-$SLURM_JOB_ID-${SLURM_NODEID:-0}}
+    __sc_root=$__sc_named
+    case ${SINGULARITYCONTAINER_CACHE_ROOT:-} in
+        "$__sc_named".??????) __sc_root=$SINGULARITYCONTAINER_CACHE_ROOT ;;
+    esac
+    __sc_why=
+    if [ -d "$__sc_root" ] && [ ! -L "$__sc_root" ] || ! mkdir -m 0700 -- "$__sc_root" 2>/dev/null; then
+        __sc_why=$(singularitycontainer_cache_refusal "$__sc_root")
+    fi
+    if [ -n "$__sc_why" ]; then
+        for __sc_fresh in "$__sc_named".??????; do  # one made before (a new shell, another module)
+            if [ -O "$__sc_fresh" ] && [ -z "$(singularitycontainer_cache_refusal "$__sc_fresh")" ]; then
+                break
+            fi
+            __sc_fresh=
+        done
+        if [ -z "$__sc_fresh" ] && ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
+            echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can be" \
+                "made beside it: the caches are left where the tools put them" >&2
+            unset __sc_user __sc_named __sc_root __sc_why __sc_fresh
+            return 1
+        fi
+        echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
+        __sc_root=$__sc_fresh
+    fi
+    for __sc_sub; do
+        shift
+        [ -d "$__sc_root/$__sc_sub" ] || set -- "$@" "$__sc_root/$__sc_sub"
+    done
+    if [ "$#" -gt 0 ]; then
+        mkdir -m 0700 -- "$@" || :
+    fi
+    echo "$__sc_root"
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub
+}
+# Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
+# (then made 0700, if an earlier version left it readable by others)
+singularitycontainer_cache_refusal() {
+    if [ -L "$1" ]; then
+        echo "is a symbolic link"
+    elif [ ! -e "$1" ]; then
+        echo "cannot be made"
+    elif [ ! -d "$1" ]; then
+        echo "is not a directory"
+    else
+        # shellcheck disable=SC2012  # the mode and the owner's name, in any sh
+        ls -ld -- "$1" 2>/dev/null | {
+            if ! read -r __sc_mode _ __sc_owner _; then
+                echo "cannot be read"
+            elif [ ! -O "$1" ]; then
+                echo "is owned by $__sc_owner"
+            else
+                case $__sc_mode in
+                    drwx------*) ;;
+                    d????[!w]??[!w]*) chmod 0700 -- "$1" ;;
+                    *) echo "is writable by others" ;;
+                esac
+            fi
+        }
+    fi
+}

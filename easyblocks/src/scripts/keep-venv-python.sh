@@ -1,0 +1,28 @@
+# The venv's own Python (python, python3, python3.X: links to the image's):
+# a package's command of such a name would replace it with a script that starts itself for ever. It is put back, and
+# taken out of the package's RECORD (an uninstall must not remove it); the package is named.
+venv_python_links() {  # 'name target' of each link in the venv's bin/ ($1)
+    local link
+    for link in "$1"/python "$1"/python[0-9]*; do
+        if [ -L "$link" ]; then
+            echo "${link##*/} $(readlink "$link")"
+        fi
+    done
+}
+keep_venv_python() {  # $1: the venv's bin/, $2: what venv_python_links said before pip ran
+    local name target record package
+    while read -r name target; do
+        if [ -z "$name" ] || [ "$(readlink "$1/$name")" = "$target" ]; then
+            continue
+        fi
+        rm -f "$1/$name"
+        ln -s "$target" "$1/$name"
+        for record in "$1"/../lib/python*/site-packages/*.dist-info/RECORD; do
+            grep -qF -- "../../../bin/$name," "$record" || continue
+            package=$(sed -n '/^Name: */{s///p;q}' "${record%/RECORD}/METADATA")
+            grep -vF -- "../../../bin/$name," "$record" >"$record.tmp" && mv "$record.tmp" "$record"
+            echo "venv-pip: warning: the command $name of ${package:-${record%/RECORD}} was left out: it would" \
+                "replace the virtual environment's own Python" >&2
+        done
+    done <<<"$2"
+}

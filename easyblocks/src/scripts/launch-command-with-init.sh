@@ -1,0 +1,2 @@
+exec "$runtime" @entry@ "$sif" \
+    /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"

@@ -1,0 +1,1 @@
+exec "$runtime" @entry@ "$sif" @command@ "$@"

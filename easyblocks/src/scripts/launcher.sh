@@ -1,0 +1,23 @@
+@header@
+
+if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
+    die "already running inside a container; this command starts the container itself and would nest it"
+fi
+sif="${@sif_var@:-}"
+[ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
+[ -f "$sif" ] || die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
+runtime=$(command -v singularity || command -v apptainer) || die "neither singularity nor apptainer is on PATH"
+# A runtime that is a script (#!/usr/bin/env python3, say) finds this module's wrappers first on PATH: it would
+# start a wrapper, which starts the runtime again, for ever.
+if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
+    die "$runtime started $SINGULARITYCONTAINER_LAUNCHED_BY, which started $0: a loop. The runtime runs a command" \
+        "found on PATH, and this module puts its wrappers there: make the runtime call its interpreter by full path"
+fi
+export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
+@user_software_paths@
+if [ ! -f "$squashfs" ] && [ ! -d "$dir" ]; then
+    echo "${0##*/}: warning: the virtual environment of $module is missing (neither $squashfs nor $dir exists):" \
+        "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put the file back." >&2
+fi
+@cache_setup@
+@launch@

@@ -1,0 +1,5 @@
+
+if [ "${@holds_lock@:-}" != "$root" ]; then
+    take_lock -n ||
+        die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
+fi

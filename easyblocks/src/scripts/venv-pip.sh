@@ -1,0 +1,30 @@
+#!/bin/sh
+# The image's pip, run by this virtual environment's Python.
+venv=$(dirname "$(dirname "$0")")
+@pip_changes_venv@
+
+# The command venv-pip runs instead: these arguments without --user, quoted for the shell where needed
+as_venv_pip() {
+    printf 'venv-pip'
+    for arg in "$@"; do
+        [ "$arg" != --user ] || continue
+        case "$arg" in
+            '' | *[!A-Za-z0-9_./=:,+@%-]*) printf " '%s'" "$(printf '%s' "$arg" | sed "s/'/'\\\\''/g")" ;;
+            *) printf ' %s' "$arg" ;;
+        esac
+    done
+}
+
+if pip_changes_venv "$@"; then
+    problem=
+    if [ -n "$pip_user" ]; then
+        problem="--user would install into ~/.local, which $venv does not see."
+    elif [ ! -w "$venv/bin" ]; then
+        problem="$venv is read-only in the container (packed in user-software.squashfs, or not yours)."
+    fi
+    if [ -n "$problem" ]; then
+        echo "pip: $problem Outside the container, with the module loaded, run: $(as_venv_pip "$@")" >&2
+        exit 1
+    fi
+fi
+exec "$(dirname "$0")/python" -m pip "$@"

@@ -1,0 +1,103 @@
+"""The programs of easyblocks/src/ (bash scripts, Python programs, the module logic in Lua and Tcl), each a file of
+its own language, and the one-file easyblock that tools/build-easyblock.py writes them into (make easyblock)."""
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from generator.easyblock import easyblock
+from support import EASYBLOCK, REPO, require, require_tools
+
+SOURCES = REPO / 'easyblocks' / 'src'
+BUILD = REPO / 'tools' / 'build-easyblock.py'
+
+
+def test_easyblock_is_built_from_the_sources():
+    """The committed easyblock holds the sources' texts as they are: a source changed without make easyblock fails
+    here, naming the command that brings the easyblock up to date."""
+    proc = subprocess.run([sys.executable, str(BUILD), '--check'], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_easyblock_says_it_is_partly_generated():
+    head = EASYBLOCK.read_text().split('"""')[0]
+    assert 'Partly generated' in head and 'tools/build-easyblock.py' in head and 'easyblocks/src/' in head
+
+
+# shellcheck reads each script as it is. Most files are pieces of the scripts the easyblock writes (the header, the
+# lock, the cache rule, ...): their variables are set and used by the other pieces, so these two findings are off
+# for the pieces; the whole scripts, as written, are checked with everything on (test_easyblock's
+# test_scripts_pass_shellcheck, test_templates' test_venv_pip_script_passes_shellcheck).
+PIECES_SHARE_VARIABLES = ['SC2034', 'SC2154']  # appears unused, referenced but not assigned
+# What a placeholder (@name@, filled at install) makes shellcheck misread, by file: the placeholder and why
+PLACEHOLDER_FINDINGS = {
+    'launcher.sh': {'SC2124': '${@sif_var@:-}: the placeholder is a variable name (SIF or SIF<NAME>)'},
+    'lock-install-dir-or-stop.sh': {'SC2198': '${@holds_lock@:-}: the placeholder is a variable name'},
+    'readable-by-all.sh': {'SC1102': '$(( $(umask) & @keeps@ )): the placeholder is an octal number',
+                           'SC2091': 'the same line, read as $( (...) ) because of the placeholder'},
+    'cache-setup.sh': {'SC2043': 'for ... in @cache_dirs@: the placeholder is several words'},
+}
+# The scripts that are whole (written as they are, with @module@ and such filled in): everything on
+WHOLE = ['conda-python-distributed.sh', 'conda-python-simple.sh', 'distributed-env.sh', 'init-conda-venv.sh',
+         'list-packages.sh', 'torchrun-distributed.sh', 'venv-pip.sh']
+# Scripts that also run in sh (the module runs the cache rule with sh -c; the venv's pip is a sh script)
+ALSO_SH = ['cache-root-rule.sh', 'pip-changes-venv.sh']
+SCRIPTS = sorted((SOURCES / 'scripts').glob('*.sh'))
+
+
+def shellcheck(path, shell):
+    """shellcheck's findings on the file, as it is; a piece without the two findings of PIECES_SHARE_VARIABLES."""
+    codes = sorted(PLACEHOLDER_FINDINGS.get(path.name, {})) + ([] if path.name in WHOLE else PIECES_SHARE_VARIABLES)
+    cmd = ['shellcheck', '--shell=%s' % shell, '--format=gcc'] + ['--exclude=%s' % ','.join(codes)] * bool(codes)
+    return subprocess.run(cmd + [str(path)], capture_output=True, text=True, timeout=60).stdout
+
+
+@pytest.mark.parametrize('path', SCRIPTS, ids=lambda path: path.name)
+def test_scripts_pass_shellcheck(path):
+    require_tools('shellcheck')
+    shell = 'sh' if path.read_text().startswith('#!/bin/sh') else 'bash'
+    shells = ['sh', 'bash'] if path.name in ALSO_SH else [shell]
+    for shell in shells:
+        assert shellcheck(path, shell) == '', shell
+
+
+def test_placeholder_findings_are_about_placeholders():
+    """Each finding switched off above is in a file that has the placeholder named."""
+    for name, findings in PLACEHOLDER_FINDINGS.items():
+        text = (SOURCES / 'scripts' / name).read_text()
+        for why in findings.values():
+            for placeholder in re.findall(r'@[a-z_]+@', why):
+                assert placeholder in text, (name, placeholder)
+
+
+def test_module_logic_lua_parses():
+    """luac -p on the Lua logic, its placeholders filled as the easyblock fills them: each with a Lua value
+    (lua_str, a table, a condition), here nil, and @conflicts@ with statements, here none."""
+    luac = shutil.which('luac5.3') or shutil.which('luac')
+    require(luac, 'luac (lua5.3: make setup installs it)')
+    text = (SOURCES / 'module' / 'logic.lua').read_text()
+    values = {name: 'nil' for name in easyblock.PLACEHOLDER.findall(text)}
+    values['conflicts'] = ''
+    proc = subprocess.run([luac, '-p', '-'], input=easyblock.fill_template(text, **values), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_module_logic_tcl_is_complete():
+    """tclsh reads the Tcl logic, as it is (a placeholder is a word to Tcl), as complete commands: every brace,
+    bracket and quote closed."""
+    require_tools('tclsh')
+    path = SOURCES / 'module' / 'logic.tcl'
+    script = 'set f [open {%s}]; puts [info complete [read $f]]' % path
+    assert subprocess.run(['tclsh'], input=script, capture_output=True, text=True, timeout=60).stdout == '1\n'
+
+
+def test_tcl_check_sees_an_unclosed_brace(tmp_path):
+    """The check above fails on a Tcl file with an unclosed brace (it is not always true)."""
+    require_tools('tclsh')
+    path = tmp_path / 'broken.tcl'
+    path.write_text((SOURCES / 'module' / 'logic.tcl').read_text() + 'if { 1 } {\n')
+    script = 'set f [open {%s}]; puts [info complete [read $f]]' % path
+    assert subprocess.run(['tclsh'], input=script, capture_output=True, text=True, timeout=60).stdout == '0\n'
