@@ -1,5 +1,5 @@
-"""The programs of easyblocks/src/ (bash scripts, Python programs, the module logic in Lua and Tcl), each a file of
-its own language, and the one-file easyblock that tools/build-easyblock.py writes them into (make easyblock)."""
+"""The programs of easyblocks/src/ (bash scripts, Python programs, the module primitives in Lua and Tcl), each a
+file of its own language, and the one-file easyblock that tools/build-easyblock.py writes them into (make easyblock)."""
 import re
 import shutil
 import subprocess
@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from generator.easyblock import easyblock
 from support import EASYBLOCK, REPO, require, require_tools
 
 SOURCES = REPO / 'easyblocks' / 'src'
@@ -72,24 +71,19 @@ def test_placeholder_findings_are_about_placeholders():
                 assert placeholder in text, (name, placeholder)
 
 
-def test_module_logic_lua_parses():
-    """luac -p on the Lua logic, its placeholders filled as the easyblock fills them: each with a Lua value
-    (lua_str, a table, a condition), here nil, and @conflicts@ with statements, here none."""
+def test_module_primitives_lua_parses():
+    """luac -p on the Lua primitives, as they are (no placeholders: the plan's calls pass them their values)."""
     luac = shutil.which('luac5.3') or shutil.which('luac')
     require(luac, 'luac (lua5.3: make setup installs it)')
-    text = (SOURCES / 'module' / 'logic.lua').read_text()
-    values = {name: 'nil' for name in easyblock.PLACEHOLDER.findall(text)}
-    values['conflicts'] = ''
-    proc = subprocess.run([luac, '-p', '-'], input=easyblock.fill_template(text, **values), capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run([luac, '-p', str(SOURCES / 'module' / 'primitives.lua')], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
 
 
-def test_module_logic_tcl_is_complete():
-    """tclsh reads the Tcl logic, as it is (a placeholder is a word to Tcl), as complete commands: every brace,
-    bracket and quote closed."""
+def test_module_primitives_tcl_is_complete():
+    """tclsh reads the Tcl primitives, as they are, as complete commands: every brace, bracket and quote closed."""
     require_tools('tclsh')
-    path = SOURCES / 'module' / 'logic.tcl'
+    path = SOURCES / 'module' / 'primitives.tcl'
     script = 'set f [open {%s}]; puts [info complete [read $f]]' % path
     assert subprocess.run(['tclsh'], input=script, capture_output=True, text=True, timeout=60).stdout == '1\n'
 
@@ -98,6 +92,6 @@ def test_tcl_check_sees_an_unclosed_brace(tmp_path):
     """The check above fails on a Tcl file with an unclosed brace (it is not always true)."""
     require_tools('tclsh')
     path = tmp_path / 'broken.tcl'
-    path.write_text((SOURCES / 'module' / 'logic.tcl').read_text() + 'if { 1 } {\n')
+    path.write_text((SOURCES / 'module' / 'primitives.tcl').read_text() + 'if { 1 } {\n')
     script = 'set f [open {%s}]; puts [info complete [read $f]]' % path
     assert subprocess.run(['tclsh'], input=script, capture_output=True, text=True, timeout=60).stdout == '0\n'

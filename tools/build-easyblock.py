@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the programs of easyblocks/src/ into the easyblock, easyblocks/generic/singularitycontainer.py.
 
-The bash scripts, the Python programs and the module logic in Lua and Tcl are files of their own language under
+The bash scripts, the Python programs and the module primitives in Lua and Tcl are files of their own language under
 easyblocks/src/, where their linters read them (tests/test_sources.py). What LUMI users deploy stays one
 self-contained file (LUMI includes easyblocks as single .py files, and its EasyBuild's Python has only the standard
 library): this script puts each file's text into that file as a Python string constant, byte for byte, in the
@@ -27,10 +27,11 @@ RULE = '# ' + '-' * 111
 # easyblocks/src/) and the comment above it in the easyblock.
 SECTION = [
     ('banner', """\
-The module: the same logic in Lua and Tcl. Every variable it changes gets back exactly the value it had before
-the load (pushenv), and Lmod's memory of that value is dropped when this module unloads (see restorable_env)."""),
-    ('LUA_MODULE_LOGIC', 'module/logic.lua', ''),
-    ('TCL_MODULE_LOGIC', 'module/logic.tcl', ''),
+The module's primitives in Lua and Tcl, which the calls written from the module's plan use (emit_module_logic).
+Every variable the module changes gets back exactly the value it had before the load (pushenv), and Lmod's memory
+of that value is dropped when this module unloads (see restorable_env)."""),
+    ('LUA_MODULE_PRIMITIVES', 'module/primitives.lua', ''),
+    ('TCL_MODULE_PRIMITIVES', 'module/primitives.tcl', ''),
     ('banner', """\
 Scripts in bin/ (run on the host) and runscripts/ (seen as /runscripts in the container). Each template reads like
 the file it becomes; @header@ is SCRIPT_HEADER, and user text arrives quoted (sh_str)."""),

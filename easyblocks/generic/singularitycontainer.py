@@ -6,7 +6,7 @@
 # EasyBuild and the standard library. It runs unchanged on EasyBuild 4.9.x and 5.x.
 #
 # Partly generated: the section between the BEGIN GENERATED and END GENERATED lines holds the bash scripts, the
-# Python programs and the Lua and Tcl module logic of easyblocks/src/, written in by tools/build-easyblock.py
+# Python programs and the Lua and Tcl module primitives of easyblocks/src/, written in by tools/build-easyblock.py
 # (make easyblock). Edit those files, not that section; the rest of this file is written by hand.
 ##
 """
@@ -758,44 +758,33 @@ class SingularityContainer(EasyBlock):
         ])
 
     def make_module_extra(self, *args, **kwargs):
-        """Add the load-time container logic, in the syntax of the module generator."""
+        """Add the load-time container logic, in the syntax of the module generator: written from module_plan."""
         txt = super(SingularityContainer, self).make_module_extra(*args, **kwargs)
-        lua = self.module_generator.SYNTAX == 'Lua'
-        quote, template = (lua_str, LUA_MODULE_LOGIC) if lua else (tcl_str, TCL_MODULE_LOGIC)
+        return txt + emit_module_logic(self.module_plan(), self.module_generator.SYNTAX)
 
-        def quote_list(items):
-            """A list of strings as a Lua table, or a Tcl list."""
-            return ('{%s}' if lua else '[list %s]') % (', ' if lua else ' ').join(quote(item) for item in items)
-
-        def pairs(items):
-            """A list of (key, value) pairs as a Lua table of tables, or a flat Tcl list."""
-            if lua:
-                return '{%s}' % ', '.join('{%s, %s}' % (quote(key), quote(value)) for key, value in items)
-            return '[list %s]' % ' '.join('%s %s' % (quote(key), quote(value)) for key, value in items)
-
-        conflicts = '\n'.join(('conflict(%s)' if lua else 'conflict %s') % quote(name)
-                              for name in self.cfg['container_conflicts'])
-        # Tcl's error message is a "..." word with $variables in it: the module name goes in without quoting chars
-        mod_name = {'mod_name': quote(self.full_mod_name)} if lua else {
-            'mod_name_text': re.sub(r'[\\"$\[\]{}]', '', self.full_mod_name)}
-        # The cache root: CACHE_ROOT_RULE, run by the shell (Lmod's capture, Tcl's exec) when the module loads
-        rule, call = cache_root_rule(self.full_mod_name, self.cfg['container_cache_dirs'].values())
-        cache_root = {'cache_root_script': quote(rule + '\n' + call)}
+    def module_plan(self):
+        """What the module does at load, once for Lua and Tcl: a list of steps (see MODULE_STEPS), in order."""
+        installdir, suffix, module = self.installdir, self.var_suffix, self.full_mod_name
+        runscripts = os.path.join(installdir, 'runscripts')
+        sif, cache_root = Var('sif'), Var('cache_root_dir')
+        # The cache root: CACHE_ROOT_RULE, run by the shell when the module loads
+        rule, call = cache_root_rule(module, self.cfg['container_cache_dirs'].values())
         # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
         # eb --module-only, for an install dir that may lack the image) goes on
-        user_load = ('mode() == "load"' if lua else '[module-info mode load]')
-        stops = 'false' if self.making_fake_module else user_load
-        return txt + fill_template(
-            template, family=quote(MODULE_FAMILY), conflicts=conflicts, installdir=quote(self.installdir),
-            sif_name=quote(self.sif_name), suffix=quote(self.var_suffix), sif_path=quote(self.module_sif()),
-            central_sif_dir=quote(self.cfg['central_sif_dir'] or ''), central_subdir=quote(LUMI_CENTRAL_SIF_SUBDIR),
-            central_default=quote(LUMI_CENTRAL_SIF_DEFAULT), binds=quote_list(self.cfg['container_bind']),
-            runscripts_bind=quote(self.runscripts_bind()),
-            us_squashfs=quote(USER_SOFTWARE_SQUASHFS), us_dir=quote(USER_SOFTWARE),
-            prepend_path=quote(self.prepend_path()), container_env=pairs(self.container_environment()),
-            env_defaults=pairs(self.cfg['container_env_defaults'].items()),
-            cache_dirs=pairs(self.cfg['container_cache_dirs'].items()), missing_image_stops_load=stops,
-            **dict(mod_name, **cache_root))
+        image = Image(sif, self.module_sif(), self.sif_name, self.cfg['central_sif_dir'] or '',
+                      LUMI_CENTRAL_SIF_SUBDIR, LUMI_CENTRAL_SIF_DEFAULT, module, not self.making_fake_module)
+        return ([Family(MODULE_FAMILY)] + [Conflict(name) for name in self.cfg['container_conflicts']] + [
+            image,
+            SetRestorable('SIF', sif), SetRestorable('SIF' + suffix, sif), SetRestorable('CONTAINERROOT', installdir),
+            SetRestorable('RUNSCRIPTS', runscripts), SetRestorable('RUNSCRIPTS' + suffix, runscripts),
+            Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, USER_SOFTWARE_SQUASHFS,
+                  USER_SOFTWARE, module),
+            PrependPath(self.prepend_path()),
+        ] + [ContainerEnv(key, value) for key, value in self.container_environment()] + [
+            CacheRoot(cache_root, rule + '\n' + call),
+            Defaults('SINGULARITYCONTAINER_DEFAULTS_' + suffix, list(self.cfg['container_env_defaults'].items()),
+                     cache_root, list(self.cfg['container_cache_dirs'].items())),
+        ])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1333,20 +1322,95 @@ def fill_template(template, **values):
     return text
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The module's plan (SingularityContainer.module_plan): what a module does at load, as a list of steps, plain data.
+# Each step is one call of a primitive of easyblocks/src/module/primitives.lua and primitives.tcl (LUA_MODULE_PRIMITIVES
+# and TCL_MODULE_PRIMITIVES below), where each rule is written once per language; the two emitters below only write
+# those calls. A step's field `into` names the variable its result goes to, which a later step's Var reads.
+# ---------------------------------------------------------------------------------------------------------------
+
+Var = namedtuple('Var', 'name')  # the value of an earlier step (its into)
+Family = namedtuple('Family', 'name')  # one module of this family at a time
+Conflict = namedtuple('Conflict', 'name')
+# The image (path), else the central copy of name; stops: a load without either stops with an error
+Image = namedtuple('Image', 'into path name central_dir central_subdir central_default module stops')
+SetRestorable = namedtuple('SetRestorable', 'name value')  # given back on unload (restorable_env)
+# SINGULARITY_BINDPATH and APPTAINER_BINDPATH: the user's binds, then those sources that exist on the node, always,
+# and the user software of installdir (squashfs, else directory)
+Binds = namedtuple('Binds', 'sources always installdir squashfs directory module')
+PrependPath = namedtuple('PrependPath', 'value')  # SINGULARITYENV_/APPTAINERENV_PREPEND_PATH, before the user's
+ContainerEnv = namedtuple('ContainerEnv', 'name value')  # SINGULARITYENV_<name> and APPTAINERENV_<name>
+CacheRoot = namedtuple('CacheRoot', 'into script')  # the cache root that script (sh) prints at load
+# Defaults where the user has none (items and the caches (name, subdir) in cache_root), remembered in record
+Defaults = namedtuple('Defaults', 'record items cache_root caches')
+
+# The emitters: by step, the call it becomes in each language, with its fields as words of that language
+MODULE_STEPS = {
+    Family: ('family({name})', 'family {name}'),
+    Conflict: ('conflict({name})', 'conflict {name}'),
+    Image: ('local {into} = find_image({path}, {name}, {central_dir}, {central_subdir}, {central_default}, {module}, '
+            '{stops})',
+            'set {into} [find_image {path} {name} {central_dir} {central_subdir} {central_default} {module} {stops}]'),
+    SetRestorable: ('restorable_env({name}, {value})', 'restorable_env {name} {value}'),
+    Binds: ('set_binds(keep_binds({sources}), {always}, user_software_bind({installdir}, {squashfs}, {directory}, '
+            '{module}))',
+            'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {squashfs} {directory} '
+            '{module}]'),
+    PrependPath: ('container_prepend_path({value})', 'container_prepend_path {value}'),
+    ContainerEnv: ('container_env({name}, {value})', 'container_env {name} {value}'),
+    CacheRoot: ('local {into} = cache_root({script})', 'set {into} [cache_root {script}]'),
+    Defaults: ('set_defaults({record}, {items}, {cache_root}, {caches})',
+               'set_defaults {record} {items} {cache_root} {caches}'),
+}
+
+
+def lua_word(value):
+    """A field of a step as a Lua expression: a string, a Var, a bool, a list (of strings or pairs) as a table."""
+    if isinstance(value, Var):
+        return value.name
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    if isinstance(value, (list, tuple)):
+        return '{%s}' % ', '.join(lua_word(item) for item in value)
+    return lua_str(value)
+
+
+def tcl_word(value):
+    """A field of a step as a Tcl word: a string, a Var, a bool, a list (pairs flattened: key value ...)."""
+    if isinstance(value, Var):
+        return '$' + value.name
+    if isinstance(value, bool):
+        return '1' if value else '0'
+    if isinstance(value, (list, tuple)):
+        items = [word for item in value for word in (item if type(item) is tuple else [item])]
+        return '[list%s]' % ''.join(' ' + tcl_word(item) for item in items)
+    return tcl_str(value)
+
+
+def emit_module_logic(plan, syntax):
+    """The module's load-time logic in syntax ('Lua' or 'Tcl'): its primitives, then the plan's steps as calls."""
+    lua = syntax == 'Lua'
+    word, comment = (lua_word, '--') if lua else (tcl_word, '#')
+    primitives = LUA_MODULE_PRIMITIVES if lua else TCL_MODULE_PRIMITIVES
+    calls = []
+    for step in plan:
+        words = dict((field, value.name if field == 'into' else word(value)) for field, value in step._asdict().items())
+        calls.append(MODULE_STEPS[type(step)][0 if lua else 1].format(**words))
+    return '\n%s\n%s SingularityContainer: the image, the bind list and the environment in the container\n%s\n' % (
+        primitives.strip('\n'), comment, '\n'.join(calls))
+
+
 # BEGIN GENERATED by tools/build-easyblock.py (make easyblock) from easyblocks/src/: edit those files, not this
 
 # ---------------------------------------------------------------------------------------------------------------
-# The module: the same logic in Lua and Tcl. Every variable it changes gets back exactly the value it had before
-# the load (pushenv), and Lmod's memory of that value is dropped when this module unloads (see restorable_env).
+# The module's primitives in Lua and Tcl, which the calls written from the module's plan use (emit_module_logic).
+# Every variable the module changes gets back exactly the value it had before the load (pushenv), and Lmod's memory
+# of that value is dropped when this module unloads (see restorable_env).
 # ---------------------------------------------------------------------------------------------------------------
 
-LUA_MODULE_LOGIC = r'''
--- SingularityContainer: the image, the bind list and the environment in the container
-family(@family@)
-@conflicts@
-local installdir = @installdir@
-local sif_name = @sif_name@
-local suffix = @suffix@
+LUA_MODULE_PRIMITIVES = r'''
+-- SingularityContainer's module primitives (Lua). The easyblock's module_plan says what the module does at load, as
+-- a list of steps; each step is a call of one of these functions (the Tcl module calls those of primitives.tcl).
 
 -- Sets name to value like pushenv, so that unloading gives back exactly the value from before the load. Lmod keeps
 -- that value base64-encoded on a stack, __LMOD_STACK_<name>, which outlives the module: it would give a later unload
@@ -1402,148 +1466,158 @@ local function restorable_env(name, value)
     end
 end
 
--- The image: the copy in the install dir (or the central image it links to), else the central copy.
-local sif = @sif_path@
-if not isFile(sif) then
-    local central_dir = @central_sif_dir@
+-- The image: the copy in the install dir (or the central image it links to), else the central copy. Without
+-- either, a load stops (stops: not EasyBuild's load of its fake module, for an install dir that may lack it).
+local function find_image(sif, sif_name, central_dir, central_subdir, central_default, mod_name, stops)
+    if isFile(sif) then
+        return sif
+    end
     if central_dir == "" then
         local repo_root = user_value("LUMI_CONTAINER_REPOSITORY_ROOT") or ""
-        if repo_root ~= "" then
-            central_dir = pathJoin(repo_root, @central_subdir@)
-        else
-            central_dir = @central_default@
-        end
+        central_dir = repo_root ~= "" and pathJoin(repo_root, central_subdir) or central_default
     end
     local central_sif = pathJoin(central_dir, sif_name)
     if isFile(central_sif) then
-        sif = central_sif
-    elseif @missing_image_stops_load@ then
+        return central_sif
+    elseif stops and mode() == "load" then
         local sif_dir = sif:match("^(.*)/[^/]*$")
         local where = sif_dir == central_dir and ("not in " .. central_dir) or
                       ("neither in " .. sif_dir .. " nor in " .. central_dir)
-        LmodError(@mod_name@ .. ": the container image " .. sif_name .. " is " .. where ..
+        LmodError(mod_name .. ": the container image " .. sif_name .. " is " .. where ..
                   ". Reinstall the module with eb, or restore the image.")
     end
+    return sif
 end
-restorable_env("SIF", sif)
-restorable_env("SIF" .. suffix, sif)
-restorable_env("CONTAINERROOT", installdir)
-restorable_env("RUNSCRIPTS", pathJoin(installdir, "runscripts"))
-restorable_env("RUNSCRIPTS" .. suffix, pathJoin(installdir, "runscripts"))
 
 -- Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
 -- runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
 -- said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
-local function bindable(path)  -- a directory or a regular file, through links too
-    local mode = lfs.attributes(path, "mode")
-    return mode == "directory" or mode == "file"
-end
-local kept = {}
-for _, bind in ipairs(@binds@) do
-    if bindable(bind:match("^[^:]*")) then
-        kept[#kept + 1] = bind
+local function keep_binds(binds)  -- those whose source is a directory or a regular file, through links too
+    local kept = {}
+    for _, bind in ipairs(binds) do
+        local mode = lfs.attributes(bind:match("^[^:]*"), "mode")
+        if mode == "directory" or mode == "file" then
+            kept[#kept + 1] = bind
+        end
     end
+    return kept
 end
-kept[#kept + 1] = @runscripts_bind@
-if isFile(pathJoin(installdir, @us_squashfs@)) then
-    kept[#kept + 1] = pathJoin(installdir, @us_squashfs@) .. ":/user-software:image-src=/,ro"
-elseif isDir(pathJoin(installdir, @us_dir@)) then
-    kept[#kept + 1] = pathJoin(installdir, @us_dir@) .. ":/user-software"
-elseif mode() == "load" then
-    LmodWarning(@mod_name@ .. ": the virtual environment is missing (neither " .. pathJoin(installdir, @us_squashfs@) ..
-                " nor " .. pathJoin(installdir, @us_dir@) .. " exists): Python in the container is the image's own. " ..
-                "Reinstall the module (eb --rebuild), or put the file back.")
+-- The user software's bind (nil, and a warning at load, when it is missing)
+local function user_software_bind(installdir, squashfs, directory, mod_name)
+    if isFile(pathJoin(installdir, squashfs)) then
+        return pathJoin(installdir, squashfs) .. ":/user-software:image-src=/,ro"
+    elseif isDir(pathJoin(installdir, directory)) then
+        return pathJoin(installdir, directory) .. ":/user-software"
+    elseif mode() == "load" then
+        LmodWarning(mod_name .. ": the virtual environment is missing (neither " .. pathJoin(installdir, squashfs) ..
+                    " nor " .. pathJoin(installdir, directory) .. " exists): Python in the container is the " ..
+                    "image's own. Reinstall the module (eb --rebuild), or put the file back.")
+    end
 end
 -- The user's own binds, under either name (both when they differ): both names get the same list, so that
 -- Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
-local user_binds = user_value("APPTAINER_BINDPATH") or ""
-local singularity_binds = user_value("SINGULARITY_BINDPATH") or ""
-if user_binds == "" then
-    user_binds = singularity_binds
-elseif singularity_binds ~= "" and singularity_binds ~= user_binds then
-    user_binds = user_binds .. "," .. singularity_binds
+local function user_binds()
+    local binds = user_value("APPTAINER_BINDPATH") or ""
+    local singularity_binds = user_value("SINGULARITY_BINDPATH") or ""
+    if binds == "" then
+        return singularity_binds
+    elseif singularity_binds ~= "" and singularity_binds ~= binds then
+        return binds .. "," .. singularity_binds
+    end
+    return binds
 end
--- No bind of the module goes where one of the user's goes: the runtime would say so at every start.
-local function destination(bind)  -- of src[:dst[:opts]]
+local function bind_destination(bind)  -- of src[:dst[:opts]]
     local source, target = bind:match("^([^:]*):?([^:]*)")
     return target ~= "" and target or source
 end
-local taken = {}
-for entry in user_binds:gmatch("[^,]+") do
-    if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
-        taken[destination(entry)] = true  -- (not an option of the bind before)
+-- The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
+-- the module goes where one of the user's goes: the runtime would say so at every start.
+local function set_binds(kept, always, user_software)
+    local mine = user_binds()
+    local taken = {}
+    for entry in mine:gmatch("[^,]+") do
+        if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
+            taken[bind_destination(entry)] = true  -- (not an option of the bind before)
+        end
     end
-end
-local binds = {}
-for _, bind in ipairs(kept) do
-    if not taken[destination(bind)] then
-        binds[#binds + 1] = bind
+    local binds = {}
+    for _, list in ipairs({kept, always, {user_software}}) do
+        for _, bind in ipairs(list) do
+            if not taken[bind_destination(bind)] then
+                binds[#binds + 1] = bind
+            end
+        end
     end
+    binds = table.concat(binds, ",")
+    if mine ~= "" then
+        binds = binds == "" and mine or (mine .. "," .. binds)
+    end
+    restorable_env("SINGULARITY_BINDPATH", binds)
+    restorable_env("APPTAINER_BINDPATH", binds)
 end
-binds = table.concat(binds, ",")
-if user_binds ~= "" then
-    binds = binds == "" and user_binds or (user_binds .. "," .. binds)
-end
-restorable_env("SINGULARITY_BINDPATH", binds)
-restorable_env("APPTAINER_BINDPATH", binds)
 
--- The environment in the container
-local prepend = @prepend_path@
-local user_prepend = user_value("SINGULARITYENV_PREPEND_PATH") or ""
-prepend = user_prepend == "" and prepend or (prepend .. ":" .. user_prepend)
-restorable_env("SINGULARITYENV_PREPEND_PATH", prepend)
-restorable_env("APPTAINERENV_PREPEND_PATH", prepend)
-for _, item in ipairs(@container_env@) do
-    restorable_env("SINGULARITYENV_" .. item[1], item[2])
-    restorable_env("APPTAINERENV_" .. item[1], item[2])
+-- The environment in the container, under both names: PREPEND_PATH before the user's own, and the other variables
+local function container_prepend_path(prepend)
+    local user_prepend = user_value("SINGULARITYENV_PREPEND_PATH") or ""
+    prepend = user_prepend == "" and prepend or (prepend .. ":" .. user_prepend)
+    restorable_env("SINGULARITYENV_PREPEND_PATH", prepend)
+    restorable_env("APPTAINERENV_PREPEND_PATH", prepend)
+end
+local function container_env(name, value)
+    restorable_env("SINGULARITYENV_" .. name, value)
+    restorable_env("APPTAINERENV_" .. name, value)
+end
+
+-- The caches (module help) are defaults (below), in a root private to the user: /tmp/<user>-caches, per job and node
+-- when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it:
+-- script runs it). The wrappers and run scripts move them to the job and node they run in; an unload goes by the
+-- load's root.
+local function cache_root(script)
+    local root = os.getenv("SINGULARITYCONTAINER_CACHE_ROOT") or ""
+    if mode() == "load" then
+        root = capture(script):gsub("\n$", "")
+    end
+    if root ~= "" then
+        restorable_env("SINGULARITYCONTAINER_CACHE_ROOT", root)
+    end
+    return root
 end
 
 -- Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
--- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload,
--- which leaves a value the user has set since (the module's record of its own goes).
--- The caches (module help) are defaults too, in a root private to the user: /tmp/<user>-caches, per job and node
--- when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it).
--- The wrappers and run scripts move them to the job and node they run in; an unload goes by the load's root.
-local cache_root = os.getenv("SINGULARITYCONTAINER_CACHE_ROOT") or ""
-if mode() == "load" then
-    cache_root = capture(@cache_root_script@):gsub("\n$", "")
-end
-local defaults = @env_defaults@
-if cache_root ~= "" then
-    for _, item in ipairs(@cache_dirs@) do
-        defaults[#defaults + 1] = {item[1], cache_root .. "/" .. item[2]}
-    end
-    restorable_env("SINGULARITYCONTAINER_CACHE_ROOT", cache_root)
-end
-local defaults_set = "SINGULARITYCONTAINER_DEFAULTS_" .. suffix
-local set_before = " " .. (os.getenv(defaults_set) or "") .. " "
-local set_now = {}
-for _, item in ipairs(defaults) do
-    if mode() == "unload" then
-        if not set_before:find(" " .. item[1] .. " ", 1, true) then
-            -- not the module's
-        elseif user_value(item[1]) == item[2] then
-            restorable_env(item[1], item[2])
-        else
-            setenv("__LMOD_STACK_" .. item[1], "")
+-- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload (in
+-- record), which leaves a value the user has set since (the module's record of its own goes). The caches are
+-- defaults too: {name, subdir} in root, if there is one.
+local function set_defaults(record, defaults, root, caches)
+    if root ~= "" then
+        for _, item in ipairs(caches) do
+            defaults[#defaults + 1] = {item[1], root .. "/" .. item[2]}
         end
-    elseif user_value(item[1]) == nil then
-        restorable_env(item[1], item[2])
-        set_now[#set_now + 1] = item[1]
     end
-end
-if mode() == "unload" or #set_now > 0 then
-    setenv(defaults_set, table.concat(set_now, " "))
+    local set_before = " " .. (os.getenv(record) or "") .. " "
+    local set_now = {}
+    for _, item in ipairs(defaults) do
+        if mode() == "unload" then
+            if not set_before:find(" " .. item[1] .. " ", 1, true) then
+                -- not the module's
+            elseif user_value(item[1]) == item[2] then
+                restorable_env(item[1], item[2])
+            else
+                setenv("__LMOD_STACK_" .. item[1], "")
+            end
+        elseif user_value(item[1]) == nil then
+            restorable_env(item[1], item[2])
+            set_now[#set_now + 1] = item[1]
+        end
+    end
+    if mode() == "unload" or #set_now > 0 then
+        setenv(record, table.concat(set_now, " "))
+    end
 end
 '''
 
-TCL_MODULE_LOGIC = r'''
-# SingularityContainer: the image, the bind list and the environment in the container
-family @family@
-@conflicts@
-set installdir @installdir@
-set sif_name @sif_name@
-set suffix @suffix@
+TCL_MODULE_PRIMITIVES = r'''
+# SingularityContainer's module primitives (Tcl). The easyblock's module_plan says what the module does at load, as
+# a list of steps; each step is a call of one of these procs (the Lua module calls those of primitives.lua).
 
 # Sets name to value like pushenv, so that unloading gives back exactly the value from before the load. Lmod keeps
 # that value base64-encoded on a stack, __LMOD_STACK_<name>, which outlives the module: it would give a later unload
@@ -1611,133 +1685,153 @@ proc restorable_env {name value} {
     }
 }
 
-# The image: the copy in the install dir (or the central image it links to), else the central copy.
-set sif @sif_path@
-if { ![file isfile $sif] } {
-    set central_dir @central_sif_dir@
+# The image: the copy in the install dir (or the central image it links to), else the central copy. Without
+# either, a load stops (stops: not EasyBuild's load of its fake module, for an install dir that may lack it).
+proc find_image {sif sif_name central_dir central_subdir central_default mod_name stops} {
+    if { [file isfile $sif] } {
+        return $sif
+    }
     if { $central_dir eq "" } {
         if { [user_value LUMI_CONTAINER_REPOSITORY_ROOT] ne "" } {
-            set central_dir [file join $::env(LUMI_CONTAINER_REPOSITORY_ROOT) @central_subdir@]
+            set central_dir [file join $::env(LUMI_CONTAINER_REPOSITORY_ROOT) $central_subdir]
         } else {
-            set central_dir @central_default@
+            set central_dir $central_default
         }
     }
     set central_sif [file join $central_dir $sif_name]
     if { [file isfile $central_sif] } {
-        set sif $central_sif
-    } elseif { @missing_image_stops_load@ } {
+        return $central_sif
+    } elseif { $stops && [module-info mode load] } {
         set sif_dir [file dirname $sif]
         set where [expr {$sif_dir eq $central_dir ? "not in $central_dir" : "neither in $sif_dir nor in $central_dir"}]
-        error "@mod_name_text@: the container image $sif_name is $where.\
+        error "$mod_name: the container image $sif_name is $where.\
  Reinstall the module with eb, or restore the image."
     }
+    return $sif
 }
-restorable_env SIF $sif
-restorable_env SIF$suffix $sif
-restorable_env CONTAINERROOT $installdir
-restorable_env RUNSCRIPTS [file join $installdir runscripts]
-restorable_env RUNSCRIPTS$suffix [file join $installdir runscripts]
 
 # Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
 # runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
 # said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
-set kept {}
-foreach bind @binds@ {
-    set source [lindex [split $bind :] 0]
-    if { [file isdirectory $source] || [file isfile $source] } {
-        lappend kept $bind
+proc keep_binds {binds} {
+    set kept {}
+    foreach bind $binds {
+        set source [lindex [split $bind :] 0]
+        if { [file isdirectory $source] || [file isfile $source] } {
+            lappend kept $bind
+        }
     }
+    return $kept
 }
-lappend kept @runscripts_bind@
-if { [file isfile [file join $installdir @us_squashfs@]] } {
-    lappend kept "[file join $installdir @us_squashfs@]:/user-software:image-src=/,ro"
-} elseif { [file isdirectory [file join $installdir @us_dir@]] } {
-    lappend kept "[file join $installdir @us_dir@]:/user-software"
-} elseif { [module-info mode load] } {
-    puts stderr "@mod_name_text@: the virtual environment is missing (neither\
- [file join $installdir @us_squashfs@] nor [file join $installdir @us_dir@] exists): Python in the container is\
+# The user software's bind ("", and a warning at load, when it is missing)
+proc user_software_bind {installdir squashfs directory mod_name} {
+    if { [file isfile [file join $installdir $squashfs]] } {
+        return "[file join $installdir $squashfs]:/user-software:image-src=/,ro"
+    } elseif { [file isdirectory [file join $installdir $directory]] } {
+        return "[file join $installdir $directory]:/user-software"
+    } elseif { [module-info mode load] } {
+        puts stderr "$mod_name: the virtual environment is missing (neither\
+ [file join $installdir $squashfs] nor [file join $installdir $directory] exists): Python in the container is\
  the image's own. Reinstall the module (eb --rebuild), or put the file back."
+    }
+    return ""
 }
 # The user's own binds, under either name (both when they differ): both names get the same list, so that
 # Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
-set user_binds [user_value APPTAINER_BINDPATH]
-set singularity_binds [user_value SINGULARITY_BINDPATH]
-if { $user_binds eq "" } {
-    set user_binds $singularity_binds
-} elseif { $singularity_binds ne "" && $singularity_binds ne $user_binds } {
-    append user_binds ",$singularity_binds"
+proc user_binds {} {
+    set binds [user_value APPTAINER_BINDPATH]
+    set singularity_binds [user_value SINGULARITY_BINDPATH]
+    if { $binds eq "" } {
+        return $singularity_binds
+    } elseif { $singularity_binds ne "" && $singularity_binds ne $binds } {
+        return "$binds,$singularity_binds"
+    }
+    return $binds
 }
-# No bind of the module goes where one of the user's goes: the runtime would say so at every start.
 proc bind_destination {bind} {
     set fields [split $bind :]
     return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
 }
-set taken {}
-foreach entry [split $user_binds ,] {
-    if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
-        lappend taken [bind_destination $entry]
+# The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
+# the module goes where one of the user's goes: the runtime would say so at every start.
+proc set_binds {kept always user_software} {
+    set mine [user_binds]
+    set taken {}
+    foreach entry [split $mine ,] {
+        if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
+            lappend taken [bind_destination $entry]
+        }
     }
-}
-set binds {}
-foreach bind $kept {
-    if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
-        lappend binds $bind
+    set binds {}
+    foreach bind [concat $kept $always [expr {$user_software eq "" ? {} : [list $user_software]}]] {
+        if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
+            lappend binds $bind
+        }
     }
+    set binds [join $binds ,]
+    if { $mine ne "" } {
+        set binds [expr {$binds eq "" ? $mine : "$mine,$binds"}]
+    }
+    restorable_env SINGULARITY_BINDPATH $binds
+    restorable_env APPTAINER_BINDPATH $binds
 }
-set binds [join $binds ,]
-if { $user_binds ne "" } {
-    set binds [expr {$binds eq "" ? $user_binds : "$user_binds,$binds"}]
-}
-restorable_env SINGULARITY_BINDPATH $binds
-restorable_env APPTAINER_BINDPATH $binds
 
-# The environment in the container
-set prepend @prepend_path@
-set user_prepend [user_value SINGULARITYENV_PREPEND_PATH]
-set prepend [expr {$user_prepend eq "" ? $prepend : "$prepend:$user_prepend"}]
-restorable_env SINGULARITYENV_PREPEND_PATH $prepend
-restorable_env APPTAINERENV_PREPEND_PATH $prepend
-foreach {key value} @container_env@ {
-    restorable_env SINGULARITYENV_$key $value
-    restorable_env APPTAINERENV_$key $value
+# The environment in the container, under both names: PREPEND_PATH before the user's own, and the other variables
+proc container_prepend_path {prepend} {
+    set user_prepend [user_value SINGULARITYENV_PREPEND_PATH]
+    set prepend [expr {$user_prepend eq "" ? $prepend : "$prepend:$user_prepend"}]
+    restorable_env SINGULARITYENV_PREPEND_PATH $prepend
+    restorable_env APPTAINERENV_PREPEND_PATH $prepend
+}
+proc container_env {name value} {
+    restorable_env SINGULARITYENV_$name $value
+    restorable_env APPTAINERENV_$name $value
+}
+
+# The caches (module help) are defaults (below), in a root private to the user: /tmp/<user>-caches, per job and node
+# when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it:
+# script runs it). The wrappers and run scripts move them to the job and node they run in; an unload goes by the
+# load's root.
+proc cache_root {script} {
+    set root [user_value SINGULARITYCONTAINER_CACHE_ROOT]
+    if { [module-info mode load] && [catch {exec /bin/sh -c $script 2>@ stderr} root] } {
+        set root ""
+    }
+    if { $root ne "" } {
+        restorable_env SINGULARITYCONTAINER_CACHE_ROOT $root
+    }
+    return $root
 }
 
 # Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
-# that the user's own value wins, also when exported after the load. The ones set are remembered for the unload,
-# which leaves a value the user has set since (the module's record of its own goes).
-# The caches (module help) are defaults too, in a root private to the user: /tmp/<user>-caches, per job and node
-# when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it).
-# The wrappers and run scripts move them to the job and node they run in; an unload goes by the load's root.
-set cache_root [user_value SINGULARITYCONTAINER_CACHE_ROOT]
-if { [module-info mode load] && [catch {exec /bin/sh -c @cache_root_script@ 2>@ stderr} cache_root] } {
-    set cache_root ""
-}
-set defaults @env_defaults@
-if { $cache_root ne "" } {
-    foreach {key subdir} @cache_dirs@ {
-        lappend defaults $key "$cache_root/$subdir"
-    }
-    restorable_env SINGULARITYCONTAINER_CACHE_ROOT $cache_root
-}
-set defaults_set SINGULARITYCONTAINER_DEFAULTS_$suffix
-set set_before [split [user_value $defaults_set]]
-set set_now {}
-foreach {key value} $defaults {
-    if { [unloading] } {
-        if { [lsearch -exact $set_before $key] < 0 } {
-            # not the module's
-        } elseif { [user_value $key] eq $value } {
-            restorable_env $key $value
-        } else {
-            setenv __LMOD_STACK_$key ""
+# that the user's own value wins, also when exported after the load. The ones set are remembered for the unload (in
+# record), which leaves a value the user has set since (the module's record of its own goes). The caches are
+# defaults too: name subdir ... in root, if there is one.
+proc set_defaults {record defaults root caches} {
+    if { $root ne "" } {
+        foreach {key subdir} $caches {
+            lappend defaults $key "$root/$subdir"
         }
-    } elseif { ![info exists ::env($key)] } {
-        restorable_env $key $value
-        lappend set_now $key
     }
-}
-if { [unloading] || [llength $set_now] > 0 } {
-    setenv $defaults_set [join $set_now " "]
+    set set_before [split [user_value $record]]
+    set set_now {}
+    foreach {key value} $defaults {
+        if { [unloading] } {
+            if { [lsearch -exact $set_before $key] < 0 } {
+                # not the module's
+            } elseif { [user_value $key] eq $value } {
+                restorable_env $key $value
+            } else {
+                setenv __LMOD_STACK_$key ""
+            }
+        } elseif { ![info exists ::env($key)] } {
+            restorable_env $key $value
+            lappend set_now $key
+        }
+    }
+    if { [unloading] || [llength $set_now] > 0 } {
+        setenv $record [join $set_now " "]
+    }
 }
 '''
 

@@ -1,0 +1,205 @@
+
+-- SingularityContainer's module primitives (Lua). The easyblock's module_plan says what the module does at load, as
+-- a list of steps; each step is a call of one of these functions (the Tcl module calls those of primitives.tcl).
+
+-- Sets name to value like pushenv, so that unloading gives back exactly the value from before the load. Lmod keeps
+-- that value base64-encoded on a stack, __LMOD_STACK_<name>, which outlives the module: it would give a later unload
+-- the value of an earlier load. So the load puts the current value on the stack itself when the stack does not
+-- start with it, and the unload drops the stack when only that value is left. An empty value cannot be on Lmod's
+-- stack: it is kept as a marker value, which a command for the user's shell turns back into "" after the unload.
+local EMPTY = "__SINGULARITYCONTAINER_EMPTY__"
+local make_empty = {
+    sh = 'if [ "${%n-}" = %e ]; then %n=; export %n; fi;',
+    csh = 'if ( "`printenv %n`" == %e ) setenv %n "";',
+    fish = 'test "$%n" = %e; and set -gx %n "";',
+    python = 'os.environ.get("%n") != "%e" or os.environ.__setitem__("%n", "")',
+}
+local function lmod_base64(text)
+    local digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    local encoded = {}
+    for i = 1, #text, 3 do
+        local a, b, c = text:byte(i, i + 2)
+        local bits = a * 65536 + (b or 0) * 256 + (c or 0)
+        for j = 3, 0, -1 do
+            local digit = math.floor(bits / 64 ^ j) % 64 + 1
+            encoded[#encoded + 1] = digits:sub(digit, digit)
+        end
+        if not c then encoded[#encoded] = "=" end
+        if not b then encoded[#encoded - 1] = "=" end
+    end
+    return table.concat(encoded)
+end
+-- The user's value of name ("" for the marker of an empty value), or nil
+local function user_value(name)
+    local value = os.getenv(name)
+    return value == EMPTY and "" or value
+end
+local function restorable_env(name, value)
+    local stack_name = "__LMOD_STACK_" .. name
+    local stack, current = os.getenv(stack_name) or "", user_value(name)
+    local make_it_empty = make_empty[myShellType()]
+    if current == "" and make_it_empty then
+        current = EMPTY
+    end
+    if mode() == "load" and current == nil and stack ~= "" then
+        unsetenv(stack_name)
+    elseif mode() == "load" and current ~= nil and (stack == "" or stack:match("^[^:]*") ~= lmod_base64(current)) then
+        setenv(stack_name, lmod_base64(current))
+    end
+    pushenv(name, value)
+    local _, separators = stack:gsub(":", "")
+    if mode() == "unload" and separators == 1 then
+        setenv(stack_name, "")
+    end
+    if mode() == "unload" and make_it_empty and stack:match("^[^:]*:([^:]*)") == lmod_base64(EMPTY) then
+        execute{cmd = make_it_empty:gsub("%%n", name):gsub("%%e", EMPTY), modeA = {"unload"}}
+    end
+end
+
+-- The image: the copy in the install dir (or the central image it links to), else the central copy. Without
+-- either, a load stops (stops: not EasyBuild's load of its fake module, for an install dir that may lack it).
+local function find_image(sif, sif_name, central_dir, central_subdir, central_default, mod_name, stops)
+    if isFile(sif) then
+        return sif
+    end
+    if central_dir == "" then
+        local repo_root = user_value("LUMI_CONTAINER_REPOSITORY_ROOT") or ""
+        central_dir = repo_root ~= "" and pathJoin(repo_root, central_subdir) or central_default
+    end
+    local central_sif = pathJoin(central_dir, sif_name)
+    if isFile(central_sif) then
+        return central_sif
+    elseif stops and mode() == "load" then
+        local sif_dir = sif:match("^(.*)/[^/]*$")
+        local where = sif_dir == central_dir and ("not in " .. central_dir) or
+                      ("neither in " .. sif_dir .. " nor in " .. central_dir)
+        LmodError(mod_name .. ": the container image " .. sif_name .. " is " .. where ..
+                  ". Reinstall the module with eb, or restore the image.")
+    end
+    return sif
+end
+
+-- Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
+-- runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
+-- said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+local function keep_binds(binds)  -- those whose source is a directory or a regular file, through links too
+    local kept = {}
+    for _, bind in ipairs(binds) do
+        local mode = lfs.attributes(bind:match("^[^:]*"), "mode")
+        if mode == "directory" or mode == "file" then
+            kept[#kept + 1] = bind
+        end
+    end
+    return kept
+end
+-- The user software's bind (nil, and a warning at load, when it is missing)
+local function user_software_bind(installdir, squashfs, directory, mod_name)
+    if isFile(pathJoin(installdir, squashfs)) then
+        return pathJoin(installdir, squashfs) .. ":/user-software:image-src=/,ro"
+    elseif isDir(pathJoin(installdir, directory)) then
+        return pathJoin(installdir, directory) .. ":/user-software"
+    elseif mode() == "load" then
+        LmodWarning(mod_name .. ": the virtual environment is missing (neither " .. pathJoin(installdir, squashfs) ..
+                    " nor " .. pathJoin(installdir, directory) .. " exists): Python in the container is the " ..
+                    "image's own. Reinstall the module (eb --rebuild), or put the file back.")
+    end
+end
+-- The user's own binds, under either name (both when they differ): both names get the same list, so that
+-- Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
+local function user_binds()
+    local binds = user_value("APPTAINER_BINDPATH") or ""
+    local singularity_binds = user_value("SINGULARITY_BINDPATH") or ""
+    if binds == "" then
+        return singularity_binds
+    elseif singularity_binds ~= "" and singularity_binds ~= binds then
+        return binds .. "," .. singularity_binds
+    end
+    return binds
+end
+local function bind_destination(bind)  -- of src[:dst[:opts]]
+    local source, target = bind:match("^([^:]*):?([^:]*)")
+    return target ~= "" and target or source
+end
+-- The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
+-- the module goes where one of the user's goes: the runtime would say so at every start.
+local function set_binds(kept, always, user_software)
+    local mine = user_binds()
+    local taken = {}
+    for entry in mine:gmatch("[^,]+") do
+        if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
+            taken[bind_destination(entry)] = true  -- (not an option of the bind before)
+        end
+    end
+    local binds = {}
+    for _, list in ipairs({kept, always, {user_software}}) do
+        for _, bind in ipairs(list) do
+            if not taken[bind_destination(bind)] then
+                binds[#binds + 1] = bind
+            end
+        end
+    end
+    binds = table.concat(binds, ",")
+    if mine ~= "" then
+        binds = binds == "" and mine or (mine .. "," .. binds)
+    end
+    restorable_env("SINGULARITY_BINDPATH", binds)
+    restorable_env("APPTAINER_BINDPATH", binds)
+end
+
+-- The environment in the container, under both names: PREPEND_PATH before the user's own, and the other variables
+local function container_prepend_path(prepend)
+    local user_prepend = user_value("SINGULARITYENV_PREPEND_PATH") or ""
+    prepend = user_prepend == "" and prepend or (prepend .. ":" .. user_prepend)
+    restorable_env("SINGULARITYENV_PREPEND_PATH", prepend)
+    restorable_env("APPTAINERENV_PREPEND_PATH", prepend)
+end
+local function container_env(name, value)
+    restorable_env("SINGULARITYENV_" .. name, value)
+    restorable_env("APPTAINERENV_" .. name, value)
+end
+
+-- The caches (module help) are defaults (below), in a root private to the user: /tmp/<user>-caches, per job and node
+-- when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it:
+-- script runs it). The wrappers and run scripts move them to the job and node they run in; an unload goes by the
+-- load's root.
+local function cache_root(script)
+    local root = os.getenv("SINGULARITYCONTAINER_CACHE_ROOT") or ""
+    if mode() == "load" then
+        root = capture(script):gsub("\n$", "")
+    end
+    if root ~= "" then
+        restorable_env("SINGULARITYCONTAINER_CACHE_ROOT", root)
+    end
+    return root
+end
+
+-- Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
+-- that the user's own value wins, also when exported after the load. The ones set are remembered for the unload (in
+-- record), which leaves a value the user has set since (the module's record of its own goes). The caches are
+-- defaults too: {name, subdir} in root, if there is one.
+local function set_defaults(record, defaults, root, caches)
+    if root ~= "" then
+        for _, item in ipairs(caches) do
+            defaults[#defaults + 1] = {item[1], root .. "/" .. item[2]}
+        end
+    end
+    local set_before = " " .. (os.getenv(record) or "") .. " "
+    local set_now = {}
+    for _, item in ipairs(defaults) do
+        if mode() == "unload" then
+            if not set_before:find(" " .. item[1] .. " ", 1, true) then
+                -- not the module's
+            elseif user_value(item[1]) == item[2] then
+                restorable_env(item[1], item[2])
+            else
+                setenv("__LMOD_STACK_" .. item[1], "")
+            end
+        elseif user_value(item[1]) == nil then
+            restorable_env(item[1], item[2])
+            set_now[#set_now + 1] = item[1]
+        end
+    end
+    if mode() == "unload" or #set_now > 0 then
+        setenv(record, table.concat(set_now, " "))
+    end
+end

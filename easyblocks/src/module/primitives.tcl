@@ -1,0 +1,218 @@
+
+# SingularityContainer's module primitives (Tcl). The easyblock's module_plan says what the module does at load, as
+# a list of steps; each step is a call of one of these procs (the Lua module calls those of primitives.lua).
+
+# Sets name to value like pushenv, so that unloading gives back exactly the value from before the load. Lmod keeps
+# that value base64-encoded on a stack, __LMOD_STACK_<name>, which outlives the module: it would give a later unload
+# the value of an earlier load. So the load puts the current value on the stack itself when the stack does not
+# start with it, and the unload drops the stack when only that value is left. An empty value cannot be on Lmod's
+# stack: it is kept as a marker value, which a command for the user's shell turns back into "" after the unload.
+# Lmod runs Tcl modulefiles in its own process, and its Tcl pushenv writes the new value into the environment
+# before Lmod saves the old one (TACC/Lmod#584): putting the old value back right after pushenv lets Lmod save the
+# right one. All this only under Lmod: Environment Modules keeps a stack of its own.
+set EMPTY __SINGULARITYCONTAINER_EMPTY__
+set make_empty [dict create \
+    sh {if [ "${%n-}" = %e ]; then %n=; export %n; fi;} \
+    csh {if ( "`printenv %n`" == %e ) setenv %n "";} \
+    fish {test "$%n" = %e; and set -gx %n "";} \
+    python {os.environ.get("%n") != "%e" or os.environ.__setitem__("%n", "")}]
+# Lmod's Tcl calls unloading "remove", Environment Modules "remove" or "unload"
+proc unloading {} {
+    return [expr {[module-info mode remove] || [module-info mode unload]}]
+}
+# The user's value of name ("" for the marker of an empty value, and when it is not set)
+proc user_value {name} {
+    if { ![info exists ::env($name)] || $::env($name) eq $::EMPTY } {
+        return ""
+    }
+    return $::env($name)
+}
+proc lmod_base64 {text} {
+    return [string map {+ - / _} [binary encode base64 [encoding convertto utf-8 $text]]]
+}
+proc restorable_env {name value} {
+    set lmod [info exists ::env(LMOD_VERSION_MAJOR)]
+    set stack_name __LMOD_STACK_$name
+    set stack [expr {[info exists ::env($stack_name)] ? $::env($stack_name) : ""}]
+    set had_value [info exists ::env($name)]
+    if { $had_value } {
+        set old_value $::env($name)
+    }
+    set current [user_value $name]
+    set shell [module-info shelltype]
+    set make_it_empty [expr {[dict exists $::make_empty $shell] ? [dict get $::make_empty $shell] : ""}]
+    if { $had_value && $current eq "" && $make_it_empty ne "" } {
+        set current $::EMPTY
+    }
+    if { $lmod && [module-info mode load] } {
+        if { !$had_value && $stack ne "" } {
+            unsetenv $stack_name
+        } elseif { $had_value && ($stack eq "" || [lindex [split $stack :] 0] ne [lmod_base64 $current]) } {
+            setenv $stack_name [lmod_base64 $current]
+        }
+    }
+    pushenv $name $value
+    if { !$lmod } {
+        return
+    }
+    if { $had_value } {
+        set ::env($name) $old_value
+    } elseif { [info exists ::env($name)] } {
+        unset ::env($name)
+    }
+    if { [unloading] && [llength [split $stack :]] == 2 } {
+        setenv $stack_name ""
+    }
+    if { [unloading] && $make_it_empty ne "" && [lindex [split $stack :] 1] eq [lmod_base64 $::EMPTY] } {
+        puts stdout [string map [list %n $name %e $::EMPTY] $make_it_empty]
+    }
+}
+
+# The image: the copy in the install dir (or the central image it links to), else the central copy. Without
+# either, a load stops (stops: not EasyBuild's load of its fake module, for an install dir that may lack it).
+proc find_image {sif sif_name central_dir central_subdir central_default mod_name stops} {
+    if { [file isfile $sif] } {
+        return $sif
+    }
+    if { $central_dir eq "" } {
+        if { [user_value LUMI_CONTAINER_REPOSITORY_ROOT] ne "" } {
+            set central_dir [file join $::env(LUMI_CONTAINER_REPOSITORY_ROOT) $central_subdir]
+        } else {
+            set central_dir $central_default
+        }
+    }
+    set central_sif [file join $central_dir $sif_name]
+    if { [file isfile $central_sif] } {
+        return $central_sif
+    } elseif { $stops && [module-info mode load] } {
+        set sif_dir [file dirname $sif]
+        set where [expr {$sif_dir eq $central_dir ? "not in $central_dir" : "neither in $sif_dir nor in $central_dir"}]
+        error "$mod_name: the container image $sif_name is $where.\
+ Reinstall the module with eb, or restore the image."
+    }
+    return $sif
+}
+
+# Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
+# runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
+# said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+proc keep_binds {binds} {
+    set kept {}
+    foreach bind $binds {
+        set source [lindex [split $bind :] 0]
+        if { [file isdirectory $source] || [file isfile $source] } {
+            lappend kept $bind
+        }
+    }
+    return $kept
+}
+# The user software's bind ("", and a warning at load, when it is missing)
+proc user_software_bind {installdir squashfs directory mod_name} {
+    if { [file isfile [file join $installdir $squashfs]] } {
+        return "[file join $installdir $squashfs]:/user-software:image-src=/,ro"
+    } elseif { [file isdirectory [file join $installdir $directory]] } {
+        return "[file join $installdir $directory]:/user-software"
+    } elseif { [module-info mode load] } {
+        puts stderr "$mod_name: the virtual environment is missing (neither\
+ [file join $installdir $squashfs] nor [file join $installdir $directory] exists): Python in the container is\
+ the image's own. Reinstall the module (eb --rebuild), or put the file back."
+    }
+    return ""
+}
+# The user's own binds, under either name (both when they differ): both names get the same list, so that
+# Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
+proc user_binds {} {
+    set binds [user_value APPTAINER_BINDPATH]
+    set singularity_binds [user_value SINGULARITY_BINDPATH]
+    if { $binds eq "" } {
+        return $singularity_binds
+    } elseif { $singularity_binds ne "" && $singularity_binds ne $binds } {
+        return "$binds,$singularity_binds"
+    }
+    return $binds
+}
+proc bind_destination {bind} {
+    set fields [split $bind :]
+    return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
+}
+# The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
+# the module goes where one of the user's goes: the runtime would say so at every start.
+proc set_binds {kept always user_software} {
+    set mine [user_binds]
+    set taken {}
+    foreach entry [split $mine ,] {
+        if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
+            lappend taken [bind_destination $entry]
+        }
+    }
+    set binds {}
+    foreach bind [concat $kept $always [expr {$user_software eq "" ? {} : [list $user_software]}]] {
+        if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
+            lappend binds $bind
+        }
+    }
+    set binds [join $binds ,]
+    if { $mine ne "" } {
+        set binds [expr {$binds eq "" ? $mine : "$mine,$binds"}]
+    }
+    restorable_env SINGULARITY_BINDPATH $binds
+    restorable_env APPTAINER_BINDPATH $binds
+}
+
+# The environment in the container, under both names: PREPEND_PATH before the user's own, and the other variables
+proc container_prepend_path {prepend} {
+    set user_prepend [user_value SINGULARITYENV_PREPEND_PATH]
+    set prepend [expr {$user_prepend eq "" ? $prepend : "$prepend:$user_prepend"}]
+    restorable_env SINGULARITYENV_PREPEND_PATH $prepend
+    restorable_env APPTAINERENV_PREPEND_PATH $prepend
+}
+proc container_env {name value} {
+    restorable_env SINGULARITYENV_$name $value
+    restorable_env APPTAINERENV_$name $value
+}
+
+# The caches (module help) are defaults (below), in a root private to the user: /tmp/<user>-caches, per job and node
+# when loaded in a job, else a fresh one (the rule of the wrappers and run scripts: CACHE_ROOT_RULE, which makes it:
+# script runs it). The wrappers and run scripts move them to the job and node they run in; an unload goes by the
+# load's root.
+proc cache_root {script} {
+    set root [user_value SINGULARITYCONTAINER_CACHE_ROOT]
+    if { [module-info mode load] && [catch {exec /bin/sh -c $script 2>@ stderr} root] } {
+        set root ""
+    }
+    if { $root ne "" } {
+        restorable_env SINGULARITYCONTAINER_CACHE_ROOT $root
+    }
+    return $root
+}
+
+# Defaults: plain variables, which the runtime passes into the container, set only where the user has none, so
+# that the user's own value wins, also when exported after the load. The ones set are remembered for the unload (in
+# record), which leaves a value the user has set since (the module's record of its own goes). The caches are
+# defaults too: name subdir ... in root, if there is one.
+proc set_defaults {record defaults root caches} {
+    if { $root ne "" } {
+        foreach {key subdir} $caches {
+            lappend defaults $key "$root/$subdir"
+        }
+    }
+    set set_before [split [user_value $record]]
+    set set_now {}
+    foreach {key value} $defaults {
+        if { [unloading] } {
+            if { [lsearch -exact $set_before $key] < 0 } {
+                # not the module's
+            } elseif { [user_value $key] eq $value } {
+                restorable_env $key $value
+            } else {
+                setenv __LMOD_STACK_$key ""
+            }
+        } elseif { ![info exists ::env($key)] } {
+            restorable_env $key $value
+            lappend set_now $key
+        }
+    }
+    if { [unloading] || [llength $set_now] > 0 } {
+        setenv $record [join $set_now " "]
+    }
+}

@@ -1,0 +1,141 @@
+"""The module from one plan: SingularityContainer.module_plan says once what a module does at load, as plain steps,
+and the Lua and Tcl modules are both written from it (emit_module_logic, over the primitives of
+easyblocks/src/module/). Both syntaxes, run by Lmod against the same plan, leave the same environment; a step added
+to the plan reaches both."""
+import json
+import os
+import shlex
+import sys
+
+import pytest
+
+from generator.easyblock import easyblock
+from support import EASYBLOCK, require, require_eb
+from testkit.install import LMOD_CMD, LMOD_INIT, Installation, base_env, run
+from testkit.users import give
+
+SYNTAXES = ['Lua', 'Tcl']
+# Lmod's bookkeeping, which names the module file and its directory, and the shell's
+NOT_COMPARED = ('_ModuleTable', 'LOADEDMODULES', '_LMFILES_', 'MODULEPATH', '__LMOD_REF_COUNT', 'LMOD_',
+                'BASH_FUNC', 'SHLVL', 'PWD', 'OLDPWD', '_')
+SNAPSHOT = '%s -c %s' % (shlex.quote(sys.executable), shlex.quote(
+    'import json, os, sys; print("SNAPSHOT " + sys.argv[1] + " " + json.dumps(dict(os.environ)))'))
+# What the user has set before the load: a bind of theirs whose destination the plan binds too, a default of theirs
+USER_ENV = 'export SINGULARITY_BINDPATH=/tmp:/mine APPTAINER_BINDPATH= PLAN_DEFAULT_MINE=theirs PLAN_EMPTY=\n'
+
+
+def module_file(syntax, text):
+    """A module file's text: Tcl's needs its magic cookie."""
+    return text if syntax == 'Lua' else '#%Module\n' + text
+
+
+def small_plan(root):
+    """A plan with a step of every kind, on files under root: the image, a bind whose source exists (a directory, a
+    file, a link to one) and one whose source does not, a bind the user's takes the destination of."""
+    (root / 'image.sif').write_text('')
+    (root / 'user-software').mkdir()
+    (root / 'afile').write_text('')
+    (root / 'alink').symlink_to(root / 'afile')
+    var = easyblock.Var
+    image, caches = var('sif'), var('cache_root_dir')
+    return [
+        easyblock.Family('PlanFamily'), easyblock.Conflict('plan-conflict'),
+        easyblock.Image(image, str(root / 'image.sif'), 'image.sif', '', 'sub', '/nowhere', 'Plan/1.0', True),
+        easyblock.SetRestorable('SIF', image), easyblock.SetRestorable('PLAN_EMPTY', 'a "quoted" $value [x]'),
+        easyblock.Binds([str(root), str(root / 'afile') + ':/afile', str(root / 'alink') + ':/alink',
+                         str(root / 'missing') + ':/missing', '/usr:/mine'], ['/usr/bin:/always'], str(root),
+                        'user-software.squashfs', 'user-software', 'Plan/1.0'),
+        easyblock.PrependPath('/runscripts'), easyblock.ContainerEnv('VIRTUAL_ENV', '/user-software/venv/plan'),
+        easyblock.CacheRoot(caches, 'echo %s' % shlex.quote(str(root / 'caches'))),
+        easyblock.Defaults('SINGULARITYCONTAINER_DEFAULTS_PLAN', [('PLAN_DEFAULT', 'module'),
+                                                                  ('PLAN_DEFAULT_MINE', 'module')],
+                           caches, [('PLAN_CACHE', 'sub')]),
+    ]
+
+
+def load_both(tmp_path, plan, before=USER_ENV):
+    """Each syntax's module written from plan, loaded and unloaded by Lmod: {syntax: {snapshot: environment}}."""
+    shots = {}
+    for syntax in SYNTAXES:
+        modules = tmp_path / syntax / 'Plan'
+        modules.mkdir(parents=True)
+        (modules / ('1.0.lua' if syntax == 'Lua' else '1.0')).write_text(
+            module_file(syntax, easyblock.emit_module_logic(plan, syntax)))
+        script = 'source %s\nmodule use %s\n%s%s before\nmodule load Plan/1.0\n%s loaded\nmodule unload Plan\n' \
+                 '%s after\n' % (LMOD_INIT, shlex.quote(str(tmp_path / syntax)), before, SNAPSHOT, SNAPSHOT, SNAPSHOT)
+        out = run(['bash', '-c', script], env=base_env()).stdout
+        shots[syntax] = {line.split(' ', 2)[1]: {k: v for k, v in json.loads(line.split(' ', 2)[2]).items()
+                                                 if not k.startswith(NOT_COMPARED)}
+                         for line in out.splitlines() if line.startswith('SNAPSHOT ')}
+    return shots
+
+
+def test_both_syntaxes_from_one_plan_leave_the_same_environment(tmp_path):
+    require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
+    shots = load_both(tmp_path, small_plan(tmp_path))
+    lua, tcl = shots['Lua'], shots['Tcl']
+    assert lua['loaded'] == tcl['loaded']
+    loaded = lua['loaded']
+    assert loaded['SIF'] == str(tmp_path / 'image.sif')
+    assert loaded['PLAN_EMPTY'] == 'a "quoted" $value [x]'
+    # the user's binds first; the binds whose source exists (through the link too); not /mine, which the user's takes
+    ours = '%s,%s/afile:/afile,%s/alink:/alink,/usr/bin:/always,%s/user-software:/user-software' % ((tmp_path,) * 4)
+    assert loaded['SINGULARITY_BINDPATH'] == loaded['APPTAINER_BINDPATH'] == '/tmp:/mine,' + ours
+    assert loaded['SINGULARITYENV_PREPEND_PATH'] == loaded['APPTAINERENV_PREPEND_PATH'] == '/runscripts'
+    assert loaded['APPTAINERENV_VIRTUAL_ENV'] == '/user-software/venv/plan'
+    assert (loaded['PLAN_DEFAULT'], loaded['PLAN_DEFAULT_MINE']) == ('module', 'theirs')
+    assert loaded['PLAN_CACHE'] == str(tmp_path / 'caches' / 'sub')
+    for syntax in SYNTAXES:
+        assert shots[syntax]['after'] == shots[syntax]['before'], syntax
+
+
+EXTENDED_EASYBLOCK = '''\
+"""SingularityContainer with one more step in its module's plan."""
+from easybuild.easyblocks.generic.singularitycontainer import SetRestorable, SingularityContainer
+
+
+class PlanExtended(SingularityContainer):
+    """The container's module, which also sets PLAN_EXTRA."""
+
+    def module_plan(self):
+        return super(PlanExtended, self).module_plan() + [SetRestorable('PLAN_EXTRA', 'reached')]
+'''
+
+
+@pytest.mark.parametrize('syntax', SYNTAXES)
+def test_a_step_added_to_the_plan_reaches_the_module(tmp_path, syntax):
+    """A subclass adds a step to module_plan: eb writes it into the module of either syntax, and loading sets it."""
+    require_eb('5')
+    inst = Installation(tmp_path, syntax=syntax)
+    extended = tmp_path / 'planextended.py'
+    extended.write_text(EXTENDED_EASYBLOCK)
+    ec = inst.write_easyconfig('foo-1.3.2.eb', """\
+        easyblock = 'PlanExtended'
+        name = 'foo'
+        version = '1.3.2'
+        homepage = 'http://example.com'
+        description = 'Dummy easyconfig file.'
+        toolchain = SYSTEM
+        sources = []
+        """)
+    idir = inst.installdir('foo', '1.3.2')
+    idir.mkdir(parents=True)
+    (idir / 'foo-1.3.2.sif').write_text('')  # an image, for the load
+    give(inst.root, inst.user)
+    inst.eb(ec, '--module-only', '--force', env=inst.env(EASYBUILD_INCLUDE_EASYBLOCKS='%s,%s' % (EASYBLOCK, extended)))
+    module = inst.prefix / 'modules' / 'all' / 'foo' / ('1.3.2.lua' if syntax == 'Lua' else '1.3.2')
+    call = easyblock.MODULE_STEPS[easyblock.SetRestorable][SYNTAXES.index(syntax)].format(
+        name=easyblock.lua_str('PLAN_EXTRA') if syntax == 'Lua' else easyblock.tcl_str('PLAN_EXTRA'),
+        value=easyblock.lua_str('reached') if syntax == 'Lua' else easyblock.tcl_str('reached'))
+    assert call in module.read_text()
+    proc = inst.shell('module load foo/1.3.2\necho "PLAN_EXTRA=$PLAN_EXTRA SIF=$SIF"\nmodule unload foo\n'
+                      'echo "after=${PLAN_EXTRA-unset}"')
+    assert proc.stdout.split() == ['PLAN_EXTRA=reached', 'SIF=%s' % (idir / 'foo-1.3.2.sif'), 'after=unset']
+
+
+def test_every_step_has_a_call_in_both_languages():
+    """Each kind of step becomes a call in Lua and in Tcl, and the easyblock's plan uses only those kinds."""
+    steps = [easyblock.Family, easyblock.Conflict, easyblock.Image, easyblock.SetRestorable, easyblock.Binds,
+             easyblock.PrependPath, easyblock.ContainerEnv, easyblock.CacheRoot, easyblock.Defaults]
+    assert sorted(step.__name__ for step in easyblock.MODULE_STEPS) == sorted(step.__name__ for step in steps)
+    assert all(len(calls) == 2 for calls in easyblock.MODULE_STEPS.values())
