@@ -1394,7 +1394,7 @@ def emit_module_logic(plan, syntax):
     primitives = LUA_MODULE_PRIMITIVES if lua else TCL_MODULE_PRIMITIVES
     calls = []
     for step in plan:
-        words = dict((field, value.name if field == 'into' else word(value)) for field, value in step._asdict().items())
+        words = {field: value.name if field == 'into' else word(value) for field, value in step._asdict().items()}
         calls.append(MODULE_STEPS[type(step)][0 if lua else 1].format(**words))
     return '\n%s\n%s SingularityContainer: the image, the bind list and the environment in the container\n%s\n' % (
         primitives.strip('\n'), comment, '\n'.join(calls))
