@@ -9,7 +9,7 @@
                             it into a small SIF that inspect reads)
 
 The tests' error messages name lines of these texts: the line numbers are written beside BASE and LAIF_BASE.
-The specs and golden easyconfigs read from files are in tests/data/generator.
+The specs and golden easyconfigs read from files are in testkit/data/generator.
 """
 
 __all__ = ["BASE", "FULL_SBOM", "INSPECT_SPEC", "LAIF_BASE", "LAIF_NAME", "RELEASES_SPEC", "SHARED_SPEC", "laif_text",

@@ -1,4 +1,4 @@
-"""What the tests of generate-ec (test_generator_*.py) share: the specs and golden files in tests/data/generator,
+"""What the tests of generate-ec (test_generator_*.py) share: the specs and golden files in testkit/data/generator,
 running generate-ec in the test's process, the checks every generated easyconfig must pass, and the test kit's
 small LAIF-like images (testkit.images.make_sbom_sif) and specs to vary (testkit.specs), skipped where a tool is
 missing."""
@@ -16,7 +16,7 @@ __all__ = ['DATA', 'FULL_SBOM', 'GOLDEN', 'LAIF_FILES', 'LAIF_NAME', 'LAIF_SPEC'
            'make_image', 'read_bytes', 'run_spec', 'spec_text', 'tree']
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(REPO, 'tests', 'data', 'generator')
+DATA = os.path.join(REPO, 'testkit', 'data', 'generator')
 GOLDEN = os.path.join(DATA, 'golden')
 PYTORCH_SPEC = os.path.join(DATA, 'PyTorch.yaml')
 OVERRIDES_SPEC = os.path.join(DATA, 'overrides.yaml')

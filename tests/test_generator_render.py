@@ -1,4 +1,4 @@
-"""generate-ec's easyconfigs: the golden files generated from the specs in tests/data/generator, their values, the
+"""generate-ec's easyconfigs: the golden files generated from the specs in testkit/data/generator, their values, the
 escaping, wrapping and style of unusual values, and easybuild: 5 (EasyBuild 5's names of easyconfig fields).
 
 Regenerate the golden files after an intended output change with

@@ -18,7 +18,7 @@ EASYBLOCK_CLASS = 'SingularityContainer'
 # easybuild-easyblocks' setup.cfg: flake8 at 120 columns with flake8-comprehensions (C4); the codes it ignores
 # belong to plugins it does not install in CI
 FLAKE8_OPTIONS = ['--max-line-length=120', '--extend-select=C4', '--extend-ignore=BLK100,G002,G003,G004,G200']
-INIT_PROBE = REPO / 'tests' / 'data' / 'easyblock_init_probe.py'
+INIT_PROBE = REPO / 'testkit' / 'data' / 'easyblock_init_probe.py'
 NO_SOURCES = "no sources; the container image (.sif) must be the first source"
 
 
