@@ -329,3 +329,29 @@ def test_a_reinstall_removes_only_what_it_kept_for_running_jobs(tmp_path, demo_s
     assert (elsewhere / 'data').read_text() == 'keep me\n'
     assert made_by_hand.is_dir()
     assert len(list(idir.parent.glob('1.0.previous-2*'))) == 4  # the planted three and this reinstall's
+
+
+def test_a_members_rebuild_stops_where_easybuild_kept_the_owners_group(tmp_path, demo_sif):
+    """At the very end of an install EasyBuild moves files of its own into the install dir (easybuild/reprod) from
+    its temporary directory: with that outside the project directory they keep the installer's own group, and
+    another member cannot remove them. A member's eb --rebuild stops before EasyBuild removes the module file (it
+    used to fail half-way, the module gone for everyone), saying what is in the way and what to do."""
+    require_runtime()
+    inst = Installation(tmp_path / 'project')
+    shutil.copy(demo_sif, inst.sources / 'demo.sif')
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
+    share_with_the_project(inst.root)
+    owners_tmp = tmp_path / 'owners-own-tmp'  # the owner's, in the owner's own group
+    owners_tmp.mkdir()
+    give(owners_tmp, user(OWNER))
+    eb(inst, ec, '--group-writable-installdir', env=inst.env(EASYBUILD_TMPDIR=str(owners_tmp)))
+    idir = inst.installdir('Demo', '1.0')
+    module_file = inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua'
+    before = tree(idir)
+    proc = eb(inst, ec, '--rebuild', '--group-writable-installdir', who=MEMBER, env=member_env(inst, tmp_path),
+              check=False)
+    assert proc.returncode != 0
+    assert 'Cannot reinstall %s: EasyBuild removes it first, and %s/easybuild/reprod (owner %s, group %s' % (
+        idir, idir, OWNER, OWNER) in proc.stdout + proc.stderr
+    assert module_file.exists() and tree(idir) == before
+    assert inst.module_shell(MODULE, 'python -c "print(42)"').stdout == '42\n'

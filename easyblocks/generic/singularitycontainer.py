@@ -19,11 +19,14 @@ SINGULARITYENV_* so that `singularity exec $SIF ...` and the wrappers in bin/ ju
 import errno
 import fcntl
 import glob
+import grp
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
+import stat
 import struct
 import tempfile
 import time
@@ -268,7 +271,20 @@ class SingularityContainer(EasyBlock):
             raise EasyBuildError("%s is not writable for you: only whoever may change it can reinstall it (a "
                                  "project's shared install: eb --group-writable-installdir, see the README). Nothing "
                                  "was changed.", self.installdir)
+        if not build_option('module_only'):
+            self.check_removable()
         self.user_software_lock = self.take_user_software_lock(wait=False)
+
+    def check_removable(self):
+        """EasyBuild removes the install dir before it installs again, after it removed the module file: stop before
+        either if some directory in it is not writable for this user (in a project's shared install, one that
+        EasyBuild made at the end of another member's install, such as easybuild/reprod, in their own group)."""
+        for top, dirs, _ in os.walk(self.installdir):
+            if not os.access(top, os.W_OK | os.X_OK):
+                raise EasyBuildError("Cannot reinstall %s: EasyBuild removes it first, and %s (%s) is not writable for "
+                                     "you. Nothing was changed. Its owner can make it the project's: chgrp -R <project "
+                                     "group> %s && chmod -R g+w %s", self.installdir, top, owner_group_mode(top),
+                                     self.installdir, self.installdir)
 
     def take_user_software_lock(self, wait):
         """The descriptor of the install dir's lock file, locked: when it is the file that is there now (a
@@ -1207,6 +1223,20 @@ def installer_container_settings():
     container commands run with the install's own only."""
     return sorted(key for key in os.environ if key.startswith(('SINGULARITYENV_', 'APPTAINERENV_')) or
                   key in ('SINGULARITY_BIND', 'APPTAINER_BIND', 'SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'))
+
+
+def owner_group_mode(path):
+    """'owner NAME, group NAME, mode 0NNN' of path, with numbers for names the system does not know."""
+    info = os.stat(path)
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    try:
+        group = grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        group = str(info.st_gid)
+    return 'owner %s, group %s, mode %04o' % (owner, group, stat.S_IMODE(info.st_mode))
 
 
 def open_lock_file(path):
