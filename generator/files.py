@@ -10,6 +10,7 @@ is written: the rename would replace what its mode or the link protect.
 
 import errno
 import os
+import pwd
 import stat
 import tempfile
 
@@ -40,8 +41,19 @@ def check_replaceable(path):
         raise OSError(errno.EEXIST, 'not a regular file', path)
     if not os.access(path, os.W_OK) or not info.st_mode & 0o222:
         raise OSError(errno.EACCES, 'read-only (mode %04o): generate-ec does not replace a file you may not write; '
-                                    'make it writable first (chmod u+w)' % stat.S_IMODE(info.st_mode), path)
+                                    '%s' % (stat.S_IMODE(info.st_mode), _how_to_make_writable(info)), path)
     return info
+
+
+def _how_to_make_writable(info):
+    """What to do about a file one may not write: chmod it, or ask its owner (another member of the project)."""
+    if info.st_uid == os.geteuid():
+        return 'make it writable first (chmod u+w)'
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = 'uid %d' % info.st_uid
+    return 'ask its owner, %s, to make it writable for the group (chmod g+w)' % owner
 
 
 def _take_over(handle, target):

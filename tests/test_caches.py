@@ -229,3 +229,26 @@ def test_the_rule_is_plain_sh(tmp_path):
     for shell in ('sh', 'dash'):
         proc = run(['shellcheck', '-s', shell, str(tmp_path / 'rule')], check=False)
         assert proc.returncode == 0, proc.stdout
+
+
+def test_wrappers_and_ranks_say_it_once(tmp_path):
+    """Where the module's load did not choose the root (another node, another job), the wrappers and run scripts
+    refuse a planted one and make a fresh one, saying so once: a later command (the next rank, the next wrapper)
+    takes it again without a word, and ranks starting together print no mkdir errors. The rule as the wrappers run
+    it, under a parent as open as /tmp."""
+    parent = tmp_path / 'node-tmp'
+    parent.mkdir()
+    parent.chmod(0o1777)
+    rule = easyblock.fill_template(easyblock.CACHE_ROOT_RULE, cache_parent=shlex.quote(str(parent)),
+                                   module_word="'Demo/1.0'")
+    call = '__sc_reuse_quietly=yes singularitycontainer_cache_root miopen triton torchinductor'
+    (tmp_path / 'rule.sh').write_text(rule + '\n' + call + '\n')
+    planted = parent / ('%s-caches-4242-1' % OWNER)
+    run(['mkdir', '-m', '0777', str(planted)], user=OUTSIDER)
+    env = dict(base_env(), SLURM_JOB_ID='4242', SLURM_NODEID='1')
+    first = run(['sh', str(tmp_path / 'rule.sh')], env=env)
+    fresh = first.stdout.strip()
+    assert fresh.startswith(str(planted) + '.') and len(first.stderr.splitlines()) == 1, first.stderr
+    ranks = run('for rank in 1 2 3 4 5 6 7 8; do sh %s & done; wait' % shlex.quote(str(tmp_path / 'rule.sh')),
+                env=env)
+    assert ranks.stdout.split() == [fresh] * 8 and ranks.stderr == ''

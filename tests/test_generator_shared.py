@@ -153,6 +153,20 @@ def test_add_refuses_a_read_only_spec_or_a_link(case, how, project, central):
         assert os.readlink(str(spec)) == 'real.yaml' and (project / 'real.yaml').read_text() == SPEC
 
 
+def test_another_members_read_only_spec_names_its_owner(project, central):
+    """A spec that another member keeps 0644 in the group's directory: refused, with whom to ask (chmod u+w is not
+    the member's to run)."""
+    (central / RELEASE / IMAGE).write_text('not an image\n')
+    spec = project / 'spec.yaml'
+    spec.chmod(0o644)
+    proc = generate_ec_as(MEMBER, add_command('releases', central), project)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        'spec.yaml: read-only (mode 0644): generate-ec does not replace a file you may not write; ask its owner, '
+        '%s, to make it writable for the group (chmod g+w)' % OWNER)
+    assert ownership(spec) == (OWNER, PROJECT_GROUP, 0o644) and spec.read_text() == SPEC
+
+
 def test_easyconfigs_get_the_mode_the_umask_gives(project, tmp_path):
     """New easyconfigs get the umask's mode (and the setgid directory's group); an easyconfig that is rewritten
     keeps its mode and group."""

@@ -445,8 +445,8 @@ class SingularityContainer(EasyBlock):
             print_msg("Removed %s, kept for jobs that ran during an earlier reinstall" % old)
 
     def unlock_user_software(self):
-        """The venv is packed: venv-pip, make-squashfs and unmake-squashfs may change it again; what EasyBuild
-        writes from here on follows the installer's umask again."""
+        """The install is complete: venv-pip, make-squashfs and unmake-squashfs may change the user software again;
+        what EasyBuild writes from here on follows the installer's umask again."""
         if self.installer_umask is not None:
             os.umask(self.installer_umask)
             self.installer_umask = None
@@ -465,7 +465,8 @@ class SingularityContainer(EasyBlock):
         self.add_image_commands()
         if self.cfg['squash_user_software'] and self.cfg['pip_requirements']:
             self.squash_user_software()
-        self.unlock_user_software()
+        # The lock stays until make_module_step has remembered the user software as installed: a venv-pip of
+        # another member in between would be taken for part of the install, and a later reinstall would drop it
 
     def install_image(self):
         """Copy the image into the install dir, once, following symlinks; or link to it (copy_image = False)."""
@@ -722,7 +723,7 @@ class SingularityContainer(EasyBlock):
         if not fake and not self.dry_run and self.installed_now:
             self.write_user_software_fingerprints()
         if not fake:
-            self.unlock_user_software()  # held since check_readiness_step by a --module-only run
+            self.unlock_user_software()  # held since check_readiness_step (make_installdir for a new install dir)
         self.making_fake_module = fake
         try:
             return super(SingularityContainer, self).make_module_step(fake=fake)
@@ -2051,13 +2052,20 @@ singularitycontainer_cache_root() {
             fi
             __sc_fresh=
         done
-        if [ -z "$__sc_fresh" ] && ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
-            echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can be" \
-                "made beside it: the caches are left where the tools put them" >&2
-            unset __sc_user __sc_named __sc_root __sc_why __sc_fresh
-            return 1
+        __sc_made=
+        if [ -z "$__sc_fresh" ]; then
+            if ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
+                echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can" \
+                    "be made beside it: the caches are left where the tools put them" >&2
+                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made
+                return 1
+            fi
+            __sc_made=yes
         fi
-        echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
+        # Said at each load; by the wrappers and run scripts (every command, every rank) only when they make it
+        if [ -n "$__sc_made" ] || [ -z "${__sc_reuse_quietly:-}" ]; then
+            echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
+        fi
         __sc_root=$__sc_fresh
     fi
     for __sc_sub; do
@@ -2065,10 +2073,10 @@ singularitycontainer_cache_root() {
         [ -d "$__sc_root/$__sc_sub" ] || set -- "$@" "$__sc_root/$__sc_sub"
     done
     if [ "$#" -gt 0 ]; then
-        mkdir -m 0700 -- "$@" || :
+        mkdir -m 0700 -- "$@" 2>/dev/null || :  # ranks starting together make them at once
     fi
     echo "$__sc_root"
-    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made
 }
 # Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
 # (then made 0700, if an earlier version left it readable by others)
@@ -2103,7 +2111,7 @@ singularitycontainer_cache_refusal() {
 # Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
 CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays
 @cache_root_rule@
-__cache_root=$(@cache_root_call@) || __cache_root=
+__cache_root=$(__sc_reuse_quietly=yes @cache_root_call@) || __cache_root=
 unset -f singularitycontainer_cache_root singularitycontainer_cache_refusal
 __cache_dirs=()
 declare -A __cache_users=()

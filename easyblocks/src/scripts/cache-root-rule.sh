@@ -18,13 +18,20 @@ singularitycontainer_cache_root() {
             fi
             __sc_fresh=
         done
-        if [ -z "$__sc_fresh" ] && ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
-            echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can be" \
-                "made beside it: the caches are left where the tools put them" >&2
-            unset __sc_user __sc_named __sc_root __sc_why __sc_fresh
-            return 1
+        __sc_made=
+        if [ -z "$__sc_fresh" ]; then
+            if ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
+                echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can" \
+                    "be made beside it: the caches are left where the tools put them" >&2
+                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made
+                return 1
+            fi
+            __sc_made=yes
         fi
-        echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
+        # Said at each load; by the wrappers and run scripts (every command, every rank) only when they make it
+        if [ -n "$__sc_made" ] || [ -z "${__sc_reuse_quietly:-}" ]; then
+            echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
+        fi
         __sc_root=$__sc_fresh
     fi
     for __sc_sub; do
@@ -32,10 +39,10 @@ singularitycontainer_cache_root() {
         [ -d "$__sc_root/$__sc_sub" ] || set -- "$@" "$__sc_root/$__sc_sub"
     done
     if [ "$#" -gt 0 ]; then
-        mkdir -m 0700 -- "$@" || :
+        mkdir -m 0700 -- "$@" 2>/dev/null || :  # ranks starting together make them at once
     fi
     echo "$__sc_root"
-    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made
 }
 # Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
 # (then made 0700, if an earlier version left it readable by others)
