@@ -20,8 +20,8 @@ EB49 := $(TOOLS)/eb49/system-python.stamp
 setup: $(TOOLS)/apt.stamp $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp \
 	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(APPTAINER) $(ROOTFS)/apptainer-layout.stamp users
 
-# The tests' users (an owner and a member of a project group, an outsider) and /dev/fuse open to them: checked on
-# every run, as a device's mode does not survive a reboot
+# The tests' users (an owner and a member of a project group, an outsider; useradd and groupadd in
+# tools/setup-users.sh) and /dev/fuse open to them: checked on every run, as a device's mode does not survive a reboot
 users: | $(TOOLS)/apt.stamp
 	tools/setup-users.sh
 
