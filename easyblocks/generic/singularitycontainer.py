@@ -1889,6 +1889,7 @@ LAUNCHER = r'''@header@
 if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
     die "already running inside a container; this command starts the container itself and would nest it"
 fi
+# shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
 sif="${@sif_var@:-}"
 [ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
 [ -f "$sif" ] || die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
@@ -1974,6 +1975,7 @@ take_lock() {
 # make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the
 # lock. Follows LOCK_INSTALL_DIR.
 LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''
+# shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
 if [ "${@holds_lock@:-}" != "$root" ]; then
     take_lock -n ||
         die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
@@ -2010,6 +2012,7 @@ READABLE_BY_ALL_TEMPLATE = r'''
 # who that is, the install dir's own permissions say. Of your umask only the write bits for group and others stay,
 # the group's only where the install dir is not group-writable.
 group_writable=
+# shellcheck disable=SC1102,SC2091  # @keeps@ is an octal number, filled at install
 shared_umask=$(( $(umask) & @keeps@ ))
 if (( 8#$(stat -c %a "$root") & 8#020 )); then
     group_writable=yes
@@ -2115,6 +2118,7 @@ __cache_root=$(__sc_reuse_quietly=yes @cache_root_call@) || __cache_root=
 unset -f singularitycontainer_cache_root singularitycontainer_cache_refusal
 __cache_dirs=()
 declare -A __cache_users=()
+# shellcheck disable=SC2043  # @cache_dirs@ is several words, filled at install
 for __cache in @cache_dirs@; do
     __cache_name=${__cache%%=*}
     __cache_sub=${__cache#*=}

@@ -4,6 +4,7 @@ __cache_root=$(__sc_reuse_quietly=yes @cache_root_call@) || __cache_root=
 unset -f singularitycontainer_cache_root singularitycontainer_cache_refusal
 __cache_dirs=()
 declare -A __cache_users=()
+# shellcheck disable=SC2043  # @cache_dirs@ is several words, filled at install
 for __cache in @cache_dirs@; do
     __cache_name=${__cache%%=*}
     __cache_sub=${__cache#*=}

@@ -3,6 +3,7 @@
 # who that is, the install dir's own permissions say. Of your umask only the write bits for group and others stay,
 # the group's only where the install dir is not group-writable.
 group_writable=
+# shellcheck disable=SC1102,SC2091  # @keeps@ is an octal number, filled at install
 shared_umask=$(( $(umask) & @keeps@ ))
 if (( 8#$(stat -c %a "$root") & 8#020 )); then
     group_writable=yes
