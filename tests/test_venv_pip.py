@@ -70,6 +70,10 @@ def unpacked(unpacked_install):
     return fresh(unpacked_install)
 
 
+# The packed venv's files where the runtime stacks layers (it does here)
+LAYERS = ['user-software.changes.squashfs', 'user-software.squashfs']
+
+
 def sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -85,14 +89,16 @@ def test_install_and_uninstall_in_a_packed_venv(packed, wheelhouse):
     assert 'Requirement already satisfied: wheel in /usr/lib/python3/dist-packages' in out  # the image's
     assert '/usr/lib/python3/dist-packages/wheel/__init__.py' in out
     assert {'lumi-base==1.0', 'lumi-later==1.0', 'lumi-needs-wheel==1.0'} <= set(out.split())
-    assert 'user-software.squashfs has the change; new jobs use it (no module reload needed)' in out
+    assert 'user-software.changes.squashfs has the change; new jobs use it (no module reload needed)' in out
     assert not (idir / 'user-software').exists()
-    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
+    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == LAYERS
 
     # pip asks before it uninstalls: the answer reaches it
-    out = inst.module_shell('Demo/1.0', 'echo y | venv-pip uninstall lumi-later\n'
-                                        'python -c "import lumi_later" 2>&1 || true\n').stdout
-    assert 'Successfully uninstalled lumi-later-1.0' in out and "No module named 'lumi_later'" in out
+    proc = inst.module_shell('Demo/1.0', 'echo y | venv-pip uninstall lumi-later\n'
+                                         'python -c "import lumi_later" 2>&1 || true\n'
+                                         'venv-pip list --format=freeze\n')
+    assert 'Successfully uninstalled lumi-later-1.0' in proc.stdout and "No module named 'lumi_later'" in proc.stdout
+    assert 'lumi-later' not in proc.stdout.split('No module named')[1] and not proc.stderr
 
 
 def test_install_in_an_unpacked_venv(unpacked, wheelhouse):

@@ -85,11 +85,23 @@ venv-pip: the module's binds with /user-software bound from where the venv is no
     ('KEEP_VENV_PYTHON', 'scripts/keep-venv-python.sh',
      """\
 venv-pip: the venv's own Python kept when pip would replace it"""),
+    ('LAYERS_TEMPLATE', 'scripts/layers.sh',
+     """\
+The packed venv as layers: venv-pip, make-squashfs and unmake-squashfs read and write them alike."""),
+    ('WORKDIR', 'scripts/workdir.sh',
+     """\
+venv-pip unpacks and packs on node-local storage, not beside the install (on LUMI: Lustre, where tens of thousands
+of small files are slow to make and read back)."""),
+    ('OVERLAY_PYTHON', 'programs/overlay_python.py',
+     """\
+Run by venv-pip in the container (python -c): pip on a writable overlay of the packed venv."""),
     ('LAUNCH_VENV_PIP', 'scripts/launch-venv-pip.sh',
      """\
-venv-pip: pip against the module's venv, whatever its state. Changes to a packed venv are made on an unpacked copy,
-packed again and checked, and only then put in place by a rename: a failure or a signal leaves the old SquashFS
-file as it was, and jobs that have it mounted keep the old one."""),
+venv-pip: pip against the module's venv, whatever its state. Where the install stacks layers, pip runs on the
+packed venv with a writable overlay on top, whose content becomes part of the layer on top (merged into the base
+when it grows); otherwise on a copy unpacked on local storage, packed again. Each new SquashFS file is checked and
+only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
+mounted keep it."""),
     ('MAKE_SQUASHFS', 'scripts/make-squashfs.sh', ''),
     ('UNMAKE_SQUASHFS', 'scripts/unmake-squashfs.sh', ''),
     ('RUNSCRIPT_INIT', 'scripts/init-conda-venv.sh', ''),

@@ -69,6 +69,16 @@ SIF_PARTITION_DATATYPE, SIF_FS_SQUASHFS, SIF_PARTTYPES_SYSTEM = 0x4004, 1, (2, 1
 
 USER_SOFTWARE = 'user-software'
 USER_SOFTWARE_SQUASHFS = 'user-software.squashfs'
+# On top of it as an overlay, where the runtime stacks them: what venv-pip changed since (see LAYERS_TEMPLATE)
+USER_SOFTWARE_CHANGES = 'user-software.changes.squashfs'
+# Set to yes for the make-squashfs of an install that tries layers (venv_layers), with the image to try them with
+TRY_LAYERS = 'SINGULARITYCONTAINER_TRY_LAYERS'
+USER_SOFTWARE_ENTRIES = (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, USER_SOFTWARE)
+LAYERS_IMAGE = 'SINGULARITYCONTAINER_LAYERS_IMAGE'
+# Where OVERLAY_PYTHON lists the directories pip emptied on the overlay, for venv-pip
+EMPTIED_RECORD = '/user-software/.venv-pip-emptied'
+# mksquashfs's options besides the number of processors and the owner (see benchmarks/bench_squash_options.py)
+MKSQUASHFS_OPTIONS = ''
 # Held by whatever changes the user software: venv-pip, make-squashfs, unmake-squashfs and a reinstall
 USER_SOFTWARE_LOCK = '.user-software.lock'
 # Set to the install dir (its real path) for the make-squashfs that an install runs while it holds the lock itself
@@ -365,7 +375,7 @@ class SingularityContainer(EasyBlock):
         finished = glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb'))
         installed = self.read_user_software_fingerprints()
         stamp = time.strftime('%Y%m%d-%H%M%S')
-        for entry in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE):
+        for entry in USER_SOFTWARE_ENTRIES:
             path = os.path.join(self.installdir, entry)
             if not os.path.lexists(path):
                 continue
@@ -528,7 +538,8 @@ class SingularityContainer(EasyBlock):
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
             return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
                                         image_commands_module=IMAGE_COMMANDS_MODULE,
-                                        bind_user_software=BIND_USER_SOFTWARE, keep_venv_python=KEEP_VENV_PYTHON)
+                                        bind_user_software=BIND_USER_SOFTWARE, keep_venv_python=KEEP_VENV_PYTHON,
+                                        overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD))
         if launch == 'runscript':
             return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
         if self.cfg['container_init']:
@@ -608,19 +619,22 @@ class SingularityContainer(EasyBlock):
                               extra_binds=['%s:%s' % (us_dir, CONTAINER_USER_SOFTWARE)])
 
     def squash_user_software(self):
-        """Pack user-software/ with bin/make-squashfs, check the result, and only then remove the directory."""
+        """Pack user-software/ with bin/make-squashfs, with the layer for venv-pip's changes on top where the runtime
+        stacks them, check the result, and only then remove the directory."""
         make_squashfs = os.path.join(self.installdir, 'bin', 'make-squashfs')
         # the install holds the lock: make-squashfs must not wait for it
-        holds_lock = sh_str('%s=%s' % (INSTALL_HOLDS_LOCK, os.path.realpath(self.installdir)))
-        self.run_checked('%s %s' % (holds_lock, sh_str(make_squashfs)), "Packing user-software with make-squashfs")
+        env = {INSTALL_HOLDS_LOCK: os.path.realpath(self.installdir), TRY_LAYERS: 'yes',
+               LAYERS_IMAGE: self.installed_sif()}
+        cmd = ' '.join([sh_str('%s=%s' % item) for item in sorted(env.items())] + [sh_str(make_squashfs)])
+        self.run_checked(cmd, "Packing user-software with make-squashfs")
         if self.dry_run:
             return
         squashfs = os.path.join(self.installdir, USER_SOFTWARE_SQUASHFS)
         listing = self.run_checked('unsquashfs -l %s' % sh_str(squashfs), "Listing %s" % squashfs)
-        expected = 'squashfs-root/venv/%s/bin/python' % self.venv_name
+        expected = 'squashfs-root/%s/venv/%s/bin/python' % (USER_SOFTWARE, self.venv_name)
         if expected not in listing.split():
-            raise EasyBuildError("%s does not contain venv/%s/bin/python; %s/ was kept. Remove the SquashFS file "
-                                 "and run make-squashfs again.", squashfs, self.venv_name, USER_SOFTWARE)
+            raise EasyBuildError("%s does not contain %s/venv/%s/bin/python; %s/ was kept. Remove the SquashFS file "
+                                 "and run make-squashfs again.", squashfs, USER_SOFTWARE, self.venv_name, USER_SOFTWARE)
         remove_dir(os.path.join(self.installdir, USER_SOFTWARE))
 
     def run_in_container(self, script, what, extra_binds=None):
@@ -733,7 +747,7 @@ class SingularityContainer(EasyBlock):
     def write_user_software_fingerprints(self):
         """Remember what the user software looks like as installed: a reinstall keeps it only if it changed."""
         fingerprints = {}
-        for entry in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE):
+        for entry in USER_SOFTWARE_ENTRIES:
             path = os.path.join(self.installdir, entry)
             if os.path.lexists(path):
                 fingerprints[entry] = tree_fingerprint(path)
@@ -790,12 +804,16 @@ class SingularityContainer(EasyBlock):
         # eb --module-only, for an install dir that may lack the image) goes on
         image = Image(sif, self.module_sif(), self.sif_name, self.cfg['central_sif_dir'] or '',
                       LUMI_CENTRAL_SIF_SUBDIR, LUMI_CENTRAL_SIF_DEFAULT, module, not self.making_fake_module)
+        # The layers of the packed venv, where make-squashfs found that the runtime stacks them
+        layers = os.path.isfile(os.path.join(installdir, USER_SOFTWARE_CHANGES))
+        changes = USER_SOFTWARE_CHANGES if layers else ''
         return ([Family(MODULE_FAMILY)] + [Conflict(name) for name in self.cfg['container_conflicts']] + [
             image,
             SetRestorable('SIF', sif), SetRestorable('SIF' + suffix, sif), SetRestorable('CONTAINERROOT', installdir),
             SetRestorable('RUNSCRIPTS', runscripts), SetRestorable('RUNSCRIPTS' + suffix, runscripts),
             Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, USER_SOFTWARE_SQUASHFS,
-                  USER_SOFTWARE, module),
+                  changes, USER_SOFTWARE, module),
+        ] + ([Overlays(installdir, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES)] if layers else []) + [
             PrependPath(self.prepend_path()),
         ] + [ContainerEnv(key, value) for key, value in self.container_environment()] + [
             CacheRoot(cache_root, rule + '\n' + call),
@@ -1368,7 +1386,9 @@ Image = namedtuple('Image', 'into path name central_dir central_subdir central_d
 SetRestorable = namedtuple('SetRestorable', 'name value')  # given back on unload (restorable_env)
 # SINGULARITY_BINDPATH and APPTAINER_BINDPATH: the user's binds, then those sources that exist on the node, always,
 # and the user software of installdir (squashfs, else directory)
-Binds = namedtuple('Binds', 'sources always installdir squashfs directory module')
+Binds = namedtuple('Binds', 'sources always installdir squashfs changes directory module')
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv, if both exist
+Overlays = namedtuple('Overlays', 'installdir squashfs changes')
 PrependPath = namedtuple('PrependPath', 'value')  # SINGULARITYENV_/APPTAINERENV_PREPEND_PATH, before the user's
 ContainerEnv = namedtuple('ContainerEnv', 'name value')  # SINGULARITYENV_<name> and APPTAINERENV_<name>
 CacheRoot = namedtuple('CacheRoot', 'into script')  # the cache root that script (sh) prints at load
@@ -1383,10 +1403,11 @@ MODULE_STEPS = {
             '{stops})',
             'set {into} [find_image {path} {name} {central_dir} {central_subdir} {central_default} {module} {stops}]'),
     SetRestorable: ('restorable_env({name}, {value})', 'restorable_env {name} {value}'),
-    Binds: ('set_binds(keep_binds({sources}), {always}, user_software_bind({installdir}, {squashfs}, {directory}, '
-            '{module}))',
-            'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {squashfs} {directory} '
-            '{module}]'),
+    Binds: ('set_binds(keep_binds({sources}), {always}, user_software_bind({installdir}, {squashfs}, {changes}, '
+            '{directory}, {module}))',
+            'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {squashfs} {changes} '
+            '{directory} {module}]'),
+    Overlays: ('set_overlays({installdir}, {squashfs}, {changes})', 'set_overlays {installdir} {squashfs} {changes}'),
     PrependPath: ('container_prepend_path({value})', 'container_prepend_path {value}'),
     ContainerEnv: ('container_env({name}, {value})', 'container_env {name} {value}'),
     CacheRoot: ('local {into} = cache_root({script})', 'set {into} [cache_root {script}]'),
@@ -1533,10 +1554,14 @@ local function keep_binds(binds)  -- those whose source is a directory or a regu
     end
     return kept
 end
--- The user software's bind (nil, and a warning at load, when it is missing)
-local function user_software_bind(installdir, squashfs, directory, mod_name)
+-- The user software's bind (nil, and a warning at load, when it is missing; nil too for the layers of the packed
+-- venv, which are overlays, see set_overlays)
+local function user_software_bind(installdir, squashfs, changes, directory, mod_name)
     if isFile(pathJoin(installdir, squashfs)) then
-        return pathJoin(installdir, squashfs) .. ":/user-software:image-src=/,ro"
+        if changes ~= "" and isFile(pathJoin(installdir, changes)) then
+            return nil
+        end
+        return pathJoin(installdir, squashfs) .. ":/user-software:image-src=/user-software,ro"
     elseif isDir(pathJoin(installdir, directory)) then
         return pathJoin(installdir, directory) .. ":/user-software"
     elseif mode() == "load" then
@@ -1544,6 +1569,17 @@ local function user_software_bind(installdir, squashfs, directory, mod_name)
                     " nor " .. pathJoin(installdir, directory) .. " exists): Python in the container is the " ..
                     "image's own. Reinstall the module (eb --rebuild), or put the file back.")
     end
+end
+-- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
+-- SquashFS file and the changes on top of it, read-only), if both are there
+local function set_overlays(installdir, squashfs, changes)
+    local overlays = user_value("APPTAINER_OVERLAY") or user_value("SINGULARITY_OVERLAY") or ""
+    local base, top = pathJoin(installdir, squashfs), pathJoin(installdir, changes)
+    if isFile(base) and isFile(top) then
+        overlays = (overlays == "" and "" or (overlays .. ",")) .. base .. ":ro," .. top .. ":ro"
+    end
+    restorable_env("SINGULARITY_OVERLAY", overlays)
+    restorable_env("APPTAINER_OVERLAY", overlays)
 end
 -- The user's own binds, under either name (both when they differ): both names get the same list, so that
 -- Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
@@ -1754,10 +1790,14 @@ proc keep_binds {binds} {
     }
     return $kept
 }
-# The user software's bind ("", and a warning at load, when it is missing)
-proc user_software_bind {installdir squashfs directory mod_name} {
+# The user software's bind ("", and a warning at load, when it is missing; "" too for the layers of the packed
+# venv, which are overlays, see set_overlays)
+proc user_software_bind {installdir squashfs changes directory mod_name} {
     if { [file isfile [file join $installdir $squashfs]] } {
-        return "[file join $installdir $squashfs]:/user-software:image-src=/,ro"
+        if { $changes ne "" && [file isfile [file join $installdir $changes]] } {
+            return ""
+        }
+        return "[file join $installdir $squashfs]:/user-software:image-src=/user-software,ro"
     } elseif { [file isdirectory [file join $installdir $directory]] } {
         return "[file join $installdir $directory]:/user-software"
     } elseif { [module-info mode load] } {
@@ -1766,6 +1806,21 @@ proc user_software_bind {installdir squashfs directory mod_name} {
  the image's own. Reinstall the module (eb --rebuild), or put the file back."
     }
     return ""
+}
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
+# SquashFS file and the changes on top of it, read-only), if both are there
+proc set_overlays {installdir squashfs changes} {
+    set overlays [user_value APPTAINER_OVERLAY]
+    if { $overlays eq "" } {
+        set overlays [user_value SINGULARITY_OVERLAY]
+    }
+    set base [file join $installdir $squashfs]
+    set top [file join $installdir $changes]
+    if { [file isfile $base] && [file isfile $top] } {
+        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}]$base:ro,$top:ro
+    }
+    restorable_env SINGULARITY_OVERLAY $overlays
+    restorable_env APPTAINER_OVERLAY $overlays
 }
 # The user's own binds, under either name (both when they differ): both names get the same list, so that
 # Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
@@ -1947,11 +2002,12 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
 
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
 USER_SOFTWARE_PATHS_TEMPLATE = r'''# The install dir this script lives in (module loaded or not), with the venv
-# unpacked in @us_dir@/ or packed in @us_squashfs@.
+# unpacked in @us_dir@/ or packed in @us_squashfs@ (with @us_changes@ on top, see LAYERS).
 root=$(readlink -f "${BASH_SOURCE[0]}")
 root=${root%/*/*}
 dir="$root/@us_dir@"
-squashfs="$root/@us_squashfs@"'''
+squashfs="$root/@us_squashfs@"
+changes="$root/@us_changes@"'''
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken.
@@ -2149,7 +2205,7 @@ unset __cache __cache_name __cache_sub __cache_dir __cache_dirs __cache_users __
 # venv-pip: the module's binds with /user-software bound from where the venv is now
 BIND_USER_SOFTWARE = r'''# The module's binds, with /user-software bound from where the venv is now
 # (a change since the module was loaded may have packed or unpacked it, or removed what it bound):
-# use_for_user_software <source> [<bind options>].
+# use_for_user_software <source> [<bind options>]; without a source, nothing is bound there.
 bind_user_software_from() {
     local IFS=, entry entries kept=() dropped=
     read -ra entries <<<"$1"
@@ -2160,13 +2216,33 @@ bind_user_software_from() {
             *) dropped= ; kept+=("$entry") ;;
         esac
     done
-    kept+=("$2:/user-software${3:+:$3}")
+    [ -z "${2:-}" ] || kept+=("$2:/user-software${3:+:$3}")
     echo "${kept[*]}"
 }
 use_for_user_software() {
     SINGULARITY_BINDPATH=$(bind_user_software_from "${SINGULARITY_BINDPATH:-}" "$@")
     APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
+}
+# The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
+# ($squashfs, $changes) and the directories $@ on top of them, instead of a bind at /user-software
+set_overlays() {
+    local IFS=, entry entries kept=()
+    read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
+    for entry in "${entries[@]}"; do
+        [ "$entry" = "$squashfs:ro" ] || [ "$entry" = "$changes:ro" ] || [ -z "$entry" ] || kept+=("$entry")
+    done
+    kept+=("$@")
+    SINGULARITY_OVERLAY="${kept[*]}"
+    APPTAINER_OVERLAY="${kept[*]}"
+    export SINGULARITY_OVERLAY APPTAINER_OVERLAY
+}
+use_layers() {
+    set_overlays "$squashfs:ro" "$changes:ro" "$@"
+    use_for_user_software
+}
+drop_layers() {
+    set_overlays
 }'''
 
 # venv-pip: the venv's own Python kept when pip would replace it
@@ -2199,9 +2275,241 @@ keep_venv_python() {  # $1: the venv's bin/, $2: what venv_python_links said bef
     done <<<"$2"
 }'''
 
-# venv-pip: pip against the module's venv, whatever its state. Changes to a packed venv are made on an unpacked copy,
-# packed again and checked, and only then put in place by a rename: a failure or a signal leaves the old SquashFS
-# file as it was, and jobs that have it mounted keep the old one.
+# The packed venv as layers: venv-pip, make-squashfs and unmake-squashfs read and write them alike.
+LAYERS_TEMPLATE = r'''
+# The packed venv: $squashfs, and $changes on top of it if this install stacks layers (make-squashfs checks that the
+# runtime can). Both hold user-software/ from the container's root, so that the runtime can stack them as read-only
+# overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
+# $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
+# they are then: venv-pip replaces one file at a time, each change whole.
+squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
+    -force-uid "$(id -u)" -force-gid "$(id -g)" @mksquashfs_options@)
+
+layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
+    unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
+}
+unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
+    local file
+    for file in "$@"; do
+        [ ! -f "$file" ] || unsquashfs -lls "$file"
+    done | awk '$1 ~ /^-/ { bytes += $3 } END { print bytes + 0 }'
+}
+apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
+    local whiteouts path
+    whiteouts=$(layer_whiteouts "$1") || return 1
+    while IFS= read -r path; do
+        [ -z "$path" ] || rm -rf -- "${2:?}/$path"
+    done <<<"$whiteouts"
+    # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
+    unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts") "$1" >/dev/null
+}
+# The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
+# $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.
+apply_upper() {
+    local path
+    if [ -f "$1@record@" ]; then
+        while IFS= read -r path; do
+            path=${path#/}
+            if [ -d "$1/$path" ] && [ -z "$(find "$1/$path" ! -type d ! -type c -print -quit)" ]; then
+                rm -rf -- "${1:?}/$path" "${2:?}/$path"
+                echo "$path" >>"$3"
+            fi
+        done <"$1@record@"
+        rm -f "$1@record@"
+    fi
+    while IFS= read -r -d '' path; do
+        path=${path#"$1"/}
+        rm -rf -- "${1:?}/$path" "${2:?}/$path"
+        echo "$path" >>"$3"
+    done < <(find "$1" -type c -print0)
+    cp -a "$1/." "$2/"
+}
+# Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
+# not below another one)
+pack_layer() {
+    local pseudo="$1.whiteouts" path
+    sort -u "$2" | awk '{ n = split($0, part, "/"); above = ""
+                          for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
+                          gone[$0] = 1; print }' | while IFS= read -r path; do
+        if [ ! -e "$1/$path" ] && [ ! -L "$1/$path" ]; then
+            mkdir -p -- "$(dirname -- "$1/$path")"
+            printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
+        fi
+    done >"$pseudo"
+    chmod 0755 "$1"  # the root of the layer is the container's /
+    mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
+}
+empty_layer() {  # the layer $1 that changes nothing
+    local empty
+    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") && chmod 0755 "$empty" &&
+        mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
+    local status=$?
+    rm -rf "$empty"
+    return "$status"
+}
+# Whether the runtime stacks $squashfs and $changes as overlays on the image $1 (an unprivileged one needs a kernel
+# that mounts overlays in a user namespace); says why not on stdout
+layers_stack() {
+    local runtime output
+    runtime=$(command -v singularity || command -v apptainer) || { echo "no singularity or apptainer on PATH"; return 1; }
+    output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$squashfs:ro,$changes:ro" \
+        APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1) && return 0
+    echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
+    return 1
+}
+'''
+
+# venv-pip unpacks and packs on node-local storage, not beside the install (on LUMI: Lustre, where tens of thousands
+# of small files are slow to make and read back).
+WORKDIR = r'''
+# A private work directory (mode 0700) on node-local storage with room for $1 bytes, in $work: $TMPDIR, else /dev/shm,
+# else /tmp; if none has room, one beside the install dir, and says so. Removed on any exit (clean_workdir).
+make_workdir() {
+    local need=$1 place free old run
+    work=
+    for place in "${TMPDIR:-}" /dev/shm /tmp; do
+        [ -n "$place" ] && [ -d "$place" ] && [ -w "$place" ] || continue
+        # what an earlier run of yours that was killed left here
+        for old in "$place/venv-pip.$(hostname)".*.*; do
+            run=${old%.*}
+            if [ -O "$old" ] && ! grep -qas venv-pip "/proc/${run##*.}/cmdline"; then
+                clean_workdir "$old"
+            fi
+        done
+        free=$(df -B1 --output=avail "$place" 2>/dev/null | tail -n 1) || continue
+        if [ "${free:-0}" -gt "$need" ]; then
+            work=$(mktemp -d "$place/venv-pip.$(hostname).$$.XXXXXX") && return 0
+        fi
+    done
+    echo "${0##*/}: working in $root: none of ${TMPDIR:+$TMPDIR, }/dev/shm and /tmp has the $(( need >> 20 )) MiB free" \
+        "that it needs" >&2
+    work="$dir.venv-pip.tmp.$(hostname).$$"
+    mkdir -m 0700 "$work"
+}
+clean_workdir() {  # the overlay's work directory is mode 000
+    [ -n "${1:-}" ] && [ -e "$1" ] || return 0
+    chmod -R u+rwx "$1" 2>/dev/null
+    rm -rf "$1"
+}
+'''
+
+# Run by venv-pip in the container (python -c): pip on a writable overlay of the packed venv.
+OVERLAY_PYTHON = r'''"""A module (pip, or the venv's image commands) run by the venv's Python on a writable overlay of the packed venv.
+
+Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c <this> MODULE ARGS...` with the
+packed venv's layers as read-only overlays and a writable directory on top, so that the directory gets exactly the
+change. A user namespace's overlay cannot remove a directory of the layers below (the kernel would have to mark a
+directory opaque with an extended attribute a user namespace may not set, and says EIO): a directory emptied this
+way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). The directories
+are written to RECORD, which venv-pip reads and turns into whiteouts when it packs the change; a later run in the
+same overlay reads it back.
+"""
+import errno
+import os
+import runpy
+import sys
+
+RECORD = "@record@"
+real_rmdir = os.rmdir
+real_listdir = os.listdir
+real_scandir = os.scandir
+emptied = set()
+
+
+def full_path(path, dir_fd=None):
+    """path (relative to the directory dir_fd is open on, if given) as a normalised absolute path."""
+    path = os.fsdecode(path)
+    if dir_fd is not None:
+        path = os.path.join(os.readlink("/proc/self/fd/%d" % dir_fd), path)
+    return os.path.normpath(os.path.abspath(path))
+
+
+def removed(path):
+    """Whether the directory path was emptied by an rmdir here and has held nothing but such directories since."""
+    if path not in emptied:
+        return False
+    try:
+        return all(removed(os.path.join(path, name)) for name in real_listdir(path))
+    except OSError:
+        return False
+
+
+def rmdir(path, *, dir_fd=None):
+    try:
+        real_rmdir(path, dir_fd=dir_fd)
+    except OSError as error:
+        full = full_path(path, dir_fd)
+        if error.errno not in (errno.EIO, errno.ENOTEMPTY) or not all(
+                removed(os.path.join(full, name)) for name in real_listdir(full)):
+            raise
+        emptied.add(full)
+
+
+def listing_dir(path):
+    """The directory a listing of path (a path, bytes or a descriptor) shows."""
+    if isinstance(path, int):
+        return os.readlink("/proc/self/fd/%d" % path)
+    return full_path("." if path is None else path)
+
+
+def listdir(path=None):
+    names = real_listdir(path) if path is not None else real_listdir()
+    if not emptied:
+        return names
+    where = listing_dir(path)
+    return [name for name in names if not removed(os.path.join(where, os.fsdecode(name)))]
+
+
+class Scandir:
+    """os.scandir without the removed directories (a context manager and an iterator, as os.scandir's result)."""
+
+    def __init__(self, path=None):
+        self.entries = real_scandir(path) if path is not None else real_scandir()
+        self.where = listing_dir(path)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            entry = next(self.entries)
+            if not removed(os.path.join(self.where, os.fsdecode(entry.name))):
+                return entry
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.entries.close()
+
+
+def main(argv):
+    if os.path.isfile(RECORD):
+        with open(RECORD) as record:
+            emptied.update(line.rstrip("\n") for line in record if line.strip())
+    os.rmdir, os.listdir, os.scandir = rmdir, listdir, Scandir
+    sys.argv = argv[1:]
+    try:
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    finally:
+        os.rmdir, os.listdir, os.scandir = real_rmdir, real_listdir, real_scandir
+        if emptied:
+            with open(RECORD, "w") as record:
+                record.write("".join(path + "\n" for path in sorted(emptied)))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
+'''
+
+# venv-pip: pip against the module's venv, whatever its state. Where the install stacks layers, pip runs on the
+# packed venv with a writable overlay on top, whose content becomes part of the layer on top (merged into the base
+# when it grows); otherwise on a copy unpacked on local storage, packed again. Each new SquashFS file is checked and
+# only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
+# mounted keep it.
 LAUNCH_VENV_PIP = r'''@readable_by_all@
 @remove_leftovers@
 
@@ -2210,8 +2518,11 @@ LAUNCH_VENV_PIP = r'''@readable_by_all@
 @bind_user_software@
 
 @keep_venv_python@
+@layers@
+@workdir@
 
 venv=@venv@
+venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 pip() {
     exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
 }
@@ -2219,17 +2530,33 @@ pip() {
 image_commands() {
     exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
 }
+overlay_python=$(cat <<'PYTHON'
+@overlay_python@
+PYTHON
+)
+in_overlay() {  # the module $1 of the venv's Python, with the arguments $2..., on the writable overlay
+    exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@"
+}
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
+}
+replace() {  # the new file $1 becomes $2, for whoever could read $2 (a project's shared install)
+    chmod --reference="$2" "$1"
+    chgrp --reference="$2" "$1" 2>/dev/null || true
+    mv "$1" "$2"
 }
 
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
 # the venv as it is now, read-only if packed.
 if ! pip_changes_venv "$@"; then
-    if [ -f "$squashfs" ]; then
-        use_for_user_software "$squashfs" image-src=/,ro
+    if [ -f "$squashfs" ] && [ -f "$changes" ]; then
+        use_layers
+    elif [ -f "$squashfs" ]; then
+        drop_layers
+        use_for_user_software "$squashfs" image-src=/user-software,ro
     elif [ -d "$dir" ]; then
+        drop_layers
         use_for_user_software "$dir"
     else
         die "there is neither $squashfs nor $dir: reinstall the module with eb"
@@ -2244,6 +2571,7 @@ if ! take_lock -n; then
     take_lock
 fi
 remove_leftovers "$squashfs"
+remove_leftovers "$changes"
 remove_leftovers "$dir.venv-pip"
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
@@ -2271,6 +2599,7 @@ trap 'stop 143' TERM
 
 if [ ! -f "$squashfs" ]; then
     [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
+    drop_layers
     use_for_user_software "$dir"
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
     status=0
@@ -2284,66 +2613,157 @@ fi
 [ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
     "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
 
-work="$dir.venv-pip.tmp.$(hostname).$$"
+work=
 new="$squashfs.tmp.$(hostname).$$"
-trap 'rm -rf "$work" "$new"' EXIT
-in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/null ||
-    die "cannot unpack $squashfs; nothing was changed"
-use_for_user_software "$work"
-before=$(venv_state "$work")
-links=$(venv_python_links "$work${venv#/user-software}/bin")
-status=0
-in_background pip "$@" || status=$?
-if [ "$status" -ne 0 ]; then
-    echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
-    exit "$status"
+new_changes="$changes.tmp.$(hostname).$$"
+trap 'clean_workdir "$work"; rm -f "$new" "$new_changes"' EXIT
+
+# pip on the whole venv, unpacked in $work, packed again into $squashfs (with $changes emptied)
+change_by_repacking() {
+    local tree before links status=0
+    make_workdir "$(( $(unpacked_bytes "$squashfs" "$changes") * 11 / 10 + (64 << 20) ))"
+    tree="$work/tree"
+    in_background unsquashfs -no-progress -quiet -dest "$tree" "$squashfs" >/dev/null ||
+        die "cannot unpack $squashfs; nothing was changed"
+    if [ -f "$changes" ]; then
+        in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
+    fi
+    drop_layers
+    use_for_user_software "$tree/user-software"
+    before=$(venv_state "$tree")
+    links=$(venv_python_links "$tree/$venv_bin")
+    in_background pip "$@" || status=$?
+    if [ "$status" -ne 0 ]; then
+        echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
+        exit "$status"
+    fi
+    keep_venv_python "$tree/$venv_bin" "$links"
+    in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
+    if [ "$(venv_state "$tree")" = "$before" ]; then
+        echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+        exit 0
+    fi
+    pack_base "$tree"
+    echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."
+}
+pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, becomes empty
+    in_background mksquashfs "$1" "$new" "${squash_options[@]}" >/dev/null ||
+        die "mksquashfs failed; $squashfs was not changed"
+    # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
+    unsquashfs -l "$new" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
+        die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
+    [ ! -f "$changes" ] || empty_layer "$new_changes" || die "cannot write $new_changes; $squashfs was not changed"
+    replace "$new" "$squashfs"
+    [ ! -f "$changes" ] || replace "$new_changes" "$changes"
+}
+
+# pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
+# $changes grows beyond a quarter of $squashfs (and 16 MiB), both are merged into a new $squashfs.
+change_in_layers() {
+    local upper tree limit status=0
+    make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
+    mkdir "$work/overlay"
+    use_layers "$work/overlay"
+    in_background in_overlay pip "$@" || status=$?
+    if [ "$status" -ne 0 ]; then
+        echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
+        exit "$status"
+    fi
+    in_background in_overlay @image_commands_module@ ||
+        die "the image's commands could not be given to $venv; $squashfs and $changes were not changed"
+    upper="$work/overlay/upper"
+    if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
+        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python" >&2
+        clean_workdir "$work"
+        change_by_repacking "$@"
+        return
+    fi
+    if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
+        echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+        exit 0
+    fi
+    tree="$work/tree"
+    mkdir "$tree"
+    layer_whiteouts "$changes" >"$work/removed"
+    in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
+    apply_upper "$upper" "$tree" "$work/removed"
+    in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
+    limit=$(( $(stat -c %s "$squashfs") / 4 ))
+    if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
+        replace "$new_changes" "$changes"
+        echo "venv-pip: $changes has the change; new jobs use it (no module reload needed), running ones keep the" \
+            "old one."
+        return
+    fi
+    clean_workdir "$tree"
+    mkdir "$tree"
+    in_background unsquashfs -no-progress -quiet -dest "$tree" -f "$squashfs" >/dev/null ||
+        die "cannot unpack $squashfs; nothing was changed"
+    in_background apply_layer "$new_changes" "$tree" || die "cannot merge the change into $squashfs; nothing was changed"
+    pack_base "$tree"
+    echo "venv-pip: $squashfs has the change (merged with the earlier ones); new jobs use it (no module reload" \
+        "needed), running ones keep the old one."
+}
+
+if [ -f "$changes" ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
+    change_in_layers "$@"
+else
+    if [ -f "$changes" ]; then
+        theirs=$changes
+        [ -O "$squashfs" ] || theirs=$squashfs
+        echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \
+            "repacking the whole venv"
+    fi
+    change_by_repacking "$@"
 fi
-keep_venv_python "$work${venv#/user-software}/bin" "$links"
-in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
-if [ "$(venv_state "$work")" = "$before" ]; then
-    echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
-    exit 0
-fi
-cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
-in_background mksquashfs "$work" "$new" -noappend -no-progress -quiet -processors "$cpus" >/dev/null ||
-    die "mksquashfs failed; $squashfs was not changed"
-# (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
-unsquashfs -l "$new" | grep -x "squashfs-root${venv#/user-software}/bin/python" >/dev/null ||
-    die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
-# Whoever could read the old file can read the new one (a project's shared install)
-chmod --reference="$squashfs" "$new"
-chgrp --reference="$squashfs" "$new" 2>/dev/null || true
-mv "$new" "$squashfs"
-echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."'''
+'''
 
 MAKE_SQUASHFS = r'''@header@
 @remove_leftovers@
 
 @user_software_paths@
 @readable_by_all@
+@layers@
 
 @lock_install_dir_or_stop@
 remove_leftovers "$squashfs"
+remove_leftovers "$changes"
 [ ! -e "$squashfs" ] || die "$squashfs already exists; remove it (or run unmake-squashfs and remove it) first"
 [ -d "$dir" ] || die "there is no $dir to pack"
 command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
-cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
+# This install stacks layers (it has $changes), or its installation asks for them: checked below
+layers=
+if [ -f "$changes" ] || [ "${@try_layers@:-}" = yes ]; then
+    layers=yes
+fi
+
 # Written under a temporary name and renamed only on success: an interrupted run leaves no partial image.
 tmp="$squashfs.tmp.$(hostname).$$"
-trap 'rm -f "$tmp"' EXIT
+tmp_changes="$changes.tmp.$(hostname).$$"
+trap 'rm -f "$tmp" "$tmp_changes"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 share_modes "$dir"
-echo "Packing $dir into $squashfs with $cpus processors..."
-mksquashfs "$dir" "$tmp" -noappend -no-progress -quiet -processors "$cpus" ||
-    die "mksquashfs failed; nothing was changed"
+echo "Packing $dir into $squashfs with ${SLURM_CPUS_PER_TASK:-$(nproc)} processors..."
+# (user-software/ from the container's root: a layer, see LAYERS)
+mksquashfs "$dir" "$tmp" "${squash_options[@]}" -keep-as-directory >/dev/null || die "mksquashfs failed; nothing was changed"
+[ -z "$layers" ] || empty_layer "$tmp_changes" || die "cannot write $tmp_changes; nothing was changed"
 # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
 # dir is, so that venv-pip keeps it so)
-chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$tmp"
+chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$tmp" ${layers:+"$tmp_changes"}
 mv "$tmp" "$squashfs"
-trap - EXIT
 echo "Created $squashfs."
+if [ -n "$layers" ]; then
+    mv "$tmp_changes" "$changes"
+    # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
+    if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-}}"); then
+        rm -f "$changes"
+        echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
+            "$squashfs and a layer on top as overlays here ($why)."
+    fi
+fi
+trap - EXIT
 echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."
 '''
@@ -2353,6 +2773,7 @@ UNMAKE_SQUASHFS = r'''@header@
 
 @user_software_paths@
 @readable_by_all@
+@layers@
 
 @lock_install_dir_or_stop@
 remove_leftovers "$dir"
@@ -2363,9 +2784,14 @@ command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 tmp="$dir.tmp.$(hostname).$$"
 trap 'rm -rf "$tmp"' EXIT
 unsquashfs -no-progress -quiet -dest "$tmp" "$squashfs" >/dev/null || die "unsquashfs failed; nothing was changed"
-mv "$tmp" "$dir"
+if [ -f "$changes" ]; then
+    apply_layer "$changes" "$tmp" || die "cannot unpack $changes; nothing was changed"
+fi
+mv "$tmp/user-software" "$dir"
+rmdir "$tmp"
 trap - EXIT
 echo "Unpacked $squashfs into $dir."
+[ ! -f "$changes" ] || echo "It includes the changes in $changes."
 echo "To install into it, remove $squashfs and reload the module (module load $module):"
 echo "as long as the SquashFS file exists, it is what the container sees as /user-software."
 '''
@@ -2874,7 +3300,8 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------------------------------------------------------
 
 USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE,
-                                    us_squashfs=USER_SOFTWARE_SQUASHFS)
+                                    us_squashfs=USER_SOFTWARE_SQUASHFS, us_changes=USER_SOFTWARE_CHANGES)
+LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK)
 LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
                                                             holds_lock=INSTALL_HOLDS_LOCK)
@@ -2895,6 +3322,10 @@ SCRIPT_SNIPPETS = {
     'lock_install_dir': LOCK_INSTALL_DIR,
     'lock_install_dir_or_stop': LOCK_INSTALL_DIR_OR_STOP,
     'pip_changes_venv': PIP_CHANGES_VENV,
+    'layers': LAYERS,
+    'workdir': WORKDIR,
+    'try_layers': TRY_LAYERS,
+    'image_var': LAYERS_IMAGE,
 }
 
 

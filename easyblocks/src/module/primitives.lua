@@ -92,10 +92,14 @@ local function keep_binds(binds)  -- those whose source is a directory or a regu
     end
     return kept
 end
--- The user software's bind (nil, and a warning at load, when it is missing)
-local function user_software_bind(installdir, squashfs, directory, mod_name)
+-- The user software's bind (nil, and a warning at load, when it is missing; nil too for the layers of the packed
+-- venv, which are overlays, see set_overlays)
+local function user_software_bind(installdir, squashfs, changes, directory, mod_name)
     if isFile(pathJoin(installdir, squashfs)) then
-        return pathJoin(installdir, squashfs) .. ":/user-software:image-src=/,ro"
+        if changes ~= "" and isFile(pathJoin(installdir, changes)) then
+            return nil
+        end
+        return pathJoin(installdir, squashfs) .. ":/user-software:image-src=/user-software,ro"
     elseif isDir(pathJoin(installdir, directory)) then
         return pathJoin(installdir, directory) .. ":/user-software"
     elseif mode() == "load" then
@@ -103,6 +107,17 @@ local function user_software_bind(installdir, squashfs, directory, mod_name)
                     " nor " .. pathJoin(installdir, directory) .. " exists): Python in the container is the " ..
                     "image's own. Reinstall the module (eb --rebuild), or put the file back.")
     end
+end
+-- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
+-- SquashFS file and the changes on top of it, read-only), if both are there
+local function set_overlays(installdir, squashfs, changes)
+    local overlays = user_value("APPTAINER_OVERLAY") or user_value("SINGULARITY_OVERLAY") or ""
+    local base, top = pathJoin(installdir, squashfs), pathJoin(installdir, changes)
+    if isFile(base) and isFile(top) then
+        overlays = (overlays == "" and "" or (overlays .. ",")) .. base .. ":ro," .. top .. ":ro"
+    end
+    restorable_env("SINGULARITY_OVERLAY", overlays)
+    restorable_env("APPTAINER_OVERLAY", overlays)
 end
 -- The user's own binds, under either name (both when they differ): both names get the same list, so that
 -- Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.

@@ -106,10 +106,14 @@ proc keep_binds {binds} {
     }
     return $kept
 }
-# The user software's bind ("", and a warning at load, when it is missing)
-proc user_software_bind {installdir squashfs directory mod_name} {
+# The user software's bind ("", and a warning at load, when it is missing; "" too for the layers of the packed
+# venv, which are overlays, see set_overlays)
+proc user_software_bind {installdir squashfs changes directory mod_name} {
     if { [file isfile [file join $installdir $squashfs]] } {
-        return "[file join $installdir $squashfs]:/user-software:image-src=/,ro"
+        if { $changes ne "" && [file isfile [file join $installdir $changes]] } {
+            return ""
+        }
+        return "[file join $installdir $squashfs]:/user-software:image-src=/user-software,ro"
     } elseif { [file isdirectory [file join $installdir $directory]] } {
         return "[file join $installdir $directory]:/user-software"
     } elseif { [module-info mode load] } {
@@ -118,6 +122,21 @@ proc user_software_bind {installdir squashfs directory mod_name} {
  the image's own. Reinstall the module (eb --rebuild), or put the file back."
     }
     return ""
+}
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
+# SquashFS file and the changes on top of it, read-only), if both are there
+proc set_overlays {installdir squashfs changes} {
+    set overlays [user_value APPTAINER_OVERLAY]
+    if { $overlays eq "" } {
+        set overlays [user_value SINGULARITY_OVERLAY]
+    }
+    set base [file join $installdir $squashfs]
+    set top [file join $installdir $changes]
+    if { [file isfile $base] && [file isfile $top] } {
+        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}]$base:ro,$top:ro
+    }
+    restorable_env SINGULARITY_OVERLAY $overlays
+    restorable_env APPTAINER_OVERLAY $overlays
 }
 # The user's own binds, under either name (both when they differ): both names get the same list, so that
 # Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.

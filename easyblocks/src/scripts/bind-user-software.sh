@@ -1,6 +1,6 @@
 # The module's binds, with /user-software bound from where the venv is now
 # (a change since the module was loaded may have packed or unpacked it, or removed what it bound):
-# use_for_user_software <source> [<bind options>].
+# use_for_user_software <source> [<bind options>]; without a source, nothing is bound there.
 bind_user_software_from() {
     local IFS=, entry entries kept=() dropped=
     read -ra entries <<<"$1"
@@ -11,11 +11,31 @@ bind_user_software_from() {
             *) dropped= ; kept+=("$entry") ;;
         esac
     done
-    kept+=("$2:/user-software${3:+:$3}")
+    [ -z "${2:-}" ] || kept+=("$2:/user-software${3:+:$3}")
     echo "${kept[*]}"
 }
 use_for_user_software() {
     SINGULARITY_BINDPATH=$(bind_user_software_from "${SINGULARITY_BINDPATH:-}" "$@")
     APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
+}
+# The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
+# ($squashfs, $changes) and the directories $@ on top of them, instead of a bind at /user-software
+set_overlays() {
+    local IFS=, entry entries kept=()
+    read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
+    for entry in "${entries[@]}"; do
+        [ "$entry" = "$squashfs:ro" ] || [ "$entry" = "$changes:ro" ] || [ -z "$entry" ] || kept+=("$entry")
+    done
+    kept+=("$@")
+    SINGULARITY_OVERLAY="${kept[*]}"
+    APPTAINER_OVERLAY="${kept[*]}"
+    export SINGULARITY_OVERLAY APPTAINER_OVERLAY
+}
+use_layers() {
+    set_overlays "$squashfs:ro" "$changes:ro" "$@"
+    use_for_user_software
+}
+drop_layers() {
+    set_overlays
 }

@@ -6,8 +6,11 @@
 @bind_user_software@
 
 @keep_venv_python@
+@layers@
+@workdir@
 
 venv=@venv@
+venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 pip() {
     exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
 }
@@ -15,17 +18,33 @@ pip() {
 image_commands() {
     exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
 }
+overlay_python=$(cat <<'PYTHON'
+@overlay_python@
+PYTHON
+)
+in_overlay() {  # the module $1 of the venv's Python, with the arguments $2..., on the writable overlay
+    exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@"
+}
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
+}
+replace() {  # the new file $1 becomes $2, for whoever could read $2 (a project's shared install)
+    chmod --reference="$2" "$1"
+    chgrp --reference="$2" "$1" 2>/dev/null || true
+    mv "$1" "$2"
 }
 
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
 # the venv as it is now, read-only if packed.
 if ! pip_changes_venv "$@"; then
-    if [ -f "$squashfs" ]; then
-        use_for_user_software "$squashfs" image-src=/,ro
+    if [ -f "$squashfs" ] && [ -f "$changes" ]; then
+        use_layers
+    elif [ -f "$squashfs" ]; then
+        drop_layers
+        use_for_user_software "$squashfs" image-src=/user-software,ro
     elif [ -d "$dir" ]; then
+        drop_layers
         use_for_user_software "$dir"
     else
         die "there is neither $squashfs nor $dir: reinstall the module with eb"
@@ -40,6 +59,7 @@ if ! take_lock -n; then
     take_lock
 fi
 remove_leftovers "$squashfs"
+remove_leftovers "$changes"
 remove_leftovers "$dir.venv-pip"
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
@@ -67,6 +87,7 @@ trap 'stop 143' TERM
 
 if [ ! -f "$squashfs" ]; then
     [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
+    drop_layers
     use_for_user_software "$dir"
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
     status=0
@@ -80,34 +101,106 @@ fi
 [ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
     "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
 
-work="$dir.venv-pip.tmp.$(hostname).$$"
+work=
 new="$squashfs.tmp.$(hostname).$$"
-trap 'rm -rf "$work" "$new"' EXIT
-in_background unsquashfs -no-progress -quiet -dest "$work" "$squashfs" >/dev/null ||
-    die "cannot unpack $squashfs; nothing was changed"
-use_for_user_software "$work"
-before=$(venv_state "$work")
-links=$(venv_python_links "$work${venv#/user-software}/bin")
-status=0
-in_background pip "$@" || status=$?
-if [ "$status" -ne 0 ]; then
-    echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
-    exit "$status"
+new_changes="$changes.tmp.$(hostname).$$"
+trap 'clean_workdir "$work"; rm -f "$new" "$new_changes"' EXIT
+
+# pip on the whole venv, unpacked in $work, packed again into $squashfs (with $changes emptied)
+change_by_repacking() {
+    local tree before links status=0
+    make_workdir "$(( $(unpacked_bytes "$squashfs" "$changes") * 11 / 10 + (64 << 20) ))"
+    tree="$work/tree"
+    in_background unsquashfs -no-progress -quiet -dest "$tree" "$squashfs" >/dev/null ||
+        die "cannot unpack $squashfs; nothing was changed"
+    if [ -f "$changes" ]; then
+        in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
+    fi
+    drop_layers
+    use_for_user_software "$tree/user-software"
+    before=$(venv_state "$tree")
+    links=$(venv_python_links "$tree/$venv_bin")
+    in_background pip "$@" || status=$?
+    if [ "$status" -ne 0 ]; then
+        echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
+        exit "$status"
+    fi
+    keep_venv_python "$tree/$venv_bin" "$links"
+    in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
+    if [ "$(venv_state "$tree")" = "$before" ]; then
+        echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+        exit 0
+    fi
+    pack_base "$tree"
+    echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."
+}
+pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, becomes empty
+    in_background mksquashfs "$1" "$new" "${squash_options[@]}" >/dev/null ||
+        die "mksquashfs failed; $squashfs was not changed"
+    # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
+    unsquashfs -l "$new" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
+        die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
+    [ ! -f "$changes" ] || empty_layer "$new_changes" || die "cannot write $new_changes; $squashfs was not changed"
+    replace "$new" "$squashfs"
+    [ ! -f "$changes" ] || replace "$new_changes" "$changes"
+}
+
+# pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
+# $changes grows beyond a quarter of $squashfs (and 16 MiB), both are merged into a new $squashfs.
+change_in_layers() {
+    local upper tree limit status=0
+    make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
+    mkdir "$work/overlay"
+    use_layers "$work/overlay"
+    in_background in_overlay pip "$@" || status=$?
+    if [ "$status" -ne 0 ]; then
+        echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
+        exit "$status"
+    fi
+    in_background in_overlay @image_commands_module@ ||
+        die "the image's commands could not be given to $venv; $squashfs and $changes were not changed"
+    upper="$work/overlay/upper"
+    if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
+        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python" >&2
+        clean_workdir "$work"
+        change_by_repacking "$@"
+        return
+    fi
+    if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
+        echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+        exit 0
+    fi
+    tree="$work/tree"
+    mkdir "$tree"
+    layer_whiteouts "$changes" >"$work/removed"
+    in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
+    apply_upper "$upper" "$tree" "$work/removed"
+    in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
+    limit=$(( $(stat -c %s "$squashfs") / 4 ))
+    if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
+        replace "$new_changes" "$changes"
+        echo "venv-pip: $changes has the change; new jobs use it (no module reload needed), running ones keep the" \
+            "old one."
+        return
+    fi
+    clean_workdir "$tree"
+    mkdir "$tree"
+    in_background unsquashfs -no-progress -quiet -dest "$tree" -f "$squashfs" >/dev/null ||
+        die "cannot unpack $squashfs; nothing was changed"
+    in_background apply_layer "$new_changes" "$tree" || die "cannot merge the change into $squashfs; nothing was changed"
+    pack_base "$tree"
+    echo "venv-pip: $squashfs has the change (merged with the earlier ones); new jobs use it (no module reload" \
+        "needed), running ones keep the old one."
+}
+
+if [ -f "$changes" ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
+    change_in_layers "$@"
+else
+    if [ -f "$changes" ]; then
+        theirs=$changes
+        [ -O "$squashfs" ] || theirs=$squashfs
+        echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \
+            "repacking the whole venv"
+    fi
+    change_by_repacking "$@"
 fi
-keep_venv_python "$work${venv#/user-software}/bin" "$links"
-in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
-if [ "$(venv_state "$work")" = "$before" ]; then
-    echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
-    exit 0
-fi
-cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
-in_background mksquashfs "$work" "$new" -noappend -no-progress -quiet -processors "$cpus" >/dev/null ||
-    die "mksquashfs failed; $squashfs was not changed"
-# (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
-unsquashfs -l "$new" | grep -x "squashfs-root${venv#/user-software}/bin/python" >/dev/null ||
-    die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
-# Whoever could read the old file can read the new one (a project's shared install)
-chmod --reference="$squashfs" "$new"
-chgrp --reference="$squashfs" "$new" 2>/dev/null || true
-mv "$new" "$squashfs"
-echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."

@@ -3,6 +3,7 @@
 
 @user_software_paths@
 @readable_by_all@
+@layers@
 
 @lock_install_dir_or_stop@
 remove_leftovers "$dir"
@@ -13,8 +14,13 @@ command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 tmp="$dir.tmp.$(hostname).$$"
 trap 'rm -rf "$tmp"' EXIT
 unsquashfs -no-progress -quiet -dest "$tmp" "$squashfs" >/dev/null || die "unsquashfs failed; nothing was changed"
-mv "$tmp" "$dir"
+if [ -f "$changes" ]; then
+    apply_layer "$changes" "$tmp" || die "cannot unpack $changes; nothing was changed"
+fi
+mv "$tmp/user-software" "$dir"
+rmdir "$tmp"
 trap - EXIT
 echo "Unpacked $squashfs into $dir."
+[ ! -f "$changes" ] || echo "It includes the changes in $changes."
 echo "To install into it, remove $squashfs and reload the module (module load $module):"
 echo "as long as the SquashFS file exists, it is what the container sees as /user-software."

@@ -1,0 +1,109 @@
+"""A module (pip, or the venv's image commands) run by the venv's Python on a writable overlay of the packed venv.
+
+Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c <this> MODULE ARGS...` with the
+packed venv's layers as read-only overlays and a writable directory on top, so that the directory gets exactly the
+change. A user namespace's overlay cannot remove a directory of the layers below (the kernel would have to mark a
+directory opaque with an extended attribute a user namespace may not set, and says EIO): a directory emptied this
+way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). The directories
+are written to RECORD, which venv-pip reads and turns into whiteouts when it packs the change; a later run in the
+same overlay reads it back.
+"""
+import errno
+import os
+import runpy
+import sys
+
+RECORD = "@record@"
+real_rmdir = os.rmdir
+real_listdir = os.listdir
+real_scandir = os.scandir
+emptied = set()
+
+
+def full_path(path, dir_fd=None):
+    """path (relative to the directory dir_fd is open on, if given) as a normalised absolute path."""
+    path = os.fsdecode(path)
+    if dir_fd is not None:
+        path = os.path.join(os.readlink("/proc/self/fd/%d" % dir_fd), path)
+    return os.path.normpath(os.path.abspath(path))
+
+
+def removed(path):
+    """Whether the directory path was emptied by an rmdir here and has held nothing but such directories since."""
+    if path not in emptied:
+        return False
+    try:
+        return all(removed(os.path.join(path, name)) for name in real_listdir(path))
+    except OSError:
+        return False
+
+
+def rmdir(path, *, dir_fd=None):
+    try:
+        real_rmdir(path, dir_fd=dir_fd)
+    except OSError as error:
+        full = full_path(path, dir_fd)
+        if error.errno not in (errno.EIO, errno.ENOTEMPTY) or not all(
+                removed(os.path.join(full, name)) for name in real_listdir(full)):
+            raise
+        emptied.add(full)
+
+
+def listing_dir(path):
+    """The directory a listing of path (a path, bytes or a descriptor) shows."""
+    if isinstance(path, int):
+        return os.readlink("/proc/self/fd/%d" % path)
+    return full_path("." if path is None else path)
+
+
+def listdir(path=None):
+    names = real_listdir(path) if path is not None else real_listdir()
+    if not emptied:
+        return names
+    where = listing_dir(path)
+    return [name for name in names if not removed(os.path.join(where, os.fsdecode(name)))]
+
+
+class Scandir:
+    """os.scandir without the removed directories (a context manager and an iterator, as os.scandir's result)."""
+
+    def __init__(self, path=None):
+        self.entries = real_scandir(path) if path is not None else real_scandir()
+        self.where = listing_dir(path)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            entry = next(self.entries)
+            if not removed(os.path.join(self.where, os.fsdecode(entry.name))):
+                return entry
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.entries.close()
+
+
+def main(argv):
+    if os.path.isfile(RECORD):
+        with open(RECORD) as record:
+            emptied.update(line.rstrip("\n") for line in record if line.strip())
+    os.rmdir, os.listdir, os.scandir = rmdir, listdir, Scandir
+    sys.argv = argv[1:]
+    try:
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    finally:
+        os.rmdir, os.listdir, os.scandir = real_rmdir, real_listdir, real_scandir
+        if emptied:
+            with open(RECORD, "w") as record:
+                record.write("".join(path + "\n" for path in sorted(emptied)))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

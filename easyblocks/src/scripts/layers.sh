@@ -1,0 +1,81 @@
+
+# The packed venv: $squashfs, and $changes on top of it if this install stacks layers (make-squashfs checks that the
+# runtime can). Both hold user-software/ from the container's root, so that the runtime can stack them as read-only
+# overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
+# $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
+# they are then: venv-pip replaces one file at a time, each change whole.
+squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
+    -force-uid "$(id -u)" -force-gid "$(id -g)" @mksquashfs_options@)
+
+layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
+    unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
+}
+unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
+    local file
+    for file in "$@"; do
+        [ ! -f "$file" ] || unsquashfs -lls "$file"
+    done | awk '$1 ~ /^-/ { bytes += $3 } END { print bytes + 0 }'
+}
+apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
+    local whiteouts path
+    whiteouts=$(layer_whiteouts "$1") || return 1
+    while IFS= read -r path; do
+        [ -z "$path" ] || rm -rf -- "${2:?}/$path"
+    done <<<"$whiteouts"
+    # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
+    unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts") "$1" >/dev/null
+}
+# The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
+# $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.
+apply_upper() {
+    local path
+    if [ -f "$1@record@" ]; then
+        while IFS= read -r path; do
+            path=${path#/}
+            if [ -d "$1/$path" ] && [ -z "$(find "$1/$path" ! -type d ! -type c -print -quit)" ]; then
+                rm -rf -- "${1:?}/$path" "${2:?}/$path"
+                echo "$path" >>"$3"
+            fi
+        done <"$1@record@"
+        rm -f "$1@record@"
+    fi
+    while IFS= read -r -d '' path; do
+        path=${path#"$1"/}
+        rm -rf -- "${1:?}/$path" "${2:?}/$path"
+        echo "$path" >>"$3"
+    done < <(find "$1" -type c -print0)
+    cp -a "$1/." "$2/"
+}
+# Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
+# not below another one)
+pack_layer() {
+    local pseudo="$1.whiteouts" path
+    sort -u "$2" | awk '{ n = split($0, part, "/"); above = ""
+                          for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
+                          gone[$0] = 1; print }' | while IFS= read -r path; do
+        if [ ! -e "$1/$path" ] && [ ! -L "$1/$path" ]; then
+            mkdir -p -- "$(dirname -- "$1/$path")"
+            printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
+        fi
+    done >"$pseudo"
+    chmod 0755 "$1"  # the root of the layer is the container's /
+    mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
+}
+empty_layer() {  # the layer $1 that changes nothing
+    local empty
+    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") && chmod 0755 "$empty" &&
+        mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
+    local status=$?
+    rm -rf "$empty"
+    return "$status"
+}
+# Whether the runtime stacks $squashfs and $changes as overlays on the image $1 (an unprivileged one needs a kernel
+# that mounts overlays in a user namespace); says why not on stdout
+layers_stack() {
+    local runtime output
+    runtime=$(command -v singularity || command -v apptainer) || { echo "no singularity or apptainer on PATH"; return 1; }
+    output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$squashfs:ro,$changes:ro" \
+        APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1) && return 0
+    echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
+    return 1
+}
