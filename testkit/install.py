@@ -277,7 +277,7 @@ def slow_step(directory, step):
     started = directory / 'started'
     if step == 'pip':
         return fake_command(directory / 'slow', 'singularity', (
-            'case " $* " in *" -m pip install "*)\n'
+            'case " $* " in *" pip install "*)\n'
             '    : > %s\n    sleep 300 &\n    trap \'kill $!; exit 143\' TERM\n    wait $!\n    exit 1 ;;\n'
             'esac\nexec %s "$@"\n') % (started, RUNTIME)), started
     return fake_command(directory / 'slow', 'mksquashfs',

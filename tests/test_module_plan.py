@@ -21,7 +21,8 @@ NOT_COMPARED = ('_ModuleTable', 'LOADEDMODULES', '_LMFILES_', 'MODULEPATH', '__L
 SNAPSHOT = '%s -c %s' % (shlex.quote(sys.executable), shlex.quote(
     'import json, os, sys; print("SNAPSHOT " + sys.argv[1] + " " + json.dumps(dict(os.environ)))'))
 # What the user has set before the load: a bind of theirs whose destination the plan binds too, a default of theirs
-USER_ENV = 'export SINGULARITY_BINDPATH=/tmp:/mine APPTAINER_BINDPATH= PLAN_DEFAULT_MINE=theirs PLAN_EMPTY=\n'
+USER_ENV = ('export SINGULARITY_BINDPATH=/tmp:/mine APPTAINER_BINDPATH= PLAN_DEFAULT_MINE=theirs PLAN_EMPTY= '
+            'APPTAINER_OVERLAY=/tmp/mine.img:ro\n')
 
 
 def module_file(syntax, text):
@@ -36,6 +37,9 @@ def small_plan(root):
     (root / 'user-software').mkdir()
     (root / 'afile').write_text('')
     (root / 'alink').symlink_to(root / 'afile')
+    (root / 'layers').mkdir()
+    for name in ('user-software.squashfs', 'user-software.changes.squashfs'):
+        (root / 'layers' / name).write_text('')
     var = easyblock.Var
     image, caches = var('sif'), var('cache_root_dir')
     return [
@@ -44,7 +48,8 @@ def small_plan(root):
         easyblock.SetRestorable('SIF', image), easyblock.SetRestorable('PLAN_EMPTY', 'a "quoted" $value [x]'),
         easyblock.Binds([str(root), str(root / 'afile') + ':/afile', str(root / 'alink') + ':/alink',
                          str(root / 'missing') + ':/missing', '/usr:/mine'], ['/usr/bin:/always'], str(root),
-                        'user-software.squashfs', 'user-software', 'Plan/1.0'),
+                        'user-software.squashfs', '', 'user-software', 'Plan/1.0'),
+        easyblock.Overlays(str(root / 'layers'), 'user-software.squashfs', 'user-software.changes.squashfs'),
         easyblock.PrependPath('/runscripts'), easyblock.ContainerEnv('VIRTUAL_ENV', '/user-software/venv/plan'),
         easyblock.CacheRoot(caches, 'echo %s' % shlex.quote(str(root / 'caches'))),
         easyblock.Defaults('SINGULARITYCONTAINER_DEFAULTS_PLAN', [('PLAN_DEFAULT', 'module'),
@@ -136,6 +141,7 @@ def test_a_step_added_to_the_plan_reaches_the_module(tmp_path, syntax):
 def test_every_step_has_a_call_in_both_languages():
     """Each kind of step becomes a call in Lua and in Tcl, and the easyblock's plan uses only those kinds."""
     steps = [easyblock.Family, easyblock.Conflict, easyblock.Image, easyblock.SetRestorable, easyblock.Binds,
-             easyblock.PrependPath, easyblock.ContainerEnv, easyblock.CacheRoot, easyblock.Defaults]
+             easyblock.Overlays, easyblock.PrependPath, easyblock.ContainerEnv, easyblock.CacheRoot,
+             easyblock.Defaults]
     assert sorted(step.__name__ for step in easyblock.MODULE_STEPS) == sorted(step.__name__ for step in steps)
     assert all(len(calls) == 2 for calls in easyblock.MODULE_STEPS.values())

@@ -113,6 +113,9 @@ def test_members_take_turns_with_venv_pip(shared_packed, wheelhouse):
     venv_pip(inst, 'install -q %s lumi-later' % wheels, OWNER)
     assert (idir / '.user-software.lock').stat().st_mode & 0o020, 'the lock is not group-writable'
     out = venv_pip(inst, 'install %s lumi-top' % wheels, MEMBER).stdout
+    # the owner's change is a layer; the member's cannot go on top of the owner's files: repacked, and said why
+    assert ('venv-pip: %s/user-software.squashfs belongs to %s: your change cannot be a layer on top of it; '
+            'repacking the whole venv' % (idir, OWNER)) in out
     assert 'user-software.squashfs has the change' in out
     (idir / '.user-software.lock').chmod(0o644)  # as the first venv-pip of an earlier version left it
     out = venv_pip(inst, 'uninstall -y lumi-later', MEMBER).stdout
@@ -287,7 +290,7 @@ def test_a_reinstall_holds_the_lock_until_the_venv_is_packed(umask_027_install, 
     assert (proc.returncode, proc.stderr) == (1, REFUSED % ('make-squashfs', idir))
     assert rebuild.returncode == 0, out[-3000:]
     listing = run(['unsquashfs', '-l', str(idir / 'user-software.squashfs')]).stdout
-    assert 'squashfs-root/venv/demo/bin/python' in listing.split()
+    assert 'squashfs-root/user-software/venv/demo/bin/python' in listing.split()
 
 
 def test_a_reinstall_removes_only_what_it_kept_for_running_jobs(tmp_path, demo_sif):

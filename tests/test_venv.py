@@ -50,9 +50,9 @@ def test_manual_procedure_of_the_user_guide(venv_install, wheelhouse):
     inst, idir = venv_install
     out = inst.shell('module load Demo/1.0\nunmake-squashfs\nrm "$CONTAINERROOT/user-software.squashfs"\n'
                      'module load Demo/1.0\npip install -q --no-index --find-links=%s lumi-later\n'
-                     'make-squashfs\nmodule load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
+                     'make-squashfs\nmodule load Demo/1.0\necho "$SINGULARITY_OVERLAY"\n'
                      'python -c "import lumi_top, lumi_later; print(lumi_top.TOP, lumi_later.LATER)"' % wheelhouse)
-    assert 'user-software.squashfs:/user-software:image-src=/' in out.stdout
+    assert '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (idir, idir) in out.stdout
     assert out.stdout.strip().endswith('base+top True')
 
 

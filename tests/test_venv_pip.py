@@ -3,6 +3,7 @@ not; changes to a packed one replace the SquashFS file only when everything work
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -11,8 +12,8 @@ import pytest
 
 from support import require_other_users, require_runtime, require_tools
 from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, write_distribution
-from testkit.install import (LAIF_MODULE, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif, spawn,
-                             local_wheels, slow_step, wait_for, write_wheel)
+from testkit.install import (LAIF_MODULE, RUNTIME, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
+                             run, spawn, local_wheels, slow_step, wait_for, write_wheel)
 from testkit.users import OUTSIDER, give
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -101,6 +102,106 @@ def test_install_and_uninstall_in_a_packed_venv(packed, wheelhouse):
     assert 'lumi-later' not in proc.stdout.split('No module named')[1] and not proc.stderr
 
 
+@pytest.mark.needs('image-src')
+def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed, tmp_path):
+    """A change of a packed venv is a layer, user-software.changes.squashfs, on the SquashFS file as it was: an upgrade
+    removes the old version's files and directories (whiteouts), with no warning, and a package removed, then
+    installed again shows nothing of what the SquashFS file has of it; `singularity exec $SIF` in the shell that
+    loaded the module before sees it; unmake-squashfs unpacks the venv with the change."""
+    inst, idir = packed
+    base = sha256(idir / 'user-software.squashfs')
+    wheels = tmp_path / 'wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-upgraded', '1.0', modules={'old.py': 'OLD = 1\n', 'sub/__init__.py': '', 'sub/a.py': ''})
+    write_wheel(wheels, 'lumi-upgraded', '2.0', modules={'new.py': 'NEW = 2\n'})
+    write_wheel(wheels, 'lumi-base', '2.0', code='NAME = "base 2"\n')
+    options = ' '.join(local_wheels(wheels))
+    check = ('singularity exec "$SIF" /user-software/venv/demo/bin/python -c "import lumi_upgraded.new" && echo new\n'
+             'for m in old sub; do singularity exec "$SIF" /user-software/venv/demo/bin/python -c '
+             '"import lumi_upgraded.$m" 2>/dev/null || echo no $m; done\n')
+    work = tmp_path / 'work'  # venv-pip's node-local storage
+    work.mkdir()
+    give(work, inst.user)
+    proc = inst.module_shell('Demo/1.0', 'export TMPDIR=%s\n' % work +
+                                         'venv-pip install -q %s lumi-upgraded==1.0\n'
+                                         'venv-pip install -q %s lumi-upgraded==2.0\n'
+                                         'venv-pip uninstall -q -y lumi-base\n'
+                                         'venv-pip install -q --no-compile %s lumi-base==2.0\n' % (options, options,
+                                                                                                  options) + check +
+                                         'venv-pip list --format=freeze | grep -e upgraded -e base\n'
+                                         'python -c "import lumi_base; print(lumi_base.NAME)"\n'
+                                         'ls "$TMPDIR" | wc -l\n'
+                                         'echo "$APPTAINER_OVERLAY"\n')
+    assert proc.stdout.splitlines()[-8:] == [
+        'new', 'no old', 'no sub', 'lumi-base==2.0', 'lumi-upgraded==2.0', 'base 2', '0',
+        '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (idir, idir)]
+    assert proc.stderr == ''
+    assert sha256(idir / 'user-software.squashfs') == base
+    whiteouts = run(['unsquashfs', '-lls', str(idir / 'user-software.changes.squashfs')], user=None).stdout
+    assert re.search(r'^c.* squashfs-root/user-software/venv/demo/lib/python[0-9.]*/site-packages/lumi_upgraded/sub$',
+                     whiteouts, re.M)
+
+    out = inst.module_shell('Demo/1.0', 'unmake-squashfs').stdout
+    assert 'It includes the changes in %s/user-software.changes.squashfs.' % idir in out
+    site = next((idir / 'user-software' / 'venv' / 'demo' / 'lib').glob('python*/site-packages'))
+    assert sorted(p.name for p in (site / 'lumi_upgraded').iterdir()) == ['__init__.py', '__pycache__', 'new.py']
+    assert [p.name for p in site.glob('lumi_upgraded-*')] == ['lumi_upgraded-2.0.dist-info']
+    assert sorted(p.name for p in (site / 'lumi_base').iterdir()) == ['__init__.py']  # none of 1.0's __pycache__
+
+
+@pytest.mark.needs('image-src')
+def test_changes_that_grow_are_merged_into_the_squashfs_file(packed, tmp_path):
+    """Once the layer is larger than a quarter of the SquashFS file (and 16 MiB), venv-pip merges both into a new
+    SquashFS file and empties the layer; the next change is a layer again."""
+    inst, idir = packed
+    wheels = tmp_path / 'wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-big', modules={'data.py': 'DATA = %r\n' % os.urandom(9 << 20).hex()})
+    write_wheel(wheels, 'lumi-small')
+    options = ' '.join(local_wheels(wheels))
+    out = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-big\nvenv-pip install -q %s lumi-small\n'
+                                        'python -c "import lumi_big.data, lumi_small; print(len(lumi_big.data.DATA))"'
+                                        % (options, options)).stdout.splitlines()
+    assert out[0].endswith('user-software.squashfs has the change (merged with the earlier ones); new jobs use it (no '
+                           'module reload needed), running ones keep the old one.')
+    assert out[1].endswith('user-software.changes.squashfs has the change; new jobs use it (no module reload '
+                           'needed), running ones keep the old one.')
+    assert out[2] == str(18 << 20)
+    assert (idir / 'user-software.changes.squashfs').stat().st_size < (1 << 20)
+
+
+@pytest.mark.needs('image-src')
+def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, wheelhouse):
+    """A runtime that cannot stack overlays: make-squashfs says so once and makes no layer, the module binds the
+    SquashFS file, and venv-pip repacks the whole venv in a private directory on local storage, or, where none has
+    room, beside the install, saying so; it leaves nothing behind."""
+    inst, idir = packed
+    no_overlays = fake_command(tmp_path / 'no-overlays', 'singularity', (
+        'if [ -n "${APPTAINER_OVERLAY:-}" ]; then echo "FATAL: overlays are not supported here" >&2; exit 255; fi\n'
+        'exec %s "$@"\n') % RUNTIME)
+    out = inst.module_shell('Demo/1.0', 'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/user-software.squashfs"\n'
+                                        'PATH=%s:$PATH make-squashfs\n'
+                                        'rm -r "$CONTAINERROOT/user-software"' % no_overlays).stdout
+    assert ('venv-pip will repack the whole venv for each change: the container runtime does not stack %s/user-software'
+            '.squashfs and a layer on top as overlays here (FATAL: overlays are not supported here).' % idir) in out
+    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
+    no_room = fake_command(tmp_path / 'no-room', 'df', 'echo Avail; echo 0\n')
+    work = tmp_path / 'work'  # venv-pip's node-local storage
+    work.mkdir()
+    give(work, inst.user)
+    proc = inst.module_shell('Demo/1.0', 'export TMPDIR=%s\necho "$SINGULARITY_BINDPATH"\n' % work +
+                                         'PATH=%s:$PATH venv-pip install -q --no-index --find-links=%s lumi-later\n'
+                                         'venv-pip install -q --no-index --find-links=%s lumi-needs-wheel\n'
+                                         'python -c "import lumi_later, lumi_needs_wheel"'
+                             % (no_room, wheelhouse, wheelhouse))
+    assert '%s/user-software.squashfs:/user-software:image-src=/user-software,ro' % idir in proc.stdout
+    assert proc.stdout.count('user-software.squashfs has the change; new jobs use it') == 2
+    assert proc.stderr == ('venv-pip: working in %s: none of %s, /dev/shm and /tmp has the 64 MiB free that it '
+                           'needs\n' % (idir, work))
+    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
+    assert not list(work.iterdir())
+
+
 def test_install_in_an_unpacked_venv(unpacked, wheelhouse):
     inst, idir = unpacked
     out = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-later\n'
@@ -113,7 +214,7 @@ def test_install_in_an_unpacked_venv(unpacked, wheelhouse):
 @pytest.mark.needs('image-src')
 def test_a_failed_install_changes_nothing(packed, wheelhouse):
     inst, idir = packed
-    before = sha256(idir / 'user-software.squashfs')
+    before = [sha256(idir / name) for name in LAYERS]
     proc = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-does-not-exist' % wheelhouse,
                              check=False)
     assert proc.returncode != 0
@@ -121,14 +222,16 @@ def test_a_failed_install_changes_nothing(packed, wheelhouse):
     first_error = next(i for i, line in enumerate(errors) if 'ERROR' in line or 'error' in line)
     assert 'No matching distribution found for lumi-does-not-exist' in ' '.join(errors[first_error:first_error + 2])
     assert errors[-1].startswith('venv-pip: error: pip failed (exit code 1); ')
-    assert errors[-1].endswith('user-software.squashfs was not changed')
-    assert sha256(idir / 'user-software.squashfs') == before
-    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
+    assert errors[-1].endswith('user-software.squashfs and %s/user-software.changes.squashfs were not changed' % idir)
+    assert [sha256(idir / name) for name in LAYERS] == before
+    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == LAYERS
 
 
-def start_venv_pip(inst, wheelhouse, *extra_path):
+def start_venv_pip(inst, wheelhouse, *extra_path, tmpdir=None):
     """venv-pip install lumi-later in the background, in its own process group; (process, its environment)."""
     env = base_env([str(p) for p in extra_path])
+    if tmpdir:
+        env['TMPDIR'] = str(tmpdir)
     command = inst.shell_command('module load Demo/1.0\nexec venv-pip install %s lumi-later'
                                  % ' '.join(local_wheels(wheelhouse)))
     return spawn(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -139,12 +242,16 @@ def start_venv_pip(inst, wheelhouse, *extra_path):
 @pytest.mark.parametrize('step, signum', [('pip', signal.SIGTERM), ('pack', signal.SIGTERM), ('pack', signal.SIGKILL)],
                          ids=['pip-SIGTERM', 'pack-SIGTERM', 'pack-SIGKILL'])
 def test_a_signal_in_the_middle(packed, tmp_path, wheelhouse, step, signum):
-    """Stopped while pip runs or while it packs: the old SquashFS file is untouched and usable. After a SIGTERM
-    nothing is left running or on disk; after a SIGKILL the next run cleans up, and works."""
+    """Stopped while pip runs or while it packs: the old SquashFS files are untouched and usable. After a SIGTERM
+    nothing is left running or on disk (in the install dir or on node-local storage); after a SIGKILL the next run
+    cleans up, and works."""
     inst, idir = packed
-    before = sha256(idir / 'user-software.squashfs')
+    before = [sha256(idir / name) for name in LAYERS]
     slow, started = slow_step(tmp_path, step)
-    proc = start_venv_pip(inst, wheelhouse, slow)
+    work = tmp_path / 'work'  # venv-pip's node-local storage
+    work.mkdir()
+    give(work, inst.user)
+    proc = start_venv_pip(inst, wheelhouse, slow, tmpdir=work)
     wait_for(started.exists, 'venv-pip to reach the slow step')
     if signum == signal.SIGTERM:
         os.kill(proc.pid, signum)  # venv-pip itself, as Slurm at the end of a job, or kill
@@ -154,12 +261,14 @@ def test_a_signal_in_the_middle(packed, tmp_path, wheelhouse, step, signum):
     assert proc.returncode == (143 if signum == signal.SIGTERM else -signal.SIGKILL)
     if signum == signal.SIGTERM:  # venv-pip stopped what it ran: nothing of its session runs on
         wait_for(lambda: not group_alive(proc.pid), 'the processes of venv-pip to end', timeout=10)
-    assert sha256(idir / 'user-software.squashfs') == before
+    assert [sha256(idir / name) for name in LAYERS] == before
     assert inst.module_shell('Demo/1.0', 'python -c "import lumi_base; print(lumi_base.NAME)"').stdout == 'base\n'
     leftovers = [p for p in idir.iterdir() if '.tmp.' in p.name]
-    assert bool(leftovers) == (signum == signal.SIGKILL)
+    assert bool(leftovers) == (signum == signal.SIGKILL) == bool(list(work.iterdir()))
 
-    done = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-later' % wheelhouse)
+    done = inst.module_shell('Demo/1.0', 'TMPDIR=%s venv-pip install --no-index --find-links=%s lumi-later'
+                             % (work, wheelhouse))
+    assert not list(work.iterdir())
     for leftover in leftovers:
         assert 'Removing %s, left by an interrupted run.' % leftover in done.stdout
     assert 'waiting' not in done.stderr  # the lock went with the stopped run
@@ -190,7 +299,7 @@ def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheelhouse
     slow = fake_command(tmp_path / 'slow', 'mksquashfs',
                         ': > "$2"\nsleep 2\nexec %s "$@"\n' % shutil.which('mksquashfs'))
     first = start_venv_pip(inst, wheelhouse, slow)
-    wait_for(lambda: list(idir.glob('user-software.squashfs.tmp.*')), 'the first venv-pip to start packing')
+    wait_for(lambda: list(idir.glob('user-software*.squashfs.tmp.*')), 'the first venv-pip to start packing')
     second = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-needs-wheel' % wheelhouse)
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
@@ -325,7 +434,8 @@ def test_in_a_laif_module(tmp_path, laif_sif, laif_wheels, eb_version):
     assert 'Requirement already satisfied: laif-base in /opt/venv/lib/' in out
     assert '/user-software/venv/pytorch/lib/python3.11/site-packages/laif_extra/__init__.py 1.0\n' in out
     assert {'laif-extra==1.0', 'laif-base==1.0', 'laif-top==1.0'} <= set(out.split())
-    assert ('user-software.squashfs has the change' in out) == SQUASHFS_WORKS  # packed where the runtime can
+    # packed where the runtime can, the change a layer
+    assert ('user-software.changes.squashfs has the change' in out) == SQUASHFS_WORKS
 
 
 def squashfs_modes(squashfs):
@@ -340,7 +450,7 @@ def test_what_venv_pip_adds_is_readable_for_all_under_umask_077(packed, wheelhou
     """Others of a project read a shared install: what venv-pip adds is readable for them, whatever the umask."""
     inst, idir = packed
     inst.module_shell('Demo/1.0', 'umask 077\nvenv-pip install -q --no-index --find-links=%s lumi-later' % wheelhouse)
-    added = {path: mode for path, mode in squashfs_modes(idir / 'user-software.squashfs').items()
+    added = {path: mode for path, mode in squashfs_modes(idir / 'user-software.changes.squashfs').items()
              if 'lumi_later' in path}
     assert added and all(mode[7] == 'r' for mode in added.values()), added
 

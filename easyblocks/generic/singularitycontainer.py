@@ -2225,12 +2225,15 @@ use_for_user_software() {
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
 # The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
-# ($squashfs, $changes) and the directories $@ on top of them, instead of a bind at /user-software
+# ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software
 set_overlays() {
     local IFS=, entry entries kept=()
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        [ "$entry" = "$squashfs:ro" ] || [ "$entry" = "$changes:ro" ] || [ -z "$entry" ] || kept+=("$entry")
+        case "$entry" in
+            "$squashfs:ro" | "$changes:ro" | "${work:-/}"/* | '') ;;
+            *) kept+=("$entry") ;;
+        esac
     done
     kept+=("$@")
     SINGULARITY_OVERLAY="${kept[*]}"
@@ -2239,7 +2242,7 @@ set_overlays() {
 }
 use_layers() {
     set_overlays "$squashfs:ro" "$changes:ro" "$@"
-    use_for_user_software
+    use_for_user_software ""  # (no bind there)
 }
 drop_layers() {
     set_overlays
@@ -2282,8 +2285,9 @@ LAYERS_TEMPLATE = r'''
 # overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
 # $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
 # they are then: venv-pip replaces one file at a time, each change whole.
+# (the root of a layer is the container's /)
 squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
-    -force-uid "$(id -u)" -force-gid "$(id -g)" @mksquashfs_options@)
+    -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
 
 layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
     unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
@@ -2324,24 +2328,37 @@ apply_upper() {
     done < <(find "$1" -type c -print0)
     cp -a "$1/." "$2/"
 }
+# A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
+# of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list $2
+hide_below_new_directories() {
+    local path entry
+    LC_ALL=C sort -u "$2" | while IFS= read -r path; do
+        if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+            unsquashfs -l "$3" "$path" | sed -n "s|^squashfs-root/||p" | while IFS= read -r entry; do
+                if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
+                    echo "$entry"
+                fi
+            done
+        fi
+    done >>"$2"
+}
 # Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
 # not below another one)
 pack_layer() {
     local pseudo="$1.whiteouts" path
-    sort -u "$2" | awk '{ n = split($0, part, "/"); above = ""
-                          for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
-                          gone[$0] = 1; print }' | while IFS= read -r path; do
-        if [ ! -e "$1/$path" ] && [ ! -L "$1/$path" ]; then
-            mkdir -p -- "$(dirname -- "$1/$path")"
-            printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
-        fi
+    LC_ALL=C sort -u "$2" | while IFS= read -r path; do
+        [ -e "$1/$path" ] || [ -L "$1/$path" ] || echo "$path"
+    done | awk '{ n = split($0, part, "/"); above = ""
+                 for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
+                 gone[$0] = 1; print }' | while IFS= read -r path; do
+        mkdir -p -- "$(dirname -- "$1/$path")"
+        printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
     done >"$pseudo"
-    chmod 0755 "$1"  # the root of the layer is the container's /
     mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
 }
 empty_layer() {  # the layer $1 that changes nothing
     local empty
-    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") && chmod 0755 "$empty" &&
+    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") &&
         mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
     local status=$?
     rm -rf "$empty"
@@ -2351,7 +2368,10 @@ empty_layer() {  # the layer $1 that changes nothing
 # that mounts overlays in a user namespace); says why not on stdout
 layers_stack() {
     local runtime output
-    runtime=$(command -v singularity || command -v apptainer) || { echo "no singularity or apptainer on PATH"; return 1; }
+    if ! runtime=$(command -v singularity || command -v apptainer); then
+        echo "no singularity or apptainer on PATH"
+        return 1
+    fi
     output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$squashfs:ro,$changes:ro" \
         APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1) && return 0
     echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
@@ -2368,7 +2388,9 @@ make_workdir() {
     local need=$1 place free old run
     work=
     for place in "${TMPDIR:-}" /dev/shm /tmp; do
-        [ -n "$place" ] && [ -d "$place" ] && [ -w "$place" ] || continue
+        if [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ]; then
+            continue
+        fi
         # what an earlier run of yours that was killed left here
         for old in "$place/venv-pip.$(hostname)".*.*; do
             run=${old%.*}
@@ -2381,8 +2403,8 @@ make_workdir() {
             work=$(mktemp -d "$place/venv-pip.$(hostname).$$.XXXXXX") && return 0
         fi
     done
-    echo "${0##*/}: working in $root: none of ${TMPDIR:+$TMPDIR, }/dev/shm and /tmp has the $(( need >> 20 )) MiB free" \
-        "that it needs" >&2
+    echo "${0##*/}: working in $root: none of ${TMPDIR:+$TMPDIR, }/dev/shm and /tmp has the" \
+        "$(( need >> 20 )) MiB free that it needs" >&2
     work="$dir.venv-pip.tmp.$(hostname).$$"
     mkdir -m 0700 "$work"
 }
@@ -2394,7 +2416,7 @@ clean_workdir() {  # the overlay's work directory is mode 000
 '''
 
 # Run by venv-pip in the container (python -c): pip on a writable overlay of the packed venv.
-OVERLAY_PYTHON = r'''"""A module (pip, or the venv's image commands) run by the venv's Python on a writable overlay of the packed venv.
+OVERLAY_PYTHON = r'''"""pip (or another module) run by the venv's Python on a writable overlay of the packed venv.
 
 Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c <this> MODULE ARGS...` with the
 packed venv's layers as read-only overlays and a writable directory on top, so that the directory gets exactly the
@@ -2588,6 +2610,7 @@ in_background() {
 }
 stop() {
     if [ -n "$child" ]; then
+        pkill -TERM -P "$child" 2>/dev/null || true  # (what a function run in the background started)
         kill "$child" 2>/dev/null || true
         wait "$child" 2>/dev/null || true
     fi
@@ -2653,8 +2676,10 @@ pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, bec
     unsquashfs -l "$new" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
         die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
     [ ! -f "$changes" ] || empty_layer "$new_changes" || die "cannot write $new_changes; $squashfs was not changed"
-    replace "$new" "$squashfs"
+    # The layer first: a job starting in between gets the venv as it was before these changes, not the new file with
+    # the old changes on top again
     [ ! -f "$changes" ] || replace "$new_changes" "$changes"
+    replace "$new" "$squashfs"
 }
 
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
@@ -2669,15 +2694,16 @@ change_in_layers() {
         echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
         exit "$status"
     fi
-    in_background in_overlay @image_commands_module@ ||
-        die "the image's commands could not be given to $venv; $squashfs and $changes were not changed"
     upper="$work/overlay/upper"
     if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
-        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python" >&2
+        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python"
+        drop_layers
         clean_workdir "$work"
         change_by_repacking "$@"
         return
     fi
+    in_background in_overlay @image_commands_module@ ||
+        die "the image's commands could not be given to $venv; $squashfs and $changes were not changed"
     if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
         echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
         exit 0
@@ -2687,6 +2713,7 @@ change_in_layers() {
     layer_whiteouts "$changes" >"$work/removed"
     in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
     apply_upper "$upper" "$tree" "$work/removed"
+    hide_below_new_directories "$tree" "$work/removed" "$squashfs"
     in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
@@ -2699,7 +2726,8 @@ change_in_layers() {
     mkdir "$tree"
     in_background unsquashfs -no-progress -quiet -dest "$tree" -f "$squashfs" >/dev/null ||
         die "cannot unpack $squashfs; nothing was changed"
-    in_background apply_layer "$new_changes" "$tree" || die "cannot merge the change into $squashfs; nothing was changed"
+    in_background apply_layer "$new_changes" "$tree" ||
+        die "cannot merge the change into $squashfs; nothing was changed"
     pack_base "$tree"
     echo "venv-pip: $squashfs has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
@@ -2734,6 +2762,7 @@ command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 # This install stacks layers (it has $changes), or its installation asks for them: checked below
 layers=
+# shellcheck disable=SC2198  # @try_layers@ is a variable name, filled at install
 if [ -f "$changes" ] || [ "${@try_layers@:-}" = yes ]; then
     layers=yes
 fi
@@ -2747,7 +2776,8 @@ trap 'exit 143' TERM
 share_modes "$dir"
 echo "Packing $dir into $squashfs with ${SLURM_CPUS_PER_TASK:-$(nproc)} processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
-mksquashfs "$dir" "$tmp" "${squash_options[@]}" -keep-as-directory >/dev/null || die "mksquashfs failed; nothing was changed"
+mksquashfs "$dir" "$tmp" "${squash_options[@]}" -keep-as-directory >/dev/null ||
+    die "mksquashfs failed; nothing was changed"
 [ -z "$layers" ] || empty_layer "$tmp_changes" || die "cannot write $tmp_changes; nothing was changed"
 # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
 # dir is, so that venv-pip keeps it so)

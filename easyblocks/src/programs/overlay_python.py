@@ -1,4 +1,4 @@
-"""A module (pip, or the venv's image commands) run by the venv's Python on a writable overlay of the packed venv.
+"""pip (or another module) run by the venv's Python on a writable overlay of the packed venv.
 
 Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c <this> MODULE ARGS...` with the
 packed venv's layers as read-only overlays and a writable directory on top, so that the directory gets exactly the

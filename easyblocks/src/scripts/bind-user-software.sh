@@ -20,12 +20,15 @@ use_for_user_software() {
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
 # The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
-# ($squashfs, $changes) and the directories $@ on top of them, instead of a bind at /user-software
+# ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software
 set_overlays() {
     local IFS=, entry entries kept=()
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        [ "$entry" = "$squashfs:ro" ] || [ "$entry" = "$changes:ro" ] || [ -z "$entry" ] || kept+=("$entry")
+        case "$entry" in
+            "$squashfs:ro" | "$changes:ro" | "${work:-/}"/* | '') ;;
+            *) kept+=("$entry") ;;
+        esac
     done
     kept+=("$@")
     SINGULARITY_OVERLAY="${kept[*]}"
@@ -34,7 +37,7 @@ set_overlays() {
 }
 use_layers() {
     set_overlays "$squashfs:ro" "$changes:ro" "$@"
-    use_for_user_software
+    use_for_user_software ""  # (no bind there)
 }
 drop_layers() {
     set_overlays

@@ -76,6 +76,7 @@ in_background() {
 }
 stop() {
     if [ -n "$child" ]; then
+        pkill -TERM -P "$child" 2>/dev/null || true  # (what a function run in the background started)
         kill "$child" 2>/dev/null || true
         wait "$child" 2>/dev/null || true
     fi
@@ -141,8 +142,10 @@ pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, bec
     unsquashfs -l "$new" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
         die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
     [ ! -f "$changes" ] || empty_layer "$new_changes" || die "cannot write $new_changes; $squashfs was not changed"
-    replace "$new" "$squashfs"
+    # The layer first: a job starting in between gets the venv as it was before these changes, not the new file with
+    # the old changes on top again
     [ ! -f "$changes" ] || replace "$new_changes" "$changes"
+    replace "$new" "$squashfs"
 }
 
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
@@ -157,15 +160,16 @@ change_in_layers() {
         echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
         exit "$status"
     fi
-    in_background in_overlay @image_commands_module@ ||
-        die "the image's commands could not be given to $venv; $squashfs and $changes were not changed"
     upper="$work/overlay/upper"
     if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
-        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python" >&2
+        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python"
+        drop_layers
         clean_workdir "$work"
         change_by_repacking "$@"
         return
     fi
+    in_background in_overlay @image_commands_module@ ||
+        die "the image's commands could not be given to $venv; $squashfs and $changes were not changed"
     if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
         echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
         exit 0
@@ -175,6 +179,7 @@ change_in_layers() {
     layer_whiteouts "$changes" >"$work/removed"
     in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
     apply_upper "$upper" "$tree" "$work/removed"
+    hide_below_new_directories "$tree" "$work/removed" "$squashfs"
     in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
@@ -187,7 +192,8 @@ change_in_layers() {
     mkdir "$tree"
     in_background unsquashfs -no-progress -quiet -dest "$tree" -f "$squashfs" >/dev/null ||
         die "cannot unpack $squashfs; nothing was changed"
-    in_background apply_layer "$new_changes" "$tree" || die "cannot merge the change into $squashfs; nothing was changed"
+    in_background apply_layer "$new_changes" "$tree" ||
+        die "cannot merge the change into $squashfs; nothing was changed"
     pack_base "$tree"
     echo "venv-pip: $squashfs has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."

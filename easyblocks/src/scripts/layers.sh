@@ -4,8 +4,9 @@
 # overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
 # $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
 # they are then: venv-pip replaces one file at a time, each change whole.
+# (the root of a layer is the container's /)
 squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
-    -force-uid "$(id -u)" -force-gid "$(id -g)" @mksquashfs_options@)
+    -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
 
 layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
     unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
@@ -46,24 +47,37 @@ apply_upper() {
     done < <(find "$1" -type c -print0)
     cp -a "$1/." "$2/"
 }
+# A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
+# of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list $2
+hide_below_new_directories() {
+    local path entry
+    LC_ALL=C sort -u "$2" | while IFS= read -r path; do
+        if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+            unsquashfs -l "$3" "$path" | sed -n "s|^squashfs-root/||p" | while IFS= read -r entry; do
+                if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
+                    echo "$entry"
+                fi
+            done
+        fi
+    done >>"$2"
+}
 # Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
 # not below another one)
 pack_layer() {
     local pseudo="$1.whiteouts" path
-    sort -u "$2" | awk '{ n = split($0, part, "/"); above = ""
-                          for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
-                          gone[$0] = 1; print }' | while IFS= read -r path; do
-        if [ ! -e "$1/$path" ] && [ ! -L "$1/$path" ]; then
-            mkdir -p -- "$(dirname -- "$1/$path")"
-            printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
-        fi
+    LC_ALL=C sort -u "$2" | while IFS= read -r path; do
+        [ -e "$1/$path" ] || [ -L "$1/$path" ] || echo "$path"
+    done | awk '{ n = split($0, part, "/"); above = ""
+                 for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
+                 gone[$0] = 1; print }' | while IFS= read -r path; do
+        mkdir -p -- "$(dirname -- "$1/$path")"
+        printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
     done >"$pseudo"
-    chmod 0755 "$1"  # the root of the layer is the container's /
     mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
 }
 empty_layer() {  # the layer $1 that changes nothing
     local empty
-    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") && chmod 0755 "$empty" &&
+    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") &&
         mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
     local status=$?
     rm -rf "$empty"
@@ -73,7 +87,10 @@ empty_layer() {  # the layer $1 that changes nothing
 # that mounts overlays in a user namespace); says why not on stdout
 layers_stack() {
     local runtime output
-    runtime=$(command -v singularity || command -v apptainer) || { echo "no singularity or apptainer on PATH"; return 1; }
+    if ! runtime=$(command -v singularity || command -v apptainer); then
+        echo "no singularity or apptainer on PATH"
+        return 1
+    fi
     output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$squashfs:ro,$changes:ro" \
         APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1) && return 0
     echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1

@@ -14,6 +14,7 @@ command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 # This install stacks layers (it has $changes), or its installation asks for them: checked below
 layers=
+# shellcheck disable=SC2198  # @try_layers@ is a variable name, filled at install
 if [ -f "$changes" ] || [ "${@try_layers@:-}" = yes ]; then
     layers=yes
 fi
@@ -27,7 +28,8 @@ trap 'exit 143' TERM
 share_modes "$dir"
 echo "Packing $dir into $squashfs with ${SLURM_CPUS_PER_TASK:-$(nproc)} processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
-mksquashfs "$dir" "$tmp" "${squash_options[@]}" -keep-as-directory >/dev/null || die "mksquashfs failed; nothing was changed"
+mksquashfs "$dir" "$tmp" "${squash_options[@]}" -keep-as-directory >/dev/null ||
+    die "mksquashfs failed; nothing was changed"
 [ -z "$layers" ] || empty_layer "$tmp_changes" || die "cannot write $tmp_changes; nothing was changed"
 # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
 # dir is, so that venv-pip keeps it so)

@@ -5,7 +5,9 @@ make_workdir() {
     local need=$1 place free old run
     work=
     for place in "${TMPDIR:-}" /dev/shm /tmp; do
-        [ -n "$place" ] && [ -d "$place" ] && [ -w "$place" ] || continue
+        if [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ]; then
+            continue
+        fi
         # what an earlier run of yours that was killed left here
         for old in "$place/venv-pip.$(hostname)".*.*; do
             run=${old%.*}
@@ -18,8 +20,8 @@ make_workdir() {
             work=$(mktemp -d "$place/venv-pip.$(hostname).$$.XXXXXX") && return 0
         fi
     done
-    echo "${0##*/}: working in $root: none of ${TMPDIR:+$TMPDIR, }/dev/shm and /tmp has the $(( need >> 20 )) MiB free" \
-        "that it needs" >&2
+    echo "${0##*/}: working in $root: none of ${TMPDIR:+$TMPDIR, }/dev/shm and /tmp has the" \
+        "$(( need >> 20 )) MiB free that it needs" >&2
     work="$dir.venv-pip.tmp.$(hostname).$$"
     mkdir -m 0700 "$work"
 }
