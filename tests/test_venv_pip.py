@@ -122,16 +122,16 @@ def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed,
     work = tmp_path / 'work'  # venv-pip's node-local storage
     work.mkdir()
     give(work, inst.user)
-    proc = inst.module_shell('Demo/1.0', 'export TMPDIR=%s\n' % work +
-                                         'venv-pip install -q %s lumi-upgraded==1.0\n'
-                                         'venv-pip install -q %s lumi-upgraded==2.0\n'
-                                         'venv-pip uninstall -q -y lumi-base\n'
-                                         'venv-pip install -q --no-compile %s lumi-base==2.0\n' % (options, options,
-                                                                                                  options) + check +
-                                         'venv-pip list --format=freeze | grep -e upgraded -e base\n'
-                                         'python -c "import lumi_base; print(lumi_base.NAME)"\n'
-                                         'ls "$TMPDIR" | wc -l\n'
-                                         'echo "$APPTAINER_OVERLAY"\n')
+    changes = ('export TMPDIR={work}\n'
+               'venv-pip install -q {options} lumi-upgraded==1.0\n'
+               'venv-pip install -q {options} lumi-upgraded==2.0\n'
+               'venv-pip uninstall -q -y lumi-base\n'
+               'venv-pip install -q --no-compile {options} lumi-base==2.0\n').format(work=work, options=options)
+    proc = inst.module_shell('Demo/1.0', changes + check + (
+        'venv-pip list --format=freeze | grep -e upgraded -e base\n'
+        'python -c "import lumi_base; print(lumi_base.NAME)"\n'
+        'ls "$TMPDIR" | wc -l\n'
+        'echo "$APPTAINER_OVERLAY"\n'))
     assert proc.stdout.splitlines()[-8:] == [
         'new', 'no old', 'no sub', 'lumi-base==2.0', 'lumi-upgraded==2.0', 'base 2', '0',
         '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (idir, idir)]

@@ -2002,12 +2002,11 @@ REMOVE_LEFTOVERS = r'''remove_leftovers() {
 
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
 USER_SOFTWARE_PATHS_TEMPLATE = r'''# The install dir this script lives in (module loaded or not), with the venv
-# unpacked in @us_dir@/ or packed in @us_squashfs@ (with @us_changes@ on top, see LAYERS).
+# unpacked in @us_dir@/ or packed in @us_squashfs@ (with the changes on top, see LAYERS).
 root=$(readlink -f "${BASH_SOURCE[0]}")
 root=${root%/*/*}
 dir="$root/@us_dir@"
-squashfs="$root/@us_squashfs@"
-changes="$root/@us_changes@"'''
+squashfs="$root/@us_squashfs@"'''
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken.
@@ -2285,6 +2284,7 @@ LAYERS_TEMPLATE = r'''
 # overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
 # $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
 # they are then: venv-pip replaces one file at a time, each change whole.
+changes="$root/@us_changes@"
 # (the root of a layer is the container's /)
 squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
     -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
@@ -2331,8 +2331,9 @@ apply_upper() {
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
 # of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list $2
 hide_below_new_directories() {
-    local path entry
-    LC_ALL=C sort -u "$2" | while IFS= read -r path; do
+    local path entry listed
+    listed=$(LC_ALL=C sort -u "$2")
+    while IFS= read -r path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             unsquashfs -l "$3" "$path" | sed -n "s|^squashfs-root/||p" | while IFS= read -r entry; do
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
@@ -2340,7 +2341,7 @@ hide_below_new_directories() {
                 fi
             done
         fi
-    done >>"$2"
+    done <<<"$listed" >>"$2"
 }
 # Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
 # not below another one)
@@ -3330,8 +3331,9 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------------------------------------------------------
 
 USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE,
-                                    us_squashfs=USER_SOFTWARE_SQUASHFS, us_changes=USER_SOFTWARE_CHANGES)
-LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
+                                    us_squashfs=USER_SOFTWARE_SQUASHFS)
+LAYERS = fill_template(LAYERS_TEMPLATE, us_changes=USER_SOFTWARE_CHANGES, mksquashfs_options=MKSQUASHFS_OPTIONS,
+                       record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK)
 LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
                                                             holds_lock=INSTALL_HOLDS_LOCK)

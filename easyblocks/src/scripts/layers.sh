@@ -4,6 +4,7 @@
 # overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
 # $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
 # they are then: venv-pip replaces one file at a time, each change whole.
+changes="$root/@us_changes@"
 # (the root of a layer is the container's /)
 squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
     -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
@@ -50,8 +51,9 @@ apply_upper() {
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
 # of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list $2
 hide_below_new_directories() {
-    local path entry
-    LC_ALL=C sort -u "$2" | while IFS= read -r path; do
+    local path entry listed
+    listed=$(LC_ALL=C sort -u "$2")
+    while IFS= read -r path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             unsquashfs -l "$3" "$path" | sed -n "s|^squashfs-root/||p" | while IFS= read -r entry; do
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
@@ -59,7 +61,7 @@ hide_below_new_directories() {
                 fi
             done
         fi
-    done >>"$2"
+    done <<<"$listed" >>"$2"
 }
 # Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
 # not below another one)
