@@ -2305,7 +2305,11 @@ apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, w
         [ -z "$path" ] || rm -rf -- "${2:?}/$path"
     done <<<"$whiteouts"
     # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
-    unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts") "$1" >/dev/null
+    if [ -n "$whiteouts" ]; then
+        unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts") "$1" >/dev/null
+    else
+        unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
+    fi
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
 # $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.
@@ -2334,7 +2338,7 @@ hide_below_new_directories() {
     local path entry listed
     listed=$(LC_ALL=C sort -u "$2")
     while IFS= read -r path; do
-        if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+        if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             unsquashfs -l "$3" "$path" | sed -n "s|^squashfs-root/||p" | while IFS= read -r entry; do
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
                     echo "$entry"
@@ -2713,8 +2717,8 @@ change_in_layers() {
     mkdir "$tree"
     layer_whiteouts "$changes" >"$work/removed"
     in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
-    apply_upper "$upper" "$tree" "$work/removed"
-    hide_below_new_directories "$tree" "$work/removed" "$squashfs"
+    { apply_upper "$upper" "$tree" "$work/removed" && hide_below_new_directories "$tree" "$work/removed" "$squashfs"; } ||
+        die "cannot put the change together in $work; nothing was changed"
     in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
