@@ -201,9 +201,9 @@ def test_wrapper_errors(demo_install):
     assert 'container image /nonexistent/x.sif not found' in proc.stderr
 
 
-def test_sif_fallback_to_central_dir(tmp_path, demo_sif):
+def test_sif_fallback_to_central_dir(tmp_path, fresh_demo):
     require_runtime()
-    inst, idir = install_demo(tmp_path, demo_sif)
+    inst, idir = fresh_demo
     central = tmp_path / 'repo' / 'easybuild-sif-images'
     central.mkdir(parents=True)
     shutil.copy(idir / 'demo.sif', central / 'demo.sif')
