@@ -10,7 +10,8 @@ from _pytest.tmpdir import TempPathFactory
 from support import IN_CI, require, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND, make_test_sif
 from testkit.install import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,
-                             TORCH_IN_CONTAINER, TORCH_SITE, Missing, install_demo, write_wheel)
+                             TORCH_IN_CONTAINER, TORCH_SITE, Missing, demo_easyconfig, install_demo, install_laif,
+                             write_wheel)
 from testkit.slurm import SLURM_COMMANDS, SlurmCluster
 from testkit.users import OWNER, give, missing_users, user
 
@@ -97,6 +98,24 @@ def laif_wheels(tmp_path_factory):
     return wheels
 
 
+@pytest.fixture(scope='session')
+def laif_installs(tmp_path_factory, laif_sif, laif_wheels):
+    """laif_installs(eb_version): (Installation, install dir, central image) of the LAIF-like image installed as the
+    LAIF easyconfigs do it (testkit.install.install_laif; Lua modules with EasyBuild 5, Tcl with 4.9), once a
+    session for each EasyBuild version. The tests that take it change nothing for good (what they change, they put
+    back)."""
+    installs = {}
+
+    def installed(eb_version):
+        if eb_version not in installs:
+            require_runtime()
+            require_tools('mksquashfs', 'unsquashfs')
+            installs[eb_version] = install_laif(tmp_path_factory.mktemp('laif'), laif_sif, laif_wheels,
+                                                eb_version=eb_version, syntax='Lua' if eb_version == '5' else 'Tcl')
+        return installs[eb_version]
+    return installed
+
+
 @pytest.fixture(scope='module', params=['5', '4.9'], ids=['eb5', 'eb4.9'])
 def eb_version(request):
     """Tests that take this run with EasyBuild 5.x and 4.9.4 (LUMI/24.03 and 24.11 use 4.9)."""
@@ -133,13 +152,32 @@ def slurm():
     cluster.stop()
 
 
-@pytest.fixture(scope='module')
-def demo_install(tmp_path_factory, demo_sif):
-    """The demo image installed once with EasyBuild 5 and Lua modules."""
-    require_runtime()
-    require_tools('mksquashfs', 'unsquashfs')
-    return install_demo(tmp_path_factory.mktemp('demo'), demo_sif, container_env={'DEMO_VAR': 'a b "c"'},
-                        container_env_defaults={'DEMO_DEFAULT': LITERAL_DEFAULT})
+@pytest.fixture(scope='session')
+def container_modules(tmp_path_factory, demo_sif):
+    """container_modules(eb_version, syntax): (Installation, Demo's install dir) of Demo/1.0 (container_env and
+    container_env_defaults set) and Other/1.0, two container modules in one prefix (one family), installed once a
+    session for each EasyBuild version and module syntax (each install takes two eb runs). The tests that take them
+    only load the modules and read the installs: a test that changes an install installs its own."""
+    installs = {}
+
+    def installed(eb_version, syntax):
+        if (eb_version, syntax) not in installs:
+            require_runtime()
+            require_tools('mksquashfs', 'unsquashfs')
+            inst, idir = install_demo(tmp_path_factory.mktemp('modules'), demo_sif, eb_version=eb_version,
+                                      syntax=syntax, container_env={'DEMO_VAR': 'a b "c"'},
+                                      container_env_defaults={'DEMO_DEFAULT': LITERAL_DEFAULT})
+            (inst.sources / 'other.sif').write_bytes(demo_sif.read_bytes())
+            inst.eb(inst.write_easyconfig('Other-1.0.eb', demo_easyconfig(name='Other', sif='other.sif')))
+            installs[eb_version, syntax] = inst, idir
+        return installs[eb_version, syntax]
+    return installed
+
+
+@pytest.fixture(scope='session')
+def demo_install(container_modules):
+    """The demo image installed once with EasyBuild 5 and Lua modules (container_modules('5', 'Lua'))."""
+    return container_modules('5', 'Lua')
 
 
 def pytest_configure(config):

@@ -19,7 +19,7 @@ import pytest
 
 from generator.easyblock import easyblock
 from support import require_other_users, require_tools
-from testkit.install import base_env, demo_easyconfig, install_demo, run
+from testkit.install import base_env, run
 from testkit.users import OUTSIDER, OWNER, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -49,12 +49,9 @@ USE_EVERY_WAY = '\n'.join([HOST_SHOW, 'python -c %s wrapper' % shlex.quote(USE_C
 
 @pytest.fixture(scope='module', params=[('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua')], ids=['eb5-lua', 'eb5-tcl',
                                                                                           'eb4.9-lua'])
-def modules(request, tmp_path_factory, demo_sif):
-    """Demo/1.0 and Other/1.0, two container modules in one prefix (one family)."""
-    eb_version, syntax = request.param
-    inst, idir = install_demo(tmp_path_factory.mktemp('caches'), demo_sif, eb_version=eb_version, syntax=syntax)
-    (inst.sources / 'other.sif').write_bytes(demo_sif.read_bytes())
-    inst.eb(inst.write_easyconfig('Other-1.0.eb', demo_easyconfig(name='Other', sif='other.sif')))
+def modules(request, container_modules):
+    """Demo/1.0 and Other/1.0, two container modules in one prefix (one family; tests/conftest.py)."""
+    inst, _ = container_modules(*request.param)
     return inst
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.install import (LAIF_MODULE, LMOD_INIT, Installation, demo_easyconfig, fake_command, install_laif, run,
+from testkit.install import (LAIF_MODULE, LMOD_INIT, Installation, demo_easyconfig, fake_command, run,
                              torch_bind)
 from testkit.users import give, user
 
@@ -407,10 +407,11 @@ print("rank %s on %s: laif_upgrade %s, runscript %s, FI_HMEM_DISABLE_P2P %s, tor
 
 
 @pytest.fixture(scope='module')
-def laif_pytorch(tmp_path_factory, laif_sif, laif_wheels):
-    """The LAIF-like image installed as the LAIF easyconfigs do it, with torch from the host on its PYTHONPATH."""
-    root = tmp_path_factory.mktemp('laif-slurm')
-    inst, _, _ = install_laif(root, laif_sif, laif_wheels)
+def laif_pytorch(laif_installs):
+    """The LAIF-like image installed as the LAIF easyconfigs do it, with torch from the host on its PYTHONPATH (with
+    EasyBuild 5, as tests/test_laif.py has it)."""
+    inst, _, _ = laif_installs('5')
+    root = inst.root
     (root / 'ddp_check.py').write_text(DDP_CHECK)
     (root / 'show_laif.py').write_text(SHOW_LAIF)
     return inst, root

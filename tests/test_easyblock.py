@@ -24,12 +24,32 @@ ARGS = ['a b', "it's", '"quoted"', '$HOME', '*', '', 'back\\slash', '`date`']
 SHOW_ARGS = 'import json, sys; print(json.dumps(sys.argv[1:]))'
 
 
-@pytest.mark.parametrize('eb_version,syntax', [('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua'), ('4.9', 'Tcl')])
-def test_module_contract(tmp_path, demo_sif, eb_version, syntax):
-    """module load sets exactly the contract, on top of the user's binds; unload gives the user's values back."""
+@pytest.fixture(scope='module')
+def pristine_demo(tmp_path_factory, demo_sif):
+    """install_demo's Demo/1.0, installed once, and a copy of its whole root as it was (owners, modes and times
+    kept) beside it."""
     require_runtime()
-    inst, idir = install_demo(tmp_path, demo_sif, eb_version=eb_version, syntax=syntax,
-                              container_env={'DEMO_VAR': 'a b "c"'})
+    inst, idir = install_demo(tmp_path_factory.mktemp('fresh-demo'), demo_sif)
+    pristine = inst.root.with_name(inst.root.name + '.pristine')
+    run(['cp', '-a', str(inst.root), str(pristine)], user=None)
+    return inst, idir, pristine
+
+
+@pytest.fixture
+def fresh_demo(pristine_demo):
+    """install_demo's Demo/1.0 as eb left it, for a test that changes it: after the test, the root is put back as
+    it was (a copy at the same path: the install dir's paths are written into its module and scripts), which is
+    quicker than another eb."""
+    inst, idir, pristine = pristine_demo
+    yield inst, idir
+    shutil.rmtree(inst.root)
+    run(['cp', '-a', str(pristine), str(inst.root)], user=None)
+
+
+@pytest.mark.parametrize('eb_version,syntax', [('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua'), ('4.9', 'Tcl')])
+def test_module_contract(container_modules, eb_version, syntax):
+    """module load sets exactly the contract, on top of the user's binds; unload gives the user's values back."""
+    inst, idir = container_modules(eb_version, syntax)  # DEMO_VAR: 'a b "c"'
     names = ['SIF', 'SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'RUNSCRIPTSDEMO', 'SINGULARITY_BINDPATH',
              'SINGULARITYENV_PREPEND_PATH', 'SINGULARITYENV_VIRTUAL_ENV', 'SINGULARITYENV_DEMO_VAR']
     # the host's Python by its full path: python3 itself is a wrapper once the module is loaded
@@ -201,9 +221,9 @@ def test_wrapper_errors(demo_install):
     assert 'container image /nonexistent/x.sif not found' in proc.stderr
 
 
-def test_sif_fallback_to_central_dir(tmp_path, demo_sif):
+def test_sif_fallback_to_central_dir(tmp_path, fresh_demo):
     require_runtime()
-    inst, idir = install_demo(tmp_path, demo_sif)
+    inst, idir = fresh_demo
     central = tmp_path / 'repo' / 'easybuild-sif-images'
     central.mkdir(parents=True)
     shutil.copy(idir / 'demo.sif', central / 'demo.sif')
@@ -286,10 +306,10 @@ def test_missing_source(tmp_path):
 
 
 @pytest.mark.needs('image-src')
-def test_make_and_unmake_squashfs(tmp_path, demo_sif):
+def test_make_and_unmake_squashfs(tmp_path, fresh_demo):
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
-    inst, idir = install_demo(tmp_path, demo_sif)
+    inst, idir = fresh_demo
     make, unmake = str(idir / 'bin' / 'make-squashfs'), str(idir / 'bin' / 'unmake-squashfs')
     (idir / 'user-software' / 'marker').write_text('mine')
 
@@ -324,9 +344,9 @@ def test_make_and_unmake_squashfs(tmp_path, demo_sif):
     assert proc.returncode != 0 and 'there is no %s/user-software to pack' % idir in proc.stderr
 
 
-def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, demo_sif):
+def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, fresh_demo):
     require_runtime()
-    inst, idir = install_demo(tmp_path, demo_sif)
+    inst, idir = fresh_demo
     fake = failing_mksquashfs(tmp_path / 'fakebin')
     env = base_env([str(fake)])
     proc = run([str(idir / 'bin' / 'make-squashfs')], env=env, check=False)
@@ -422,12 +442,12 @@ def test_easyblock_imports_only_easybuild_and_stdlib():
     assert modules <= set(sys.stdlib_module_names) | {'easybuild'}, modules
 
 
-def test_make_squashfs_after_a_killed_run(tmp_path, demo_sif):
+def test_make_squashfs_after_a_killed_run(tmp_path, fresh_demo):
     """SIGKILL (which no trap catches) leaves user-software.squashfs.tmp.<host>.<pid> behind: the next run removes
     it; one that is still being written stops the run; one of another host is reported, not touched."""
     require_runtime()
     require_tools('mksquashfs')
-    inst, idir = install_demo(tmp_path, demo_sif)
+    inst, idir = fresh_demo
     make = str(idir / 'bin' / 'make-squashfs')
     fake, started = slow_step(tmp_path, 'pack')
     killed = spawn([make], env=base_env([str(fake)]), stdout=subprocess.DEVNULL, start_new_session=True)

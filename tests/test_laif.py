@@ -21,11 +21,8 @@ SITE = '/opt/venv/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 
 
 @pytest.fixture(scope='module')
-def laif(tmp_path_factory, laif_sif, laif_wheels, eb_version):
-    require_runtime()
-    require_tools('mksquashfs', 'unsquashfs')
-    return install_laif(tmp_path_factory.mktemp('laif'), laif_sif, laif_wheels, eb_version=eb_version,
-                        syntax='Lua' if eb_version == '5' else 'Tcl')
+def laif(laif_installs, eb_version):
+    return laif_installs(eb_version)
 
 
 def test_image_used_in_place(laif):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from testkit.install import RUNTIME, demo_easyconfig, install_demo
+from testkit.install import LITERAL_DEFAULT, RUNTIME
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -37,17 +37,10 @@ def compared(env):
 
 @pytest.fixture(scope='module', params=[('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua'), ('4.9', 'Tcl')],
                 ids=['eb5-lua', 'eb5-tcl', 'eb4.9-lua', 'eb4.9-tcl'])
-def two_modules(request, tmp_path_factory, demo_sif):
-    """Demo/1.0 and Other/1.0, two container modules in one prefix."""
-    eb_version, syntax = request.param
-    root = tmp_path_factory.mktemp('state')
-    inst, idir = install_demo(root, demo_sif, eb_version=eb_version, syntax=syntax,
-                              container_env={'DEMO_VAR': 'from the module'},
-                              container_env_defaults={'DEMO_DEFAULT': 'module default'})
-    (inst.sources / 'other.sif').write_bytes(demo_sif.read_bytes())
-    ec = inst.write_easyconfig('Other-1.0.eb', demo_easyconfig(name='Other', sif='other.sif'))
-    inst.eb(ec)
-    return inst, idir
+def two_modules(request, container_modules):
+    """Demo/1.0 (DEMO_VAR set to 'a b "c"', DEMO_DEFAULT to LITERAL_DEFAULT) and Other/1.0, two container modules in
+    one prefix (tests/conftest.py)."""
+    return container_modules(*request.param)
 
 
 def snapshots(inst, script):
@@ -88,14 +81,14 @@ def test_unload_gives_back_the_values_from_just_before_the_load(two_modules):
         '/first/APPTAINER_BINDPATH,/first/SINGULARITY_BINDPATH,' + ours)
     assert loaded['SINGULARITYENV_PREPEND_PATH'] == ('/runscripts:/user-software/venv/demo/bin:'
                                                      '/first/SINGULARITYENV_PREPEND_PATH')
-    assert loaded['SINGULARITYENV_DEMO_VAR'] == loaded['APPTAINERENV_DEMO_VAR'] == 'from the module'
+    assert loaded['SINGULARITYENV_DEMO_VAR'] == loaded['APPTAINERENV_DEMO_VAR'] == 'a b "c"'
     assert loaded['DEMO_DEFAULT'] == first['DEMO_DEFAULT'] == '/first/DEMO_DEFAULT'
     assert loaded['SIF'] == str(idir / 'demo.sif')
     # Without the user's values: exactly the module's; a reload changes nothing.
     reloaded = shots['unset-reloaded']
     assert reloaded['SINGULARITY_BINDPATH'] == reloaded['APPTAINER_BINDPATH'] == ours
     assert reloaded['SINGULARITYENV_PREPEND_PATH'] == '/runscripts:/user-software/venv/demo/bin'
-    assert reloaded['DEMO_DEFAULT'] == 'module default'
+    assert reloaded['DEMO_DEFAULT'] == LITERAL_DEFAULT
 
 
 def test_both_bind_variables_carry_the_same_binds(two_modules):
@@ -156,7 +149,7 @@ def test_apptainer_behaves_like_singularity(two_modules, tmp_path):
                      'singularity exec "$SIF" python -c %s singularity\napptainer exec "$SIF" python -c %s apptainer'
                      % (bindir, tmp_path, shlex.quote(show), shlex.quote(show))).stdout.splitlines()
     assert out[0].replace('singularity', 'apptainer', 1) == out[1]
-    assert out[1] == ("apptainer /user-software/venv/demo from the module ['/runscripts', "
+    assert out[1] == ("apptainer /user-software/venv/demo a b \"c\" ['/runscripts', "
                       "'/user-software/venv/demo/bin'] ['conda-python-distributed', 'conda-python-simple'] True")
 
 
@@ -169,5 +162,5 @@ def test_defaults_are_overridden_by_the_users_export(two_modules):
     out = inst.shell('module load Demo/1.0\nsingularity exec "$SIF" python -c %s exec\npython -c %s wrapper\n'
                      'export DEMO_DEFAULT=mine DEMO_VAR=mine\nsingularity exec "$SIF" python -c %s exec\n'
                      'python -c %s wrapper' % (quoted, quoted, quoted, quoted)).stdout.splitlines()
-    assert out == ['exec module default from the module', 'wrapper module default from the module',
-                   'exec mine from the module', 'wrapper mine from the module']
+    assert out == ['exec %s a b "c"' % LITERAL_DEFAULT, 'wrapper %s a b "c"' % LITERAL_DEFAULT,
+                   'exec mine a b "c"', 'wrapper mine a b "c"']

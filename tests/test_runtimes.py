@@ -83,11 +83,10 @@ def test_singularityenv_values_are_expanded_plain_variables_are_not(image, tmp_p
 
 def test_an_image_without_99_base_gets_no_user_environment(tmp_path, image):
     """Why the test images carry the whole /.singularity.d layout of a real build: the runtime applies the user's
-    SINGULARITYENV_* at 99-base.sh's turn."""
-    sif = make_test_sif(tmp_path / 'no-99-base.sif', env={'X': '1'})
+    SINGULARITYENV_* at 99-base.sh's turn: the image again without it."""
     tree = tmp_path / 'tree'
-    subprocess.run(['unsquashfs', '-no-progress', '-quiet', '-o', str(sif_partition_offset(sif)),
-                    '-d', str(tree), str(sif)], check=True)
+    subprocess.run(['unsquashfs', '-no-progress', '-quiet', '-o', str(sif_partition_offset(image)),
+                    '-d', str(tree), str(image)], check=True)
     (tree / '.singularity.d/env/99-base.sh').unlink()
     broken = build_sif(tree, tmp_path / 'broken.sif')
     env = {'SINGULARITYENV_FROMENV': 'set'}

@@ -231,7 +231,7 @@ def test_venv_pip_waits_for_the_lock_file_that_is_there_now(shared_unpacked, tmp
         os.rename(new_lock, lock)  # as a reinstall replaces it, holding the new one
         holders[0].kill()
         holders[0].wait()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 2  # taking the stale lock, it would start pip within a fraction of that
         while time.monotonic() < deadline and not started.exists():
             time.sleep(0.1)
         assert not started.exists(), 'venv-pip went on while the lock file there now was held'
