@@ -2423,7 +2423,8 @@ clean_workdir() {  # the overlay's work directory is mode 000
 # Run by venv-pip in the container (python -c): pip on a writable overlay of the packed venv.
 OVERLAY_PYTHON = r'''"""pip (or another module) run by the venv's Python on a writable overlay of the packed venv.
 
-Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c <this> MODULE ARGS...` with the
+Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c <this> [--then NEXT] MODULE ARGS...`
+(NEXT, a module run without arguments once MODULE succeeded, in the same process: one container start) with the
 packed venv's layers as read-only overlays and a writable directory on top, so that the directory gets exactly the
 change. A user namespace's overlay cannot remove a directory of the layers below (the kernel would have to mark a
 directory opaque with an extended attribute a user namespace may not set, and says EIO): a directory emptied this
@@ -2432,6 +2433,7 @@ are written to RECORD, which venv-pip reads and turns into whiteouts when it pac
 same overlay reads it back.
 """
 import errno
+import importlib
 import os
 import runpy
 import sys
@@ -2513,23 +2515,39 @@ class Scandir:
         self.entries.close()
 
 
+def run_module(args):
+    """Run the module args[0] as __main__ with the arguments args[1:]; its exit status."""
+    sys.argv = list(args)
+    try:
+        runpy.run_module(args[0], run_name="__main__", alter_sys=True)
+    except SystemExit as exit:
+        return exit.code
+    return 0
+
+
 def main(argv):
+    args, then = argv[1:], None
+    if args[:1] == ["--then"]:
+        then, args = args[1], args[2:]
     if os.path.isfile(RECORD):
         with open(RECORD) as record:
             emptied.update(line.rstrip("\n") for line in record if line.strip())
     os.rmdir, os.listdir, os.scandir = rmdir, listdir, Scandir
-    sys.argv = argv[1:]
     try:
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        status = run_module(args)
+        if then and not status:
+            importlib.invalidate_caches()  # what the first module installed
+            status = run_module([then])
     finally:
         os.rmdir, os.listdir, os.scandir = real_rmdir, real_listdir, real_scandir
         if emptied:
             with open(RECORD, "w") as record:
                 record.write("".join(path + "\n" for path in sorted(emptied)))
+    return status
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))
 '''
 
 # venv-pip: pip against the module's venv, whatever its state. Where the install stacks layers, pip runs on the
@@ -2561,7 +2579,7 @@ overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
-in_overlay() {  # the module $1 of the venv's Python, with the arguments $2..., on the writable overlay
+in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
     exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@"
 }
 # What the venv looks like: a change of pip's shows in it
@@ -2694,7 +2712,8 @@ change_in_layers() {
     make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
     mkdir "$work/overlay"
     use_layers "$work/overlay"
-    in_background in_overlay pip "$@" || status=$?
+    # pip, then the image's commands for the venv again, in one container
+    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
     if [ "$status" -ne 0 ]; then
         echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
         exit "$status"
@@ -2707,8 +2726,6 @@ change_in_layers() {
         change_by_repacking "$@"
         return
     fi
-    in_background in_overlay @image_commands_module@ ||
-        die "the image's commands could not be given to $venv; $squashfs and $changes were not changed"
     if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
         echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
         exit 0
@@ -2727,9 +2744,11 @@ change_in_layers() {
             "old one."
         return
     fi
-    clean_workdir "$tree"
-    mkdir "$tree"
-    in_background unsquashfs -no-progress -quiet -dest "$tree" -f "$squashfs" >/dev/null ||
+    # (a fresh work dir: the whole venv may not fit where the changes did)
+    clean_workdir "$work"
+    make_workdir "$(( $(unpacked_bytes "$squashfs" "$new_changes") * 11 / 10 + (64 << 20) ))"
+    tree="$work/tree"
+    in_background unsquashfs -no-progress -quiet -dest "$tree" "$squashfs" >/dev/null ||
         die "cannot unpack $squashfs; nothing was changed"
     in_background apply_layer "$new_changes" "$tree" ||
         die "cannot merge the change into $squashfs; nothing was changed"

@@ -1,6 +1,7 @@
 """pip (or another module) run by the venv's Python on a writable overlay of the packed venv.
 
-Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c <this> MODULE ARGS...` with the
+Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c <this> [--then NEXT] MODULE ARGS...`
+(NEXT, a module run without arguments once MODULE succeeded, in the same process: one container start) with the
 packed venv's layers as read-only overlays and a writable directory on top, so that the directory gets exactly the
 change. A user namespace's overlay cannot remove a directory of the layers below (the kernel would have to mark a
 directory opaque with an extended attribute a user namespace may not set, and says EIO): a directory emptied this
@@ -9,6 +10,7 @@ are written to RECORD, which venv-pip reads and turns into whiteouts when it pac
 same overlay reads it back.
 """
 import errno
+import importlib
 import os
 import runpy
 import sys
@@ -90,20 +92,36 @@ class Scandir:
         self.entries.close()
 
 
+def run_module(args):
+    """Run the module args[0] as __main__ with the arguments args[1:]; its exit status."""
+    sys.argv = list(args)
+    try:
+        runpy.run_module(args[0], run_name="__main__", alter_sys=True)
+    except SystemExit as exit:
+        return exit.code
+    return 0
+
+
 def main(argv):
+    args, then = argv[1:], None
+    if args[:1] == ["--then"]:
+        then, args = args[1], args[2:]
     if os.path.isfile(RECORD):
         with open(RECORD) as record:
             emptied.update(line.rstrip("\n") for line in record if line.strip())
     os.rmdir, os.listdir, os.scandir = rmdir, listdir, Scandir
-    sys.argv = argv[1:]
     try:
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        status = run_module(args)
+        if then and not status:
+            importlib.invalidate_caches()  # what the first module installed
+            status = run_module([then])
     finally:
         os.rmdir, os.listdir, os.scandir = real_rmdir, real_listdir, real_scandir
         if emptied:
             with open(RECORD, "w") as record:
                 record.write("".join(path + "\n" for path in sorted(emptied)))
+    return status
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))

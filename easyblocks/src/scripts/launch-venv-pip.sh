@@ -22,7 +22,7 @@ overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
-in_overlay() {  # the module $1 of the venv's Python, with the arguments $2..., on the writable overlay
+in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
     exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@"
 }
 # What the venv looks like: a change of pip's shows in it
@@ -155,7 +155,8 @@ change_in_layers() {
     make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
     mkdir "$work/overlay"
     use_layers "$work/overlay"
-    in_background in_overlay pip "$@" || status=$?
+    # pip, then the image's commands for the venv again, in one container
+    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
     if [ "$status" -ne 0 ]; then
         echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
         exit "$status"
@@ -168,8 +169,6 @@ change_in_layers() {
         change_by_repacking "$@"
         return
     fi
-    in_background in_overlay @image_commands_module@ ||
-        die "the image's commands could not be given to $venv; $squashfs and $changes were not changed"
     if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
         echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
         exit 0
@@ -188,9 +187,11 @@ change_in_layers() {
             "old one."
         return
     fi
-    clean_workdir "$tree"
-    mkdir "$tree"
-    in_background unsquashfs -no-progress -quiet -dest "$tree" -f "$squashfs" >/dev/null ||
+    # (a fresh work dir: the whole venv may not fit where the changes did)
+    clean_workdir "$work"
+    make_workdir "$(( $(unpacked_bytes "$squashfs" "$new_changes") * 11 / 10 + (64 << 20) ))"
+    tree="$work/tree"
+    in_background unsquashfs -no-progress -quiet -dest "$tree" "$squashfs" >/dev/null ||
         die "cannot unpack $squashfs; nothing was changed"
     in_background apply_layer "$new_changes" "$tree" ||
         die "cannot merge the change into $squashfs; nothing was changed"
