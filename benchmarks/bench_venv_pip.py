@@ -147,11 +147,21 @@ def count_listed(squashfs):
 
 
 def temporary_entries():
-    """venv-pip's work dirs (and layers) in the node-local places, by name."""
+    """venv-pip's work dirs (and layers) in the node-local places, by name, but those of a venv-pip that runs (others'
+    on a shared machine: venv.pip.HOST.PID.XXXXXX)."""
     found = set()
     for place in TEMPORARY_PLACES:
-        found.update(os.path.join(place, name) for name in os.listdir(place) if name.startswith(TEMPORARY_PREFIXES))
+        found.update(os.path.join(place, name) for name in os.listdir(place)
+                     if name.startswith(TEMPORARY_PREFIXES) and not venv_pip_runs(name.split('.')[-2]))
     return found
+
+
+def venv_pip_runs(pid):
+    try:
+        with open('/proc/%s/cmdline' % pid, 'rb') as handle:
+            return b'venv-pip' in handle.read()
+    except (OSError, ValueError):
+        return False
 
 
 class Runner:
