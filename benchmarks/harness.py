@@ -46,15 +46,16 @@ class Settings:
     modules_per_wheel: int
     inner: int                 # invocations per run for the millisecond benchmarks
     generator_containers: int
-    venv_pip_modules: int      # modules of the one wheel in the venv-pip benchmark's venv (about 2 files each)
+    venv_pip_sizes: tuple      # modules of the one wheel in each venv of the venv-pip benchmark (about 2 entries each)
 
     @classmethod
     def make(cls, quick, runs):
         if quick:
             return cls(quick=True, runs=runs or 1, warmup=0, image_size=4 * MiB, small_image_size=1 * MiB, wheels=1,
-                       modules_per_wheel=20, inner=1, generator_containers=50, venv_pip_modules=20)
+                       modules_per_wheel=20, inner=1, generator_containers=50, venv_pip_sizes=(20,))
         return cls(quick=False, runs=runs or 5, warmup=1, image_size=2 * GiB, small_image_size=16 * MiB, wheels=3,
-                   modules_per_wheel=1000, inner=20, generator_containers=50, venv_pip_modules=1400)
+                   modules_per_wheel=1000, inner=20, generator_containers=50,
+                   venv_pip_sizes=(0, 3000, 30000))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -138,7 +139,7 @@ def measure_io(cmd, env, scratch, what):
     result.unlink()
     if data['left_running']:
         progress('warning: %s left %d processes running' % (what, data['left_running']))
-    data['stdout'] = proc.stdout
+    data['stdout'], data['stderr'] = proc.stdout, proc.stderr
     return data
 
 
