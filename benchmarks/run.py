@@ -24,6 +24,7 @@ from bench_generator import bench_generator
 from bench_install import bench_install
 from bench_module_load import bench_module_load
 from bench_squash import bench_squash
+from bench_squash_options import bench_squash_options
 from bench_venv_pip import bench_venv_pip
 from bench_wrapper import bench_wrapper
 from harness import DEFAULT_WORKDIR, BenchError, Context, Settings, bench_user, choose_io_counter, machine_info
@@ -33,7 +34,7 @@ from testkit.users import give
 
 # The benchmarks in the order they run (the squash benchmark before those that need the venv squashed)
 BENCHMARKS = {'install': bench_install, 'squash': bench_squash, 'venv_pip': bench_venv_pip, 'wrapper': bench_wrapper,
-              'module_load': bench_module_load, 'generator': bench_generator}
+              'module_load': bench_module_load, 'generator': bench_generator, 'options': bench_squash_options}
 
 
 def missing_tools():
