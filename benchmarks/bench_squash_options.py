@@ -89,7 +89,7 @@ def one_variant(ctx, name, tree, nproc):
     processors = 1 if name == 'processors_1' else nproc
     cmd = ['mksquashfs', tree, image, '-noappend', '-no-progress', '-quiet', '-processors', str(processors)]
     data = measure_io(cmd + VARIANTS[name][1], ctx.env(), ctx.scratch, 'mksquashfs ' + name)
-    values = {name: data['seconds'], name + '_bytes': image.stat().st_size}
+    values = {name: data['seconds'], name + '_cpu': data['cpu_seconds'], name + '_bytes': image.stat().st_size}
     for where, parent in (('shm', SHM), ('disk', ctx.scratch)):
         dest = Path(parent) / ('unsquashed-%s-%d' % (name, os.getpid()))
         unpack = measure_io(['unsquashfs', '-no-progress', '-d', dest, image], ctx.env(), ctx.scratch,
@@ -126,6 +126,8 @@ def bench_squash_options(ctx):
     for name, (label, _) in variants.items():
         label += '' if name == 'processors_1' else ', -processors %d' % nproc
         figures += [figure(name, '%s: pack' % label, 's', v[name]),
+                    # what other work on the machine does not change much: compare these when it was busy
+                    figure(name + '_cpu', '%s: pack, CPU time' % label, 's', v[name + '_cpu']),
                     figure(name + '_bytes', '%s: image size' % label, 'bytes', v[name + '_bytes']),
                     figure(name + '_unsquash_shm', '%s: unsquashfs into tmpfs' % label, 's',
                            v[name + '_unsquash_shm']),
