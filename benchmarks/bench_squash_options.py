@@ -138,7 +138,7 @@ def bench_squash_options(ctx):
                                   v[name + '_read']))
     return {
         'name': 'squash_options',
-        'title': 'mksquashfs options on a venv of %d files and dirs, %d bytes' % (entries, size),
+        'title': 'mksquashfs options on a venv of %d files and dirs, %d bytes (no warm-up run)' % (entries, size),
         'figures': figures,
         'info': {'venv_entries': entries, 'venv_bytes': size, 'nproc': nproc,
                  'image_bytes': {name: v[name + '_bytes'][0] for name in variants},
