@@ -103,9 +103,16 @@ demo: setup
 
 # Benchmarks (not part of make test, which runs them once in a quick mode): a table, and JSON with
 # make bench BENCH_ARGS="--json bench.json --markdown".
-bench: setup
+bench: setup $(BENCH_WHEELS)/fetched.stamp
 	$(INSTALL_THIS)
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# The real wheels (numpy, scipy, pandas, transformers, ... from PyPI, about 240 MB) of the SquashFS options
+# benchmark, pinned in benchmarks/bench-wheels.txt: downloaded once, kept in the tools dir; make test never needs them
+BENCH_WHEELS := $(TOOLS)/bench-wheels
+$(BENCH_WHEELS)/fetched.stamp: benchmarks/bench-wheels.txt benchmarks/real_venv.py | $(TOOLS)/apt.stamp
+	$(SYSTEM_PYTHON) benchmarks/real_venv.py fetch $(BENCH_WHEELS)
+	touch $@
 
 # Maintainers: regenerate the easyconfigs from their specs, or check that they are in sync. Every spec under
 # easyconfigs/ (easyconfigs/p/PyTorch/PyTorch.yaml, ...) is run in its own directory, where its easyconfigs are.

@@ -14,7 +14,7 @@ from support import REPO, require_eb, require_runtime, require_tools
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 RUNNER = REPO / 'benchmarks' / 'run.py'
-BENCHMARKS = ['install', 'squash', 'venv_pip', 'wrapper', 'module_load', 'generator']
+BENCHMARKS = ['install', 'squash', 'venv_pip', 'wrapper', 'module_load', 'generator', 'squash_options']
 
 
 def is_number(value):
@@ -44,6 +44,9 @@ def test_quick_benchmarks_report_all_figures(tmp_path):
                 assert is_number(fig['goal']['limit']) and isinstance(fig['pass'], bool), where
     for bench in result['benchmarks']:
         assert bench['title'] in proc.stdout
+    # The options benchmark (a tiny tree here, no PyPI wheels): each variant's size, and the read through squashfuse
+    options = {fig['key'] for fig in result['benchmarks'][-1]['figures']}
+    assert {'gzip', 'gzip_bytes', 'gzip_unsquash_shm', 'gzip_unsquash_disk', 'gzip_read', 'zstd_1_read'} <= options
 
     # The scratch dir is gone, and nothing is left mounted below the work dir.
     assert [p.name for p in work.iterdir()] in ([], ['cache'])
