@@ -101,6 +101,8 @@ demo: setup
 	$(INSTALL_THIS)
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) demo/demo.py
 
+# The real wheels of the squash-options benchmark (fetched once; make test never needs them)
+BENCH_WHEELS := $(TOOLS)/bench-wheels
 # Benchmarks (not part of make test, which runs them once in a quick mode): a table, and JSON with
 # make bench BENCH_ARGS="--json bench.json --markdown".
 bench: setup $(BENCH_WHEELS)/fetched.stamp
@@ -109,7 +111,6 @@ bench: setup $(BENCH_WHEELS)/fetched.stamp
 
 # The real wheels (numpy, scipy, pandas, transformers, ... from PyPI, about 240 MB) of the SquashFS options
 # benchmark, pinned in benchmarks/bench-wheels.txt: downloaded once, kept in the tools dir; make test never needs them
-BENCH_WHEELS := $(TOOLS)/bench-wheels
 $(BENCH_WHEELS)/fetched.stamp: benchmarks/bench-wheels.txt benchmarks/real_venv.py | $(TOOLS)/apt.stamp
 	$(SYSTEM_PYTHON) benchmarks/real_venv.py fetch $(BENCH_WHEELS)
 	touch $@
