@@ -126,7 +126,8 @@ def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, 
 
 @pytest.mark.needs('image-src')
 def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, eb_version):
-    """A reinstall moves user-software.squashfs aside only if the user changed it since it was installed."""
+    """A reinstall moves user-software.squashfs aside only if the user changed it since it was installed; with the
+    layer of venv-pip's changes, which it is of no use without, when only that changed."""
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
     inst, idir = install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-base'],
@@ -137,18 +138,18 @@ def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, e
         assert '%s is as the previous installation made it: it is replaced' % (idir / 'user-software.squashfs') in out
     assert not list(idir.parent.glob('1.0.user-software*.backup-*'))
 
-    # The user adds a package (the manual procedure): now the reinstall keeps it.
-    inst.shell('module load Demo/1.0\nunmake-squashfs\nrm "$CONTAINERROOT/user-software.squashfs"\n'
-               'module load Demo/1.0\npip install -q --no-index --find-links=%s lumi-later\nmake-squashfs\n'
-               'rm -r "$CONTAINERROOT/user-software"' % wheelhouse)
-    before = (idir / 'user-software.squashfs').read_bytes()
+    # The user adds a package (a layer on the SquashFS file): now the reinstall keeps both
+    inst.module_shell('Demo/1.0', 'venv-pip install -q --no-index --find-links=%s lumi-later' % wheelhouse)
+    before = [(idir / name).read_bytes() for name in ('user-software.squashfs', 'user-software.changes.squashfs')]
     proc = inst.eb(ec, '--rebuild')
-    backups = list(idir.parent.glob('1.0.user-software.squashfs.backup-*'))
-    assert len(backups) == 1
-    assert backups[0].read_bytes() == before
+    backups = [list(idir.parent.glob('1.0.%s.backup-*' % name))
+               for name in ('user-software.squashfs', 'user-software.changes.squashfs')]
+    assert [len(found) for found in backups] == [1, 1]
+    assert [found[0].read_bytes() for found in backups] == before
     out = proc.stdout + proc.stderr
-    assert 'changed since it was installed, was moved to %s' % backups[0] in ' '.join(out.split())
-    assert 'mv %s %s' % (backups[0], idir / 'user-software.squashfs') in out
+    for found, name in zip(backups, ('user-software.squashfs', 'user-software.changes.squashfs')):
+        assert 'changed since it was installed, was moved to %s' % found[0] in ' '.join(out.split())
+        assert 'mv %s %s' % (found[0], idir / name) in out
     assert (idir / 'user-software.squashfs').is_file()
 
 

@@ -372,32 +372,38 @@ class SingularityContainer(EasyBlock):
 
     def back_up_user_software(self):
         """Move user-software(.squashfs) of a previous installation next to the install dir if the user changed it
-        since that installation, and say what happened to it."""
+        since that installation, and say what happened to it. The packed venv's two files go together: the changes
+        are a layer on that SquashFS file, of no use without it."""
         if self.dry_run or not os.path.isdir(self.installdir):
             return
         # EasyBuild copies the easyconfig into easybuild/ when an installation has finished
         finished = glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb'))
         installed = self.read_user_software_fingerprints()
         stamp = time.strftime('%Y%m%d-%H%M%S')
-        for entry in USER_SOFTWARE_ENTRIES:
-            path = os.path.join(self.installdir, entry)
-            if not os.path.lexists(path):
+        for group in ((USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES), (USER_SOFTWARE,)):
+            paths = [os.path.join(self.installdir, entry) for entry in group
+                     if os.path.lexists(os.path.join(self.installdir, entry))]
+            if not paths:
                 continue
-            if not finished:
-                print_msg("%s was left by an installation that did not finish: it is replaced" % path)
+            if not finished or all(installed.get(os.path.basename(path)) == tree_fingerprint(path) for path in paths):
+                why = "was left by an installation that did not finish" if not finished else \
+                    "is as the previous installation made it"
+                for path in paths:
+                    print_msg("%s %s: it is replaced" % (path, why))
                 continue
-            if installed.get(entry) == tree_fingerprint(path):
-                print_msg("%s is as the previous installation made it: it is replaced" % path)
-                continue
-            backup = '%s.%s.backup-%s' % (self.installdir, entry, stamp)
-            try:
-                os.rename(path, backup)
-            except OSError as err:
-                raise EasyBuildError("Cannot move %s aside before reinstalling (to %s): %s. Nothing was removed; "
-                                     "move it yourself and run eb again.", path, backup, err)
-            print_warning("Software installed in the container was kept: %s, changed since it was installed, was "
-                          "moved to %s. To use it with the new installation, move it back: mv %s %s" %
-                          (path, backup, backup, path), silent=False)
+            for path in paths:
+                self.move_aside(path, '%s.%s.backup-%s' % (self.installdir, os.path.basename(path), stamp))
+
+    def move_aside(self, path, backup):
+        """Move the user software at path to backup, and tell the user how to put it back."""
+        try:
+            os.rename(path, backup)
+        except OSError as err:
+            raise EasyBuildError("Cannot move %s aside before reinstalling (to %s): %s. Nothing was removed; "
+                                 "move it yourself and run eb again.", path, backup, err)
+        print_warning("Software installed in the container was kept: %s, changed since it was installed, was "
+                      "moved to %s. To use it with the new installation, move it back: mv %s %s" %
+                      (path, backup, backup, path), silent=False)
 
     def read_user_software_fingerprints(self):
         """{entry: fingerprint} of the user software as the previous installation left it ({} if unknown)."""
