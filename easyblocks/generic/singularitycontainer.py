@@ -2744,8 +2744,10 @@ change_in_layers() {
     mkdir "$tree"
     layer_whiteouts "$changes" >"$work/removed"
     in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
-    { apply_upper "$upper" "$tree" "$work/removed" && hide_below_new_directories "$tree" "$work/removed" "$squashfs"; } ||
+    if ! apply_upper "$upper" "$tree" "$work/removed" ||
+        ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
         die "cannot put the change together in $work; nothing was changed"
+    fi
     in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
