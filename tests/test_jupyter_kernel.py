@@ -120,3 +120,56 @@ def test_kernel_sees_what_python_sees(kernel_module, tmp_path):
     assert not spec_dir.exists() and KERNEL not in out.replace('Removed kernel %s' % KERNEL, '')
 
 
+# Bad arguments: each stops with one line naming the problem, before anything is started or written
+BAD_ARGUMENTS = [
+    ('', 'no command given'),
+    ('frobnicate', "unknown command 'frobnicate'"),
+    ('install --name Demo', "kernel name 'Demo' may only have lower-case letters, digits, '.', '_' and '-'"),
+    ('install --name a/b', "kernel name 'a/b' may only have"),
+    ('install --name', '--name needs a value'),
+    ('install --user --prefix /tmp/x', 'give one of --user and --prefix'),
+    ('install --display-name ""', 'the display name must be one line of text, not empty'),
+    ('install --bogus', "'--bogus' is not an option of jupyter-kernel install"),
+    ('remove --force', "'--force' is not an option of jupyter-kernel remove"),
+    ('list --name x', "'--name' is not an option of jupyter-kernel list"),
+    ('start', 'usage: jupyter-kernel start -f CONNECTION_FILE'),
+]
+
+
+def test_bad_arguments(kernel_module, tmp_path):
+    inst = kernel_module[0]
+    data = tmp_path / 'jupyter'
+    script = ''.join('jupyter-kernel %s 2>&1 || echo "exit $?"\n' % args for args, _ in BAD_ARGUMENTS)
+    lines = inst.module_shell(MODULE, script, env=jupyter_env(data)).stdout.splitlines()
+    assert len(lines) == 2 * len(BAD_ARGUMENTS), lines
+    for (args, problem), said, status in zip(BAD_ARGUMENTS, lines[::2], lines[1::2]):
+        assert said.startswith('jupyter-kernel: error: ') and problem in said and status == 'exit 1', (args, said)
+    assert not data.exists()
+
+
+def test_a_name_taken_by_another_kernel(kernel_module, tmp_path):
+    """Another kernel of that name stays, unless --force; remove leaves it alone."""
+    inst = kernel_module[0]
+    data = tmp_path / 'jupyter'
+    theirs = data / 'kernels' / 'mine'
+    theirs.mkdir(parents=True)
+    (theirs / 'kernel.json').write_text('{"argv": ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],'
+                                        ' "display_name": "Python 3", "language": "python"}\n')
+    give(data, inst.user)
+    before = (theirs / 'kernel.json').read_text()
+    out = inst.module_shell(MODULE, 'jupyter-kernel install --name mine || echo "exit $?"\n'
+                            'jupyter-kernel remove --name mine || echo "exit $?"\n', env=jupyter_env(data))
+    assert out.stderr.splitlines() == [
+        'jupyter-kernel: error: a kernel named mine is in %s already, not this module\'s: give another --name, '
+        'or --force to replace it' % (data / 'kernels'),
+        "jupyter-kernel: error: the kernel mine in %s is not this module's: remove it with 'jupyter kernelspec "
+        "remove mine' if you mean it" % (data / 'kernels')]
+    assert out.stdout == 'exit 1\nexit 1\n' and (theirs / 'kernel.json').read_text() == before
+    display = 'Mine: "quoted" \\ and $HOME'
+    out = inst.module_shell(MODULE, 'jupyter-kernel install --name mine --force --display-name %s\n'
+                            'jupyter-kernel list' % shlex.quote(display), env=jupyter_env(data)).stdout
+    assert json.loads((theirs / 'kernel.json').read_text())['display_name'] == display
+    assert out.endswith('mine\t%s\t%s\n' % (theirs, display))
+    inst.module_shell(MODULE, 'jupyter-kernel install --name mine', env=jupyter_env(data))  # its own: replaced
+    spec = json.loads((theirs / 'kernel.json').read_text())
+    assert spec['argv'][0].endswith('/bin/jupyter-kernel') and spec['display_name'] == 'Demo/1.0 (container)'

@@ -806,6 +806,10 @@ class SingularityContainer(EasyBlock):
             "To add or remove packages: venv-pip install <package> (or -r requirements.txt, uninstall, list, ...) "
             "outside the container: it unpacks the virtual environment if it is packed, runs pip, packs it again and "
             "puts it in place in one step; new jobs see the change, no reload needed.",
+            "",
+            "A Jupyter kernel of the container's Python with the virtual environment: venv-pip install ipykernel, "
+            "then jupyter-kernel install (--name, --display-name, --prefix; remove, list). Any Jupyter you run finds "
+            "it, and the kernel loads this module itself when Jupyter was started without it.",
         ])
 
     def make_module_extra(self, *args, **kwargs):
