@@ -30,13 +30,20 @@ PROBE = textwrap.dedent('''\
     print(json.dumps({"prefix": sys.prefix, "path": [p for p in sys.path if p], "later": lumi_later.LATER,
                       "env": {k: os.environ.get(k) for k in %r}}))
 ''') % ([DEFAULT[0], 'VIRTUAL_ENV', 'SINGULARITYCONTAINER_CACHE_ROOT'] + CACHES)
-# Run as the user by the tests' Python, which has jupyter_client: start the kernel, run PROBE, stop it
+# Run as the user by the tests' Python, which has jupyter_client: start the kernel as a Jupyter server does (its
+# connection file in Jupyter's runtime dir), run PROBE, stop it
 CLIENT = textwrap.dedent('''\
     import json, sys
-    from jupyter_client.manager import start_new_kernel
-    km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=120)
+    from jupyter_client.multikernelmanager import MultiKernelManager
+    from jupyter_core.paths import jupyter_runtime_dir
+    kernels = MultiKernelManager(connection_dir=jupyter_runtime_dir())
+    km = kernels.get_kernel(kernels.start_kernel(kernel_name=sys.argv[1]))
+    kc = km.client()
+    kc.start_channels()
     out = []
     try:
+        kc.wait_for_ready(timeout=120)
+        assert km.connection_file.startswith(sys.argv[3] + "/"), km.connection_file
         reply = kc.execute_interactive(sys.argv[2], timeout=120, output_hook=lambda msg: out.append(msg))
     finally:
         kc.stop_channels()
@@ -102,7 +109,7 @@ def test_kernel_sees_what_python_sees(kernel_module, tmp_path):
     try:
         env = jupyter_env(data, JUPYTER_RUNTIME_DIR=str(runtime_dir), **job)
         env.pop('LMOD_CMD')
-        client = run([sys.executable, '-c', CLIENT, KERNEL, PROBE], env=env)
+        client = run([sys.executable, '-c', CLIENT, KERNEL, PROBE, str(runtime_dir)], env=env)
         result = json.loads(client.stdout.splitlines()[-1])
         assert result['status'] == 'ok', result['errors']
         seen = json.loads(result['stdout'])
