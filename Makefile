@@ -18,7 +18,8 @@ APPTAINER := $(TOOLS)/apptainer/bin/apptainer
 EB5 := $(TOOLS)/eb5/system-python.stamp
 EB49 := $(TOOLS)/eb49/system-python.stamp
 setup: $(TOOLS)/apt.stamp $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp \
-	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(APPTAINER) $(ROOTFS)/apptainer-layout.stamp users
+	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(KERNEL_WHEELS)/fetched.stamp $(APPTAINER) \
+	$(ROOTFS)/apptainer-layout.stamp users
 
 # The tests' users (an owner and a member of a project group, an outsider; useradd and groupadd in
 # tools/setup-users.sh) and /dev/fuse open to them: checked on every run, as a device's mode does not survive a reboot
@@ -42,12 +43,13 @@ $(EB49): | $(TOOLS)/apt.stamp
 	touch $@
 
 # The tests' venv, with Debian's Python too: the test users run generate-ec and the test kit's helpers. flake8 with
-# flake8-comprehensions: the easyblock passes easybuild-easyblocks' lint (tests/test_upstream.py).
+# flake8-comprehensions: the easyblock passes easybuild-easyblocks' lint (tests/test_upstream.py). jupyter_client: the
+# Jupyter client that starts the module's kernel (tests/test_jupyter_kernel.py).
 $(TOOLS)/venv/setup.stamp: setup.cfg setup.py Makefile | $(TOOLS)/apt.stamp
 	[ "$$(readlink -f $(TOOLS)/venv/bin/python)" = "$$(readlink -f $(SYSTEM_PYTHON))" ] || rm -rf $(TOOLS)/venv
 	$(SYSTEM_PYTHON) -m venv $(TOOLS)/venv
 	$(TOOLS)/venv/bin/pip install -q pytest jinja2 pyyaml pycodestyle pyflakes flake8 flake8-comprehensions setuptools \
-	  wheel
+	  wheel jupyter_client
 	$(TOOLS)/venv/bin/pip install -q .
 	touch $@
 
@@ -57,6 +59,16 @@ $(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp: | $(TOOLS)/apt.stamp
 	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(TOOLS)/torch-$(TORCH_VERSION) \
 	  torch==$(TORCH_VERSION) 2>&1 | grep -v -e '^WARNING: Location' -e 'as the .root. user' || true
 	test -d $(TOOLS)/torch-$(TORCH_VERSION)/torch
+	touch $@
+
+# ipykernel and what it needs, as wheels for the test images' Python (Debian 12's CPython 3.11): installed into a test
+# module's venv from this directory, as a user would with venv-pip (tests/test_jupyter_kernel.py); fetched once
+KERNEL_WHEELS := $(TOOLS)/kernel-wheels
+$(KERNEL_WHEELS)/fetched.stamp: | $(TOOLS)/apt.stamp
+	rm -rf $(KERNEL_WHEELS)
+	$(SYSTEM_PYTHON) -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version 3.11 \
+	  --implementation cp --abi cp311 $(foreach tag,manylinux2014_x86_64 manylinux_2_28_x86_64 any,--platform $(tag)) \
+	  -d $(KERNEL_WHEELS) ipykernel
 	touch $@
 
 # The container runtime of the tests and the demo: Apptainer (1.4.5) from Debian's unstable suite, relocated into
@@ -76,7 +88,7 @@ $(ROOTFS)/apptainer-layout.stamp: | $(TOOLS)/apt.stamp $(APPTAINER)
 # The suite drives Apptainer, installed above, as 'singularity' (LUMI's name for its runtime) and, where a test says
 # so, as 'apptainer'. With SINGULARITY=/path/to/singularity (or apptainer) it drives that runtime instead: on LUMI,
 # SingularityCE 4.x.
-TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) $(PY) -m pytest -ra --durations=20 -p no:cacheprovider
+TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) LUMI_CT_KERNEL_WHEELS=$(KERNEL_WHEELS) $(PY) -m pytest -ra --durations=20 -p no:cacheprovider
 # The tests, the demo and the benchmarks import the easyblock, generate-ec and the test kit (testkit/) as installed:
 # this checkout's, reinstalled before each run (without setuptools' build/, which would keep a module removed since,
 # e.g. an image family that generate-ec would still find)

@@ -26,6 +26,8 @@ TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
 EB_VENVS = {'5': TOOLS / 'eb5', '4.9': TOOLS / 'eb49'}
 # torch installed with pip --target by make setup, bound into the test image of the distributed tests.
 TORCH_SITE = os.environ.get('LUMI_CT_TORCH', str(TOOLS / 'torch-2.13.0'))
+# ipykernel and what it needs, as wheels for the test images' Python (make setup fetches them)
+KERNEL_WHEELS = Path(os.environ.get('LUMI_CT_KERNEL_WHEELS', str(TOOLS / 'kernel-wheels')))
 LMOD_CMD = os.environ.get('LMOD_CMD') or '/usr/share/lmod/lmod/libexec/lmod'
 LMOD_INIT = '/usr/share/lmod/lmod/init/bash'
 

@@ -82,9 +82,10 @@ def test_module_contract(container_modules, eb_version, syntax):
 
     help_text = inst.shell('module help Demo/1.0 2>&1').stdout
     for word in ['SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'SINGULARITY_BINDPATH', 'start-shell', 'make-squashfs',
-                 'unmake-squashfs', 'conda-python-distributed']:
+                 'unmake-squashfs', 'conda-python-distributed', 'jupyter-kernel']:
         assert word in help_text
     assert 'To add or remove packages: venv-pip install <package>' in ' '.join(help_text.split())
+    assert 'venv-pip install ipykernel, then jupyter-kernel install' in ' '.join(help_text.split())
 
 
 def test_wrappers_pass_arguments_and_status(demo_install):

@@ -44,6 +44,10 @@ start-shell, list-packages and the wrappers: start the container with the module
     ('LAUNCH_COMMAND_WITH_INIT', 'scripts/launch-command-with-init.sh',
      """\
 Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv."""),
+    ('JUPYTER_KERNEL_ARGS', 'scripts/jupyter-kernel-args.sh',
+     """\
+jupyter-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel loads it)."""),
+    ('JUPYTER_KERNEL', 'scripts/jupyter-kernel.sh', ''),
     ('REMOVE_LEFTOVERS', 'scripts/remove-leftovers.sh',
      """\
 make-squashfs, unmake-squashfs and venv-pip write under a temporary name, <target>.tmp.<host>.<pid>, and rename

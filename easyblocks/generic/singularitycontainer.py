@@ -526,7 +526,18 @@ class SingularityContainer(EasyBlock):
         }
         if script.launch:
             values['launch'] = self.launch_code(name, script.launch)
+            values['prelude'] = self.launch_prelude(script.launch)
         return fill_script_template(script.template, **values)
+
+    def launch_prelude(self, launch):
+        """What a launcher does before it needs the module loaded: jupyter-kernel reads its arguments, and loads
+        the module itself when Jupyter starts the kernel without it (see JUPYTER_KERNEL_ARGS)."""
+        if launch != 'jupyter-kernel':
+            return ''
+        modules_dir = self.module_generator.get_modules_path()
+        return fill_template(JUPYTER_KERNEL_ARGS, kernel_name=sh_str(kernel_name(self.full_mod_name)),
+                             display_name=sh_str('%s (container)' % self.full_mod_name),
+                             lmod_cmd=sh_str(os.environ.get('LMOD_CMD', '')), modules_dir=sh_str(modules_dir))
 
     def cache_setup(self):
         """CACHE_SETUP for the scripts: the caches of container_cache_dirs in the root of CACHE_ROOT_RULE."""
@@ -537,8 +548,8 @@ class SingularityContainer(EasyBlock):
 
     def launch_code(self, name, launch):
         """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
-        says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself) or
-        'command' (the command <name>, after container_init)."""
+        says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself),
+        'jupyter-kernel' or 'command' (the command <name>, after container_init)."""
         entry = self.cfg['container_entry']
         if launch == 'shell':
             return fill_template(LAUNCH_START_SHELL, entry=entry)
@@ -552,6 +563,11 @@ class SingularityContainer(EasyBlock):
                                         overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD))
         if launch == 'runscript':
             return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
+        if launch == 'jupyter-kernel':
+            # the venv's Python, started as the wrapper of the command python would start it
+            python = self.launch_code('%s/bin/python' % self.container_venv, 'command')
+            return fill_template(JUPYTER_KERNEL, container_python=python,
+                                 launcher_json=sh_str(json.dumps(os.path.join(self.installdir, 'bin', name))))
         if self.cfg['container_init']:
             return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=sh_str(name))
         return fill_template(LAUNCH_COMMAND, entry=entry, command=sh_str(name))
@@ -796,6 +812,10 @@ class SingularityContainer(EasyBlock):
             "To add or remove packages: venv-pip install <package> (or -r requirements.txt, uninstall, list, ...) "
             "outside the container: it unpacks the virtual environment if it is packed, runs pip, packs it again and "
             "puts it in place in one step; new jobs see the change, no reload needed.",
+            "",
+            "A Jupyter kernel of the container's Python with the virtual environment: venv-pip install ipykernel, "
+            "then jupyter-kernel install (--name, --display-name, --prefix; remove, list). Any Jupyter you run finds "
+            "it, and the kernel loads this module itself when Jupyter was started without it.",
         ])
 
     def make_module_extra(self, *args, **kwargs):
@@ -1136,6 +1156,11 @@ def venv_name(software_name, container_venv):
     """The virtual environment's name: container_venv, by default the software name in lower case (generate-ec
     names it in the module's description too)."""
     return container_venv or software_name.lower()
+
+
+def kernel_name(full_mod_name):
+    """The default name of the module's Jupyter kernel: its full name as Jupyter allows kernel names to be."""
+    return re.sub(r'[^a-z0-9._-]', '-', full_mod_name.lower())
 
 
 def container_venv_path(name):
@@ -1950,6 +1975,7 @@ die() {
 
 # start-shell, list-packages and the wrappers: start the container with the module's image and runtime.
 LAUNCHER = r'''@header@
+@prelude@
 
 if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
     die "already running inside a container; this command starts the container itself and would nest it"
@@ -1989,6 +2015,190 @@ LAUNCH_COMMAND = r'''exec "$runtime" @entry@ "$sif" @command@ "$@"'''
 # Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv.
 LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
     /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"'''
+
+# jupyter-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel loads it).
+JUPYTER_KERNEL_ARGS = r'''# jupyter-kernel: its arguments, all checked before anything is started or written
+usage='jupyter-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force],'\
+' jupyter-kernel remove [--name N] [--user | --prefix P], jupyter-kernel list'
+bad_usage() {
+    die "$* (usage: $usage)"
+}
+action=${1:-}
+[ "$#" -eq 0 ] || shift
+kernel_name=@kernel_name@
+display_name=@display_name@
+kernels_dir=
+force=
+connection_file=
+case "$action" in
+    install | remove | list) ;;
+    start) ;;  # what kernel.json runs
+    -h | --help | help)
+        echo "usage: $usage"
+        exit 0
+        ;;
+    '') bad_usage "no command given" ;;
+    *) bad_usage "unknown command '$action'" ;;
+esac
+while [ "$#" -gt 0 ] && [ "$action" != start ]; do
+    option=$1
+    case "$option" in
+        --name | --display-name | --prefix)
+            [ "$#" -ge 2 ] || bad_usage "$option needs a value"
+            value=$2
+            shift
+            ;;
+        --name=* | --display-name=* | --prefix=*)
+            value=${option#*=}
+            option=${option%%=*}
+            ;;
+    esac
+    case "$action $option" in
+        'install --name' | 'remove --name') kernel_name=$value ;;
+        'install --display-name') display_name=$value ;;
+        'install --prefix' | 'remove --prefix')
+            [ -z "$kernels_dir" ] || bad_usage "give one of --user and --prefix"
+            [ -n "$value" ] || bad_usage "--prefix needs a directory"
+            case "$value" in /*) ;; *) value=$PWD/$value ;; esac
+            kernels_dir=$value/share/jupyter/kernels
+            ;;
+        'install --user' | 'remove --user')
+            [ -z "$kernels_dir" ] || bad_usage "give one of --user and --prefix"
+            kernels_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels
+            ;;
+        'install --force') force=yes ;;
+        *) bad_usage "'$option' is not an option of jupyter-kernel $action" ;;
+    esac
+    shift
+done
+# Jupyter's own rule for kernel names (it lower-cases what it is given: a name is taken as written here)
+[[ $kernel_name =~ ^[a-z0-9._-]+$ ]] ||
+    bad_usage "kernel name '$kernel_name' may only have lower-case letters, digits, '.', '_' and '-'"
+if [ -z "$display_name" ] || [[ $display_name == *[[:cntrl:]]* ]]; then
+    bad_usage "the display name must be one line of text, not empty"
+fi
+kernels_dir=${kernels_dir:-${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels}
+if [ "$action" = start ]; then
+    if [ "$#" -ne 2 ] || [ "$1" != -f ]; then
+        die "usage: jupyter-kernel start -f CONNECTION_FILE (what kernel.json runs)"
+    fi
+    connection_file=$2
+    case "$connection_file" in /*) ;; *) connection_file=$PWD/$connection_file ;; esac
+    # Jupyter may start the kernel without the module loaded (a server of LUMI's web interface, or in a job): the
+    # kernel loads it, so that it gets the binds, overlays, environment and caches that python gets after the load
+    case ":${LOADEDMODULES:-}:" in
+        *":$module:"*) ;;
+        *)
+            lmod=${LMOD_CMD:-@lmod_cmd@}
+            [ -x "$lmod" ] || die "Lmod is not found (LMOD_CMD is not set, and $lmod is missing): start Jupyter" \
+                "with 'module load $module' done, or with Lmod initialised"
+            set +eu  # what Lmod writes is for interactive shells; the check below says if it failed
+            eval "$("$lmod" bash use @modules_dir@)"
+            eval "$("$lmod" bash load "$module")"
+            set -eu
+            case ":${LOADEDMODULES:-}:" in
+                *":$module:"*) ;;
+                *) die "'module load $module' failed (Lmod said why, above): the kernel cannot start" ;;
+            esac
+            ;;
+    esac
+fi
+'''
+
+JUPYTER_KERNEL = r'''# jupyter-kernel: a kernelspec (Jupyter's layout: <kernels dir>/<name>/kernel.json)
+# whose kernel is the venv's Python in the container, started by this script as the other
+# commands start the container
+launcher_json=@launcher_json@  # this script's path, as a JSON string
+
+container_python() {  # the venv's Python, with the arguments given; exec: call it in a subshell to come back
+    @container_python@
+}
+
+json_str() {  # a JSON string (the display name has no control characters: checked with the arguments)
+    local text=${1//\\/\\\\}
+    printf '"%s"' "${text//\"/\\\"}"
+}
+
+is_ours() {  # a kernelspec dir whose kernel is this module's
+    [ -f "$1/kernel.json" ] && grep -qF "    $launcher_json," "$1/kernel.json"
+}
+
+kernel_json() {
+    printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
+    printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
+        "$(json_str "$display_name")"
+    printf '  "metadata": {\n    "debugger": true,\n    "singularitycontainer_module": %s\n  }\n}\n' \
+        "$(json_str "$module")"
+}
+
+install_kernel() {
+    local dir=$kernels_dir/$kernel_name new
+    if [ -e "$dir" ] && ! is_ours "$dir" && [ -z "$force" ]; then
+        die "a kernel named $kernel_name is in $kernels_dir already, not this module's: give another --name," \
+            "or --force to replace it"
+    fi
+    local check='import sys
+try:
+    import ipykernel.kernelapp
+except ImportError as error:
+    print(error)
+    sys.exit(3)'
+    local status=0 said
+    said=$(container_python -c "$check") || status=$?
+    if [ "$status" = 3 ]; then
+        die "the container's Python cannot import ipykernel ($said): install it into the module's venv with" \
+            "'venv-pip install ipykernel', then run jupyter-kernel install again"
+    fi
+    [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
+    mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
+    new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
+    chmod 755 "$new"  # readable as Jupyter's own kernelspecs are (mktemp makes it private)
+    kernel_json >"$new/kernel.json"
+    if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
+        rm -rf "$new"
+        die "cannot replace $dir"
+    fi
+    echo "Installed kernel $kernel_name (\"$display_name\") in $dir"
+}
+
+remove_kernel() {
+    local dir=$kernels_dir/$kernel_name
+    [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
+    is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
+        "'jupyter kernelspec remove $kernel_name' if you mean it"
+    rm -rf "$dir"
+    echo "Removed kernel $kernel_name from $kernels_dir"
+}
+
+list_kernels() {  # where Jupyter finds kernels: JUPYTER_PATH, the user's data dir, the system's
+    local user_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter} data_dirs=() dir spec name
+    IFS=: read -ra data_dirs <<<"${JUPYTER_PATH:-}"
+    for dir in "${data_dirs[@]}" "$user_dir" /usr/local/share/jupyter /usr/share/jupyter; do
+        for spec in "$dir"/kernels/*/; do
+            spec=${spec%/}
+            is_ours "$spec" || continue
+            name=$(sed -n 's/^  "display_name": "\(.*\)",$/\1/p' "$spec/kernel.json" | sed 's/\\"/"/g; s/\\\\/\\/g')
+            printf '%s\t%s\t%s\n' "${spec##*/}" "$spec" "$name"
+        done
+    done
+}
+
+case "$action" in
+    start)
+        # The connection file, wherever Jupyter put it ($XDG_RUNTIME_DIR is not bound by default): bound as itself
+        case "$connection_file" in
+            *,* | *:*) die "the connection file $connection_file has a ',' or ':' in its path, which a bind cannot" \
+                "have: set JUPYTER_RUNTIME_DIR to a directory without them" ;;
+        esac
+        export SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$connection_file"
+        export APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$connection_file"
+        container_python -m ipykernel_launcher -f "$connection_file"
+        ;;
+    install) install_kernel ;;
+    remove) remove_kernel ;;
+    list) list_kernels ;;
+esac
+'''
 
 # make-squashfs, unmake-squashfs and venv-pip write under a temporary name, <target>.tmp.<host>.<pid>, and rename
 # it when done. A run killed with SIGKILL (which cannot be trapped) leaves that behind; it may be gigabytes.
@@ -3419,6 +3629,8 @@ SCRIPTS = [
            None),
     Script('bin/venv-pip', 'pip against the virtual environment, packed or not: venv-pip install torchmetrics', 'bash',
            LAUNCHER, 'venv-pip', None),
+    Script('bin/jupyter-kernel', 'a Jupyter kernel of the container\'s Python with the virtual environment: '
+           'jupyter-kernel install (or remove, list)', 'bash', LAUNCHER, 'jupyter-kernel', None),
     Script('runscripts/init-conda-venv', 'prepare the image\'s Python and activate the virtual environment (source it)',
            'bash', RUNSCRIPT_INIT, None, None),
     Script('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE, None,

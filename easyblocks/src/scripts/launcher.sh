@@ -1,4 +1,5 @@
 @header@
+@prelude@
 
 if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
     die "already running inside a container; this command starts the container itself and would nest it"

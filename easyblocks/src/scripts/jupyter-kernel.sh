@@ -1,0 +1,93 @@
+# jupyter-kernel: a kernelspec (Jupyter's layout: <kernels dir>/<name>/kernel.json)
+# whose kernel is the venv's Python in the container, started by this script as the other
+# commands start the container
+launcher_json=@launcher_json@  # this script's path, as a JSON string
+
+container_python() {  # the venv's Python, with the arguments given; exec: call it in a subshell to come back
+    @container_python@
+}
+
+json_str() {  # a JSON string (the display name has no control characters: checked with the arguments)
+    local text=${1//\\/\\\\}
+    printf '"%s"' "${text//\"/\\\"}"
+}
+
+is_ours() {  # a kernelspec dir whose kernel is this module's
+    [ -f "$1/kernel.json" ] && grep -qF "    $launcher_json," "$1/kernel.json"
+}
+
+kernel_json() {
+    printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
+    printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
+        "$(json_str "$display_name")"
+    printf '  "metadata": {\n    "debugger": true,\n    "singularitycontainer_module": %s\n  }\n}\n' \
+        "$(json_str "$module")"
+}
+
+install_kernel() {
+    local dir=$kernels_dir/$kernel_name new
+    if [ -e "$dir" ] && ! is_ours "$dir" && [ -z "$force" ]; then
+        die "a kernel named $kernel_name is in $kernels_dir already, not this module's: give another --name," \
+            "or --force to replace it"
+    fi
+    local check='import sys
+try:
+    import ipykernel.kernelapp
+except ImportError as error:
+    print(error)
+    sys.exit(3)'
+    local status=0 said
+    said=$(container_python -c "$check") || status=$?
+    if [ "$status" = 3 ]; then
+        die "the container's Python cannot import ipykernel ($said): install it into the module's venv with" \
+            "'venv-pip install ipykernel', then run jupyter-kernel install again"
+    fi
+    [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
+    mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
+    new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
+    chmod 755 "$new"  # readable as Jupyter's own kernelspecs are (mktemp makes it private)
+    kernel_json >"$new/kernel.json"
+    if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
+        rm -rf "$new"
+        die "cannot replace $dir"
+    fi
+    echo "Installed kernel $kernel_name (\"$display_name\") in $dir"
+}
+
+remove_kernel() {
+    local dir=$kernels_dir/$kernel_name
+    [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
+    is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
+        "'jupyter kernelspec remove $kernel_name' if you mean it"
+    rm -rf "$dir"
+    echo "Removed kernel $kernel_name from $kernels_dir"
+}
+
+list_kernels() {  # where Jupyter finds kernels: JUPYTER_PATH, the user's data dir, the system's
+    local user_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter} data_dirs=() dir spec name
+    IFS=: read -ra data_dirs <<<"${JUPYTER_PATH:-}"
+    for dir in "${data_dirs[@]}" "$user_dir" /usr/local/share/jupyter /usr/share/jupyter; do
+        for spec in "$dir"/kernels/*/; do
+            spec=${spec%/}
+            is_ours "$spec" || continue
+            name=$(sed -n 's/^  "display_name": "\(.*\)",$/\1/p' "$spec/kernel.json" | sed 's/\\"/"/g; s/\\\\/\\/g')
+            printf '%s\t%s\t%s\n' "${spec##*/}" "$spec" "$name"
+        done
+    done
+}
+
+case "$action" in
+    start)
+        # The connection file, wherever Jupyter put it ($XDG_RUNTIME_DIR is not bound by default): bound as itself
+        case "$connection_file" in
+            *,* | *:*) die "the connection file $connection_file has a ',' or ':' in its path, which a bind cannot" \
+                "have: set JUPYTER_RUNTIME_DIR to a directory without them" ;;
+        esac
+        export SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$connection_file"
+        export APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$connection_file"
+        container_python -m ipykernel_launcher -f "$connection_file"
+        ;;
+    install) install_kernel ;;
+    remove) remove_kernel ;;
+    list) list_kernels ;;
+esac

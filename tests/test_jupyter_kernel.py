@@ -1,0 +1,182 @@
+"""jupyter-kernel: a Jupyter kernel of the module's venv, started by a real Jupyter client (jupyter_client's
+KernelManager) without the module loaded, as a Jupyter server of LUMI's web interface or in a job starts it. As the
+unprivileged user lumi-owner; one install of the demo module for the whole file, one kernel start."""
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from support import require, require_runtime, require_tools
+from testkit.install import KERNEL_WHEELS, base_env, install_demo, local_wheels, run
+from testkit.users import give
+
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
+MODULE = 'Demo/1.0'
+KERNEL = 'demo-1.0'  # the default name, from the module's full name
+DEFAULT = ('DEMO_KERNEL_DEFAULT', 'from the easyconfig')  # a container_env_defaults value
+CACHES = ['MIOPEN_USER_DB_PATH', 'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR']
+# What the kernel and python after `module load` are asked: the same code, so the same answers (the kernel moves
+# sys.path's "" to the end, as ipykernel does)
+PROBE = textwrap.dedent('''\
+    import json, os, sys, lumi_later
+    print(json.dumps({"prefix": sys.prefix, "path": [p for p in sys.path if p], "later": lumi_later.LATER,
+                      "env": {k: os.environ.get(k) for k in %r}}))
+''') % ([DEFAULT[0], 'VIRTUAL_ENV', 'SINGULARITYCONTAINER_CACHE_ROOT'] + CACHES)
+# Run as the user by the tests' Python, which has jupyter_client: start the kernel as a Jupyter server does (its
+# connection file in Jupyter's runtime dir), run PROBE, stop it
+CLIENT = textwrap.dedent('''\
+    import json, sys
+    from jupyter_client.multikernelmanager import MultiKernelManager
+    from jupyter_core.paths import jupyter_runtime_dir
+    kernels = MultiKernelManager(connection_dir=jupyter_runtime_dir())
+    km = kernels.get_kernel(kernels.start_kernel(kernel_name=sys.argv[1]))
+    kc = km.client()
+    kc.start_channels()
+    out = []
+    try:
+        kc.wait_for_ready(timeout=120)
+        assert km.connection_file.startswith(sys.argv[3] + "/"), km.connection_file
+        reply = kc.execute_interactive(sys.argv[2], timeout=120, output_hook=lambda msg: out.append(msg))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    streams = [m["content"]["text"] for m in out if m["msg_type"] == "stream"]
+    errors = [m["content"] for m in out if m["msg_type"] == "error"]
+    print(json.dumps({"status": reply["content"]["status"], "stdout": "".join(streams), "errors": errors}))
+''')
+
+
+@pytest.fixture(scope='module')
+def kernel_module(tmp_path_factory, demo_sif, wheelhouse):
+    """Demo/1.0 without ipykernel, what jupyter-kernel install said then, and the same module after the user's
+    venv-pip install ipykernel lumi-later: (Installation, install dir, (its
+    output, the data dir it was given))."""
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs', 'flock')
+    require(list(KERNEL_WHEELS.glob('ipykernel-*.whl')), 'the ipykernel wheels in %s (make setup)' % KERNEL_WHEELS)
+    require(importlib.util.find_spec('jupyter_client'), 'jupyter_client in the tests\' venv (make setup)')
+    root = tmp_path_factory.mktemp('kernel')
+    inst, idir = install_demo(root / 'install', demo_sif, pip_requirements=['lumi-base'],
+                              pip_install_options=local_wheels(wheelhouse), container_env_defaults=dict([DEFAULT]))
+    refused = root / 'refused'
+    refusal = inst.module_shell(MODULE, 'jupyter-kernel install', check=False, env=jupyter_env(refused))
+    wheels = shutil.copytree(KERNEL_WHEELS, root / 'kernel-wheels')  # where the container sees it (/tmp)
+    inst.module_shell(MODULE, 'venv-pip install -q --no-index --find-links=%s --find-links=%s ipykernel lumi-later'
+                      % (wheels, wheelhouse))
+    return inst, idir, (refusal, refused)
+
+
+def jupyter_env(data_dir, **extra):
+    """The user's environment, with Jupyter's data dir (where kernels are installed) in the test's own place."""
+    return dict(base_env(), JUPYTER_DATA_DIR=str(data_dir), **extra)
+
+
+def test_refuses_without_ipykernel(kernel_module):
+    """Checked by the container's Python, before anything is written; the line says what to do."""
+    refusal, data = kernel_module[2]
+    assert refusal.returncode == 1
+    assert refusal.stderr.strip().splitlines()[-1] == (
+        "jupyter-kernel: error: the container's Python cannot import ipykernel (No module named 'ipykernel'): "
+        "install it into the module's venv with 'venv-pip install ipykernel', then run jupyter-kernel install again")
+    assert not data.exists()
+
+
+def test_kernel_sees_what_python_sees(kernel_module, tmp_path):
+    """Installed with the module loaded; started by a Jupyter client without it (no Lmod variables, no LMOD_CMD:
+    the kernel finds Lmod where the install found it), in a job on a node, with the connection file in a directory
+    that is neither the home nor /tmp; the kernel sees what python sees after module load there."""
+    inst, idir, _ = kernel_module
+    data = tmp_path / 'jupyter'
+    out = inst.module_shell(MODULE, 'jupyter-kernel install\njupyter-kernel list', env=jupyter_env(data)).stdout
+    spec_dir = data / 'kernels' / KERNEL
+    spec = json.loads((spec_dir / 'kernel.json').read_text())
+    assert spec['argv'] == [str(idir / 'bin' / 'jupyter-kernel'), 'start', '-f', '{connection_file}']
+    assert spec['display_name'] == 'Demo/1.0 (container)' and spec['language'] == 'python'
+    assert '%s\t%s\t%s\n' % (KERNEL, spec_dir, 'Demo/1.0 (container)') in out
+
+    job = {'SLURM_JOB_ID': str(900000 + os.getpid() % 100000), 'SLURM_NODEID': '1'}
+    caches = Path('/tmp/lumi-owner-caches-%s-1' % job['SLURM_JOB_ID'])
+    runtime_dir = Path(tempfile.mkdtemp(prefix='lumi-ct-jupyter-', dir='/run'))  # not bound by default
+    give(runtime_dir, inst.user)
+    try:
+        env = jupyter_env(data, JUPYTER_RUNTIME_DIR=str(runtime_dir), **job)
+        env.pop('LMOD_CMD')
+        client = run([sys.executable, '-c', CLIENT, KERNEL, PROBE, str(runtime_dir)], env=env)
+        result = json.loads(client.stdout.splitlines()[-1])
+        assert result['status'] == 'ok', result['errors']
+        seen = json.loads(result['stdout'])
+        python = inst.module_shell(MODULE, 'python -c %s' % shlex.quote(PROBE), env=dict(base_env(), **job))
+        assert seen == json.loads(python.stdout)
+    finally:
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+        shutil.rmtree(caches, ignore_errors=True)
+    assert seen['prefix'] == '/user-software/venv/demo' and seen['later'] is True
+    assert seen['env'][DEFAULT[0]] == DEFAULT[1]
+    assert seen['env']['SINGULARITYCONTAINER_CACHE_ROOT'] == str(caches)
+    assert seen['env']['TRITON_CACHE_DIR'] == str(caches / 'triton')
+
+    out = inst.module_shell(MODULE, 'jupyter-kernel remove\njupyter-kernel list', env=jupyter_env(data)).stdout
+    assert not spec_dir.exists() and KERNEL not in out.replace('Removed kernel %s' % KERNEL, '')
+
+
+# Bad arguments: each stops with one line naming the problem, before anything is started or written
+BAD_ARGUMENTS = [
+    ('', 'no command given'),
+    ('frobnicate', "unknown command 'frobnicate'"),
+    ('install --name Demo', "kernel name 'Demo' may only have lower-case letters, digits, '.', '_' and '-'"),
+    ('install --name a/b', "kernel name 'a/b' may only have"),
+    ('install --name', '--name needs a value'),
+    ('install --user --prefix /tmp/x', 'give one of --user and --prefix'),
+    ('install --display-name ""', 'the display name must be one line of text, not empty'),
+    ('install --bogus', "'--bogus' is not an option of jupyter-kernel install"),
+    ('remove --force', "'--force' is not an option of jupyter-kernel remove"),
+    ('list --name x', "'--name' is not an option of jupyter-kernel list"),
+    ('start', 'usage: jupyter-kernel start -f CONNECTION_FILE'),
+]
+
+
+def test_bad_arguments(kernel_module, tmp_path):
+    inst = kernel_module[0]
+    data = tmp_path / 'jupyter'
+    script = ''.join('jupyter-kernel %s 2>&1 || echo "exit $?"\n' % args for args, _ in BAD_ARGUMENTS)
+    lines = inst.module_shell(MODULE, script, env=jupyter_env(data)).stdout.splitlines()
+    assert len(lines) == 2 * len(BAD_ARGUMENTS), lines
+    for (args, problem), said, status in zip(BAD_ARGUMENTS, lines[::2], lines[1::2]):
+        assert said.startswith('jupyter-kernel: error: ') and problem in said and status == 'exit 1', (args, said)
+    assert not data.exists()
+
+
+def test_a_name_taken_by_another_kernel(kernel_module, tmp_path):
+    """Another kernel of that name stays, unless --force; remove leaves it alone."""
+    inst = kernel_module[0]
+    data = tmp_path / 'jupyter'
+    theirs = data / 'kernels' / 'mine'
+    theirs.mkdir(parents=True)
+    (theirs / 'kernel.json').write_text('{"argv": ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],'
+                                        ' "display_name": "Python 3", "language": "python"}\n')
+    give(data, inst.user)
+    before = (theirs / 'kernel.json').read_text()
+    out = inst.module_shell(MODULE, 'jupyter-kernel install --name mine || echo "exit $?"\n'
+                            'jupyter-kernel remove --name mine || echo "exit $?"\n', env=jupyter_env(data))
+    assert out.stderr.splitlines() == [
+        'jupyter-kernel: error: a kernel named mine is in %s already, not this module\'s: give another --name, '
+        'or --force to replace it' % (data / 'kernels'),
+        "jupyter-kernel: error: the kernel mine in %s is not this module's: remove it with 'jupyter kernelspec "
+        "remove mine' if you mean it" % (data / 'kernels')]
+    assert out.stdout == 'exit 1\nexit 1\n' and (theirs / 'kernel.json').read_text() == before
+    display = 'Mine: "quoted" \\ and $HOME'
+    out = inst.module_shell(MODULE, 'jupyter-kernel install --name mine --force --display-name %s\n'
+                            'jupyter-kernel list' % shlex.quote(display), env=jupyter_env(data)).stdout
+    assert json.loads((theirs / 'kernel.json').read_text())['display_name'] == display
+    assert out.endswith('mine\t%s\t%s\n' % (theirs, display))
+    inst.module_shell(MODULE, 'jupyter-kernel install --name mine', env=jupyter_env(data))  # its own: replaced
+    spec = json.loads((theirs / 'kernel.json').read_text())
+    assert spec['argv'][0].endswith('/bin/jupyter-kernel') and spec['display_name'] == 'Demo/1.0 (container)'
