@@ -9,6 +9,10 @@ PYTHON ?= python3
 # The Python of the users' EasyBuild: Debian's, which every user can run (root's python3 may live under /root)
 SYSTEM_PYTHON := /usr/bin/python3
 TORCH_VERSION := 2.13.0
+# Wheels fetched once: ipykernel and what it needs (tests/test_jupyter_kernel.py), and the real wheels of the SquashFS
+# options benchmark (make bench only)
+KERNEL_WHEELS := $(TOOLS)/kernel-wheels
+BENCH_WHEELS := $(TOOLS)/bench-wheels
 
 .PHONY: setup users test demo bench generate check-easyconfigs clean-tools lumi-user-repo easyblock
 
@@ -63,12 +67,11 @@ $(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp: | $(TOOLS)/apt.stamp
 
 # ipykernel and what it needs, as wheels for the test images' Python (Debian 12's CPython 3.11): installed into a test
 # module's venv from this directory, as a user would with venv-pip (tests/test_jupyter_kernel.py); fetched once
-KERNEL_WHEELS := $(TOOLS)/kernel-wheels
 $(KERNEL_WHEELS)/fetched.stamp: | $(TOOLS)/apt.stamp
 	rm -rf $(KERNEL_WHEELS)
 	$(SYSTEM_PYTHON) -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version 3.11 \
 	  --implementation cp --abi cp311 $(foreach tag,manylinux2014_x86_64 manylinux_2_28_x86_64 any,--platform $(tag)) \
-	  -d $(KERNEL_WHEELS) ipykernel
+	  -d $(KERNEL_WHEELS) ipykernel==7.4.0
 	touch $@
 
 # The container runtime of the tests and the demo: Apptainer (1.4.5) from Debian's unstable suite, relocated into
@@ -113,8 +116,6 @@ demo: setup
 	$(INSTALL_THIS)
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) demo/demo.py
 
-# The real wheels of the squash-options benchmark (fetched once; make test never needs them)
-BENCH_WHEELS := $(TOOLS)/bench-wheels
 # Benchmarks (not part of make test, which runs them once in a quick mode): a table, and JSON with
 # make bench BENCH_ARGS="--json bench.json --markdown".
 bench: setup $(BENCH_WHEELS)/fetched.stamp
