@@ -62,6 +62,7 @@ echo "SIF=$SIF"
 echo "RUNSCRIPTS=$RUNSCRIPTS"
 echo "SINGULARITY_BINDPATH=$SINGULARITY_BINDPATH"
 echo "SINGULARITYENV_PREPEND_PATH=$SINGULARITYENV_PREPEND_PATH"
+echo "SINGULARITY_OVERLAY=$SINGULARITY_OVERLAY"
 ''')
 
     step('Running in the container: start-shell, the python wrapper, singularity exec')
