@@ -105,14 +105,16 @@ def test_install_and_uninstall_in_a_packed_venv(packed, wheelhouse):
 @pytest.mark.needs('image-src')
 def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed, tmp_path):
     """A change of a packed venv is a layer, user-software.changes.squashfs, on the SquashFS file as it was: an upgrade
-    removes the old version's files and directories (whiteouts), with no warning, and a package removed, then
-    installed again shows nothing of what the SquashFS file has of it; `singularity exec $SIF` in the shell that
-    loaded the module before sees it; unmake-squashfs unpacks the venv with the change."""
+    removes the old version's files (also one named like a pattern) and directories (whiteouts), with no warning, and
+    a package removed, then installed again shows nothing of what the SquashFS file has of it; `singularity exec
+    $SIF` in the shell that loaded the module before sees it; unmake-squashfs unpacks the venv with the change."""
     inst, idir = packed
     base = sha256(idir / 'user-software.squashfs')
     wheels = tmp_path / 'wheels'
     wheels.mkdir()
-    write_wheel(wheels, 'lumi-upgraded', '1.0', modules={'old.py': 'OLD = 1\n', 'sub/__init__.py': '', 'sub/a.py': ''})
+    # (a name with wildcard characters: unsquashfs takes the names it is given as patterns)
+    write_wheel(wheels, 'lumi-upgraded', '1.0', modules={'old.py': 'OLD = 1\n', 'sub/__init__.py': '', 'sub/a.py': '',
+                                                         'odd[1]*.txt': ''})
     write_wheel(wheels, 'lumi-upgraded', '2.0', modules={'new.py': 'NEW = 2\n'})
     write_wheel(wheels, 'lumi-base', '2.0', code='NAME = "base 2"\n')
     options = ' '.join(local_wheels(wheels))

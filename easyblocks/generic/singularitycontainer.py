@@ -2446,11 +2446,13 @@ use_for_user_software() {
 # The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
 # ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software
 set_overlays() {
-    local IFS=, entry entries kept=()
+    local IFS=, entry entries kept=() resolved
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        case "$entry" in
-            "$squashfs:ro" | "$changes:ro" | "${work:-/}"/* | '') ;;
+        # (the module names the files by the install dir's path, which may go through a link: $root is resolved)
+        resolved=$(readlink -f "${entry%:ro}" 2>/dev/null || true)
+        case "${resolved:-$entry}" in
+            "$squashfs" | "$changes" | "${work:-/}"/* | '') ;;
             *) kept+=("$entry") ;;
         esac
     done
@@ -2509,6 +2511,9 @@ changes="$root/@us_changes@"
 squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
     -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
 
+as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
+    sed 's/[][\\*?]/\\&/g'
+}
 layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
     unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
 }
@@ -2526,7 +2531,8 @@ apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, w
     done <<<"$whiteouts"
     # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
     if [ -n "$whiteouts" ]; then
-        unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts") "$1" >/dev/null
+        unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts" | as_pattern) "$1" \
+            >/dev/null
     else
         unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
     fi
@@ -2550,7 +2556,7 @@ apply_upper() {
         rm -rf -- "${1:?}/$path" "${2:?}/$path"
         echo "$path" >>"$3"
     done < <(find "$1" -type c -print0)
-    cp -a "$1/." "$2/"
+    cp -a --remove-destination "$1/." "$2/"  # (a link in the tree is replaced, not written through)
 }
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
 # of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list $2
@@ -2559,7 +2565,8 @@ hide_below_new_directories() {
     listed=$(LC_ALL=C sort -u "$2")
     while IFS= read -r path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
-            unsquashfs -l "$3" "$path" | sed -n "s|^squashfs-root/||p" | while IFS= read -r entry; do
+            unsquashfs -l "$3" "$(printf '%s\n' "$path" | as_pattern)" | sed -n "s|^squashfs-root/||p" |
+                while IFS= read -r entry; do
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
                     echo "$entry"
                 fi
@@ -2806,9 +2813,12 @@ in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
 }
-replace() {  # the new file $1 becomes $2, for whoever could read $2 (a project's shared install)
-    chmod --reference="$2" "$1"
-    chgrp --reference="$2" "$1" 2>/dev/null || true
+like() {  # the new file $2 gets the mode and group of $1, for whoever could read it (a project's shared install)
+    chmod --reference="$1" "$2"
+    chgrp --reference="$1" "$2" 2>/dev/null || true
+}
+replace() {  # the new file $1 becomes $2
+    like "$2" "$1"
     mv "$1" "$2"
 }
 
@@ -2919,10 +2929,17 @@ pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, bec
     unsquashfs -l "$new" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
         die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
     [ ! -f "$changes" ] || empty_layer "$new_changes" || die "cannot write $new_changes; $squashfs was not changed"
-    # The layer first: a job starting in between gets the venv as it was before these changes, not the new file with
-    # the old changes on top again
-    [ ! -f "$changes" ] || replace "$new_changes" "$changes"
-    replace "$new" "$squashfs"
+    like "$squashfs" "$new"
+    [ ! -f "$changes" ] || like "$changes" "$new_changes"
+    # The two renames go together: a signal between them would leave the old file without the changes it did not
+    # hold. The layer first: a job starting in between gets the venv as of the last merge, not the new file with the
+    # old changes on top again.
+    trap '' HUP INT TERM
+    [ ! -f "$changes" ] || mv "$new_changes" "$changes"
+    mv "$new" "$squashfs"
+    trap 'stop 129' HUP
+    trap 'stop 130' INT
+    trap 'stop 143' TERM
 }
 
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When

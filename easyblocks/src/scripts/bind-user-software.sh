@@ -22,11 +22,13 @@ use_for_user_software() {
 # The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
 # ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software
 set_overlays() {
-    local IFS=, entry entries kept=()
+    local IFS=, entry entries kept=() resolved
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        case "$entry" in
-            "$squashfs:ro" | "$changes:ro" | "${work:-/}"/* | '') ;;
+        # (the module names the files by the install dir's path, which may go through a link: $root is resolved)
+        resolved=$(readlink -f "${entry%:ro}" 2>/dev/null || true)
+        case "${resolved:-$entry}" in
+            "$squashfs" | "$changes" | "${work:-/}"/* | '') ;;
             *) kept+=("$entry") ;;
         esac
     done

@@ -29,9 +29,12 @@ in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
 }
-replace() {  # the new file $1 becomes $2, for whoever could read $2 (a project's shared install)
-    chmod --reference="$2" "$1"
-    chgrp --reference="$2" "$1" 2>/dev/null || true
+like() {  # the new file $2 gets the mode and group of $1, for whoever could read it (a project's shared install)
+    chmod --reference="$1" "$2"
+    chgrp --reference="$1" "$2" 2>/dev/null || true
+}
+replace() {  # the new file $1 becomes $2
+    like "$2" "$1"
     mv "$1" "$2"
 }
 
@@ -142,10 +145,17 @@ pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, bec
     unsquashfs -l "$new" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
         die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
     [ ! -f "$changes" ] || empty_layer "$new_changes" || die "cannot write $new_changes; $squashfs was not changed"
-    # The layer first: a job starting in between gets the venv as it was before these changes, not the new file with
-    # the old changes on top again
-    [ ! -f "$changes" ] || replace "$new_changes" "$changes"
-    replace "$new" "$squashfs"
+    like "$squashfs" "$new"
+    [ ! -f "$changes" ] || like "$changes" "$new_changes"
+    # The two renames go together: a signal between them would leave the old file without the changes it did not
+    # hold. The layer first: a job starting in between gets the venv as of the last merge, not the new file with the
+    # old changes on top again.
+    trap '' HUP INT TERM
+    [ ! -f "$changes" ] || mv "$new_changes" "$changes"
+    mv "$new" "$squashfs"
+    trap 'stop 129' HUP
+    trap 'stop 130' INT
+    trap 'stop 143' TERM
 }
 
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When

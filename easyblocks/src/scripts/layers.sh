@@ -9,6 +9,9 @@ changes="$root/@us_changes@"
 squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
     -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
 
+as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
+    sed 's/[][\\*?]/\\&/g'
+}
 layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
     unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
 }
@@ -26,7 +29,8 @@ apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, w
     done <<<"$whiteouts"
     # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
     if [ -n "$whiteouts" ]; then
-        unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts") "$1" >/dev/null
+        unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts" | as_pattern) "$1" \
+            >/dev/null
     else
         unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
     fi
@@ -50,7 +54,7 @@ apply_upper() {
         rm -rf -- "${1:?}/$path" "${2:?}/$path"
         echo "$path" >>"$3"
     done < <(find "$1" -type c -print0)
-    cp -a "$1/." "$2/"
+    cp -a --remove-destination "$1/." "$2/"  # (a link in the tree is replaced, not written through)
 }
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
 # of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list $2
@@ -59,7 +63,8 @@ hide_below_new_directories() {
     listed=$(LC_ALL=C sort -u "$2")
     while IFS= read -r path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
-            unsquashfs -l "$3" "$path" | sed -n "s|^squashfs-root/||p" | while IFS= read -r entry; do
+            unsquashfs -l "$3" "$(printf '%s\n' "$path" | as_pattern)" | sed -n "s|^squashfs-root/||p" |
+                while IFS= read -r entry; do
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
                     echo "$entry"
                 fi
