@@ -2507,8 +2507,9 @@ LAYERS_TEMPLATE = r'''
 # $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
 # they are then: venv-pip replaces one file at a time, each change whole.
 changes="$root/@us_changes@"
+cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
 # (the root of a layer is the container's /)
-squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
+squash_options=(-noappend -no-progress -quiet -processors "$cpus"
     -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
 
 as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
@@ -2536,6 +2537,10 @@ apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, w
     else
         unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
     fi
+}
+unpack_venv() {  # $squashfs, with the layer $2 on top if there is one, unpacked into the new directory $1
+    unsquashfs -no-progress -quiet -dest "$1" "$squashfs" >/dev/null || return 1
+    [ ! -f "$2" ] || apply_layer "$2" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
 # $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.
@@ -2853,6 +2858,11 @@ remove_leftovers "$dir.venv-pip"
 # ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
 # before it uninstalls).
 child=
+stop_on_signals() {
+    trap 'stop 129' HUP
+    trap 'stop 130' INT
+    trap 'stop 143' TERM
+}
 in_background() {
     local status=0
     "$@" <&0 &
@@ -2869,9 +2879,7 @@ stop() {
     fi
     exit "$1"
 }
-trap 'stop 129' HUP
-trap 'stop 130' INT
-trap 'stop 143' TERM
+stop_on_signals
 
 if [ ! -f "$squashfs" ]; then
     [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
@@ -2894,16 +2902,17 @@ new="$squashfs.tmp.$(hostname).$$"
 new_changes="$changes.tmp.$(hostname).$$"
 trap 'clean_workdir "$work"; rm -f "$new" "$new_changes"' EXIT
 
+# The venv with the layer $1 on top unpacked into $tree, in a fresh work dir on storage with room for it
+unpack_in_workdir() {
+    make_workdir "$(( $(unpacked_bytes "$squashfs" "$1") * 11 / 10 + (64 << 20) ))"
+    tree="$work/tree"
+    in_background unpack_venv "$tree" "$1" || die "cannot unpack $squashfs with $1; nothing was changed"
+}
+
 # pip on the whole venv, unpacked in $work, packed again into $squashfs (with $changes emptied)
 change_by_repacking() {
     local tree before links status=0
-    make_workdir "$(( $(unpacked_bytes "$squashfs" "$changes") * 11 / 10 + (64 << 20) ))"
-    tree="$work/tree"
-    in_background unsquashfs -no-progress -quiet -dest "$tree" "$squashfs" >/dev/null ||
-        die "cannot unpack $squashfs; nothing was changed"
-    if [ -f "$changes" ]; then
-        in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
-    fi
+    unpack_in_workdir "$changes"
     drop_layers
     use_for_user_software "$tree/user-software"
     before=$(venv_state "$tree")
@@ -2937,9 +2946,7 @@ pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, bec
     trap '' HUP INT TERM
     [ ! -f "$changes" ] || mv "$new_changes" "$changes"
     mv "$new" "$squashfs"
-    trap 'stop 129' HUP
-    trap 'stop 130' INT
-    trap 'stop 143' TERM
+    stop_on_signals
 }
 
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
@@ -2985,12 +2992,7 @@ change_in_layers() {
     fi
     # (a fresh work dir: the whole venv may not fit where the changes did)
     clean_workdir "$work"
-    make_workdir "$(( $(unpacked_bytes "$squashfs" "$new_changes") * 11 / 10 + (64 << 20) ))"
-    tree="$work/tree"
-    in_background unsquashfs -no-progress -quiet -dest "$tree" "$squashfs" >/dev/null ||
-        die "cannot unpack $squashfs; nothing was changed"
-    in_background apply_layer "$new_changes" "$tree" ||
-        die "cannot merge the change into $squashfs; nothing was changed"
+    unpack_in_workdir "$new_changes"
     pack_base "$tree"
     echo "venv-pip: $squashfs has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
@@ -3037,7 +3039,7 @@ trap 'rm -f "$tmp" "$tmp_changes"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 share_modes "$dir"
-echo "Packing $dir into $squashfs with ${SLURM_CPUS_PER_TASK:-$(nproc)} processors..."
+echo "Packing $dir into $squashfs with $cpus processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
 mksquashfs "$dir" "$tmp" "${squash_options[@]}" -keep-as-directory >/dev/null ||
     die "mksquashfs failed; nothing was changed"
@@ -3076,10 +3078,7 @@ command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
 tmp="$dir.tmp.$(hostname).$$"
 trap 'rm -rf "$tmp"' EXIT
-unsquashfs -no-progress -quiet -dest "$tmp" "$squashfs" >/dev/null || die "unsquashfs failed; nothing was changed"
-if [ -f "$changes" ]; then
-    apply_layer "$changes" "$tmp" || die "cannot unpack $changes; nothing was changed"
-fi
+unpack_venv "$tmp" "$changes" || die "unsquashfs failed; nothing was changed"
 mv "$tmp/user-software" "$dir"
 rmdir "$tmp"
 trap - EXIT

@@ -69,6 +69,11 @@ remove_leftovers "$dir.venv-pip"
 # ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
 # before it uninstalls).
 child=
+stop_on_signals() {
+    trap 'stop 129' HUP
+    trap 'stop 130' INT
+    trap 'stop 143' TERM
+}
 in_background() {
     local status=0
     "$@" <&0 &
@@ -85,9 +90,7 @@ stop() {
     fi
     exit "$1"
 }
-trap 'stop 129' HUP
-trap 'stop 130' INT
-trap 'stop 143' TERM
+stop_on_signals
 
 if [ ! -f "$squashfs" ]; then
     [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
@@ -110,16 +113,17 @@ new="$squashfs.tmp.$(hostname).$$"
 new_changes="$changes.tmp.$(hostname).$$"
 trap 'clean_workdir "$work"; rm -f "$new" "$new_changes"' EXIT
 
+# The venv with the layer $1 on top unpacked into $tree, in a fresh work dir on storage with room for it
+unpack_in_workdir() {
+    make_workdir "$(( $(unpacked_bytes "$squashfs" "$1") * 11 / 10 + (64 << 20) ))"
+    tree="$work/tree"
+    in_background unpack_venv "$tree" "$1" || die "cannot unpack $squashfs with $1; nothing was changed"
+}
+
 # pip on the whole venv, unpacked in $work, packed again into $squashfs (with $changes emptied)
 change_by_repacking() {
     local tree before links status=0
-    make_workdir "$(( $(unpacked_bytes "$squashfs" "$changes") * 11 / 10 + (64 << 20) ))"
-    tree="$work/tree"
-    in_background unsquashfs -no-progress -quiet -dest "$tree" "$squashfs" >/dev/null ||
-        die "cannot unpack $squashfs; nothing was changed"
-    if [ -f "$changes" ]; then
-        in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
-    fi
+    unpack_in_workdir "$changes"
     drop_layers
     use_for_user_software "$tree/user-software"
     before=$(venv_state "$tree")
@@ -153,9 +157,7 @@ pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, bec
     trap '' HUP INT TERM
     [ ! -f "$changes" ] || mv "$new_changes" "$changes"
     mv "$new" "$squashfs"
-    trap 'stop 129' HUP
-    trap 'stop 130' INT
-    trap 'stop 143' TERM
+    stop_on_signals
 }
 
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
@@ -201,12 +203,7 @@ change_in_layers() {
     fi
     # (a fresh work dir: the whole venv may not fit where the changes did)
     clean_workdir "$work"
-    make_workdir "$(( $(unpacked_bytes "$squashfs" "$new_changes") * 11 / 10 + (64 << 20) ))"
-    tree="$work/tree"
-    in_background unsquashfs -no-progress -quiet -dest "$tree" "$squashfs" >/dev/null ||
-        die "cannot unpack $squashfs; nothing was changed"
-    in_background apply_layer "$new_changes" "$tree" ||
-        die "cannot merge the change into $squashfs; nothing was changed"
+    unpack_in_workdir "$new_changes"
     pack_base "$tree"
     echo "venv-pip: $squashfs has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."

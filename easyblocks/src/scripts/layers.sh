@@ -5,8 +5,9 @@
 # $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
 # they are then: venv-pip replaces one file at a time, each change whole.
 changes="$root/@us_changes@"
+cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
 # (the root of a layer is the container's /)
-squash_options=(-noappend -no-progress -quiet -processors "${SLURM_CPUS_PER_TASK:-$(nproc)}"
+squash_options=(-noappend -no-progress -quiet -processors "$cpus"
     -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
 
 as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
@@ -34,6 +35,10 @@ apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, w
     else
         unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
     fi
+}
+unpack_venv() {  # $squashfs, with the layer $2 on top if there is one, unpacked into the new directory $1
+    unsquashfs -no-progress -quiet -dest "$1" "$squashfs" >/dev/null || return 1
+    [ ! -f "$2" ] || apply_layer "$2" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
 # $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.

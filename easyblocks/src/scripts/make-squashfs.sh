@@ -26,7 +26,7 @@ trap 'rm -f "$tmp" "$tmp_changes"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 share_modes "$dir"
-echo "Packing $dir into $squashfs with ${SLURM_CPUS_PER_TASK:-$(nproc)} processors..."
+echo "Packing $dir into $squashfs with $cpus processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
 mksquashfs "$dir" "$tmp" "${squash_options[@]}" -keep-as-directory >/dev/null ||
     die "mksquashfs failed; nothing was changed"

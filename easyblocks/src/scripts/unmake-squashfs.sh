@@ -13,10 +13,7 @@ command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
 tmp="$dir.tmp.$(hostname).$$"
 trap 'rm -rf "$tmp"' EXIT
-unsquashfs -no-progress -quiet -dest "$tmp" "$squashfs" >/dev/null || die "unsquashfs failed; nothing was changed"
-if [ -f "$changes" ]; then
-    apply_layer "$changes" "$tmp" || die "cannot unpack $changes; nothing was changed"
-fi
+unpack_venv "$tmp" "$changes" || die "unsquashfs failed; nothing was changed"
 mv "$tmp/user-software" "$dir"
 rmdir "$tmp"
 trap - EXIT
