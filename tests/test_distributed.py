@@ -5,14 +5,18 @@ import os
 import re
 import shlex
 import shutil
+import socket
+import stat
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from testkit.install import (LAIF_MODULE, LMOD_INIT, Installation, demo_easyconfig, fake_command, run,
-                             torch_bind)
-from testkit.users import give, user
+from support import require_tools
+from testkit.install import (LAIF_MODULE, LMOD_INIT, RUNTIME_FEATURES, Installation, demo_easyconfig, fake_command,
+                             run, spawn, torch_bind)
+from testkit.users import OUTSIDER, give, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -145,29 +149,52 @@ def test_get_master_errors(pytorch, args, message):
     assert message in proc.stderr
 
 
-def test_distributed_outside_slurm_fails_clearly(pytorch):
+LAUNCHER_REFUSAL = [
+    'conda-python-distributed: error: not started by a launcher that it knows: none of these sets of variables is '
+    'complete:',
+    '  mpirun (Open MPI): OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK '
+    'OMPI_COMM_WORLD_LOCAL_SIZE',
+    '  mpiexec (hydra): PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS',
+    '  srun --mpi=pmix: PMIX_RANK SLURM_NTASKS SLURM_LOCALID SLURM_STEP_TASKS_PER_NODE',
+    '  srun: SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_STEP_TASKS_PER_NODE',
+    '  your own settings: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE',
+    'Start it with srun, mpiexec or mpirun, e.g.: srun singularity exec $SIF conda-python-distributed -u train.py']
+
+
+def test_distributed_outside_a_launcher_fails_clearly(pytorch):
+    """Without a launcher, or with a launcher's variables only in part (srun's SLURM_PROCID without the others, say):
+    one refusal that names every launcher's variables, before the container's Python starts."""
     inst, root = pytorch
-    proc = inst.shell('module load PyTorch/2.13.0\ncd %s\n'
-                      'singularity exec "$SIFPYTORCH" conda-python-distributed -u ddp_check.py' % root, check=False)
-    assert proc.returncode == 1
-    assert 'not running as a Slurm task (SLURM_PROCID is not set)' in proc.stderr
-    assert 'Rank' not in proc.stdout
+    for setting in ('', 'SLURM_PROCID=0 PMI_RANK=0 '):
+        proc = inst.shell('module load PyTorch/2.13.0\ncd %s\n%ssingularity exec "$SIFPYTORCH" '
+                          'conda-python-distributed -u ddp_check.py' % (root, setting), check=False)
+        assert proc.returncode == 1
+        assert proc.stderr.splitlines() == LAUNCHER_REFUSAL, proc.stderr
+        assert 'Rank' not in proc.stdout
 
 
-def test_distributed_stops_without_slurm_localid_or_master(pytorch):
-    """A half-set Slurm environment, or a node list get-master cannot read: a clear error, not a job with empty
-    settings."""
+def test_distributed_stops_without_master(pytorch):
+    """A node list get-master cannot read, no Slurm job to take the master from, a rank that is no rank: a clear
+    error, not a job with empty settings."""
     inst, root = pytorch
     run_it = 'singularity exec "$SIFPYTORCH" conda-python-distributed -c "print(\'started\')"'
-    proc = inst.shell('module load PyTorch/2.13.0\nSLURM_PROCID=0 %s' % run_it, check=False)
-    assert proc.returncode == 1 and 'started' not in proc.stdout
-    assert ('conda-python-distributed: error: SLURM_LOCALID is not set, but SLURM_PROCID is: start it with srun, '
-            'not by hand') in proc.stderr
-    proc = inst.shell('module load PyTorch/2.13.0\nSLURM_PROCID=0 SLURM_LOCALID=0 SLURM_JOB_NODELIST="nid[1-" %s'
-                      % run_it, check=False)
-    assert proc.returncode == 1 and 'started' not in proc.stdout
-    assert "get-master: error: cannot parse host list 'nid[1-': unbalanced brackets" in proc.stderr
-    assert 'conda-python-distributed: error: cannot tell the master host from the job\'s node list' in proc.stderr
+    srun = 'SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=1 SLURM_STEP_TASKS_PER_NODE=1'
+    for setting, messages in [
+            ('%s SLURM_JOB_NODELIST="nid[1-"' % srun, [
+                "get-master: error: cannot parse host list 'nid[1-': unbalanced brackets",
+                "conda-python-distributed: error: cannot tell the master host from the job's node list"]),
+            (srun, ['conda-python-distributed: error: MASTER_ADDR is not set, and there is no Slurm job to take the '
+                    'first node from: set it to the host of rank 0']),
+            ('PMI_RANK=2 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x',
+             ['conda-python-distributed: error: PMI_RANK=2 is not below PMI_SIZE=2']),
+            ('PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x SLURM_JOB_ID=7',
+             ['conda-python-distributed: error: MASTER_PORT is not set, and rank 0 can pass its choice to the other '
+              'ranks only in a Slurm job step (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free '
+              'port on x'])]:
+        proc = inst.shell('module load PyTorch/2.13.0\n%s %s' % (setting, run_it), check=False)
+        assert proc.returncode == 1 and 'started' not in proc.stdout, setting
+        for message in messages:
+            assert message in proc.stderr, (setting, proc.stderr)
 
 
 # A job step over both nodes of the test cluster, two tasks (ranks) on each, as Slurm's block distribution places
@@ -197,10 +224,11 @@ def check_ddp_output(out, slurm, world=4, per_node=2):
     return int(ranks[0][4])
 
 
-def check_rank_lines(out, slurm, port):
-    """conda-python-distributed's own report: one line per rank with host, CPUs, GPU and master; the ranks of
-    Slurm's block distribution on their nodes."""
-    lines = re.findall(r'^Rank (\d) on (\S+): CPUs [0-9,-]+, GPU ([01]), master (\S+):(\d+)$', out, re.M)
+def check_rank_lines(out, slurm, port, launcher='srun'):
+    """conda-python-distributed's own report: one line per rank with host, launcher, CPUs, GPU and master; the ranks
+    of Slurm's block distribution on their nodes."""
+    lines = re.findall(r'^Rank (\d) on (\S+) \(%s\): CPUs [0-9,-]+, GPU ROCR_VISIBLE_DEVICES=([01]), '
+                       r'master (\S+):(\d+)$' % re.escape(launcher), out, re.M)
     assert sorted((int(rank), host, gpu, master, int(found_port)) for rank, host, gpu, master, found_port in lines) == [
         (rank, slurm.nodes[rank // 2], str(rank % 2), slurm.master, port) for rank in range(4)], out
 
@@ -299,7 +327,7 @@ def test_distributed_environment_defaults(pytorch, slurm):
         node, local = divmod(rank, 2)
         assert (env['host'], env['SLURM_NODEID']) == (slurm.nodes[node], str(node))
         assert env['MASTER_ADDR'] == slurm.master
-        assert env['MASTER_PORT'] == str(10000 + (job * 16 + step) % 22000)
+        assert env['MASTER_PORT'] == ranks[0]['MASTER_PORT']
         assert (env['WORLD_SIZE'], env['LOCAL_RANK'], env['LOCAL_WORLD_SIZE']) == ('4', str(local), '2')
         assert env['ROCR_VISIBLE_DEVICES'] == str(local)
         assert (env['NCCL_SOCKET_IFNAME'], env['NCCL_NET_GDR_LEVEL']) == ('hsn', '3')
@@ -309,14 +337,25 @@ def test_distributed_environment_defaults(pytorch, slurm):
         assert os.path.isdir(env['MIOPEN_USER_DB_PATH'])
     for node in (0, 1):
         shutil.rmtree(ranks[2 * node]['MIOPEN_USER_DB_PATH'])
+    # Rank 0's choice of port, in a file of the user's that only they can read, in a directory only they can write
+    port = int(ranks[0]['MASTER_PORT'])
+    assert 10000 <= port <= 31999
+    ports = user().home / '.singularitycontainer-ports'
+    record = ports / ('%d.0.%d.port' % (job, step))
+    assert record.read_text() == '%d\n' % port
+    assert [(path.stat().st_uid, stat.S_IMODE(path.stat().st_mode)) for path in (ports, record)] == [
+        (user().uid, 0o700), (user().uid, 0o600)]
 
 
 def test_distributed_environment_keeps_user_choices(pytorch, slurm, tmp_path):
+    """The user's MASTER_PORT wins (no rank waits for rank 0's choice: it makes none, nor a directory for it)."""
     fakebin = fake_command(tmp_path / 'fakebin', 'rocm-smi', 'echo "rocm-smi ran on rank $SLURM_PROCID"\n')
     ranks, out = srun_show_env(pytorch, slurm, setup=(
         'export MASTER_PORT=23456 ROCR_VISIBLE_DEVICES=4,5 NCCL_SOCKET_IFNAME=lo MIOPEN_USER_DB_PATH=%s/miopen\n'
-        'export SINGULARITYENV_APPEND_PATH=%s' % (tmp_path, fakebin)))
+        'export SINGULARITYCONTAINER_PORT_DIR=%s/no-ports SINGULARITYENV_APPEND_PATH=%s' % (tmp_path, tmp_path,
+                                                                                            fakebin)))
     assert sorted(ranks) == [0, 1, 2, 3], out
+    assert not (tmp_path / 'no-ports').exists()
     for rank, env in ranks.items():
         assert env['MASTER_PORT'] == '23456'
         assert env['ROCR_VISIBLE_DEVICES'] == str(4 + rank % 2)  # the local rank's entry of the user's list
@@ -366,11 +405,11 @@ def srun_in_module(inst, root, module, srun, slurm, check=True):
     return inst.shell('module load %s\ncd %s\n%s' % (module, root, srun), env=slurm.env(inst.env()), check=check)
 
 
-def check_torchrun_lines(out, slurm):
+def check_torchrun_lines(out, slurm, launcher='srun'):
     """torchrun-distributed's own report: one line per node, each with the same rendezvous, at the first node (the
     ranks' MASTER_PORT is another: torchrun picks it)."""
-    lines = re.findall(r'^Node (\d) of 2 \((\S+)\): torchrun with 1 processes per node \(no GPUs in the job\) unless '
-                       r'the options say otherwise, rendezvous at (\S+):(\d+)$', out, re.M)
+    lines = re.findall(r'^Node (\d) of 2 \((\S+), %s\): torchrun with 1 processes per node \(no GPUs in the job\) '
+                       r'unless the options say otherwise, rendezvous at (\S+):(\d+)$' % re.escape(launcher), out, re.M)
     assert sorted(lines) == [(str(node), slurm.nodes[node], slurm.master, lines[0][3]) for node in (0, 1)], out
 
 
@@ -390,12 +429,13 @@ def test_torchrun_needs_one_task_per_node_and_slurm(pytorch, slurm):
     proc = srun_in_module(inst, root, 'PyTorch/2.13.0', 'srun %s singularity exec "$SIFPYTORCH" '
                           'torchrun-distributed ddp_check.py' % TWO_NODES, slurm, check=False)
     assert proc.returncode != 0
-    assert ('torchrun-distributed: error: this job step runs 4 tasks on 2 nodes, but torchrun-distributed needs one '
-            'task per node (srun --ntasks-per-node=1)') in proc.stderr
+    assert ('torchrun-distributed: error: srun started 2 tasks on this node, but torchrun-distributed needs one '
+            'task per node (srun --ntasks-per-node=1, mpiexec -ppn 1, mpirun --map-by ppr:1:node)') in proc.stderr
     proc = inst.shell('module load PyTorch/2.13.0\nsingularity exec "$SIFPYTORCH" torchrun-distributed x.py',
                       check=False)
     assert proc.returncode == 1
-    assert 'torchrun-distributed: error: not running as a Slurm task (SLURM_PROCID is not set)' in proc.stderr
+    assert ('torchrun-distributed: error: not started by a launcher that it knows: none of these sets of variables '
+            'is complete:') in proc.stderr
 
 
 SHOW_LAIF = '''\
@@ -435,3 +475,342 @@ def test_laif_image_under_srun(laif_pytorch, slurm):
     proc = srun_in_module(inst, root, LAIF_MODULE, 'srun %s singularity run "$SIF" torchrun-distributed '
                           '--nproc-per-node=1 ddp_check.py' % TORCHRUN_TWO_NODES, slurm)
     check_ddp_output(proc.stdout, slurm, world=2, per_node=1)
+
+
+# The launchers of MPI, each as a Dawn user runs it in a batch job (they start their processes through Slurm: hydra's
+# slurm launcher, Open MPI's slurm plm): the command, its option for 2 and for 1 processes per node, and the name that
+# the run scripts give it
+MPI_LAUNCHERS = {
+    'hydra': ('mpiexec.hydra', '-ppn 2', '-ppn 1', 'mpiexec (hydra)'),
+    'openmpi': ('mpirun.openmpi', '--map-by ppr:2:node', '--map-by ppr:1:node', 'mpirun (Open MPI)'),
+}
+MPI_JOB = '''\
+#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --output={out}
+source {lmod_init}
+module use {modules}
+module load PyTorch/2.13.0
+cd {root}
+{launch} -n 4 {two_per_node} singularity exec "$SIFPYTORCH" conda-python-distributed -u ddp_check.py
+echo "== torchrun-distributed"
+{launch} -n 2 {one_per_node} singularity exec "$SIFPYTORCH" torchrun-distributed --nproc-per-node=1 ddp_check.py
+'''
+
+
+def run_batch_job(inst, root, slurm, name, script):
+    """Submit a batch job script as the user, wait for it (10 minutes at most); its output, after checking that it
+    completed."""
+    env = slurm.env(inst.env())
+    path, out = root / ('%s.sh' % name), root / ('%s.out' % name)
+    path.write_text(script.format(out=out, lmod_init=LMOD_INIT, modules=inst.prefix / 'modules' / 'all', root=root))
+    job = run(['sbatch', '--parsable', str(path)], env=env, cwd=root).stdout.strip().split(';')[0]
+    deadline = time.monotonic() + 600
+    while run(['squeue', '-h', '-j', job], env=env, check=False).stdout.strip():
+        assert time.monotonic() < deadline, 'job %s did not finish in 10 minutes' % job
+        time.sleep(0.5)
+    state = run(['scontrol', 'show', 'job', job], env=env).stdout
+    text = out.read_text() if out.exists() else '(no output)'
+    assert 'JobState=COMPLETED' in state and 'ExitCode=0:0' in state, state + text + slurm.log('slurmd')
+    return text
+
+
+@pytest.mark.parametrize('mpi', sorted(MPI_LAUNCHERS))
+def test_mpi_launchers_in_a_batch_job(pytorch, slurm, mpi):
+    """MPICH's hydra mpiexec and Open MPI's mpirun, started in a batch job on 2 nodes as on Dawn: 2 x 2 ranks of
+    conda-python-distributed (gloo all_reduce and DDP across nodes), then torchrun-distributed with one task per
+    node; each rank's RANK and LOCAL_RANK from the MPI's variables, not from those of the Slurm step its daemon runs
+    in; one master port for all, chosen by rank 0."""
+    inst, root = pytorch
+    command, two, one, name = MPI_LAUNCHERS[mpi]
+    require_tools(command)
+    script = MPI_JOB.replace('{launch}', command).replace('{two_per_node}', two).replace('{one_per_node}', one)
+    out = run_batch_job(inst, root, slurm, 'mpi-%s' % mpi, script)
+    ranks, torchrun = out.split('== torchrun-distributed\n')
+    check_rank_lines(ranks, slurm, check_ddp_output(ranks, slurm), name)
+    check_ddp_output(torchrun, slurm, world=2, per_node=1)
+    check_torchrun_lines(torchrun, slurm, name)
+
+
+# The launchers' variables, set by hand for the cheap tests below (one container start runs many ranks): each
+# launcher's own for rank R of N, local rank L of M, among the variables of a Slurm step that describe another task
+# (an MPI's daemon), which must not count
+BY_HAND = {
+    'mpirun (Open MPI)': 'OMPI_COMM_WORLD_RANK={R} OMPI_COMM_WORLD_SIZE={N} OMPI_COMM_WORLD_LOCAL_RANK={L} '
+                         'OMPI_COMM_WORLD_LOCAL_SIZE={M} SLURM_PROCID=0 SLURM_LOCALID=0',
+    'mpiexec (hydra)': 'PMI_RANK={R} PMI_SIZE={N} MPI_LOCALRANKID={L} MPI_LOCALNRANKS={M} SLURM_PROCID=0 '
+                       'SLURM_LOCALID=0',
+    'srun --mpi=pmix': 'PMIX_RANK={R} SLURM_NTASKS={N} SLURM_LOCALID={L} SLURM_STEP_TASKS_PER_NODE={M}',
+    'srun': 'SLURM_PROCID={R} SLURM_NTASKS={N} SLURM_LOCALID={L} SLURM_STEP_TASKS_PER_NODE={M}',
+    'your own settings': 'RANK={R} WORLD_SIZE={N} LOCAL_RANK={L} LOCAL_WORLD_SIZE={M}',
+}
+DEVICE_VARIABLES = ('ROCR_VISIBLE_DEVICES', 'ZE_AFFINITY_MASK', 'CUDA_VISIBLE_DEVICES')
+SHOW_RANK = ('import json, os; print("SEEN " + json.dumps({name: os.environ.get(name) for name in '
+             '("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE") + %r}), flush=True)' % (DEVICE_VARIABLES,))
+
+
+def ranks_by_hand(inst, module, ranks, setting='', launcher='mpiexec (hydra)', script='conda-python-distributed',
+                  args=('-c', SHOW_RANK), check=True, master='MASTER_ADDR=localhost MASTER_PORT=29999'):
+    """Run script as each (rank, world size, local rank, local world size) of ranks in one container start of the
+    module's image, with the launcher's variables set by hand (and the master given); the output."""
+    starts = ''.join('%s %s %s %s || exit 1\n' % (
+        BY_HAND[launcher].format(R=r, N=n, L=local, M=m), master, script, ' '.join(shlex.quote(arg) for arg in args))
+        for r, n, local, m in ranks)
+    return inst.shell('module load %s\n%s\nsingularity exec "$SIF" bash -c %s' % (module, setting,
+                                                                               shlex.quote(starts)), check=check)
+
+
+def seen(out):
+    return [json.loads(line[len('SEEN '):]) for line in out.splitlines() if line.startswith('SEEN ')]
+
+
+@pytest.mark.parametrize('launcher', sorted(BY_HAND))
+def test_every_launcher_gives_the_rank(pytorch, launcher):
+    """Each launcher's variables make RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE; an MPI's win over those of
+    the Slurm step its daemons run in; the rank's line names the launcher."""
+    inst, _ = pytorch
+    proc = ranks_by_hand(inst, 'PyTorch/2.13.0', [(3, 4, 1, 2), (0, 4, 0, 2)], launcher=launcher)
+    assert [[env[name] for name in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE')]
+            for env in seen(proc.stdout)] == [['3', '4', '1', '2'], ['0', '4', '0', '2']], proc.stdout
+    assert re.findall(r'^Rank (\d) on \S+ \((.*)\): ', proc.stdout, re.M) == [('3', launcher), ('0', launcher)]
+
+
+def local_ranks(count):
+    return [(local, count, local, count) for local in range(count)]
+
+
+@pytest.fixture(scope='module')
+def vendors(tmp_path_factory, demo_sif):
+    """The demo image installed for each gpu_vendor but AMD (the torch image's, the default): Demo/1.0-<vendor>, in
+    one eb run. Also a stand-in for torch.distributed.run that prints what torchrun-distributed passes it."""
+    root = tmp_path_factory.mktemp('vendors')
+    inst = Installation(root)
+    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    give(inst.sources, inst.user)
+    inst.eb(*[inst.write_easyconfig('Demo-1.0-%s.eb' % vendor, demo_easyconfig(
+        suffix='-' + vendor, gpu_vendor=vendor, wrapped_commands=['python3'])) for vendor in ('intel', 'nvidia', 'none')])
+    fake_torch = root / 'fake-torch' / 'torch' / 'distributed'
+    fake_torch.mkdir(parents=True)
+    (fake_torch.parent / '__init__.py').write_text('')
+    (fake_torch / '__init__.py').write_text('')
+    (fake_torch / 'run.py').write_text('import sys\nprint("TORCHRUN " + " ".join(sys.argv[1:]))\n')
+    give(root / 'fake-torch', inst.user)
+    return inst, root
+
+
+# The device each of 8 local ranks gets, by vendor and what the node has: (module, settings, devices)
+DEVICES = [
+    ('PyTorch/2.13.0', '', ['ROCR_VISIBLE_DEVICES', list(range(8))]),
+    ('PyTorch/2.13.0', 'export SLURM_GPUS_ON_NODE=2', ['ROCR_VISIBLE_DEVICES', [0, 1] * 4]),
+    ('PyTorch/2.13.0', 'export ROCR_VISIBLE_DEVICES=4,5', ['ROCR_VISIBLE_DEVICES', [4, 5] * 4]),
+    # Dawn's Data Center GPU Max 1550: 2 stacks per GPU, each a device under FLAT (Level Zero's default)
+    ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4', ['ZE_AFFINITY_MASK', list(range(8))]),
+    ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=2 ZE_FLAT_DEVICE_HIERARCHY=FLAT', ['ZE_AFFINITY_MASK',
+                                                                                     [0, 1, 2, 3] * 2]),
+    ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE', ['ZE_AFFINITY_MASK',
+                                                                                          [0, 1, 2, 3] * 2]),
+    ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4 SINGULARITYCONTAINER_STACKS_PER_GPU=1', ['ZE_AFFINITY_MASK',
+                                                                                             [0, 1, 2, 3] * 2]),
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0.0,0.1 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE', [
+        'ZE_AFFINITY_MASK', ['0.0', '0.1'] * 4]),
+    ('Demo/1.0-nvidia', 'export CUDA_VISIBLE_DEVICES=0,1,2,3', ['CUDA_VISIBLE_DEVICES', [0, 1, 2, 3] * 2]),
+    ('Demo/1.0-nvidia', 'export SLURM_GPUS_ON_NODE=2', ['CUDA_VISIBLE_DEVICES', [0, 1] * 4]),
+    ('Demo/1.0-none', 'export SLURM_GPUS_ON_NODE=2 ROCR_VISIBLE_DEVICES=', [None, [None] * 8]),
+]
+
+
+@pytest.mark.parametrize('module,setting,devices', DEVICES)
+def test_each_local_rank_gets_its_device_by_vendor(pytorch, vendors, module, setting, devices):
+    """The device variable of the module's gpu_vendor, per local rank (8 on a node), from fake device counts: the
+    node's GPUs from Slurm (SLURM_GPUS_ON_NODE) with Intel's stacks as devices under FLAT, or the entries of the
+    vendor's variable; shared round the ranks where they are fewer. No other vendor's variable is set."""
+    inst = pytorch[0] if module.startswith('PyTorch') else vendors[0]
+    proc = ranks_by_hand(inst, module, local_ranks(8), setting)
+    variable, expected = devices
+    found = seen(proc.stdout)
+    assert [env[variable] if variable else None for env in found] == [
+        None if device is None else str(device) for device in expected], proc.stdout
+    assert all(env[other] in (None, '') for env in found for other in DEVICE_VARIABLES if other != variable)
+    gpus = re.findall(r'^Rank \d on \S+ \(mpiexec \(hydra\)\): CPUs \S+, GPU (\S+), master', proc.stdout, re.M)
+    assert gpus == ['%s=%s' % (variable, device) if variable else 'none' for device in expected], proc.stdout
+
+
+@pytest.mark.parametrize('module,setting,count,source', [
+    ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4', 8, 'SLURM_GPUS_ON_NODE x 2 stacks (ZE_FLAT_DEVICE_HIERARCHY=FLAT)'),
+    ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE', 4, 'SLURM_GPUS_ON_NODE'),
+    ('Demo/1.0-nvidia', 'export CUDA_VISIBLE_DEVICES=0,1,2', 3, 'CUDA_VISIBLE_DEVICES'),
+    ('Demo/1.0-none', 'export SLURM_GPUS_ON_NODE=4', 1, 'no GPUs in the job'),
+])
+def test_torchrun_counts_the_devices_by_vendor(vendors, module, setting, count, source):
+    """torchrun-distributed starts torchrun with a process per device of the node, counted as for
+    conda-python-distributed (torch.distributed.run here a stand-in that prints its arguments)."""
+    inst, root = vendors
+    proc = ranks_by_hand(inst, module, [(1, 2, 0, 1)], setting + '\nexport SINGULARITYENV_PYTHONPATH=%s' % (
+        root / 'fake-torch'), script='torchrun-distributed', args=['train.py', '--epochs=1'])
+    assert 'torchrun with %d processes per node (%s) unless' % (count, source) in proc.stdout, proc.stdout
+    assert re.search(r'^TORCHRUN --nnodes=2 --nproc-per-node=%d --rdzv-backend=c10d --rdzv-endpoint=localhost:29999 '
+                     r'--rdzv-id=0\.29999 train\.py --epochs=1$' % count, proc.stdout, re.M), proc.stdout
+
+
+def test_device_line_once_per_node_where_the_vendor_tool_is(vendors, tmp_path):
+    """Local rank 0 prints the vendor's device list with the vendor's tool where the container has it: xpu-smi, else
+    sycl-ls for Intel; nvidia-smi for NVIDIA; nothing for 'none'."""
+    inst, _ = vendors
+    tools = tmp_path / 'tools'
+    for tool in ('xpu-smi', 'sycl-ls', 'nvidia-smi', 'rocm-smi'):
+        fake_command(tools, tool, 'echo %s "$@" "ran on local rank $LOCAL_RANK"\n' % tool)
+    only_sycl_ls = fake_command(tmp_path / 'sycl', 'sycl-ls', 'echo "sycl-ls ran on local rank $LOCAL_RANK"\n')
+    give(tmp_path, inst.user)
+    for module, path, line in [('Demo/1.0-intel', tools, 'xpu-smi discovery ran on local rank 0'),
+                               ('Demo/1.0-intel', only_sycl_ls, 'sycl-ls ran on local rank 0'),
+                               ('Demo/1.0-nvidia', tools, 'nvidia-smi ran on local rank 0'),
+                               ('Demo/1.0-none', tools, None)]:
+        proc = ranks_by_hand(inst, module, local_ranks(2), 'export SINGULARITYENV_APPEND_PATH=%s' % path)
+        assert [found for found in proc.stdout.splitlines() if ' ran on ' in found] == [line] * bool(line), \
+            proc.stdout
+
+
+def test_nvidia_module_asks_the_runtime_for_the_driver_libraries(vendors):
+    """gpu_vendor 'nvidia': the module sets SINGULARITY_NV=1 and APPTAINER_NV=1 (the runtime's --nv) and gives the
+    user's own values back at unload. Apptainer 1.4.5 without NVIDIA's driver starts the container as before, with
+    not a word on stderr (only its debug output says it looked for the libraries); the other vendors set neither."""
+    inst, _ = vendors
+    proc = inst.shell('export APPTAINER_NV=mine\nunset SINGULARITY_NV\nmodule load Demo/1.0-nvidia\n'
+                      'echo "loaded ${SINGULARITY_NV-unset} ${APPTAINER_NV-unset}"\n'
+                      'singularity exec "$SIF" true\n'
+                      'python3 -c "print(\'python ran\')"\n'
+                      'module unload Demo/1.0-nvidia\necho "unloaded ${SINGULARITY_NV-unset} ${APPTAINER_NV-unset}"\n'
+                      'module load Demo/1.0-intel\necho "intel ${SINGULARITY_NV-unset} ${APPTAINER_NV-unset}"\n')
+    assert proc.stdout.splitlines() == ['loaded 1 1', 'python ran', 'unloaded unset mine', 'intel unset mine']
+    assert proc.stderr == ''
+    if 'apptainer' in RUNTIME_FEATURES:
+        debug = inst.shell('module load Demo/1.0-nvidia\nsingularity -d exec "$SIF" true').stderr
+        assert 'nv GPU setup' in debug
+
+
+def master_port(pytorch, *args, ports=None, **settings):
+    """Run the installed master-port as the user with SINGULARITYCONTAINER_PORT_<KEY>=value for settings; ports: the
+    directory of the port files."""
+    inst, root = pytorch
+    script = inst.installdir('PyTorch', '2.13.0') / 'runscripts' / 'master-port'
+    env = {'PATH': '/usr/bin:/bin', 'SINGULARITYCONTAINER_PORT_DIR': str(ports or root / 'ports')}
+    env.update(('SINGULARITYCONTAINER_PORT_' + key.upper(), str(value)) for key, value in settings.items())
+    return run(['python3', str(script), *args], check=False, env=env)
+
+
+def two_free_ports():
+    """Two neighbouring ports that nothing here is bound to now, in 20000-29999."""
+    for low in range(20000, 30000, 2):
+        with socket.socket() as first, socket.socket() as second:
+            try:
+                first.bind(('', low))
+                second.bind(('', low + 1))
+            except OSError:
+                continue
+        return low
+    raise AssertionError('no two free neighbouring ports in 20000-29999')
+
+
+SQUAT = '''\
+import socket, sys, time
+socks = []
+for port in sys.argv[1:]:
+    sock = socket.socket()
+    sock.bind(("0.0.0.0", int(port)))
+    sock.listen(1)
+    socks.append(sock)
+print("listening", flush=True)
+time.sleep(120)
+'''
+
+
+def squat(*ports):
+    """Another user (OUTSIDER) listening on ports of this host, as one on a shared node; stop it with kill()."""
+    proc = spawn(['python3', '-c', SQUAT] + [str(port) for port in ports], user=OUTSIDER, stdout=subprocess.PIPE,
+                 text=True)
+    assert proc.stdout.readline() == 'listening\n'
+    return proc
+
+
+def test_master_port_rank_0_picks_a_free_port_that_the_others_read(pytorch):
+    """Rank 0 picks a port at random in the range, keeps it in a file only the user can read, in a directory it
+    makes private; the other ranks read it; two job steps get their own; another user's port is never chosen."""
+    inst, root = pytorch
+    chosen = master_port(pytorch, '0', '77.0.1')
+    assert chosen.returncode == 0, chosen.stderr
+    port = int(chosen.stdout)
+    assert 10000 <= port <= 31999
+    ports = root / 'ports'
+    assert [(path.stat().st_uid, stat.S_IMODE(path.stat().st_mode)) for path in (ports, ports / '77.0.1.port')] == [
+        (user().uid, 0o700), (user().uid, 0o600)]
+    assert master_port(pytorch, '3', '77.0.1').stdout == '%d\n' % port
+    assert {master_port(pytorch, '0', '77.0.%d' % step).stdout for step in range(2, 7)} - {'%d\n' % port}
+    low = two_free_ports()
+    squatter = squat(low)
+    try:
+        picks = {master_port(pytorch, '0', '78.0.%d' % step, range='%d-%d' % (low, low + 1)).stdout
+                 for step in range(6)}
+        assert picks == {'%d\n' % (low + 1)}
+        second = squat(low + 1)
+        try:
+            proc = master_port(pytorch, '0', '78.0.9', range='%d-%d' % (low, low + 1))
+        finally:
+            second.kill()
+            second.wait()
+    finally:
+        squatter.kill()
+        squatter.wait()
+    assert proc.returncode == 1 and proc.stdout == ''
+    assert proc.stderr == ('master-port: error: rank 0: no free port among 2 tried in %d-%d on this node: set '
+                           'SINGULARITYCONTAINER_PORT_RANGE to another range, or MASTER_PORT\n' % (low, low + 1))
+
+
+def test_ranks_waiting_for_a_port_that_never_comes_stop(pytorch):
+    """A rank that waits for rank 0's port stops after SINGULARITYCONTAINER_PORT_WAIT seconds with a message that
+    says what to do, here through conda-python-distributed in the container; the documented default is 300 s."""
+    inst, root = pytorch
+    started = time.monotonic()
+    proc = ranks_by_hand(inst, 'PyTorch/2.13.0', [(1, 2, 1, 2)], 'export SINGULARITYCONTAINER_PORT_WAIT=2 '
+                         'SINGULARITYCONTAINER_PORT_DIR=%s SLURM_JOB_ID=79 SLURM_STEP_ID=0' %
+                         (root / 'ports'), check=False, master='MASTER_ADDR=localhost')
+    took = time.monotonic() - started
+    assert proc.returncode == 1 and 'SEEN' not in proc.stdout
+    assert ('master-port: error: rank 1: waited 2 s (SINGULARITYCONTAINER_PORT_WAIT) for rank 0 to choose MASTER_PORT '
+            'and write it to %s/ports/79.0.0.port, in vain: rank 0 did not start, stopped before, or does not see the '
+            'same directory' % root) in proc.stderr, proc.stderr
+    assert 2 <= took < 30
+    script = (inst.installdir('PyTorch', '2.13.0') / 'runscripts' / 'master-port').read_text()
+    assert 'DEFAULT_WAIT = 300\n' in script and 'default 300 s' in (
+        inst.installdir('PyTorch', '2.13.0') / 'runscripts' / 'distributed-env').read_text()
+
+
+def test_master_port_directory_must_be_the_users_alone(pytorch, tmp_path):
+    """A directory for the port files that is a link, another user's, or writable by others is refused (another user
+    could put a port there, or read it); files of earlier jobs older than a week go, and only the user's own files."""
+    inst, root = pytorch
+    mine = root / 'my-ports'
+    mine.mkdir(mode=0o700)
+    give(mine, inst.user)
+    link = root / 'linked-ports'
+    link.symlink_to(mine)
+    open_dir = root / 'open-ports'
+    open_dir.mkdir()
+    give(open_dir, inst.user)
+    open_dir.chmod(0o777)
+    theirs = tmp_path / 'their-ports'
+    theirs.mkdir(mode=0o755)
+    for directory, why in [(link, 'is a symbolic link'), (theirs, 'is not yours'),
+                           (open_dir, 'is writable by others (chmod go-w %s)' % open_dir)]:
+        proc = master_port(pytorch, '0', '80.0.0', ports=directory)
+        assert proc.returncode == 1 and proc.stdout == ''
+        assert proc.stderr == ('master-port: error: rank 0: %s, the directory for the port of rank 0 '
+                               '(SINGULARITYCONTAINER_PORT_DIR), %s: use a directory of yours that nobody else can '
+                               'write, or set MASTER_PORT\n' % (directory, why))
+    old = mine / '1.0.0.port'
+    old.write_text('12345\n')
+    give(old, inst.user)
+    os.utime(old, (time.time() - 8 * 86400,) * 2)
+    (mine / '2.0.0.port').symlink_to(old)
+    assert master_port(pytorch, '0', '80.0.0', ports=mine).returncode == 0
+    assert sorted(path.name for path in mine.iterdir()) == ['2.0.0.port', '80.0.0.port']

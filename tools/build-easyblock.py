@@ -114,12 +114,16 @@ mounted keep it."""),
     ('RUNSCRIPT_DISTRIBUTED_ENV', 'scripts/distributed-env.sh',
      """\
 Sourced by conda-python-distributed and torchrun-distributed: one definition of the master, the port and the
-per-node set-up. Needs SLURM_PROCID, which srun sets in each task."""),
+per-node set-up. Needs a launcher's variables: srun's, mpiexec's (hydra), mpirun's (Open MPI) or PMIx's."""),
     ('RUNSCRIPT_PYTHON_DISTRIBUTED', 'scripts/conda-python-distributed.sh', ''),
     ('RUNSCRIPT_TORCHRUN_DISTRIBUTED', 'scripts/torchrun-distributed.sh', ''),
     ('RUNSCRIPT_GET_MASTER', 'programs/get_master.py',
      """\
 Plain Python, run as the file it is (the tests import it too): no placeholders."""),
+    ('RUNSCRIPT_MASTER_PORT', 'programs/master_port.py',
+     """\
+MASTER_PORT when the user has not set one: rank 0's random free port, passed to the other ranks in a private file.
+Plain Python, like get-master."""),
     ('banner', """\
 The virtual environment /user-software/venv/<name>, made at install time on top of the image's Python, whatever
 that is: Python on PATH, a conda environment (after container_init) or a venv of its own such as /opt/venv."""),

@@ -107,6 +107,11 @@ IMAGE_PACKAGES_MODULE = 'singularitycontainer_image_packages'
 IMAGE_COMMANDS_MODULE = 'singularitycontainer_image_commands'
 IMAGE_COMMANDS_MANIFEST = '.image-commands'
 CONTAINER_ENTRIES = ('exec', 'run')
+# gpu_vendor: the variable that gives a process its devices, by vendor (the run scripts' distributed-env has the same)
+GPU_DEVICE_VARIABLES = OrderedDict([('amd', 'ROCR_VISIBLE_DEVICES'), ('intel', 'ZE_AFFINITY_MASK'),
+                                    ('nvidia', 'CUDA_VISIBLE_DEVICES'), ('none', None)])
+# What the module sets for gpu_vendor 'nvidia': the runtime's --nv, under both runtimes' names
+NVIDIA_RUNTIME_VARIABLES = ('SINGULARITY_NV', 'APPTAINER_NV')
 
 # Caches that PyTorch and its tools write under $HOME by default, and where they go instead: a directory of each under
 # CACHE_ROOT (per user, job and node; see CACHE_SETUP), for container_cache_dirs
@@ -523,6 +528,7 @@ class SingularityContainer(EasyBlock):
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
             'cache_setup': self.cache_setup(),
+            'gpu_vendor': sh_str(self.cfg['gpu_vendor']),
         }
         if script.launch:
             values['launch'] = self.launch_code(name, script.launch)
@@ -841,6 +847,7 @@ class SingularityContainer(EasyBlock):
             image,
             SetRestorable('SIF', sif), SetRestorable('SIF' + suffix, sif), SetRestorable('CONTAINERROOT', installdir),
             SetRestorable('RUNSCRIPTS', runscripts), SetRestorable('RUNSCRIPTS' + suffix, runscripts),
+        ] + [SetRestorable(name, '1') for name in NVIDIA_RUNTIME_VARIABLES if self.cfg['gpu_vendor'] == 'nvidia'] + [
             Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, USER_SOFTWARE_SQUASHFS,
                   changes, USER_SOFTWARE, module),
         ] + ([Overlays(installdir, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES)] if layers else []) + [
@@ -921,6 +928,10 @@ def container_env_name_problem(value):
         problem = ("%r is set by the module itself (the virtual environment and /runscripts come first on PATH): "
                    "leave it out" % value)
     return problem
+
+
+def gpu_vendor_problem(value):
+    return None if value in GPU_DEVICE_VARIABLES else "%r is not one of %s" % (value, ', '.join(GPU_DEVICE_VARIABLES))
 
 
 def entry_problem(value):
@@ -1132,9 +1143,16 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
                      pattern_problem(COMMAND_NAME, 'a directory name (letters, digits and \'_.+-\')')),
               "a dict of variable names to subdirectory names"),
     Parameter('torch_runscripts', False,
-              "Write the run scripts for torch.distributed jobs under Slurm: conda-python-distributed, "
-              "torchrun-distributed, distributed-env and get-master",
+              "Write the run scripts for torch.distributed jobs started by srun, mpiexec or mpirun: "
+              "conda-python-distributed, torchrun-distributed, distributed-env, get-master and master-port",
               Bool(), "True or False"),
+    Parameter('gpu_vendor', 'amd',
+              "The GPUs the image drives: 'amd' (ROCm), 'intel' (Level Zero) or 'nvidia' (CUDA), or 'none'. The "
+              "run scripts give each rank its device with the vendor's variable (%s) and count the devices of a "
+              "node by it; for 'nvidia' the module sets SINGULARITY_NV=1 and APPTAINER_NV=1, so that the runtime "
+              "binds NVIDIA's driver libraries (--nv) for the wrappers and a plain singularity exec" %
+              ', '.join(variable for variable in GPU_DEVICE_VARIABLES.values() if variable),
+              Text(gpu_vendor_problem), ' or '.join("'%s'" % vendor for vendor in GPU_DEVICE_VARIABLES)),
     Parameter('container_python_version', None,
               "Python version (e.g. '3.12') the sanity check expects in the container; not checked if None",
               OptionalText(pattern_problem(PYTHON_VERSION, 'a valid Python version (e.g. 3.12)')),
@@ -3128,51 +3146,40 @@ exec python -m pip list "$@"
 '''
 
 # Sourced by conda-python-distributed and torchrun-distributed: one definition of the master, the port and the
-# per-node set-up. Needs SLURM_PROCID, which srun sets in each task.
+# per-node set-up. Needs a launcher's variables: srun's, mpiexec's (hydra), mpirun's (Open MPI) or PMIx's.
 RUNSCRIPT_DISTRIBUTED_ENV = r'''# shellcheck shell=bash
-# distributed-env: source this in a Slurm task in the container to set up a torch.distributed job: the image's
-# environment, the virtual environment and the caches (init-conda-venv), MASTER_ADDR and MASTER_PORT.
+# distributed-env: source this in each task (rank) of a torch.distributed job, in the container, to set the job up:
+# the image's environment, the virtual environment and the caches (init-conda-venv), the rank (RANK, WORLD_SIZE,
+# LOCAL_RANK, LOCAL_WORLD_SIZE), the master (MASTER_ADDR, MASTER_PORT) and the node's GPUs (gpu_vendor @gpu_vendor@).
 # Written by EasyBuild's SingularityContainer easyblock for module @module@.
 #
-# MASTER_PORT, unless set by the user, is 10000 + (SLURM_JOB_ID * 16 + SLURM_STEP_ID) % 22000: in
-# 10000-31999 (below Linux's ephemeral ports), distinct for concurrent jobs and job steps on a node
-# unless their job ids are a multiple of 1375 apart or a job runs more than 16 steps at once.
+# The rank comes from the launcher that started the task, the first of these whose variables are all set:
+#   mpirun (Open MPI)                  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+#                                      OMPI_COMM_WORLD_LOCAL_SIZE
+#   mpiexec (hydra: MPICH, Intel MPI)  PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
+#   srun --mpi=pmix                    PMIX_RANK, with Slurm's sizes
+#   srun                               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE
+#   none of these                      RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, set by you (another launcher)
+# An MPI's processes in a Slurm job run under its daemons, which srun started one per node: their Slurm variables
+# describe the daemon, not the rank, so the MPIs come first.
+#
+# MASTER_ADDR, unless set: the first node of the Slurm job (get-master). Outside a Slurm job, set it to the host of
+# rank 0.
+# MASTER_PORT, unless set: rank 0 picks a free port at random and passes it to the other ranks through a file only you
+# can read, in a directory of yours that all the job's nodes see; they wait for it a bounded time, then stop with a
+# message. See master-port for the directory ($SINGULARITYCONTAINER_PORT_DIR, default ~/.singularitycontainer-ports),
+# the wait ($SINGULARITYCONTAINER_PORT_WAIT, default 300 s) and the ports ($SINGULARITYCONTAINER_PORT_RANGE, default
+# 10000-31999). The file is the job step's: in a Slurm job only (its job id, and its step or the MPI's PMIx
+# namespace); elsewhere, set MASTER_PORT.
 
 die() {
     echo "${0##*/}: error: $*" >&2
     exit 1
 }
-if [ -z "${SLURM_PROCID:-}" ]; then
-    echo "${0##*/}: error: not running as a Slurm task (SLURM_PROCID is not set)." >&2
-    echo "Start it with srun, e.g.: srun singularity exec \$SIF ${0##*/} -u train.py" >&2
-    exit 1
-fi
-[ -n "${SLURM_LOCALID:-}" ] || die "SLURM_LOCALID is not set, but SLURM_PROCID is: start it with srun, not by hand"
-# shellcheck disable=SC1091
-source /runscripts/init-conda-venv || exit 1
-set -euo pipefail
 
-if [ "$SLURM_LOCALID" -eq 0 ] && command -v rocm-smi >/dev/null 2>&1; then
-    rocm-smi || echo "${0##*/}: warning: rocm-smi failed" >&2
-fi
-
-if [ -z "${MASTER_ADDR:-}" ]; then
-    MASTER_ADDR=$(/runscripts/get-master) || die "cannot tell the master host from the job's node list (see above)"
-fi
-export MASTER_ADDR
-export MASTER_PORT="${MASTER_PORT:-$((10000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 22000))}"
-'''
-
-RUNSCRIPT_PYTHON_DISTRIBUTED = r'''#!/bin/bash
-# conda-python-distributed: run python as one rank of a torch.distributed job, one rank per Slurm task:
-#   srun singularity exec $SIF conda-python-distributed -u train.py
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
-# shellcheck disable=SC1091
-source /runscripts/distributed-env
-
-# The number of tasks on this node, from Slurm's compressed list such as '2(x3),1'.
-tasks_on_this_node() {
-    local list="${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-1}}" node="${SLURM_NODEID:-0}" item count repeat
+# The number of tasks on this node, from Slurm's compressed list such as '2(x3),1'; nothing without a list.
+slurm_tasks_on_this_node() {
+    local list="${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-}}" node="${SLURM_NODEID:-0}" item count repeat
     local IFS=,
     for item in $list; do
         count="${item%(*}"
@@ -3187,58 +3194,190 @@ tasks_on_this_node() {
         fi
         node=$((node - repeat))
     done
-    echo 1
 }
 
-# One GPU per rank: the local rank's GPU, or the local rank's entry if several GPUs are visible.
-if [ -z "${ROCR_VISIBLE_DEVICES:-}" ]; then
-    export ROCR_VISIBLE_DEVICES="$SLURM_LOCALID"
-elif [[ "$ROCR_VISIBLE_DEVICES" == *,* ]]; then
-    IFS=, read -r -a gpus <<< "$ROCR_VISIBLE_DEVICES"
-    export ROCR_VISIBLE_DEVICES="${gpus[$((SLURM_LOCALID % ${#gpus[@]}))]}"
+# The launchers, in the order they are tried: a name, then the variables of the rank, the world size, the local
+# rank and the local world size (slurm_tasks_on_node is this script's, from slurm_tasks_on_this_node).
+LAUNCHERS=(
+    "mpirun (Open MPI):OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE"
+    "mpiexec (hydra):PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS"
+    "srun --mpi=pmix:PMIX_RANK SLURM_NTASKS SLURM_LOCALID slurm_tasks_on_node"
+    "srun:SLURM_PROCID SLURM_NTASKS SLURM_LOCALID slurm_tasks_on_node"
+    "your own settings:RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE"
+)
+
+# The first launcher whose variables are all set: prints its name and the four variables' names, or fails
+find_launcher() {
+    local launcher name
+    for launcher in "${LAUNCHERS[@]}"; do
+        for name in ${launcher#*:}; do
+            [ -n "${!name:-}" ] || continue 2
+        done
+        echo "$launcher"
+        return 0
+    done
+    return 1
+}
+
+# Stops unless the value of variable $1 is a number below the value of variable $2 (0 <= rank < size)
+check_rank() {
+    local rank_name=$1 size_name=$2
+    [[ "${!rank_name}" =~ ^[0-9]+$ && "${!size_name}" =~ ^[1-9][0-9]*$ ]] ||
+        die "$rank_name=${!rank_name} and $size_name=${!size_name} must be numbers"
+    [ "${!rank_name}" -lt "${!size_name}" ] ||
+        die "$rank_name=${!rank_name} is not below $size_name=${!size_name}"
+}
+
+# shellcheck disable=SC2034  # read through LAUNCHERS
+slurm_tasks_on_node=$(slurm_tasks_on_this_node)
+if ! launcher=$(find_launcher); then
+    echo "${0##*/}: error: not started by a launcher that it knows: none of these sets of variables is complete:" >&2
+    for launcher in "${LAUNCHERS[@]}"; do
+        names=${launcher#*:}
+        echo "  ${launcher%%:*}: ${names/slurm_tasks_on_node/SLURM_STEP_TASKS_PER_NODE}" >&2
+    done
+    echo "Start it with srun, mpiexec or mpirun, e.g.: srun singularity exec \$SIF ${0##*/} -u train.py" >&2
+    exit 1
+fi
+# shellcheck disable=SC2034  # for the run scripts that source this file
+launcher_name=${launcher%%:*}
+read -r rank_var world_var local_rank_var local_world_var <<< "${launcher#*:}"
+check_rank "$rank_var" "$world_var"
+check_rank "$local_rank_var" "$local_world_var"
+export RANK=${!rank_var} WORLD_SIZE=${!world_var} LOCAL_RANK=${!local_rank_var} LOCAL_WORLD_SIZE=${!local_world_var}
+unset launcher slurm_tasks_on_node rank_var world_var local_rank_var local_world_var
+
+# shellcheck disable=SC1091
+source /runscripts/init-conda-venv || exit 1
+set -euo pipefail
+
+# The GPUs, by gpu_vendor: the variable that gives a process its devices, and the commands that list them
+gpu_vendor=@gpu_vendor@
+case "$gpu_vendor" in
+    amd) device_variable=ROCR_VISIBLE_DEVICES device_tools=("rocm-smi") ;;
+    intel) device_variable=ZE_AFFINITY_MASK device_tools=("xpu-smi discovery" "sycl-ls") ;;
+    nvidia) device_variable=CUDA_VISIBLE_DEVICES device_tools=("nvidia-smi") ;;
+    *) device_variable="" device_tools=() ;;
+esac
+
+# The devices of this node that the job's processes share, comma-separated, then where that came from: the entries of
+# the vendor's variable (set by Slurm or you), else SLURM_GPUS_ON_NODE GPUs, where an Intel GPU is one device under
+# ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE and $SINGULARITYCONTAINER_STACKS_PER_GPU (default 2: a Data Center GPU Max 1550)
+# under FLAT, Level Zero's default. Nothing when there are no GPUs, or nothing tells.
+stacks_per_gpu="${SINGULARITYCONTAINER_STACKS_PER_GPU:-2}"
+[[ "$stacks_per_gpu" =~ ^[1-9][0-9]*$ ]] ||
+    die "SINGULARITYCONTAINER_STACKS_PER_GPU=$stacks_per_gpu is not a number of stacks (of devices) per Intel GPU"
+node_devices() {
+    local gpus="${SLURM_GPUS_ON_NODE:-}"
+    if [ -z "$device_variable" ]; then
+        return
+    elif [ -n "${!device_variable:-}" ]; then
+        echo "${!device_variable} $device_variable"
+    elif [[ ! "$gpus" =~ ^[1-9][0-9]*$ ]]; then
+        return
+    elif [ "$gpu_vendor" = intel ] && [ "${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" = FLAT ]; then
+        echo "$(seq -s, 0 $((gpus * stacks_per_gpu - 1))) SLURM_GPUS_ON_NODE x $stacks_per_gpu stacks" \
+            "(ZE_FLAT_DEVICE_HIERARCHY=FLAT)"
+    else
+        echo "$(seq -s, 0 $((gpus - 1))) SLURM_GPUS_ON_NODE"
+    fi
+}
+# shellcheck disable=SC2034  # for the run scripts that source this file
+read -r devices devices_from <<< "$(node_devices)" || :
+
+# The vendor's device line, once per node, where its tool is in the container
+if [ "$LOCAL_RANK" -eq 0 ]; then
+    for tool in "${device_tools[@]}"; do
+        if command -v "${tool%% *}" >/dev/null 2>&1; then
+            $tool || echo "${0##*/}: warning: $tool failed" >&2
+            break
+        fi
+    done
 fi
 
-export WORLD_SIZE="${SLURM_NTASKS:-${SLURM_NPROCS:-1}}"
-export RANK="$SLURM_PROCID"
-export LOCAL_RANK="$SLURM_LOCALID"
-export LOCAL_WORLD_SIZE="${SLURM_NTASKS_PER_NODE:-$(tasks_on_this_node)}"
+if [ -z "${MASTER_ADDR:-}" ]; then
+    [ -n "${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}" ] ||
+        die "MASTER_ADDR is not set, and there is no Slurm job to take the first node from: set it to the host" \
+            "of rank 0 (export MASTER_ADDR=<host>; mpiexec -genv and mpirun -x pass it on)"
+    MASTER_ADDR=$(/runscripts/get-master) || die "cannot tell the master host from the job's node list (see above)"
+fi
+export MASTER_ADDR
+
+# The job step's name for master-port's file: the Slurm job, its requeues, and the step (or the PMIx namespace, which
+# all ranks of an MPI share while its daemons run in a step of their own)
+job_step() {
+    local step="${PMIX_NAMESPACE:-${SLURM_STEP_ID:-}}"
+    [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$step" ] && echo "$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}.$step"
+}
+if [ -z "${MASTER_PORT:-}" ]; then
+    step_name=$(job_step) ||
+        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only in a Slurm job step" \
+            "(SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free port on $MASTER_ADDR"
+    MASTER_PORT=$(/runscripts/master-port "$RANK" "$step_name") || exit 1
+fi
+export MASTER_PORT
+'''
+
+RUNSCRIPT_PYTHON_DISTRIBUTED = r'''#!/bin/bash
+# conda-python-distributed: run python as one rank of a torch.distributed job, one rank per task of the launcher:
+#   srun singularity exec $SIF conda-python-distributed -u train.py
+#   mpiexec -n 16 -ppn 8 singularity exec $SIF conda-python-distributed -u train.py   (MPICH, Intel MPI)
+#   mpirun -n 16 --map-by ppr:8:node singularity exec $SIF conda-python-distributed -u train.py   (Open MPI)
+# distributed-env says which launchers it knows and how it sets the master.
+# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# shellcheck disable=SC1091,SC2154  # distributed-env sets launcher_name, devices and the like
+source /runscripts/distributed-env
+
+# One device per rank: the local rank's entry of the node's devices (shared round the ranks when they are fewer),
+# else the local rank's index
+if [ -n "$device_variable" ]; then
+    if [ -n "$devices" ]; then
+        IFS=, read -r -a device_list <<< "$devices"
+        export "$device_variable=${device_list[$((LOCAL_RANK % ${#device_list[@]}))]}"
+    else
+        export "$device_variable=$LOCAL_RANK"
+    fi
+    device="$device_variable=${!device_variable}"
+else
+    device=none
+fi
 
 affinity=$(grep -s Cpus_allowed_list /proc/self/status | cut -f2)
-echo "Rank $RANK on $(hostname): CPUs ${affinity:-unknown}, GPU $ROCR_VISIBLE_DEVICES," \
+echo "Rank $RANK on $(hostname) ($launcher_name): CPUs ${affinity:-unknown}, GPU $device," \
      "master $MASTER_ADDR:$MASTER_PORT"
 
 exec python "$@"
 '''
 
 RUNSCRIPT_TORCHRUN_DISTRIBUTED = r'''#!/bin/bash
-# torchrun-distributed: start torch.distributed.run (torchrun) as the one Slurm task of a node; it starts one
-# process per GPU of the node and they meet at the master host:
+# torchrun-distributed: start torch.distributed.run (torchrun) as the one task of a node; it starts one process per
+# GPU of the node and they meet at the master host:
 #   srun --ntasks-per-node=1 singularity exec $SIF torchrun-distributed [torchrun options] train.py [args]
-# The processes per node are the node's GPUs (SLURM_GPUS_ON_NODE, else ROCR_VISIBLE_DEVICES), else 1; a
-# --nproc-per-node=N among the torchrun options overrides that.
+#   mpiexec -n <nodes> -ppn 1 singularity exec $SIF torchrun-distributed [torchrun options] train.py [args]
+# The processes per node are the node's devices (see distributed-env: the entries of the GPU vendor's variable, else
+# SLURM_GPUS_ON_NODE GPUs, each of several devices on Intel's with ZE_FLAT_DEVICE_HIERARCHY=FLAT), else 1; a
+# --nproc-per-node=N among the torchrun options overrides that. The node's task picks the rendezvous port as rank 0 of
+# conda-python-distributed does (MASTER_PORT); torchrun picks its processes' own.
 # Written by EasyBuild's SingularityContainer easyblock for module @module@.
-# shellcheck disable=SC1091
+# shellcheck disable=SC1091,SC2154  # distributed-env sets launcher_name, devices and the like
 source /runscripts/distributed-env
 
-nodes="${SLURM_STEP_NUM_NODES:-${SLURM_JOB_NUM_NODES:-1}}"
-tasks="${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-1}}"
-[ "$tasks" = "$nodes" ] || die "this job step runs $tasks tasks on $nodes nodes, but torchrun-distributed needs" \
-    "one task per node (srun --ntasks-per-node=1); for one task per GPU use conda-python-distributed"
+[ "$LOCAL_WORLD_SIZE" -eq 1 ] || die "$launcher_name started $LOCAL_WORLD_SIZE tasks on this node, but" \
+    "torchrun-distributed needs one task per node (srun --ntasks-per-node=1, mpiexec -ppn 1, mpirun --map-by" \
+    "ppr:1:node); for one task per GPU use conda-python-distributed"
 
-if [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
-    nproc="$SLURM_GPUS_ON_NODE" source_of_nproc=SLURM_GPUS_ON_NODE
-elif [ -n "${ROCR_VISIBLE_DEVICES:-}" ]; then
-    IFS=, read -r -a gpus <<< "$ROCR_VISIBLE_DEVICES"
-    nproc="${#gpus[@]}" source_of_nproc=ROCR_VISIBLE_DEVICES
+if [ -n "$devices" ]; then
+    IFS=, read -r -a device_list <<< "$devices"
+    nproc="${#device_list[@]}" source_of_nproc="$devices_from"
 else
     nproc=1 source_of_nproc="no GPUs in the job"
 fi
 
-echo "Node $SLURM_NODEID of $nodes ($(hostname)): torchrun with $nproc processes per node ($source_of_nproc)" \
-     "unless the options say otherwise, rendezvous at $MASTER_ADDR:$MASTER_PORT"
+echo "Node $RANK of $WORLD_SIZE ($(hostname), $launcher_name): torchrun with $nproc processes per node" \
+     "($source_of_nproc) unless the options say otherwise, rendezvous at $MASTER_ADDR:$MASTER_PORT"
 
-exec python -m torch.distributed.run --nnodes="$nodes" --nproc-per-node="$nproc" --rdzv-backend=c10d \
-    --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="${SLURM_JOB_ID:-0}.${SLURM_STEP_ID:-0}" "$@"
+exec python -m torch.distributed.run --nnodes="$WORLD_SIZE" --nproc-per-node="$nproc" --rdzv-backend=c10d \
+    --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="${SLURM_JOB_ID:-0}.$MASTER_PORT" "$@"
 '''
 
 # Plain Python, run as the file it is (the tests import it too): no placeholders.
@@ -3296,6 +3435,208 @@ def main(argv):
     except ValueError as err:
         sys.stderr.write("get-master: error: cannot parse host list %r: %s\n" % (hostlist, err))
         return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
+'''
+
+# MASTER_PORT when the user has not set one: rank 0's random free port, passed to the other ranks in a private file.
+# Plain Python, like get-master.
+RUNSCRIPT_MASTER_PORT = r'''#!/usr/bin/env python3
+"""master-port: print the MASTER_PORT of a torch.distributed job step, the same for all its ranks.
+
+Usage: master-port RANK STEP   (STEP: a name of the job step that all its ranks share, such as <job>.<restarts>.<step>)
+Written by EasyBuild's SingularityContainer easyblock. distributed-env runs it when MASTER_PORT is not set.
+
+Rank 0 picks a port at random in $SINGULARITYCONTAINER_PORT_RANGE (default 10000-31999, below Linux's ephemeral
+ports) that nothing on its node listens on or is bound to, and writes it to the file STEP.port in the directory
+$SINGULARITYCONTAINER_PORT_DIR (default ~/.singularitycontainer-ports): written under a random name (mkstemp, readable
+only by you) and renamed into place. The other ranks wait for that file, at most $SINGULARITYCONTAINER_PORT_WAIT
+seconds (default 300), then stop with a message: they never wait until the job's time limit for rank 0. Another user
+cannot tell the port in advance, nor put one there: the directory must be yours, a real directory (not a link),
+writable by nobody else, and on storage that all the job's nodes share ($HOME is, on LUMI; made 0700 if missing).
+Rank 0 removes the files of its own that are older than a week (LUMI's longest jobs run 3 days).
+"""
+import errno
+import os
+import random
+import socket
+import stat
+import sys
+import tempfile
+import time
+
+DEFAULT_DIR = '~/.singularitycontainer-ports'
+DEFAULT_WAIT = 300
+DEFAULT_RANGE = '10000-31999'
+# Ports rank 0 tries before it gives up (a range that busy has more trouble than this)
+TRIES = 200
+POLL_SECONDS = 0.2
+OLD_SECONDS = 7 * 86400
+SUFFIX = '.port'
+
+
+class Refusal(Exception):
+    """What stops master-port, said to the user."""
+
+
+def setting(name, default):
+    return os.environ.get(name) or default
+
+
+def port_range(text):
+    """(low, high) of a range such as '10000-31999'."""
+    low, dash, high = text.partition('-')
+    if not (low.isdigit() and high.isdigit() and dash and 1024 <= int(low) <= int(high) <= 65535):
+        raise Refusal("SINGULARITYCONTAINER_PORT_RANGE=%s is not a range of ports such as %s (from 1024 to 65535)"
+                      % (text, DEFAULT_RANGE))
+    return int(low), int(high)
+
+
+def wait_seconds(text):
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1
+    if not 0 < seconds < 86400:
+        raise Refusal("SINGULARITYCONTAINER_PORT_WAIT=%s is not a number of seconds (below a day)" % text)
+    return seconds
+
+
+def port_directory(path):
+    """The directory for the port files, made 0700 if missing; a Refusal unless it is a real directory of the user's
+    that nobody else can write."""
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path):
+        raise Refusal("SINGULARITYCONTAINER_PORT_DIR=%s is not an absolute path" % path)
+    try:
+        os.mkdir(path, 0o700)
+    except OSError as err:
+        if err.errno != errno.EEXIST:
+            raise Refusal("cannot make %s for the port of rank 0 (%s): set SINGULARITYCONTAINER_PORT_DIR to a "
+                          "directory of yours that all the job's nodes see, or set MASTER_PORT" % (path, err.strerror))
+    info = os.lstat(path)
+    why = None
+    if stat.S_ISLNK(info.st_mode):
+        why = 'is a symbolic link'
+    elif not stat.S_ISDIR(info.st_mode):
+        why = 'is not a directory'
+    elif info.st_uid != os.getuid():
+        why = 'is not yours'
+    elif info.st_mode & 0o022:
+        why = 'is writable by others (chmod go-w %s)' % path
+    if why:
+        raise Refusal("%s, the directory for the port of rank 0 (SINGULARITYCONTAINER_PORT_DIR), %s: use a directory "
+                      "of yours that nobody else can write, or set MASTER_PORT" % (path, why))
+    return path
+
+
+def is_free(port):
+    """Whether nothing on this host is bound to port, on IPv4 or IPv6 (torch's store listens on both)."""
+    for family, address in ((socket.AF_INET, '0.0.0.0'), (socket.AF_INET6, '::')):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 here
+        try:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((address, port))
+            sock.listen(1)
+        except OSError:
+            return False
+        finally:
+            sock.close()
+    return True
+
+
+def choose_port(low, high):
+    """A free port in low-high, chosen at random (never predictable: the system's random source)."""
+    ports = list(range(low, high + 1))
+    for port in random.SystemRandom().sample(ports, min(TRIES, len(ports))):
+        if is_free(port):
+            return port
+    raise Refusal("no free port among %d tried in %d-%d on this node: set SINGULARITYCONTAINER_PORT_RANGE to "
+                  "another range, or MASTER_PORT" % (min(TRIES, len(ports)), low, high))
+
+
+def publish(directory, step, port):
+    """Put the port in directory/<step>.port for the other ranks, in one step (a new file, renamed into place)."""
+    handle, path = tempfile.mkstemp(prefix='.%s.' % step, dir=directory)
+    try:
+        with os.fdopen(handle, 'w') as out:
+            out.write('%d\n' % port)
+        os.rename(path, os.path.join(directory, step + SUFFIX))
+    except BaseException:
+        os.unlink(path)
+        raise
+
+
+def read_port(path):
+    """The port in the file at path if it is there (a regular file of the user's, not a link), else None."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ELOOP):
+            return None
+        raise
+    with os.fdopen(handle) as source:
+        info = os.fstat(source.fileno())
+        text = source.read(32) if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() else ''
+    return int(text) if text.strip().isdigit() and 0 < int(text) < 65536 else None
+
+
+def wait_for_port(path, seconds):
+    """The port rank 0 put at path, waiting for it at most seconds."""
+    deadline = time.monotonic() + seconds
+    while True:
+        port = read_port(path)
+        if port:
+            return port
+        if time.monotonic() > deadline:
+            raise Refusal("waited %g s (SINGULARITYCONTAINER_PORT_WAIT) for rank 0 to choose MASTER_PORT and write "
+                          "it to %s, in vain: rank 0 did not start, stopped before, or does not see the same "
+                          "directory (it must be on storage that all the job's nodes share: set "
+                          "SINGULARITYCONTAINER_PORT_DIR to one). Or set MASTER_PORT yourself." % (seconds, path))
+        time.sleep(POLL_SECONDS)
+
+
+def remove_old(directory):
+    """Remove this user's port files of earlier jobs (regular files only, older than OLD_SECONDS)."""
+    now = time.time()
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        try:
+            info = os.lstat(path)
+            if name.endswith(SUFFIX) and stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and \
+                    now - info.st_mtime > OLD_SECONDS:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def main(argv):
+    if len(argv) != 3 or not argv[1].isdigit() or not argv[2] or not all(
+            char.isalnum() or char in '._-' for char in argv[2]):
+        sys.stderr.write("master-port: error: usage: master-port RANK STEP (STEP: letters, digits and '._-'), not "
+                         "%s\n" % ' '.join(argv[1:]))
+        return 2
+    rank, step = int(argv[1]), argv[2]
+    try:
+        directory = port_directory(setting('SINGULARITYCONTAINER_PORT_DIR', DEFAULT_DIR))
+        path = os.path.join(directory, step + SUFFIX)
+        if rank == 0:
+            port = choose_port(*port_range(setting('SINGULARITYCONTAINER_PORT_RANGE', DEFAULT_RANGE)))
+            publish(directory, step, port)
+            remove_old(directory)
+        else:
+            port = wait_for_port(path, wait_seconds(setting('SINGULARITYCONTAINER_PORT_WAIT', str(DEFAULT_WAIT))))
+    except (Refusal, OSError) as err:
+        sys.stderr.write("master-port: error: rank %d: %s\n" % (rank, err))
+        return 1
+    print(port)
     return 0
 
 
@@ -3651,14 +3992,16 @@ SCRIPTS = [
            'bash', RUNSCRIPT_INIT, None, None),
     Script('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE, None,
            None),
-    Script('runscripts/conda-python-distributed', 'python as one rank of torch.distributed, with srun, one task per '
-           'GPU', 'bash', RUNSCRIPT_PYTHON_DISTRIBUTED, None, 'torch_runscripts'),
-    Script('runscripts/torchrun-distributed', 'torchrun, with srun, one task per node', 'bash',
+    Script('runscripts/conda-python-distributed', 'python as one rank of torch.distributed, one task per GPU (srun, '
+           'mpiexec or mpirun)', 'bash', RUNSCRIPT_PYTHON_DISTRIBUTED, None, 'torch_runscripts'),
+    Script('runscripts/torchrun-distributed', 'torchrun, one task per node (srun, mpiexec or mpirun)', 'bash',
            RUNSCRIPT_TORCHRUN_DISTRIBUTED, None, 'torch_runscripts'),
     Script('runscripts/distributed-env', 'the set-up both of them share (source it)', 'bash', RUNSCRIPT_DISTRIBUTED_ENV,
            None, 'torch_runscripts'),
     Script('runscripts/get-master', 'print the first host of the Slurm job', 'python', RUNSCRIPT_GET_MASTER, None,
            'torch_runscripts'),
+    Script('runscripts/master-port', 'print the job step\'s MASTER_PORT: rank 0 picks a free one, the others wait for '
+           'it', 'python', RUNSCRIPT_MASTER_PORT, None, 'torch_runscripts'),
     Script('runscripts/list-packages', 'list the Python packages', 'bash', RUNSCRIPT_LIST_PACKAGES, None, None),
 ]
 # The module's own commands in bin/, which wrapped_commands must not replace

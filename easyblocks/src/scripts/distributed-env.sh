@@ -1,32 +1,169 @@
 # shellcheck shell=bash
-# distributed-env: source this in a Slurm task in the container to set up a torch.distributed job: the image's
-# environment, the virtual environment and the caches (init-conda-venv), MASTER_ADDR and MASTER_PORT.
+# distributed-env: source this in each task (rank) of a torch.distributed job, in the container, to set the job up:
+# the image's environment, the virtual environment and the caches (init-conda-venv), the rank (RANK, WORLD_SIZE,
+# LOCAL_RANK, LOCAL_WORLD_SIZE), the master (MASTER_ADDR, MASTER_PORT) and the node's GPUs (gpu_vendor @gpu_vendor@).
 # Written by EasyBuild's SingularityContainer easyblock for module @module@.
 #
-# MASTER_PORT, unless set by the user, is 10000 + (SLURM_JOB_ID * 16 + SLURM_STEP_ID) % 22000: in
-# 10000-31999 (below Linux's ephemeral ports), distinct for concurrent jobs and job steps on a node
-# unless their job ids are a multiple of 1375 apart or a job runs more than 16 steps at once.
+# The rank comes from the launcher that started the task, the first of these whose variables are all set:
+#   mpirun (Open MPI)                  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+#                                      OMPI_COMM_WORLD_LOCAL_SIZE
+#   mpiexec (hydra: MPICH, Intel MPI)  PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
+#   srun --mpi=pmix                    PMIX_RANK, with Slurm's sizes
+#   srun                               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE
+#   none of these                      RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, set by you (another launcher)
+# An MPI's processes in a Slurm job run under its daemons, which srun started one per node: their Slurm variables
+# describe the daemon, not the rank, so the MPIs come first.
+#
+# MASTER_ADDR, unless set: the first node of the Slurm job (get-master). Outside a Slurm job, set it to the host of
+# rank 0.
+# MASTER_PORT, unless set: rank 0 picks a free port at random and passes it to the other ranks through a file only you
+# can read, in a directory of yours that all the job's nodes see; they wait for it a bounded time, then stop with a
+# message. See master-port for the directory ($SINGULARITYCONTAINER_PORT_DIR, default ~/.singularitycontainer-ports),
+# the wait ($SINGULARITYCONTAINER_PORT_WAIT, default 300 s) and the ports ($SINGULARITYCONTAINER_PORT_RANGE, default
+# 10000-31999). The file is the job step's: in a Slurm job only (its job id, and its step or the MPI's PMIx
+# namespace); elsewhere, set MASTER_PORT.
 
 die() {
     echo "${0##*/}: error: $*" >&2
     exit 1
 }
-if [ -z "${SLURM_PROCID:-}" ]; then
-    echo "${0##*/}: error: not running as a Slurm task (SLURM_PROCID is not set)." >&2
-    echo "Start it with srun, e.g.: srun singularity exec \$SIF ${0##*/} -u train.py" >&2
+
+# The number of tasks on this node, from Slurm's compressed list such as '2(x3),1'; nothing without a list.
+slurm_tasks_on_this_node() {
+    local list="${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-}}" node="${SLURM_NODEID:-0}" item count repeat
+    local IFS=,
+    for item in $list; do
+        count="${item%(*}"
+        repeat=1
+        if [[ "$item" == *"(x"* ]]; then
+            repeat="${item#*(x}"
+            repeat="${repeat%)}"
+        fi
+        if [ "$node" -lt "$repeat" ]; then
+            echo "$count"
+            return
+        fi
+        node=$((node - repeat))
+    done
+}
+
+# The launchers, in the order they are tried: a name, then the variables of the rank, the world size, the local
+# rank and the local world size (slurm_tasks_on_node is this script's, from slurm_tasks_on_this_node).
+LAUNCHERS=(
+    "mpirun (Open MPI):OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE"
+    "mpiexec (hydra):PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS"
+    "srun --mpi=pmix:PMIX_RANK SLURM_NTASKS SLURM_LOCALID slurm_tasks_on_node"
+    "srun:SLURM_PROCID SLURM_NTASKS SLURM_LOCALID slurm_tasks_on_node"
+    "your own settings:RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE"
+)
+
+# The first launcher whose variables are all set: prints its name and the four variables' names, or fails
+find_launcher() {
+    local launcher name
+    for launcher in "${LAUNCHERS[@]}"; do
+        for name in ${launcher#*:}; do
+            [ -n "${!name:-}" ] || continue 2
+        done
+        echo "$launcher"
+        return 0
+    done
+    return 1
+}
+
+# Stops unless the value of variable $1 is a number below the value of variable $2 (0 <= rank < size)
+check_rank() {
+    local rank_name=$1 size_name=$2
+    [[ "${!rank_name}" =~ ^[0-9]+$ && "${!size_name}" =~ ^[1-9][0-9]*$ ]] ||
+        die "$rank_name=${!rank_name} and $size_name=${!size_name} must be numbers"
+    [ "${!rank_name}" -lt "${!size_name}" ] ||
+        die "$rank_name=${!rank_name} is not below $size_name=${!size_name}"
+}
+
+# shellcheck disable=SC2034  # read through LAUNCHERS
+slurm_tasks_on_node=$(slurm_tasks_on_this_node)
+if ! launcher=$(find_launcher); then
+    echo "${0##*/}: error: not started by a launcher that it knows: none of these sets of variables is complete:" >&2
+    for launcher in "${LAUNCHERS[@]}"; do
+        names=${launcher#*:}
+        echo "  ${launcher%%:*}: ${names/slurm_tasks_on_node/SLURM_STEP_TASKS_PER_NODE}" >&2
+    done
+    echo "Start it with srun, mpiexec or mpirun, e.g.: srun singularity exec \$SIF ${0##*/} -u train.py" >&2
     exit 1
 fi
-[ -n "${SLURM_LOCALID:-}" ] || die "SLURM_LOCALID is not set, but SLURM_PROCID is: start it with srun, not by hand"
+# shellcheck disable=SC2034  # for the run scripts that source this file
+launcher_name=${launcher%%:*}
+read -r rank_var world_var local_rank_var local_world_var <<< "${launcher#*:}"
+check_rank "$rank_var" "$world_var"
+check_rank "$local_rank_var" "$local_world_var"
+export RANK=${!rank_var} WORLD_SIZE=${!world_var} LOCAL_RANK=${!local_rank_var} LOCAL_WORLD_SIZE=${!local_world_var}
+unset launcher slurm_tasks_on_node rank_var world_var local_rank_var local_world_var
+
 # shellcheck disable=SC1091
 source /runscripts/init-conda-venv || exit 1
 set -euo pipefail
 
-if [ "$SLURM_LOCALID" -eq 0 ] && command -v rocm-smi >/dev/null 2>&1; then
-    rocm-smi || echo "${0##*/}: warning: rocm-smi failed" >&2
+# The GPUs, by gpu_vendor: the variable that gives a process its devices, and the commands that list them
+gpu_vendor=@gpu_vendor@
+case "$gpu_vendor" in
+    amd) device_variable=ROCR_VISIBLE_DEVICES device_tools=("rocm-smi") ;;
+    intel) device_variable=ZE_AFFINITY_MASK device_tools=("xpu-smi discovery" "sycl-ls") ;;
+    nvidia) device_variable=CUDA_VISIBLE_DEVICES device_tools=("nvidia-smi") ;;
+    *) device_variable="" device_tools=() ;;
+esac
+
+# The devices of this node that the job's processes share, comma-separated, then where that came from: the entries of
+# the vendor's variable (set by Slurm or you), else SLURM_GPUS_ON_NODE GPUs, where an Intel GPU is one device under
+# ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE and $SINGULARITYCONTAINER_STACKS_PER_GPU (default 2: a Data Center GPU Max 1550)
+# under FLAT, Level Zero's default. Nothing when there are no GPUs, or nothing tells.
+stacks_per_gpu="${SINGULARITYCONTAINER_STACKS_PER_GPU:-2}"
+[[ "$stacks_per_gpu" =~ ^[1-9][0-9]*$ ]] ||
+    die "SINGULARITYCONTAINER_STACKS_PER_GPU=$stacks_per_gpu is not a number of stacks (of devices) per Intel GPU"
+node_devices() {
+    local gpus="${SLURM_GPUS_ON_NODE:-}"
+    if [ -z "$device_variable" ]; then
+        return
+    elif [ -n "${!device_variable:-}" ]; then
+        echo "${!device_variable} $device_variable"
+    elif [[ ! "$gpus" =~ ^[1-9][0-9]*$ ]]; then
+        return
+    elif [ "$gpu_vendor" = intel ] && [ "${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" = FLAT ]; then
+        echo "$(seq -s, 0 $((gpus * stacks_per_gpu - 1))) SLURM_GPUS_ON_NODE x $stacks_per_gpu stacks" \
+            "(ZE_FLAT_DEVICE_HIERARCHY=FLAT)"
+    else
+        echo "$(seq -s, 0 $((gpus - 1))) SLURM_GPUS_ON_NODE"
+    fi
+}
+# shellcheck disable=SC2034  # for the run scripts that source this file
+read -r devices devices_from <<< "$(node_devices)" || :
+
+# The vendor's device line, once per node, where its tool is in the container
+if [ "$LOCAL_RANK" -eq 0 ]; then
+    for tool in "${device_tools[@]}"; do
+        if command -v "${tool%% *}" >/dev/null 2>&1; then
+            $tool || echo "${0##*/}: warning: $tool failed" >&2
+            break
+        fi
+    done
 fi
 
 if [ -z "${MASTER_ADDR:-}" ]; then
+    [ -n "${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}" ] ||
+        die "MASTER_ADDR is not set, and there is no Slurm job to take the first node from: set it to the host" \
+            "of rank 0 (export MASTER_ADDR=<host>; mpiexec -genv and mpirun -x pass it on)"
     MASTER_ADDR=$(/runscripts/get-master) || die "cannot tell the master host from the job's node list (see above)"
 fi
 export MASTER_ADDR
-export MASTER_PORT="${MASTER_PORT:-$((10000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 22000))}"
+
+# The job step's name for master-port's file: the Slurm job, its requeues, and the step (or the PMIx namespace, which
+# all ranks of an MPI share while its daemons run in a step of their own)
+job_step() {
+    local step="${PMIX_NAMESPACE:-${SLURM_STEP_ID:-}}"
+    [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$step" ] && echo "$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}.$step"
+}
+if [ -z "${MASTER_PORT:-}" ]; then
+    step_name=$(job_step) ||
+        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only in a Slurm job step" \
+            "(SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free port on $MASTER_ADDR"
+    MASTER_PORT=$(/runscripts/master-port "$RANK" "$step_name") || exit 1
+fi
+export MASTER_PORT
