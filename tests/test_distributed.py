@@ -557,8 +557,8 @@ def ranks_by_hand(inst, module, ranks, setting='', launcher='mpiexec (hydra)', s
     starts = ''.join('%s %s %s %s || exit 1\n' % (
         BY_HAND[launcher].format(R=r, N=n, L=local, M=m), master, script, ' '.join(shlex.quote(arg) for arg in args))
         for r, n, local, m in ranks)
-    return inst.shell('module load %s\n%s\nsingularity exec "$SIF" bash -c %s' % (module, setting,
-                                                                               shlex.quote(starts)), check=check)
+    script = 'module load %s\n%s\nsingularity exec "$SIF" bash -c %s' % (module, setting, shlex.quote(starts))
+    return inst.shell(script, check=check)
 
 
 def seen(out):
@@ -589,7 +589,8 @@ def vendors(tmp_path_factory, demo_sif):
     (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
     give(inst.sources, inst.user)
     inst.eb(*[inst.write_easyconfig('Demo-1.0-%s.eb' % vendor, demo_easyconfig(
-        suffix='-' + vendor, gpu_vendor=vendor, wrapped_commands=['python3'])) for vendor in ('intel', 'nvidia', 'none')])
+        suffix='-' + vendor, gpu_vendor=vendor, wrapped_commands=['python3']))
+        for vendor in ('intel', 'nvidia', 'none')])
     fake_torch = root / 'fake-torch' / 'torch' / 'distributed'
     fake_torch.mkdir(parents=True)
     (fake_torch.parent / '__init__.py').write_text('')
@@ -637,7 +638,8 @@ def test_each_local_rank_gets_its_device_by_vendor(pytorch, vendors, module, set
 
 
 @pytest.mark.parametrize('module,setting,count,source', [
-    ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4', 8, 'SLURM_GPUS_ON_NODE x 2 stacks (ZE_FLAT_DEVICE_HIERARCHY=FLAT)'),
+    ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4', 8,
+     'SLURM_GPUS_ON_NODE x 2 stacks (ZE_FLAT_DEVICE_HIERARCHY=FLAT)'),
     ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE', 4, 'SLURM_GPUS_ON_NODE'),
     ('Demo/1.0-nvidia', 'export CUDA_VISIBLE_DEVICES=0,1,2', 3, 'CUDA_VISIBLE_DEVICES'),
     ('Demo/1.0-none', 'export SLURM_GPUS_ON_NODE=4', 1, 'no GPUs in the job'),

@@ -793,6 +793,8 @@ class SingularityContainer(EasyBlock):
                     if script.path.startswith('bin/')]
         runscripts = ['  %s: %s' % (os.path.basename(script.path), script.purpose) for script in scripts
                       if script.path.startswith('runscripts/')]
+        nvidia = ["%s=1 make the runtime bind NVIDIA's driver libraries (--nv)." % '=1 and '.join(
+            NVIDIA_RUNTIME_VARIABLES)] if self.cfg['gpu_vendor'] == 'nvidia' else []
         return '\n'.join([
             "The container image is in $SIF and $SIF%s: run software in it with 'singularity %s $SIF <command>'." %
             (suffix, self.cfg['container_entry']),
@@ -802,6 +804,7 @@ class SingularityContainer(EasyBlock):
             "/user-software; SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up "
             "the environment in the container, with the virtual environment %s active (APPTAINER_BINDPATH and "
             "APPTAINERENV_* get the same values)." % self.container_venv,
+        ] + nvidia + [
             "",
             "Commands outside the container (in $CONTAINERROOT/bin):",
         ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
