@@ -145,3 +145,30 @@ def test_every_step_has_a_call_in_both_languages():
              easyblock.Defaults]
     assert sorted(step.__name__ for step in easyblock.MODULE_STEPS) == sorted(step.__name__ for step in steps)
     assert all(len(calls) == 2 for calls in easyblock.MODULE_STEPS.values())
+
+
+@pytest.mark.parametrize('syntax', SYNTAXES)
+def test_nvidia_asks_the_runtime_for_nv_in_both_syntaxes(tmp_path, syntax):
+    """gpu_vendor 'nvidia': the module of either syntax sets SINGULARITY_NV=1 and APPTAINER_NV=1 (the runtime's --nv)
+    and gives the user's values back at unload (tests/test_distributed.py starts containers with it)."""
+    require_eb('5')
+    inst = Installation(tmp_path, syntax=syntax)
+    ec = inst.write_easyconfig('foo-1.0.eb', """\
+        easyblock = 'SingularityContainer'
+        name = 'foo'
+        version = '1.0'
+        homepage = 'http://example.com'
+        description = 'Dummy easyconfig file.'
+        toolchain = SYSTEM
+        sources = []
+        gpu_vendor = 'nvidia'
+        """)
+    idir = inst.installdir('foo', '1.0')
+    idir.mkdir(parents=True)
+    (idir / 'foo-1.0.sif').write_text('')  # an image, for the load
+    give(inst.root, inst.user)
+    inst.eb(ec, '--module-only', '--force')
+    proc = inst.shell('export SINGULARITY_NV=mine\nunset APPTAINER_NV\nmodule load foo/1.0\n'
+                      'echo "$SINGULARITY_NV ${APPTAINER_NV-unset}"\nmodule unload foo\n'
+                      'echo "$SINGULARITY_NV ${APPTAINER_NV-unset}"')
+    assert proc.stdout.splitlines() == ['1 1', 'mine unset']
