@@ -816,3 +816,22 @@ def test_master_port_directory_must_be_the_users_alone(pytorch, tmp_path):
     (mine / '2.0.0.port').symlink_to(old)
     assert master_port(pytorch, '0', '80.0.0', ports=mine).returncode == 0
     assert sorted(path.name for path in mine.iterdir()) == ['2.0.0.port', '80.0.0.port']
+
+
+def test_bad_settings_of_the_port_and_the_devices_are_named(pytorch, vendors):
+    """A port range, a wait or a number of stacks per GPU that is no such thing: an error that names the variable,
+    before anything waits or starts."""
+    for args, settings, message in [
+            (('0', '81.0.0'), {'range': '80-90'}, 'SINGULARITYCONTAINER_PORT_RANGE=80-90 is not a range of ports such '
+                                                  'as 10000-31999 (from 1024 to 65535)'),
+            (('0', '81.0.0'), {'range': '2000-1000'}, 'SINGULARITYCONTAINER_PORT_RANGE=2000-1000 is not a range'),
+            (('0', '81.0.0'), {'wait': 'soon'}, 'SINGULARITYCONTAINER_PORT_WAIT=soon is not a number of seconds'),
+            (('x', '81.0.0'), {}, 'usage: master-port RANK STEP'),
+            (('1', '../81'), {}, 'usage: master-port RANK STEP')]:
+        proc = master_port(pytorch, *args, **settings)
+        assert proc.returncode in (1, 2) and proc.stdout == '' and message in proc.stderr, proc.stderr
+    proc = ranks_by_hand(vendors[0], 'Demo/1.0-intel', local_ranks(1), 'export SINGULARITYCONTAINER_STACKS_PER_GPU=two',
+                         check=False)
+    assert proc.returncode == 1 and 'SEEN' not in proc.stdout
+    assert ('conda-python-distributed: error: SINGULARITYCONTAINER_STACKS_PER_GPU=two is not a number of stacks (of '
+            'devices) per Intel GPU') in proc.stderr

@@ -66,6 +66,10 @@ CASES = [
     ('wrapped_commands', ['python', 'python'], False),
     ('container_entry', 'run', True),
     ('container_entry', 'shell', False),
+    ('gpu_vendor', 'intel', True),
+    ('gpu_vendor', 'none', True),
+    ('gpu_vendor', 'AMD', False),
+    ('gpu_vendor', ['nvidia'], False),
     ('central_sif_dir', '/appl/local/laifs/containers', True),
     ('central_sif_dir', 'images', False),
     ('central_sif_dir', '/appl\n/x', False),
@@ -210,7 +214,7 @@ def test_bad_parameters_stop_eb_before_the_copy(tmp_path, demo_sif, eb_version):
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
         container_venv='a$(touch %s)b' % marker, container_bind=['/tmp:/mnt:bogus'], pip_requirements='lumi-base',
         wrapped_commands='python', container_env={'X': 'one\ntouch %s' % marker},
-        container_env_defaults={'Y': 'nul\0'}, container_entry='shell'))
+        container_env_defaults={'Y': 'nul\0'}, container_entry='shell', gpu_vendor='cuda'))
     proc = inst.eb(ec, check=False)
     out = ' '.join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0
@@ -223,7 +227,9 @@ def test_bad_parameters_stop_eb_before_the_copy(tmp_path, demo_sif, eb_version):
             "wrapped_commands: must be a list of strings, not a string ('python')",
             "container_env['X']: 'one\\ntouch %s' must not contain a newline or other control characters" % marker,
             "container_env_defaults['Y']: 'nul\\x00' must not contain a newline or other control characters",
-            "container_entry: 'shell' is neither 'exec' nor 'run' (allowed: 'exec' or 'run')"]:
+            "container_entry: 'shell' is neither 'exec' nor 'run' (allowed: 'exec' or 'run')",
+            "gpu_vendor: 'cuda' is not one of amd, intel, nvidia, none (allowed: 'amd' or 'intel' or 'nvidia' or "
+            "'none')"]:
         assert expected in out, out
     assert not os.path.exists(marker)
     idir = inst.installdir('Demo', '1.0')

@@ -3628,14 +3628,16 @@ def main(argv):
         return 2
     rank, step = int(argv[1]), argv[2]
     try:
+        # every rank checks every setting: a mistake shows on each, whichever rank it is
+        ports = port_range(setting('SINGULARITYCONTAINER_PORT_RANGE', DEFAULT_RANGE))
+        seconds = wait_seconds(setting('SINGULARITYCONTAINER_PORT_WAIT', str(DEFAULT_WAIT)))
         directory = port_directory(setting('SINGULARITYCONTAINER_PORT_DIR', DEFAULT_DIR))
-        path = os.path.join(directory, step + SUFFIX)
         if rank == 0:
-            port = choose_port(*port_range(setting('SINGULARITYCONTAINER_PORT_RANGE', DEFAULT_RANGE)))
+            port = choose_port(*ports)
             publish(directory, step, port)
             remove_old(directory)
         else:
-            port = wait_for_port(path, wait_seconds(setting('SINGULARITYCONTAINER_PORT_WAIT', str(DEFAULT_WAIT))))
+            port = wait_for_port(os.path.join(directory, step + SUFFIX), seconds)
     except (Refusal, OSError) as err:
         sys.stderr.write("master-port: error: rank %d: %s\n" % (rank, err))
         return 1
