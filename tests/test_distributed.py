@@ -835,3 +835,15 @@ def test_bad_settings_of_the_port_and_the_devices_are_named(pytorch, vendors):
     assert proc.returncode == 1 and 'SEEN' not in proc.stdout
     assert ('conda-python-distributed: error: SINGULARITYCONTAINER_STACKS_PER_GPU=two is not a number of stacks (of '
             'devices) per Intel GPU') in proc.stderr
+
+
+def test_ranks_of_an_mpi_share_the_port_by_its_pmix_namespace(pytorch):
+    """Open MPI's ranks in a Slurm job: those that mpirun starts itself have no Slurm step, those its daemons start
+    have the daemons' step; they share the PMIx namespace, which names the port file (made a file name)."""
+    inst, root = pytorch
+    proc = ranks_by_hand(inst, 'PyTorch/2.13.0', [(0, 2, 0, 1), (1, 2, 0, 1)], launcher='mpirun (Open MPI)',
+                         setting='export SINGULARITYCONTAINER_PORT_DIR=%s SLURM_JOB_ID=82 PMIX_NAMESPACE=prterun-n1-7@1'
+                         % (root / 'ports'), master='MASTER_ADDR=localhost')
+    ports = re.findall(r'^Rank (\d) on .*, master localhost:(\d+)$', proc.stdout, re.M)
+    assert [rank for rank, _ in ports] == ['0', '1'] and ports[0][1] == ports[1][1], proc.stdout
+    assert (root / 'ports' / '82.0.prterun-n1-7_1.port').read_text() == ports[0][1] + '\n'

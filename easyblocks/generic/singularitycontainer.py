@@ -3307,10 +3307,11 @@ fi
 export MASTER_ADDR
 
 # The job step's name for master-port's file: the Slurm job, its requeues, and the step (or the PMIx namespace, which
-# all ranks of an MPI share while its daemons run in a step of their own)
+# all ranks of an MPI share while its daemons run in a step of their own), in letters, digits and '._-'
 job_step() {
     local step="${PMIX_NAMESPACE:-${SLURM_STEP_ID:-}}"
-    [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$step" ] && echo "$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}.$step"
+    [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$step" ] &&
+        echo "${SLURM_JOB_ID//[^A-Za-z0-9._-]/_}.${SLURM_RESTART_COUNT:-0}.${step//[^A-Za-z0-9._-]/_}"
 }
 if [ -z "${MASTER_PORT:-}" ]; then
     step_name=$(job_step) ||
