@@ -106,9 +106,13 @@ def pytorch(tmp_path_factory, torch_sif):
     inst.eb(ec)
     (root / 'ddp_check.py').write_text(DDP_CHECK)
     caches = set(Path('/tmp').glob('*-caches*'))
+    ports = user().home / '.singularitycontainer-ports'
+    port_files = set(ports.glob('*.port'))
     yield inst, root
     for cache in set(Path('/tmp').glob('*-caches*')) - caches:  # the jobs' caches, kept by design
         shutil.rmtree(cache, ignore_errors=True)
+    for port_file in set(ports.glob('*.port')) - port_files:  # the job steps' ports, kept for a week by design
+        port_file.unlink()
 
 
 def get_master(pytorch, *args, env=None):
