@@ -32,7 +32,7 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
-from generator.family import RocmFamily
+from generator.families._rocm import RocmFamily
 
 
 class Jax(RocmFamily):

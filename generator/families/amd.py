@@ -9,7 +9,7 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
-from generator.family import RocmFamily
+from generator.families._rocm import RocmFamily
 
 DOCKERHASH_RE = re.compile(r'[0-9a-f]{12}\Z')  # \Z: $ would take a newline at the end
 
