@@ -44,12 +44,8 @@ except ImportError:
     run_shell_cmd = None  # EasyBuild 4.x: run_checked imports run_cmd, which EasyBuild 5 deprecates, only there
 
 
-LUMI_BIND_PATHS = ['/var/spool/slurmd', '/opt/cray', '/usr/lib64/libcxi.so.1', '/pfs', '/scratch', '/projappl',
-                   '/project', '/flash', '/appl']
 LUMI_CENTRAL_SIF_SUBDIR = 'easybuild-sif-images'
 LUMI_CENTRAL_SIF_DEFAULT = '/appl/local/containers/easybuild-sif-images'
-# Modules of LUMI's whose binds would collide with this module's
-LUMI_BINDING_MODULES = ['singularity-AI-bindings', 'lumi-aif-singularity-bindings']
 # Lmod family of these modules: loading a second one swaps out the first
 MODULE_FAMILY = 'SingularityContainer'
 
@@ -107,6 +103,8 @@ IMAGE_PACKAGES_MODULE = 'singularitycontainer_image_packages'
 IMAGE_COMMANDS_MODULE = 'singularitycontainer_image_commands'
 IMAGE_COMMANDS_MANIFEST = '.image-commands'
 CONTAINER_ENTRIES = ('exec', 'run')
+# Whose GPUs an image drives (gpu_vendor): the run scripts give each rank its device with that vendor's variable
+GPU_VENDORS = ('amd', 'intel', 'nvidia', 'none')
 
 # Caches that PyTorch and its tools write under $HOME by default, and where they go instead: a directory of each under
 # CACHE_ROOT (per user, job and node; see CACHE_SETUP), for container_cache_dirs
@@ -927,6 +925,10 @@ def entry_problem(value):
     return None if value in CONTAINER_ENTRIES else "%r is neither 'exec' nor 'run'" % value
 
 
+def gpu_vendor_problem(value):
+    return None if value in GPU_VENDORS else "%r is not one of %s" % (value, ', '.join(map(repr, GPU_VENDORS)))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Shapes: what a parameter's value may be. Each shape walks a value once and returns what is wrong with it and where
 # (a list of Problem); check_parameters says it in an easyconfig's words, generate-ec in a spec's, with its line.
@@ -1079,13 +1081,17 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               "(singularity run), for images whose runscript sets things up and ends in exec \"$@\", such as the "
               "LUMI AI Factory images",
               Text(entry_problem), "'exec' or 'run'"),
+    Parameter('gpu_vendor', 'amd',
+              "Whose GPUs the image drives: 'amd', 'intel', 'nvidia' or 'none'",
+              Text(gpu_vendor_problem), "'amd', 'intel', 'nvidia' or 'none'"),
     Parameter('container_init', '',
               "Shell code run in the container before Python is used, e.g. 'source /opt/miniconda3/bin/activate "
               "pytorch' for images before 2025; empty for images that set up their environment themselves",
               Text(no_nul_problem), "shell code, as a string"),
-    Parameter('container_bind', LUMI_BIND_PATHS,
-              "Host paths bound in the container (SINGULARITY_BINDPATH), each 'path' or 'src:dst[:opts]'; the "
-              "module binds those whose source is a directory or a file on the node where it is loaded",
+    Parameter('container_bind', [],
+              "Host paths bound in the container (SINGULARITY_BINDPATH), each 'path' or 'src:dst[:opts]': a site's "
+              "file systems and the host libraries its images use (generate-ec's families give LUMI's and Dawn's); "
+              "the module binds those whose source is a directory or a file on the node where it is loaded",
               ListOf(bind_problem, unique=True),
               "a list of absolute host paths or 'src:dst[:opts]' with absolute paths, one bind per entry, each once"),
     Parameter('container_env', {},
@@ -1145,9 +1151,10 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               DictOf(pattern_problem(DISTRIBUTION_NAME, 'a valid component name'),
                      pattern_problem(VERSION, 'a valid version')),
               "a dict of distribution names to versions such as '2.9.1'"),
-    Parameter('container_conflicts', LUMI_BINDING_MODULES,
-              "Modules that must not be loaded together with this one, as their binds would collide with its binds "
-              "(other modules of this easyblock are swapped out anyway: Lmod family %s)" % MODULE_FAMILY,
+    Parameter('container_conflicts', [],
+              "Modules that must not be loaded together with this one, as their binds would collide with its binds, "
+              "such as LUMI's singularity-AI-bindings (other modules of this easyblock are swapped out anyway: Lmod "
+              "family %s)" % MODULE_FAMILY,
               ListOf(pattern_problem(MODULE_NAME, 'a module name')), "a list of module names"),
 ])
 

@@ -16,6 +16,7 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
+from generator.families import _lumi
 from generator.families._rocm import RocmFamily, rocm_core_version
 
 ROOT = '/appl/local/laifs/containers'
@@ -181,6 +182,8 @@ class Laif(RocmFamily):
         'sif': lambda name, values: sif_name(values['image_variant'], values['digest'], values['tag']),
         'date': lambda name, values: tag_date(values['tag']),
         'central_sif_dir': lambda name, values: release_dir(values),
+        'container_bind': _lumi.ai_binds,
+        'container_conflicts': _lumi.conflicts,
     }
     INSPECT = Inspect
     RELEASES = Releases
