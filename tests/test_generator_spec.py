@@ -20,8 +20,8 @@ from generator_support import PYTORCH_SPEC, REPO, check_easyconfig, generate_ec,
 # ---------------------------------------------------------------------------------------------------------------
 
 # The keys of a container entry: generate-ec's own, the families', and the easyblock's parameters under their names
-ENTRY_KEYS = sorted(['checksum', 'date', 'digest', 'dockerhash', 'family', 'image_variant', 'python_check', 'rocm',
-                     'sif', 'tag', 'variant', 'version'] + list(easyblock.PARAMETERS))
+ENTRY_KEYS = sorted(['checksum', 'date', 'digest', 'dockerhash', 'family', 'image_variant', 'ipex', 'python_check',
+                     'rocm', 'sif', 'tag', 'variant', 'version'] + list(easyblock.PARAMETERS))
 
 
 def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
