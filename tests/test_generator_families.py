@@ -399,7 +399,7 @@ def test_dawn_family_states_dawns_site(tmp_path, monkeypatch, capsys):
     for library in ('libefa', 'libmlx5', 'libnuma', 'libpsm2', 'librdmacm', 'libucm', 'libucp', 'libucs', 'libuct'):
         assert any(bind.startswith('/usr/lib64/%s.so' % library) for bind in binds), library
     assert binds[-1].endswith('/oneapi-2025.1.0')
-    assert dawn['container_env'] == {'LD_LIBRARY_PATH': '/usr/lib64/libibverbs:/usr/lib64:/.singularity.d/libs'}
+    assert dawn['container_env'] == {'LD_LIBRARY_PATH': '/usr/lib64/libibverbs:/usr/lib64'}
     assert dawn['container_env_defaults'] == {'CCL_ATL_TRANSPORT': 'ofi', 'CCL_ZE_IPC_EXCHANGE': 'sockets',
                                               'CCL_TOPO_FABRIC_VERTEX_CONNECTION_CHECK': '0'}
     assert 'container_conflicts' not in dawn and not any('/opt/cray' in bind for bind in binds)

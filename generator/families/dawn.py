@@ -35,8 +35,8 @@ BINDS = ['/etc/libibverbs.d', '/usr/lib64/libibverbs', '/usr/lib64/libibverbs.so
          '/usr/lib64/libucp.so.0', '/usr/lib64/libucs.so.0', '/usr/lib64/libuct.so.0',
          '/usr/local/dawn/software/spack-rocky9/opt-dawn-2025-03-23/linux-rocky9-sapphirerapids/oneapi-2025.1.0']
 # The image is Ubuntu, whose loader does not look in /usr/lib64: the bound libraries are found through the library
-# path, as Dawn's own set-up sets it (/.singularity.d/libs: the runtime's own libraries, which it would add itself)
-CONTAINER_ENV = {'LD_LIBRARY_PATH': '/usr/lib64/libibverbs:/usr/lib64:/.singularity.d/libs'}
+# path, as Dawn's own set-up sets it, without its /.singularity.d/libs at the end: the runtime appends that itself
+CONTAINER_ENV = {'LD_LIBRARY_PATH': '/usr/lib64/libibverbs:/usr/lib64'}
 # oneCCL over libfabric (OFI), its GPU buffers exchanged through sockets, no check of the fabric's topology: as Dawn's
 # set-up exports them, defaults that the user's own value overrides
 CCL_DEFAULTS = {'CCL_ATL_TRANSPORT': 'ofi', 'CCL_ZE_IPC_EXCHANGE': 'sockets',
