@@ -24,7 +24,8 @@ suffix(v)       the end of name_part ('' or e.g. '-laif-full')
 versions(v)     what the module's description says the image has besides the software (['ROCm 6.2.4', 'Python 3.12'])
 description(v)  a sentence about the image for the module's description, or None
 release_dir(v)  the directory of the image's release, or None
-INSPECT         what ``generate-ec inspect`` reads in an image of this family (see laif.py), or None: it reads none
+INSPECT         what ``generate-ec inspect`` reads in an image of this family (see laif.py; with a PLATFORM, its
+                platform(apt, keys) gives the platform's version and a note on where it comes from), or None
 RELEASES        what ``generate-ec releases`` reads in the family's release directories (see laif.py), or None
 
 v is a mapping of the entry's keys to values (a Container's vars()).
