@@ -36,8 +36,8 @@ class ImageFacts:
     checksum: str
     version: str
     python: str
-    rocm: str
-    rocm_from_name: bool
+    platform: str  # the version of the family's platform (e.g. ROCm's), or None for a family without one
+    platform_note: Any  # where that version comes from, when it is not the image's own word for it (a comment)
     components: dict
     left_out: list  # (name, version) of main components whose version the spec cannot take
     commands: list
@@ -195,15 +195,6 @@ def python_version(path, apt, paths, venv_lib):
     return found.pop()
 
 
-def rocm_version(apt, keys, inspect):
-    """(ROCm version, taken from the file name?): rocm-core's version from apt, else major.minor from the file name
-    (a LAIF image's digest)."""
-    match = re.match(r'[0-9]+\.[0-9]+\.[0-9]+', apt.get('rocm-core', ''))
-    if match:
-        return match.group(0), False
-    return inspect.rocm(keys), True
-
-
 def main_components(path, pip, inspect):
     """(components {name: version}, left out [(name, version)], commands) of the main components in ``pip``; the
     distribution that gives the entry's version must be there."""
@@ -262,8 +253,8 @@ def inspect_image(path, checksum=None):
     paths = list_paths(path, offset, inspect)
     apt, pip = software_lists(path, offset, paths, inspect)
     components, left_out, commands = main_components(path, pip, inspect)
-    rocm, rocm_from_name = rocm_version(apt, keys, inspect)
+    platform, platform_note = inspect.platform(apt, keys) if family.PLATFORM else (None, None)
     return ImageFacts(path=path, family=family, keys=keys, checksum=checksum or sha256(path),
                       version=entry_version(path, pip, inspect.VERSION_FROM),
-                      python=python_version(path, apt, paths, inspect.VENV_LIB), rocm=rocm,
-                      rocm_from_name=rocm_from_name, components=components, left_out=left_out, commands=commands)
+                      python=python_version(path, apt, paths, inspect.VENV_LIB), platform=platform,
+                      platform_note=platform_note, components=components, left_out=left_out, commands=commands)

@@ -133,8 +133,8 @@ class Field:
 
     ``check(checker, path, value)`` validates a given value.  ``required``: every entry must give it (the keys its
     family needs are the family's to say).  ``default`` is the value of a key that is not given (None: not
-    written), or a function ``(name, values)`` computing it from the entry's other values.  A key with a
-    ``family`` may only be given for images of that family.
+    written), or a function ``(name, values)`` computing it from the entry's other values.  A key with
+    ``families`` may only be given in an entry of one of those families.
     """
 
     key: str
@@ -142,7 +142,7 @@ class Field:
     check: Callable[..., bool]
     required: bool = False
     default: Any = None
-    family: Optional[str] = None
+    families: tuple = ()
 
     def missing_hint(self):
         if self.where == CONTAINER:
@@ -170,13 +170,15 @@ def _parameter_field(name):
 FIELDS = (
     (Field('version', CONTAINER, pattern(easyblock.VERSION, 'a valid version (e.g. 2.7.1)'), required=True),
      Field('date', CONTAINER, Checker.date, default=_derived('date')))
-    + tuple(Field(key, CONTAINER, problem_check(problem), family=family.NAME)
+    + tuple(Field(key, CONTAINER, problem_check(problem), families=(family.NAME,))
             for family in families.FAMILIES.values() for key, problem in family.KEYS.items())
     + (Field('sif', CONTAINER, in_module_help(Checker.sif), default=_derived('sif')),
        Field('checksum', CONTAINER, pattern(SHA256_RE, 'a sha256 checksum (64 lowercase hex digits)')),
-       Field('family', SHARED, one_of(families.NAMES, 'an image family'), default=families.DEFAULT),
-       Field('rocm', SHARED, pattern(easyblock.VERSION, 'a valid ROCm version (e.g. 6.2.4)')),  # RocmFamily's
-       Field('variant', SHARED, pattern(easyblock.DISTRIBUTION_NAME,
+       Field('family', SHARED, one_of(families.NAMES, 'an image family'), default=families.DEFAULT))
+    # the versions of the families' platforms (rocm), in the entry or in defaults
+    + tuple(Field(key, SHARED, problem_check(platform.check), families=names)
+            for key, (platform, names) in families.PLATFORMS.items())
+    + (Field('variant', SHARED, pattern(easyblock.DISTRIBUTION_NAME,
                                         'a valid variant (letters, digits, _.+-; may be empty)', allow_empty=True),
              default=''),
        Field('python_check', SHARED, Checker.boolean))
@@ -337,9 +339,9 @@ def _check_family_keys(chk, cpath, entry, values):
     """Keys of another image family than the entry's; then what the family finds wrong between the values."""
     family = families.family(values)
     for fld in FIELDS:
-        if fld.family and fld.key in entry and fld.family != family.NAME:
+        if fld.families and fld.key in entry and family.NAME not in fld.families:
             chk.error(cpath + (fld.key,), '%r is only for family: %s (this entry is family: %s)'
-                      % (fld.key, fld.family, family.NAME), key_line=True)
+                      % (fld.key, ', '.join(fld.families), family.NAME), key_line=True)
     for key, message in family.problems(values):
         chk.error(cpath + (key,), message)
 

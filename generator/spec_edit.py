@@ -27,10 +27,12 @@ def entry_text(facts, indent=2):
     printable text each, _packages)."""
     pad, key = ' ' * indent, ' ' * (indent + 2)
     lines = ['%s# %s, read by generate-ec inspect' % (pad, facts.filename), '%s- family: %s' % (pad, facts.family.NAME)]
-    for name, value in (('version', facts.version), ('container_python_version', facts.python), ('rocm', facts.rocm)):
+    for name, value in (('version', facts.version), ('container_python_version', facts.python)):
         lines.append('%s%s: %s' % (key, name, _scalar(value)))
-    if facts.rocm_from_name:
-        lines[-1] += '  # from %s: the image lists no rocm-core package' % facts.inspect.ROCM_FROM
+    if facts.family.PLATFORM:
+        lines.append('%s%s: %s' % (key, facts.family.PLATFORM.key, _scalar(facts.platform)))
+        if facts.platform_note:
+            lines[-1] += '  # ' + facts.platform_note
     lines.append('%sdate: %s' % (key, _scalar(facts.inspect.date(facts.keys))))
     lines += ['%s%s: %s' % (key, name, _scalar(value)) for name, value in facts.keys.items()]
     lines.append('%schecksum: %s' % (key, _scalar(facts.checksum)))

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from .easyblock import easyblock
 
-__all__ = ["IMAGE_PYTHON", "IMAGE_TOOL_COMMAND", "ROOTFS", "build_sif", "image_layer", "make_sbom_sif", "make_test_sif",
-           "sif_partition_offset", "write_distribution"]
+__all__ = ["COTAINR_ENV", "COTAINR_PREFIX", "COTAINR_SITE", "IMAGE_PYTHON", "IMAGE_TOOL_COMMAND", "ROOTFS",
+           "build_sif", "image_layer", "make_sbom_sif", "make_test_sif", "sif_partition_offset", "write_distribution"]
 
 TOOLS = Path(os.environ.get("LUMI_CT_TOOLS", "/opt/lumi-container-tools"))
 ROOTFS = TOOLS / "rootfs" / "bookworm"
@@ -241,6 +241,79 @@ def _add_laif(root: Path, lines: list, packages: dict, pythonpath: tuple, sbom_p
     (root / ".sbom.json").write_text(json.dumps(sbom) + "\n")
 
 
+# cotainr's layout (cotainr 2025.7.1: pack.CondaInstall, cli.Build, container.SingularitySandbox): conda installed
+# at /opt/cotainr/conda, the user's environment created as conda_container_env, and the image's environment script
+# 92-cotainr-env.sh, which sources conda's shell functions and activates the environment in every container
+COTAINR_PREFIX = "/opt/cotainr/conda"
+COTAINR_ENV = "conda_container_env"
+COTAINR_ENV_SCRIPT = ".singularity.d/env/92-cotainr-env.sh"
+COTAINR_SITE = "%s/envs/%s/lib/python{python}/site-packages" % (COTAINR_PREFIX, COTAINR_ENV)
+
+# Stand-in for conda's etc/profile.d/conda.sh (no conda here: it is installed from the network). What it does for
+# `conda activate NAME`, as conda's does from a shell with no environment active: the environment's bin/ first on
+# PATH, conda's condabin/ after it, CONDA_PREFIX, CONDA_DEFAULT_ENV, CONDA_SHLVL and CONDA_PROMPT_MODIFIER set, the
+# environment's etc/conda/activate.d/*.sh sourced; an unknown name is an error. POSIX sh, as the runtime's shell
+# sources the environment scripts.
+_COTAINR_CONDA_SH = """\
+# Stand-in for conda's conda.sh: conda activate only (the test kit has no conda).
+CONDA_EXE=%(prefix)s/bin/conda
+export CONDA_EXE
+conda() {
+    if [ "${1:-}" != activate ] || [ "$#" -ne 2 ]; then
+        echo "conda (test stand-in): only 'conda activate NAME' is here" >&2
+        return 2
+    fi
+    if [ ! -d "%(prefix)s/envs/$2/conda-meta" ]; then
+        echo "EnvironmentNameNotFound: Could not find conda environment: $2" >&2
+        return 1
+    fi
+    PATH="%(prefix)s/envs/$2/bin:%(prefix)s/condabin${PATH:+:$PATH}"
+    CONDA_PREFIX="%(prefix)s/envs/$2"
+    CONDA_DEFAULT_ENV="$2"
+    CONDA_SHLVL=1
+    CONDA_PROMPT_MODIFIER="($2) "
+    export PATH CONDA_PREFIX CONDA_DEFAULT_ENV CONDA_SHLVL CONDA_PROMPT_MODIFIER
+    for script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
+        if [ -f "$script" ]; then
+            . "$script"
+        fi
+    done
+}
+""" % {"prefix": COTAINR_PREFIX}
+
+
+def _add_cotainr(root: Path, packages: dict) -> None:
+    """A conda environment as cotainr builds it (COTAINR_*), holding `packages` ({name: version}) and the image's
+    tool, activated by 92-cotainr-env.sh as cotainr writes it; cotainr's labels. Stand-ins, as there is no conda
+    here: conda.sh (_COTAINR_CONDA_SH) and the environment, a venv of the image's Python at the environment's path
+    with conda's conda-meta/ (a conda environment is a Python prefix of its own; the venv gives the same sys.prefix,
+    bin/ and site-packages), and an activate.d script that sets a variable, as conda packages' scripts do."""
+    short, deb_version = _image_python(root)
+    env = "%s/envs/%s" % (COTAINR_PREFIX, COTAINR_ENV)
+    _make_venv(root, env, short, deb_version.split("-")[0])
+    (root / env.lstrip("/") / "conda-meta").mkdir()
+    (root / env.lstrip("/") / "conda-meta" / "history").write_text("==> cotainr test stand-in <==\n")
+    activate_d = root / env.lstrip("/") / "etc/conda/activate.d"
+    activate_d.mkdir(parents=True)
+    (activate_d / "cotainr-test.sh").write_text("export COTAINR_ENV_ACTIVATED=\"$CONDA_DEFAULT_ENV\"\n")
+    site = root / COTAINR_SITE.format(python=short).lstrip("/")
+    for name, pkg_version in packages.items():
+        write_distribution(site, name, pkg_version)
+    write_distribution(site, IMAGE_TOOL, "1.0", IMAGE_TOOL_CODE, (IMAGE_TOOL_COMMAND,), env + "/bin/python")
+    conda = root / COTAINR_PREFIX.lstrip("/")
+    (conda / "etc/profile.d").mkdir(parents=True)
+    (conda / "etc/profile.d/conda.sh").write_text(_COTAINR_CONDA_SH)
+    (conda / "condabin").mkdir()
+    _replace(root / COTAINR_ENV_SCRIPT, "source %s/etc/profile.d/conda.sh\nconda activate %s\n"
+             % (COTAINR_PREFIX, COTAINR_ENV), 0o644)
+    labels = root / ".singularity.d/labels.json"
+    metadata = json.loads(labels.read_text()) if labels.exists() else {}
+    metadata.update({"cotainr.command": "cotainr build cotainr.sif --base-image=docker://debian:12 "
+                                        "--conda-env=env.yml", "cotainr.version": "2025.7.1",
+                     "cotainr.url": "https://github.com/DeiC-HPC/cotainr"})
+    _replace(labels, json.dumps(metadata), 0o644)
+
+
 def _replace(path: Path, text: str, mode: int = 0o755) -> None:
     """Write a file of the layout anew (a new inode: the hard-linked original in ROOTFS stays as it is)."""
     if path.exists():
@@ -258,13 +331,14 @@ def _write_layout(root: Path, lines: list, runscript: str) -> None:
 
 
 def image_layer(root: Path, *, conda: bool = False, laif: dict | None = None, laif_pythonpath: tuple = (),
-                sbom_pip: dict | None = None, env: dict | None = None, trees: dict | None = None,
-                python_command: bool = True) -> Path:
+                sbom_pip: dict | None = None, cotainr: dict | None = None, env: dict | None = None,
+                trees: dict | None = None, python_command: bool = True) -> Path:
     """Write a test image's layer into `root`, the image tree (the root file system under an overlay).
 
     By default the image mimics the AMD images from 2025 on (Python on PATH); conda=True the ones before 2025 (a
     `pytorch` environment to activate first, $WITH_CONDA); laif={name: version} the LUMI AI Factory images (see
-    _add_laif). `env` adds exports to the image's environment script, `trees` copies host directories into it
+    _add_laif); cotainr={name: version} an image that cotainr built, with a conda environment holding them (see
+    _add_cotainr). `env` adds exports to the image's environment script, `trees` copies host directories into it
     ({path in the image: host directory}). python_command=False leaves out `python` (python3 only, as in images
     without Debian's python-is-python3).
     """
@@ -273,6 +347,8 @@ def image_layer(root: Path, *, conda: bool = False, laif: dict | None = None, la
     if laif is not None:
         _add_laif(root, lines, laif, laif_pythonpath, sbom_pip)
         runscript = LAIF_RUNSCRIPT
+    elif cotainr is not None:
+        _add_cotainr(root, cotainr)
     else:  # the image's tool in its system Python
         write_distribution(root / "usr/lib/python3/dist-packages", IMAGE_TOOL, "1.0", IMAGE_TOOL_CODE,
                            (IMAGE_TOOL_COMMAND,), IMAGE_PYTHON)

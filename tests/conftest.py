@@ -154,10 +154,11 @@ def slurm():
 
 @pytest.fixture(scope='session')
 def container_modules(tmp_path_factory, demo_sif):
-    """container_modules(eb_version, syntax): (Installation, Demo's install dir) of Demo/1.0 (container_env and
-    container_env_defaults set) and Other/1.0, two container modules in one prefix (one family), installed once a
-    session for each EasyBuild version and module syntax (each install takes two eb runs). The tests that take them
-    only load the modules and read the installs: a test that changes an install installs its own."""
+    """container_modules(eb_version, syntax): (Installation, Demo's install dir) of Demo/1.0 (container_env,
+    container_env_defaults and, as LUMI's easyconfigs do, container_conflicts set) and Other/1.0, two container
+    modules in one prefix (one family), installed once a session for each EasyBuild version and module syntax (each
+    install takes two eb runs). The tests that take them only load the modules and read the installs: a test that
+    changes an install installs its own."""
     installs = {}
 
     def installed(eb_version, syntax):
@@ -166,7 +167,8 @@ def container_modules(tmp_path_factory, demo_sif):
             require_tools('mksquashfs', 'unsquashfs')
             inst, idir = install_demo(tmp_path_factory.mktemp('modules'), demo_sif, eb_version=eb_version,
                                       syntax=syntax, container_env={'DEMO_VAR': 'a b "c"'},
-                                      container_env_defaults={'DEMO_DEFAULT': LITERAL_DEFAULT})
+                                      container_env_defaults={'DEMO_DEFAULT': LITERAL_DEFAULT},
+                                      container_conflicts=['lumi-aif-singularity-bindings'])
             (inst.sources / 'other.sif').write_bytes(demo_sif.read_bytes())
             inst.eb(inst.write_easyconfig('Other-1.0.eb', demo_easyconfig(name='Other', sif='other.sif')))
             installs[eb_version, syntax] = inst, idir

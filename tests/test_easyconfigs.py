@@ -14,6 +14,11 @@ pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs
 
 EC_DIR = REPO / 'easyconfigs' / 'p' / 'PyTorch'
 EASYCONFIGS = sorted(EC_DIR.glob('*.eb'))
+# Other sites' easyconfigs, each tree with a spec of its own (easyconfigs/<site>/p/PyTorch/PyTorch.yaml)
+DAWN_DIR = REPO / 'easyconfigs' / 'dawn' / 'p' / 'PyTorch'
+DAWN_EASYCONFIGS = sorted(DAWN_DIR.glob('*.eb'))
+# Every spec under easyconfigs/, as make check-easyconfigs finds them
+SPECS = sorted((REPO / 'easyconfigs').rglob('*.yaml'))
 
 
 def laif_easyconfig_names(spec):
@@ -57,16 +62,29 @@ def test_easyconfigs_match_their_spec():
     assert 'NCCL_NET_GDR_LEVEL' not in full  # it hangs with these images (laifs-container-recipes #30)
 
 
+@pytest.mark.parametrize('spec', SPECS, ids=[str(spec.relative_to(REPO)) for spec in SPECS])
+def test_every_spec_is_in_sync(spec):
+    """Each spec under easyconfigs/ (LUMI's, Dawn's) and its easyconfigs beside it, as make check-easyconfigs runs
+    them: generate-ec --check finds nothing to change, and every easyconfig there is the spec's."""
+    generate_ec = generate_ec_command()
+    proc = run([generate_ec, '--check', '-o', '.', spec.name], cwd=spec.parent, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = run([generate_ec, '--list', spec.name], cwd=spec.parent).stdout.split()
+    assert sorted(names) == sorted(p.name for p in spec.parent.glob('*.eb'))
+    assert DAWN_DIR / 'PyTorch.yaml' in SPECS and EC_DIR / 'PyTorch.yaml' in SPECS
+
+
 @pytest.mark.parametrize('eb_version', ['5', '4.9'])
 def test_check_style_and_dry_run(tmp_path, eb_version):
     inst = Installation(tmp_path, eb_version=eb_version)
-    proc = inst.eb('--check-style', *EASYCONFIGS, check=False)
+    proc = inst.eb('--check-style', *EASYCONFIGS, *DAWN_EASYCONFIGS, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = inst.eb('--dry-run', *EASYCONFIGS, '--robot-paths=%s' % EC_DIR, check=False)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    for ec in EASYCONFIGS:
-        assert 'PyTorch/%s' % ec.name[len('PyTorch-'):-len('.eb')] in out
+    for directory, easyconfigs in ((EC_DIR, EASYCONFIGS), (DAWN_DIR, DAWN_EASYCONFIGS)):
+        proc = inst.eb('--dry-run', *easyconfigs, '--robot-paths=%s' % directory, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out
+        for ec in easyconfigs:
+            assert 'PyTorch/%s' % ec.name[len('PyTorch-'):-len('.eb')] in out
 
 
 def check_easybuild_5_names(tmp_path, ec):

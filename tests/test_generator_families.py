@@ -19,7 +19,7 @@ from generator_support import (GOLDEN, LAIF_FILES, LAIF_NAME, PYTORCH_FILES, REP
 
 def test_families_are_found_with_their_interface():
     from generator import families
-    assert families.NAMES == ('amd', 'laif') and families.DEFAULT in families.NAMES
+    assert families.NAMES == ('amd', 'dawn', 'laif') and families.DEFAULT in families.NAMES
     for module in families.FAMILIES.values():
         assert all(hasattr(module, name) for name in families.INTERFACE), module
     assert families.inspected() == families.released() == [families.FAMILIES['laif']]
@@ -32,7 +32,7 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
-from generator.family import RocmFamily
+from generator.families._rocm import RocmFamily
 
 
 class Jax(RocmFamily):
@@ -238,7 +238,7 @@ def test_amd_entries_ignore_family_defaults(tmp_path, monkeypatch, capsys):
 LAIF_ERROR_CASES = {
     'family-unknown': (
         dict(replace=[('family: laif', 'family: laiff')]),
-        ["spec.yaml:8: containers[0].family: 'laiff' is not an image family (allowed: amd, laif)"]),
+        ["spec.yaml:8: containers[0].family: 'laiff' is not an image family (allowed: amd, dawn, laif)"]),
     'digest-format': (
         dict(replace=[('digest: u24r64f21m43t29', 'digest: u24r64')]),
         ["spec.yaml:11: containers[0].digest: 'u24r64' is not a LAIF digest (u<Ubuntu>r<ROCm>f<libfabric>m<MPICH>"
@@ -307,7 +307,7 @@ LAIF_ERROR_CASES = {
         ['spec.yaml:14: family_defaults: must be a mapping of image families to defaults, got a list']),
     'family-defaults-unknown-family': (
         dict(append='family_defaults:\n  amdd: {}\n'),
-        ["spec.yaml:15: family_defaults.amdd: 'amdd' is not an image family (allowed: amd, laif)"]),
+        ["spec.yaml:15: family_defaults.amdd: 'amdd' is not an image family (allowed: amd, dawn, laif)"]),
     'family-defaults-sets-family': (
         dict(append='family_defaults:\n  laif: {family: laif}\n'),
         ["spec.yaml:15: family_defaults.laif.family: 'family' is not allowed in family_defaults "
@@ -367,3 +367,64 @@ def test_laif_description_names_the_central_sif_dir_given(tmp_path, monkeypatch,
     assert 'the full variant of the release in /appl/local/project_462000001/laif-images.' in \
         ' '.join(values['description'].split())
     assert '/appl/local/laifs' not in values['description']
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sites: LUMI's defaults in LUMI's families, Dawn's in its own (family: dawn)
+# ---------------------------------------------------------------------------------------------------------------
+
+DAWN_ENTRY = """\
+  - family: dawn
+    version: "2.8.0"
+    ipex: "2.8.10"
+    container_python_version: "3.10"
+    date: "20251107"
+    variant: ""
+"""
+DAWN_NAME = 'PyTorch-2.8.0-ipex-2.8.10-python-3.10-singularity-dawn-20251107.eb'
+
+
+def test_dawn_family_states_dawns_site(tmp_path, monkeypatch, capsys):
+    """A Dawn entry: the image the user built (pytorch2.8.sif, no checksum), Intel's GPUs, the host's fabric and MPI
+    libraries bound with the container's library path for them, oneCCL's settings as defaults; none of LUMI's
+    binds or conflicts, which the AMD entry of the same spec gets from its family."""
+    text = spec_text()
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, text + DAWN_ENTRY)
+    assert code == 0, err
+    dawn = check_easyconfig(os.path.join('out', DAWN_NAME))
+    assert dawn['sources'] == ['pytorch2.8.sif'] and 'checksums' not in dawn
+    assert dawn['gpu_vendor'] == 'intel'
+    binds = dawn['container_bind']
+    assert binds[0] == '/etc/libibverbs.d' and '/usr/lib64/libibverbs.so.1' in binds
+    for library in ('libefa', 'libmlx5', 'libnuma', 'libpsm2', 'librdmacm', 'libucm', 'libucp', 'libucs', 'libuct'):
+        assert any(bind.startswith('/usr/lib64/%s.so' % library) for bind in binds), library
+    assert binds[-1].endswith('/oneapi-2025.1.0')
+    assert dawn['container_env'] == {'LD_LIBRARY_PATH': '/usr/lib64/libibverbs:/usr/lib64'}
+    assert dawn['container_env_defaults'] == {'CCL_ATL_TRANSPORT': 'ofi', 'CCL_ZE_IPC_EXCHANGE': 'sockets',
+                                              'CCL_TOPO_FABRIC_VERTEX_CONNECTION_CHECK': '0'}
+    assert 'container_conflicts' not in dawn and not any('/opt/cray' in bind for bind in binds)
+    assert '(PyTorch 2.8.0, Intel Extension for PyTorch 2.8.10, Python 3.10).' in dawn['description']
+    assert 'intel/intel-extension-for-pytorch:2.8.10-xpu' in dawn['description']
+    amd = check_easyconfig(os.path.join('out', 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb'))
+    assert amd['container_bind'][:3] == ['/var/spool/slurmd', '/opt/cray', '/usr/lib64/libcxi.so.1']
+    assert amd['container_conflicts'] == ['singularity-AI-bindings', 'lumi-aif-singularity-bindings']
+    assert 'gpu_vendor' not in amd  # the easyblock's default: AMD
+
+
+def test_platform_keys_are_their_families(tmp_path, monkeypatch, capsys):
+    """rocm names LUMI's images, ipex Dawn's: each only in an entry of a family built on it; a Dawn entry needs
+    its ipex (a spec's default rocm does not count)."""
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys, spec_text(append=DAWN_ENTRY + '    rocm: "6.2.4"\n'))
+    assert code == 2
+    assert err.splitlines()[0] == ("spec.yaml:18: containers[1].rocm: 'rocm' is only for family: amd, laif (this "
+                                   "entry is family: dawn)")
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys,
+                              spec_text(append=DAWN_ENTRY.replace('    ipex: "2.8.10"\n', '')))
+    assert code == 2
+    assert err.splitlines()[0] == ('spec.yaml:12: containers[1].ipex: missing required key (set it in the container '
+                                   'entry or in defaults)')
+    code, out, err = run_spec(tmp_path, monkeypatch, capsys,
+                              spec_text(append=DAWN_ENTRY.replace('2.8.10', 'xpu')))
+    assert code == 2
+    assert err.splitlines()[0] == ("spec.yaml:14: containers[1].ipex: 'xpu' is not a valid Intel Extension "
+                                   "for PyTorch version (e.g. 2.8.10)")

@@ -20,8 +20,8 @@ from generator_support import PYTORCH_SPEC, REPO, check_easyconfig, generate_ec,
 # ---------------------------------------------------------------------------------------------------------------
 
 # The keys of a container entry: generate-ec's own, the families', and the easyblock's parameters under their names
-ENTRY_KEYS = sorted(['checksum', 'date', 'digest', 'dockerhash', 'family', 'image_variant', 'python_check', 'rocm',
-                     'sif', 'tag', 'variant', 'version'] + list(easyblock.PARAMETERS))
+ENTRY_KEYS = sorted(['checksum', 'date', 'digest', 'dockerhash', 'family', 'image_variant', 'ipex', 'python_check',
+                     'rocm', 'sif', 'tag', 'variant', 'version'] + list(easyblock.PARAMETERS))
 
 
 def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
@@ -30,9 +30,12 @@ def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
     name = 'PyTorch-2.7.1-rocm-6.2.4-python-3.12-singularity-20250827.eb'
     assert out == os.path.join('out', name) + '\n'
     values = check_easyconfig(os.path.join('out', name))
-    # what the spec does not give is not written: the easyblock's defaults apply (e.g. LUMI's binds)
-    for absent in ('container_bind', 'container_env', 'pip_requirements', 'torch_runscripts', 'container_init'):
+    # what the spec does not give is not written: the easyblock's defaults apply; but the site's defaults of the
+    # entry's family are (LUMI's binds and conflicting modules for an AMD image), as the easyblock has none
+    for absent in ('container_env', 'pip_requirements', 'torch_runscripts', 'container_init'):
         assert absent not in values
+    assert values['container_bind'][:2] == ['/var/spool/slurmd', '/opt/cray'] and '/scratch' in values['container_bind']
+    assert values['container_conflicts'] == ['singularity-AI-bindings', 'lumi-aif-singularity-bindings']
     assert 'Container image: lumi-pytorch' in values['description']
     assert 'pip requirement' not in values['description']
 
@@ -460,7 +463,8 @@ def test_old_keys_name_the_new_key(old, new, value, where, tmp_path, monkeypatch
 
 
 def test_parameters_are_written_in_the_easyblocks_order(tmp_path, monkeypatch, capsys):
-    """Every parameter the spec gives, and only those, in the order of the easyblock's table, each by its shape."""
+    """Every parameter the spec gives, and only those besides the family's site defaults (an AMD image's binds),
+    in the order of the easyblock's table, each by its shape."""
     given = textwrap.dedent("""\
         container_conflicts: [other-bindings]
         torch_runscripts: false
@@ -475,7 +479,7 @@ def test_parameters_are_written_in_the_easyblocks_order(tmp_path, monkeypatch, c
     names = [line.split(' = ')[0] for line in text.splitlines() if line.split(' = ')[0] in easyblock.PARAMETERS]
     assert names == [name for name in easyblock.PARAMETERS if name in names]
     assert set(names) == {'central_sif_dir', 'copy_image', 'container_entry', 'container_venv', 'torch_runscripts',
-                          'container_python_version', 'container_conflicts'}
+                          'container_python_version', 'container_conflicts', 'container_bind'}
     for line in ["central_sif_dir = '/appl/images'\n", 'copy_image = True\n', 'torch_runscripts = False\n',
                  "container_conflicts = ['other-bindings']\n", "container_python_version = '3.12'\n"]:
         assert line in text

@@ -69,6 +69,7 @@ CASES = [
     ('gpu_vendor', 'intel', True),
     ('gpu_vendor', 'none', True),
     ('gpu_vendor', 'AMD', False),
+    ('gpu_vendor', 'Intel', False),
     ('gpu_vendor', ['nvidia'], False),
     ('central_sif_dir', '/appl/local/laifs/containers', True),
     ('central_sif_dir', 'images', False),
@@ -186,11 +187,7 @@ def parameter_table():
     rows = ['| Parameter | Default | What it does |', '|---|---|---|']
     for name, parameter in easyblock.PARAMETERS.items():
         default = parameter.default
-        if default is easyblock.LUMI_BIND_PATHS:
-            default = "LUMI's file systems: " + ', '.join('`%s`' % path for path in default)
-        elif default is easyblock.LUMI_BINDING_MODULES:
-            default = ', '.join('`%s`' % module for module in default)
-        elif isinstance(default, dict):  # as an easyconfig writes it (an OrderedDict's repr is no easyconfig value)
+        if isinstance(default, dict):  # as an easyconfig writes it (an OrderedDict's repr is no easyconfig value)
             default = '`{%s}`' % ', '.join('%r: %r' % item for item in default.items())
         else:
             default = '`%r`' % (default,)

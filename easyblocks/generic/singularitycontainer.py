@@ -44,12 +44,8 @@ except ImportError:
     run_shell_cmd = None  # EasyBuild 4.x: run_checked imports run_cmd, which EasyBuild 5 deprecates, only there
 
 
-LUMI_BIND_PATHS = ['/var/spool/slurmd', '/opt/cray', '/usr/lib64/libcxi.so.1', '/pfs', '/scratch', '/projappl',
-                   '/project', '/flash', '/appl']
 LUMI_CENTRAL_SIF_SUBDIR = 'easybuild-sif-images'
 LUMI_CENTRAL_SIF_DEFAULT = '/appl/local/containers/easybuild-sif-images'
-# Modules of LUMI's whose binds would collide with this module's
-LUMI_BINDING_MODULES = ['singularity-AI-bindings', 'lumi-aif-singularity-bindings']
 # Lmod family of these modules: loading a second one swaps out the first
 MODULE_FAMILY = 'SingularityContainer'
 
@@ -1093,13 +1089,21 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               "(singularity run), for images whose runscript sets things up and ends in exec \"$@\", such as the "
               "LUMI AI Factory images",
               Text(entry_problem), "'exec' or 'run'"),
+    Parameter('gpu_vendor', 'amd',
+              "The GPUs the image drives: 'amd' (ROCm), 'intel' (Level Zero) or 'nvidia' (CUDA), or 'none'. The "
+              "run scripts give each rank its device with the vendor's variable (%s) and count the devices of a "
+              "node by it; for 'nvidia' the module sets SINGULARITY_NV=1 and APPTAINER_NV=1, so that the runtime "
+              "binds NVIDIA's driver libraries (--nv) for the wrappers and a plain singularity exec" %
+              ', '.join(variable for variable in GPU_DEVICE_VARIABLES.values() if variable),
+              Text(gpu_vendor_problem), ' or '.join("'%s'" % vendor for vendor in GPU_DEVICE_VARIABLES)),
     Parameter('container_init', '',
               "Shell code run in the container before Python is used, e.g. 'source /opt/miniconda3/bin/activate "
               "pytorch' for images before 2025; empty for images that set up their environment themselves",
               Text(no_nul_problem), "shell code, as a string"),
-    Parameter('container_bind', LUMI_BIND_PATHS,
-              "Host paths bound in the container (SINGULARITY_BINDPATH), each 'path' or 'src:dst[:opts]'; the "
-              "module binds those whose source is a directory or a file on the node where it is loaded",
+    Parameter('container_bind', [],
+              "Host paths bound in the container (SINGULARITY_BINDPATH), each 'path' or 'src:dst[:opts]': a site's "
+              "file systems and the host libraries its images use (generate-ec's families give LUMI's and Dawn's); "
+              "the module binds those whose source is a directory or a file on the node where it is loaded",
               ListOf(bind_problem, unique=True),
               "a list of absolute host paths or 'src:dst[:opts]' with absolute paths, one bind per entry, each once"),
     Parameter('container_env', {},
@@ -1149,13 +1153,6 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               "Write the run scripts for torch.distributed jobs started by srun, mpiexec or mpirun: "
               "conda-python-distributed, torchrun-distributed, distributed-env, get-master and master-port",
               Bool(), "True or False"),
-    Parameter('gpu_vendor', 'amd',
-              "The GPUs the image drives: 'amd' (ROCm), 'intel' (Level Zero) or 'nvidia' (CUDA), or 'none'. The "
-              "run scripts give each rank its device with the vendor's variable (%s) and count the devices of a "
-              "node by it; for 'nvidia' the module sets SINGULARITY_NV=1 and APPTAINER_NV=1, so that the runtime "
-              "binds NVIDIA's driver libraries (--nv) for the wrappers and a plain singularity exec" %
-              ', '.join(variable for variable in GPU_DEVICE_VARIABLES.values() if variable),
-              Text(gpu_vendor_problem), ' or '.join("'%s'" % vendor for vendor in GPU_DEVICE_VARIABLES)),
     Parameter('container_python_version', None,
               "Python version (e.g. '3.12') the sanity check expects in the container; not checked if None",
               OptionalText(pattern_problem(PYTHON_VERSION, 'a valid Python version (e.g. 3.12)')),
@@ -1166,9 +1163,10 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               DictOf(pattern_problem(DISTRIBUTION_NAME, 'a valid component name'),
                      pattern_problem(VERSION, 'a valid version')),
               "a dict of distribution names to versions such as '2.9.1'"),
-    Parameter('container_conflicts', LUMI_BINDING_MODULES,
-              "Modules that must not be loaded together with this one, as their binds would collide with its binds "
-              "(other modules of this easyblock are swapped out anyway: Lmod family %s)" % MODULE_FAMILY,
+    Parameter('container_conflicts', [],
+              "Modules that must not be loaded together with this one, as their binds would collide with its binds, "
+              "such as LUMI's singularity-AI-bindings (other modules of this easyblock are swapped out anyway: Lmod "
+              "family %s)" % MODULE_FAMILY,
               ListOf(pattern_problem(MODULE_NAME, 'a module name')), "a list of module names"),
 ])
 

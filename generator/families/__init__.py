@@ -11,8 +11,8 @@ from collections import OrderedDict
 from generator.family import Family
 
 DEFAULT = 'amd'
-INTERFACE = ('NAME', 'TITLE', 'KEYS', 'DERIVED', 'required', 'problems', 'name_part', 'suffix', 'versions',
-             'description', 'release_dir', 'INSPECT', 'RELEASES')
+INTERFACE = ('NAME', 'TITLE', 'KEYS', 'PLATFORM', 'DERIVED', 'required', 'problems', 'name_part', 'suffix',
+             'versions', 'description', 'release_dir', 'INSPECT', 'RELEASES')
 
 
 def _load():
@@ -30,6 +30,25 @@ def _load():
 
 FAMILIES = _load()
 NAMES = tuple(FAMILIES)
+
+
+def _platforms():
+    """{key: (platform, names of the families built on it)} of the families' platforms, by key; families that share
+    a key share its Platform (one check for one key)."""
+    found = OrderedDict()
+    for module in FAMILIES.values():
+        platform = module.PLATFORM
+        if platform is None:
+            continue
+        if platform.key in found and found[platform.key][0] is not platform:
+            raise ImportError('generate-ec: the families %s and %s have different platforms under one key %r: import '
+                              'the one Platform of both (as amd and laif import _rocm.ROCM)'
+                              % (found[platform.key][1][0], module.NAME, platform.key))
+        found.setdefault(platform.key, (platform, []))[1].append(module.NAME)
+    return OrderedDict((key, (platform, tuple(names))) for key, (platform, names) in found.items())
+
+
+PLATFORMS = _platforms()
 
 
 def family(values):

@@ -9,7 +9,8 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
-from generator.family import RocmFamily
+from generator.families import _lumi
+from generator.families._rocm import RocmFamily
 
 DOCKERHASH_RE = re.compile(r'[0-9a-f]{12}\Z')  # \Z: $ would take a newline at the end
 
@@ -26,7 +27,7 @@ class Amd(RocmFamily):
     KEYS = OrderedDict([
         ('dockerhash', easyblock.pattern_problem(DOCKERHASH_RE, '12 lowercase hex digits')),
     ])
-    DERIVED = {'sif': sif_name}
+    DERIVED = {'sif': sif_name, 'container_bind': _lumi.binds, 'container_conflicts': _lumi.conflicts}
 
     def required(self, values):
         """The dockerhash names the image, unless the entry gives its file name."""

@@ -16,7 +16,8 @@ import re
 from collections import OrderedDict
 
 from generator.easyblock import easyblock
-from generator.family import RocmFamily
+from generator.families import _lumi
+from generator.families._rocm import RocmFamily, rocm_core_version
 
 ROOT = '/appl/local/laifs/containers'
 VARIANTS = ('torch', 'full', 'plus', 'rocm', 'libfabric', 'mpich')
@@ -114,7 +115,6 @@ class Inspect:
     SAME_IMAGE = ('tag', 'image_variant')  # two entries with these alike are the same image
     SBOM = '.sbom.json'
     NO_PIP_LIST = 'the rocm, libfabric and mpich variants have none'
-    ROCM_FROM = 'the digest'  # where the ROCm version comes from when the image lists no rocm-core package
     VENV_LIB = 'opt/venv/lib'  # the image's Python: /opt/venv/lib/pythonX.Y
     # The distribution whose version is the entry's version (an image without it is refused), and its software
     VERSION_FROM, SOFTWARE = 'torch', 'PyTorch'
@@ -135,9 +135,13 @@ class Inspect:
         return tag_date(keys['tag'])
 
     @staticmethod
-    def rocm(keys):
-        """ROCm's major.minor, for an image that lists no rocm-core package."""
-        return parse_digest(keys['digest'])['ROCm']
+    def platform(apt, keys):
+        """(The platform's version, a note on where it comes from or None): rocm-core's version from the software
+        list, else ROCm's major.minor from the digest."""
+        version = rocm_core_version(apt)
+        if version:
+            return version, None
+        return parse_digest(keys['digest'])['ROCm'], 'from the digest: the image lists no rocm-core package'
 
 
 class Releases:
@@ -178,6 +182,8 @@ class Laif(RocmFamily):
         'sif': lambda name, values: sif_name(values['image_variant'], values['digest'], values['tag']),
         'date': lambda name, values: tag_date(values['tag']),
         'central_sif_dir': lambda name, values: release_dir(values),
+        'container_bind': _lumi.ai_binds,
+        'container_conflicts': _lumi.conflicts,
     }
     INSPECT = Inspect
     RELEASES = Releases
