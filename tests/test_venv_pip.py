@@ -29,8 +29,16 @@ def install(root, demo_sif, wheelhouse, eb_version, squash):
     saved = root / 'as-installed'
     saved.mkdir()
     for path in user_software(idir):
-        shutil.copytree(path, saved / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, saved)
+        copy_entry(path, saved / path.name)
     return inst, idir, saved
+
+
+def copy_entry(path, target):
+    """A copy of the file, directory or link (the packed venv's, which names its generation) path at target."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.copytree(path, target, symlinks=True)
+    else:
+        shutil.copy2(path, target, follow_symlinks=False)
 
 
 def user_software(idir):
@@ -44,7 +52,7 @@ def fresh(installed):
     for path in user_software(idir):
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     for path in saved.iterdir():
-        shutil.copytree(path, idir / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, idir)
+        copy_entry(path, idir / path.name)
         give(idir / path.name, inst.user)  # copied by root: the user's again, as eb left it
     return inst, idir
 

@@ -2338,13 +2338,14 @@ root=$(readlink -f "${BASH_SOURCE[0]}")
 root=${root%/*/*}
 dir="$root/@us_dir@"
 packed="$root/@packed@"  # (the link, see STATE)
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation)
 @venv_state@
 # The state now: the files of the packed venv (which may not exist), for reading. What changes the venv reads it again
 # once it holds the lock (read_state).
 read_state() {
     generation=$(current_generation "$root")
-    squashfs="${generation:-$root/@packed@}/@us_squashfs@"
-    changes="${generation:-$root/@packed@}/@us_changes@"
+    squashfs="${generation:-$packed}/$squashfs_name"
+    changes="${generation:-$packed}/$changes_name"
     form=$(venv_form "$root" "$generation")
 }
 read_state
@@ -3020,8 +3021,8 @@ work=
 new=
 trap 'clean_workdir "$work"; rm -rf -- "$new"' EXIT
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
-new_squashfs="$new/@us_squashfs@"
-new_changes="$new/@us_changes@"
+new_squashfs="$new/$squashfs_name"
+new_changes="$new/$changes_name"
 make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
     trap '' HUP INT TERM
     make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
@@ -3159,8 +3160,8 @@ trap 'rm -rf -- "$new"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
-squashfs="$new/@us_squashfs@"
-changes="$new/@us_changes@"
+squashfs="$new/$squashfs_name"
+changes="$new/$changes_name"
 share_modes "$dir"
 echo "Packing $dir into $squashfs with $cpus processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
@@ -3176,13 +3177,13 @@ chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$squashfs" "$changes"
 if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-}}"); then
     rm -f -- "$changes"
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
-        "$packed/@us_squashfs@ and a layer on top as overlays here ($why)."
+        "$packed/$squashfs_name and a layer on top as overlays here ($why)."
 fi
 trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
 make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
 new=
 trap - EXIT HUP INT TERM
-echo "Created $packed/@us_squashfs@."
+echo "Created $packed/$squashfs_name."
 echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."
 '''
@@ -3207,7 +3208,7 @@ trap 'rm -rf -- "$tmp"' EXIT
 # (a directory with the record of a generation: if this run is killed, a later change removes it, see STATE)
 tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
 unpack_venv "$tmp/unpacked" "$changes" || die "unsquashfs failed; nothing was changed"
-mv -T -- "$tmp/unpacked/@us_dir@" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
+mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
 trap - EXIT
 rm -rf -- "$tmp"
 echo "Unpacked $squashfs into $dir."

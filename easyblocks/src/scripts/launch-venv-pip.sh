@@ -108,8 +108,8 @@ work=
 new=
 trap 'clean_workdir "$work"; rm -rf -- "$new"' EXIT
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
-new_squashfs="$new/@us_squashfs@"
-new_changes="$new/@us_changes@"
+new_squashfs="$new/$squashfs_name"
+new_changes="$new/$changes_name"
 make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
     trap '' HUP INT TERM
     make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"

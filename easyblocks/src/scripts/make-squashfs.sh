@@ -18,8 +18,8 @@ trap 'rm -rf -- "$new"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
-squashfs="$new/@us_squashfs@"
-changes="$new/@us_changes@"
+squashfs="$new/$squashfs_name"
+changes="$new/$changes_name"
 share_modes "$dir"
 echo "Packing $dir into $squashfs with $cpus processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
@@ -35,12 +35,12 @@ chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$squashfs" "$changes"
 if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-}}"); then
     rm -f -- "$changes"
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
-        "$packed/@us_squashfs@ and a layer on top as overlays here ($why)."
+        "$packed/$squashfs_name and a layer on top as overlays here ($why)."
 fi
 trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
 make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
 new=
 trap - EXIT HUP INT TERM
-echo "Created $packed/@us_squashfs@."
+echo "Created $packed/$squashfs_name."
 echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."

@@ -18,7 +18,7 @@ trap 'rm -rf -- "$tmp"' EXIT
 # (a directory with the record of a generation: if this run is killed, a later change removes it, see STATE)
 tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
 unpack_venv "$tmp/unpacked" "$changes" || die "unsquashfs failed; nothing was changed"
-mv -T -- "$tmp/unpacked/@us_dir@" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
+mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
 trap - EXIT
 rm -rf -- "$tmp"
 echo "Unpacked $squashfs into $dir."
