@@ -2254,7 +2254,7 @@ current_generation() {  # the generation the link of the install dir $1 names (a
     return 0
 }
 venv_form() {  # layers, file, directory or missing: the venv of the install dir $1 with its generation $2 (or '')
-    if [ -n "$2" ] && [ -f "$2/@us_changes@" ]; then
+    if [ -n "$2" ] && [ -f "$2/@us_squashfs@" ] && [ -f "$2/@us_changes@" ]; then
         echo layers
     elif [ -n "$2" ] && [ -f "$2/@us_squashfs@" ]; then
         echo file
@@ -2308,11 +2308,14 @@ remove_superseded() {
         esac
     done
 }
-in_a_generation() {  # whether the path $2 is in a generation of the install dir $1
-    case "$2" in
+through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
+    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/@packed@" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
+}
+of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
+    case "$(readlink -f -- "$2" 2>/dev/null)" in
         "$1"/@generation@*/*) return 0 ;;
     esac
-    return 1
+    through_the_link "$1" "$2"
 }
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
 # $1 pointed at its generation $2: the module names them through the link, so that new jobs get every change without a
@@ -2322,8 +2325,7 @@ pinned_entries() {
     read -ra entries <<<"$3"
     for entry in "${entries[@]}"; do
         path=${entry%%:*}
-        if [ -n "$2" ] && [ "${path%/*}" != "$path" ] && [ "${path%/*/*}/@packed@" = "${path%/*}" ] &&
-            [ "$(readlink -f -- "${path%/*/*}")" = "$1" ]; then
+        if [ -n "$2" ] && through_the_link "$1" "$path"; then
             entry="$2/${entry#"${path%/*}"/}"
         fi
         pinned+=("$entry")
@@ -2570,13 +2572,10 @@ use_for_user_software() {
 # ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software. The
 # module's are those in a generation of this install dir (STATE), named through its link or not.
 set_overlays() {
-    local IFS=, entry entries kept=() resolved
+    local IFS=, entry entries kept=()
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        # (the module names the files by the install dir's path, which may go through a link: $root is resolved)
-        resolved=$(readlink -f "${entry%:ro}" 2>/dev/null || true)
-        if [ -n "${resolved:-$entry}" ] && ! in_a_generation "$root" "$resolved" &&
-            [ "${resolved#"${work:-/}"/}" = "$resolved" ]; then
+        if [ -n "$entry" ] && ! of_the_packed_venv "$root" "${entry%:ro}" && [[ "$entry" != "${work:-/}"/* ]]; then
             kept+=("$entry")
         fi
     done

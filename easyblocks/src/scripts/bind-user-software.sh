@@ -23,13 +23,10 @@ use_for_user_software() {
 # ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software. The
 # module's are those in a generation of this install dir (STATE), named through its link or not.
 set_overlays() {
-    local IFS=, entry entries kept=() resolved
+    local IFS=, entry entries kept=()
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        # (the module names the files by the install dir's path, which may go through a link: $root is resolved)
-        resolved=$(readlink -f "${entry%:ro}" 2>/dev/null || true)
-        if [ -n "${resolved:-$entry}" ] && ! in_a_generation "$root" "$resolved" &&
-            [ "${resolved#"${work:-/}"/}" = "$resolved" ]; then
+        if [ -n "$entry" ] && ! of_the_packed_venv "$root" "${entry%:ro}" && [[ "$entry" != "${work:-/}"/* ]]; then
             kept+=("$entry")
         fi
     done

@@ -19,7 +19,7 @@ current_generation() {  # the generation the link of the install dir $1 names (a
     return 0
 }
 venv_form() {  # layers, file, directory or missing: the venv of the install dir $1 with its generation $2 (or '')
-    if [ -n "$2" ] && [ -f "$2/@us_changes@" ]; then
+    if [ -n "$2" ] && [ -f "$2/@us_squashfs@" ] && [ -f "$2/@us_changes@" ]; then
         echo layers
     elif [ -n "$2" ] && [ -f "$2/@us_squashfs@" ]; then
         echo file
@@ -73,11 +73,14 @@ remove_superseded() {
         esac
     done
 }
-in_a_generation() {  # whether the path $2 is in a generation of the install dir $1
-    case "$2" in
+through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
+    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/@packed@" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
+}
+of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
+    case "$(readlink -f -- "$2" 2>/dev/null)" in
         "$1"/@generation@*/*) return 0 ;;
     esac
-    return 1
+    through_the_link "$1" "$2"
 }
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
 # $1 pointed at its generation $2: the module names them through the link, so that new jobs get every change without a
@@ -87,8 +90,7 @@ pinned_entries() {
     read -ra entries <<<"$3"
     for entry in "${entries[@]}"; do
         path=${entry%%:*}
-        if [ -n "$2" ] && [ "${path%/*}" != "$path" ] && [ "${path%/*/*}/@packed@" = "${path%/*}" ] &&
-            [ "$(readlink -f -- "${path%/*/*}")" = "$1" ]; then
+        if [ -n "$2" ] && through_the_link "$1" "$path"; then
             entry="$2/${entry#"${path%/*}"/}"
         fi
         pinned+=("$entry")
