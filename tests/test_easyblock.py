@@ -316,18 +316,23 @@ def test_make_and_unmake_squashfs(tmp_path, fresh_demo):
 
     proc = run([make], env=dict(base_env(), SLURM_CPUS_PER_TASK='2'))
     assert 'with 2 processors' in proc.stdout and 'Reload the module (module load Demo/1.0)' in proc.stdout
-    assert (idir / 'user-software.squashfs').is_file()
-    assert not list(idir.glob('*.tmp.*'))
+    # the link names the one generation there is, which holds the SquashFS file (and its layer, the runtime stacks
+    # them here); no other generation or link is left
+    packed = idir / 'user-software.packed'
+    assert packed.is_symlink() and (packed / 'user-software.squashfs').is_file()
+    assert [path.name for path in idir.glob('.user-software.*') if path.name != '.user-software.lock'] == [
+        os.readlink(packed)]
+    assert 'Created %s/user-software.squashfs.' % packed in proc.stdout
 
-    # Refuses to overwrite the SquashFS file
+    # Refuses to overwrite the packed venv
     proc = run([make], env=base_env(), check=False)
-    assert proc.returncode != 0 and 'user-software.squashfs already exists' in proc.stderr
+    assert proc.returncode != 0 and '%s already exists (the packed venv)' % packed in proc.stderr
 
-    # The module now binds the SquashFS image read-only
-    out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
+    # The module now gives the container the SquashFS file (through the link) read-only
+    out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH $SINGULARITY_OVERLAY"\n'
                      'singularity exec "$SIF" cat /user-software/marker\n'
                      'singularity exec "$SIF" touch /user-software/new || echo write-failed').stdout
-    assert '%s/user-software.squashfs:/user-software:image-src=/' % idir in out
+    assert '%s/user-software.squashfs:' % packed in out
     assert 'mine' in out and 'write-failed' in out
 
     # unmake-squashfs refuses to overwrite the directory, and recreates it when it is gone
@@ -337,12 +342,18 @@ def test_make_and_unmake_squashfs(tmp_path, fresh_demo):
     proc = run([unmake], env=base_env())
     assert (idir / 'user-software' / 'marker').read_text() == 'mine'
     assert (idir / 'user-software' / 'venv' / 'demo' / 'bin' / 'python').is_symlink()
+    assert 'To install into it, remove the link %s and reload the module' % packed in proc.stdout
 
     # Nothing to pack: a clear error
     shutil.rmtree(idir / 'user-software')
-    (idir / 'user-software.squashfs').unlink()
+    packed.unlink()
     proc = run([make], env=base_env(), check=False)
     assert proc.returncode != 0 and 'there is no %s/user-software to pack' % idir in proc.stderr
+
+
+def generations(idir):
+    """The generation directories of the packed venv in the install dir idir, named by its link or not."""
+    return sorted(path for path in idir.glob('.user-software.packed.*') if path.is_dir() and not path.is_symlink())
 
 
 def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, fresh_demo):
@@ -354,8 +365,8 @@ def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, fresh_demo):
     assert proc.returncode != 0
     assert 'mksquashfs failed; nothing was changed' in proc.stderr
     assert 'Created' not in proc.stdout
-    assert not (idir / 'user-software.squashfs').exists()
-    assert not list(idir.glob('user-software.squashfs*'))
+    assert not os.path.lexists(idir / 'user-software.packed')
+    assert not generations(idir) and not list(idir.glob('.user-software.link.*'))
     assert (idir / 'user-software' / 'venv' / 'demo' / 'bin' / 'python').is_symlink()
 
 
@@ -444,166 +455,35 @@ def test_easyblock_imports_only_easybuild_and_stdlib():
 
 
 def test_make_squashfs_after_a_killed_run(tmp_path, fresh_demo):
-    """SIGKILL (which no trap catches) leaves user-software.squashfs.tmp.<host>.<pid> behind: the next run removes
-    it; one that is still being written stops the run; one of another host is reported, not touched."""
+    """SIGKILL (which no trap catches) leaves the run's new generation behind, which no link names: the module goes on
+    with the venv as it was. A later make-squashfs removes it once it is older than 2 minutes (a generation that was
+    just superseded may still be in use by a container that is starting), and nothing younger."""
     require_runtime()
     require_tools('mksquashfs')
     inst, idir = fresh_demo
-    make = str(idir / 'bin' / 'make-squashfs')
+    make, packed = str(idir / 'bin' / 'make-squashfs'), idir / 'user-software.packed'
     fake, started = slow_step(tmp_path, 'pack')
     killed = spawn([make], env=base_env([str(fake)]), stdout=subprocess.DEVNULL, start_new_session=True)
-    leftover = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), killed.pid))
     wait_for(started.exists, 'make-squashfs to start packing')
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
-    assert leftover.read_text() == 'partial\n'
+    [leftover] = generations(idir)
+    assert (leftover / 'user-software.squashfs').read_text() == 'partial\n'
+    assert (leftover / '.generation').read_text().split()[1:] == [socket.gethostname(), str(killed.pid)]
+    assert not os.path.lexists(packed)
+    out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH|${SINGULARITY_OVERLAY-}"').stdout
+    assert out.splitlines()[-1] == '/tmp,%s/runscripts:/runscripts,%s/user-software:/user-software|' % (idir, idir)
 
-    other_host = idir / 'user-software.squashfs.tmp.elsewhere.123'
-    other_host.write_text('theirs')
-    still_running = spawn(['bash', '-c', 'exec -a make-squashfs sleep 60'])
-    busy = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), still_running.pid))
-    busy.write_text('busy')
-    try:
-        stopped = run([make], env=base_env(), check=False)
-        assert stopped.returncode == 1
-        assert 'make-squashfs: error: %s is being written by process %d; wait for it to finish' % (
-            busy, still_running.pid) in stopped.stderr
-    finally:
-        still_running.kill()
-        still_running.wait()
-
+    # A run now packs; what the killed run left is younger than 2 minutes: it stays
+    run([make], env=base_env())
+    first = Path(os.path.realpath(packed))
+    assert first.parent == idir and generations(idir) == sorted([leftover, first])
+    # The user takes the packed venv away (as to use the directory), and the killed run's generation is 3 minutes old
+    packed.unlink()
+    aged = leftover.stat().st_mtime - 180
+    os.utime(leftover, (aged, aged))
     proc = run([make], env=base_env())
-    assert 'Removing %s, left by an interrupted run.' % leftover in stopped.stdout + proc.stdout
-    assert 'Removing %s, left by an interrupted run.' % busy in proc.stdout
-    assert '%s was left by a run on elsewhere; remove it if none runs there any more' % other_host in proc.stderr
-    assert not leftover.exists() and not busy.exists() and other_host.read_text() == 'theirs'
-    assert (idir / 'user-software.squashfs').is_file()
-
-
-def test_a_wrapper_never_calls_itself(demo_install, tmp_path):
-    """A runtime that is a '#!/usr/bin/env python3' script finds the module's python3 wrapper first on PATH: the
-    loop stops at once, naming the runtime."""
-    inst, idir = demo_install
-    runtime = tmp_path / 'runtime' / 'singularity'
-    runtime.parent.mkdir()
-    runtime.write_text('#!/usr/bin/env python3\nimport os, sys\nos.execv(%r, [%r] + sys.argv[1:])\n' % (
-        RUNTIME, RUNTIME))
-    runtime.chmod(0o755)
-    proc = inst.module_shell('Demo/1.0', 'export PATH=%s:$PATH\ntimeout 60 python -c pass\necho "rc=$?"'
-                             % runtime.parent)
-    assert proc.stdout.strip() == 'rc=1'
-    assert ('python3: error: %s started %s, which started %s: a loop' % (
-        runtime, idir / 'bin' / 'python', idir / 'bin' / 'python3')) in ' '.join(proc.stderr.split())
-
-
-def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_sif):
-    """Backticks, $() and backslashes in container_init reach the error messages as text, at install time and in
-    runscripts/init-conda-venv."""
-    require_runtime()
-    marker = tmp_path / 'ran'
-    init = "test -n '`touch %s` $(touch %s) \\\\' && false" % (marker, marker)
-    inst = Installation(tmp_path / 'i')
-    (inst.sources / 'demo.sif').write_bytes(conda_sif.read_bytes())
-    proc = inst.eb(inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_init=init)), check=False)
-    assert proc.returncode != 0
-    assert 'container_init failed: %s' % init in proc.stdout + proc.stderr
-    script = inst.installdir('Demo', '1.0') / 'runscripts' / 'init-conda-venv'
-    proc = run(['bash', '-c', 'source %s' % shlex.quote(str(script))], check=False)
-    assert proc.returncode == 1
-    assert proc.stderr == 'init-conda-venv: error: the container initialisation failed: %s\n' % init
-    assert not marker.exists()
-
-
-def test_thousands_of_requirements_reach_the_check_on_stdin():
-    """The sanity check's command line stays short however many requirements there are; each name once."""
-    from generator.easyblock import easyblock
-
-    class Easyconfig:
-        cfg = {'container_python_version': '3.12', 'container_components': {'torch': '2.9.1'},
-               'pip_requirements': ['pkg%d >= 1.0  # %d' % (i, i) for i in range(20000)] + ['pkg1', 'PKG1']}
-
-    cmd = easyblock.SingularityContainer.container_check_command(Easyconfig())
-    assert len(cmd) < 4096
-    checks_file = shlex.split(cmd)[-1]
-    with open(checks_file) as handle:
-        checks = json.load(handle)
-    os.unlink(checks_file)
-    assert checks['requirements'] == ['pkg%d' % i for i in range(20000)]
-    assert checks == dict(checks, python='3.12', components={'torch': '2.9.1'})
-
-
-@pytest.mark.parametrize('syntax', ['Lua', 'Tcl'])
-def test_the_binds_a_module_keeps(tmp_path, demo_sif, syntax):
-    """Lua and Tcl keep the same binds: those whose source is a directory or a regular file, also through a link;
-    not a link to nothing, a FIFO, a device or a missing path. None whose destination one of the user's own binds
-    has already: the runtime would say so at every start."""
-    require_runtime()
-    paths = tmp_path / 'binds'
-    kept = ['dir', 'file', 'link-to-dir', 'link-to-file']
-    left_out = ['dangling', 'fifo', 'missing']
-    binds = ['/tmp'] + [str(paths / name) for name in kept + left_out] + [
-        '/dev/null', '%s:/data:ro' % (paths / 'dir'), '%s:/mnt/users' % (paths / 'dir')]
-    inst, idir = install_demo(tmp_path, demo_sif, syntax=syntax, container_bind=binds, squash_user_software=False)
-    paths.mkdir()
-    (paths / 'dir').mkdir()
-    (paths / 'file').write_text('')
-    (paths / 'link-to-dir').symlink_to(paths / 'dir')
-    (paths / 'link-to-file').symlink_to(paths / 'file')
-    (paths / 'dangling').symlink_to(paths / 'missing')
-    os.mkfifo(paths / 'fifo')
-    users = '/tmp,%s:/mnt/users:ro' % (paths / 'file')
-    for variable in ('SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'):
-        out = inst.shell('export %s=%s\nmodule load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
-                         'singularity exec "$SIF" true' % (variable, users))
-        assert out.stdout.split(',') == users.split(',') + [str(paths / name) for name in kept] + [
-            '%s:/data:ro' % (paths / 'dir'), '%s/runscripts:/runscripts' % idir,
-            '%s/user-software:/user-software\n' % idir]
-        assert out.stderr == ''
-
-
-def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):
-    """Requirements given as a file: URL, a path or 'name @ URL' install; the sanity check looks for the names that
-    lines have, and no made-up one ('file')."""
-    require_runtime()
-    wheels = {name: next(wheelhouse.glob('%s-1.0-*.whl' % name)) for name in ('lumi_base', 'lumi_top', 'lumi_later')}
-    inst, idir = install_demo(tmp_path, demo_sif, squash_user_software=False, pip_requirements=[
-        wheels['lumi_base'].as_uri(), 'lumi-top @ %s' % wheels['lumi_top'].as_uri(), str(wheels['lumi_later']),
-        '--no-index'])
-    out = inst.module_shell('Demo/1.0', 'python -c "import lumi_base, lumi_top, lumi_later; print(lumi_top.TOP)"')
-    assert out.stdout == 'base+top\n'
-
-
-REQUIREMENT_LINES = [
-    ('torch', ['torch']), ('lightning[extra] >= 2 ; python_version >= "3.10"', ['lightning']),
-    ('Foo_Bar.baz==1', ['Foo_Bar.baz']), ('name @ https://example.org/name-1.0.tar.gz', ['name']),
-    ('x[y]@file:///w/x-1.whl', ['x']), ('git+https://github.com/o/r.git@v1#egg=r-pkg', ['r-pkg']),
-    ('git+https://github.com/o/r.git', []), ('-e git+https://github.com/o/r.git#egg=editable', ['editable']),
-    ('--editable=./dir#egg=ed2', ['ed2']), ('-e ./dir', []), ('./pkg-1.0-py3-none-any.whl', []),
-    ('pkg-1.0-py3-none-any.whl', []), ('pkg-1.0.tar.gz', []), ('/wheels/pkg-1.0-py3-none-any.whl', []),
-    ('file:///wheels/pkg-1.0-py3-none-any.whl', []), ('https://example.org/pkg-1.0.zip#egg=pkg', ['pkg']),
-    ('--index-url https://example.org/simple', []), ('-r other.txt', []), ('--find-links=/w', []),
-    ('# torch', []), ('torch  # comment', ['torch']), ('', [])]
-
-
-@pytest.mark.parametrize('line, names', REQUIREMENT_LINES)
-def test_requirement_names(line, names):
-    from generator.easyblock import easyblock
-    assert easyblock.requirement_names([line]) == names
-
-
-def test_the_installers_container_settings_stay_out_of_the_install(tmp_path, demo_sif):
-    """The installer's SINGULARITYENV_*, APPTAINERENV_*, SINGULARITY_BIND, APPTAINER_BIND and bind paths reach none
-    of the install's container commands (a bind of a missing path would stop them, PYTHONPATH would count as the
-    image's), the sanity check's included."""
-    require_runtime()
-    pythonpath = tmp_path / 'installers-pythonpath'
-    pythonpath.mkdir()
-    inst = Installation(tmp_path)
-    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
-    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
-    settings = {'SINGULARITYENV_PYTHONPATH': str(pythonpath), 'APPTAINERENV_PYTHONPATH': str(pythonpath),
-                'SINGULARITYENV_PREPEND_PATH': '/installers/bin', 'SINGULARITY_BIND': '/nonexistent-a:/a',
-                'APPTAINER_BIND': '/nonexistent-b:/b', 'SINGULARITY_BINDPATH': '/nonexistent-c',
-                'APPTAINER_BINDPATH': '/nonexistent-c'}
-    inst.eb(ec, env=inst.env(**settings))
-    assert str(pythonpath) not in (inst.installdir('Demo', '1.0') / 'image-python.json').read_text()
+    assert 'Created %s/user-software.squashfs.' % packed in proc.stdout
+    current = Path(os.path.realpath(packed))
+    assert (current / 'user-software.squashfs').is_file()
+    assert generations(idir) == sorted([first, current])  # (the first, which no link names since just now, stays)

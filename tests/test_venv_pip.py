@@ -59,6 +59,13 @@ def fresh(installed):
 
 
 @pytest.fixture(scope='module')
+def eb_version():
+    """venv-pip's tests run with EasyBuild 5 only: with 4.9.4 the install writes the same scripts
+    (test_easybuild_49_writes_the_same_scripts); the install itself runs with both in test_venv and test_easyblock."""
+    return '5'
+
+
+@pytest.fixture(scope='module')
 def packed_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
     return install(tmp_path_factory.mktemp('packed'), demo_sif, wheelhouse, eb_version, squash=True)
 
@@ -230,6 +237,19 @@ def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, whee
                            'needs\n' % (idir, work))
     assert user_software_entries(idir) == [PACKED] and packed_files(idir) == ['user-software.squashfs']
     assert not list(work.iterdir())
+
+
+def test_easybuild_49_writes_the_same_scripts(packed_install, tmp_path, demo_sif, wheelhouse):
+    """An install with EasyBuild 4.9.4 writes venv-pip, make-squashfs, unmake-squashfs and the wrappers as 5.x does
+    (the tests of venv-pip need one of them), and its venv-pip changes the venv."""
+    inst, idir, _ = packed_install
+    inst49, idir49, _ = install(tmp_path, demo_sif, wheelhouse, '4.9', squash=True)
+    for script in sorted((idir / 'bin').iterdir()):
+        if script.name != 'jupyter-kernel':  # (it names the module's directory)
+            assert (idir49 / 'bin' / script.name).read_text() == script.read_text(), script.name
+    out = inst49.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later\npython -c "import lumi_later"'
+                              % ' '.join(local_wheels(wheelhouse)))
+    assert 'has the change as a layer' in out.stdout and out.stderr == ''
 
 
 def test_install_in_an_unpacked_venv(unpacked, wheelhouse):
