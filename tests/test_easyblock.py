@@ -487,3 +487,132 @@ def test_make_squashfs_after_a_killed_run(tmp_path, fresh_demo):
     current = Path(os.path.realpath(packed))
     assert (current / 'user-software.squashfs').is_file()
     assert generations(idir) == sorted([first, current])  # (the first, which no link names since just now, stays)
+
+
+def test_a_wrapper_never_calls_itself(demo_install, tmp_path):
+    """A runtime that is a '#!/usr/bin/env python3' script finds the module's python3 wrapper first on PATH: the
+    loop stops at once, naming the runtime."""
+    inst, idir = demo_install
+    runtime = tmp_path / 'runtime' / 'singularity'
+    runtime.parent.mkdir()
+    runtime.write_text('#!/usr/bin/env python3\nimport os, sys\nos.execv(%r, [%r] + sys.argv[1:])\n' % (
+        RUNTIME, RUNTIME))
+    runtime.chmod(0o755)
+    proc = inst.module_shell('Demo/1.0', 'export PATH=%s:$PATH\ntimeout 60 python -c pass\necho "rc=$?"'
+                             % runtime.parent)
+    assert proc.stdout.strip() == 'rc=1'
+    assert ('python3: error: %s started %s, which started %s: a loop' % (
+        runtime, idir / 'bin' / 'python', idir / 'bin' / 'python3')) in ' '.join(proc.stderr.split())
+
+
+def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_sif):
+    """Backticks, $() and backslashes in container_init reach the error messages as text, at install time and in
+    runscripts/init-conda-venv."""
+    require_runtime()
+    marker = tmp_path / 'ran'
+    init = "test -n '`touch %s` $(touch %s) \\\\' && false" % (marker, marker)
+    inst = Installation(tmp_path / 'i')
+    (inst.sources / 'demo.sif').write_bytes(conda_sif.read_bytes())
+    proc = inst.eb(inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_init=init)), check=False)
+    assert proc.returncode != 0
+    assert 'container_init failed: %s' % init in proc.stdout + proc.stderr
+    script = inst.installdir('Demo', '1.0') / 'runscripts' / 'init-conda-venv'
+    proc = run(['bash', '-c', 'source %s' % shlex.quote(str(script))], check=False)
+    assert proc.returncode == 1
+    assert proc.stderr == 'init-conda-venv: error: the container initialisation failed: %s\n' % init
+    assert not marker.exists()
+
+
+def test_thousands_of_requirements_reach_the_check_on_stdin():
+    """The sanity check's command line stays short however many requirements there are; each name once."""
+    from generator.easyblock import easyblock
+
+    class Easyconfig:
+        cfg = {'container_python_version': '3.12', 'container_components': {'torch': '2.9.1'},
+               'pip_requirements': ['pkg%d >= 1.0  # %d' % (i, i) for i in range(20000)] + ['pkg1', 'PKG1']}
+
+    cmd = easyblock.SingularityContainer.container_check_command(Easyconfig())
+    assert len(cmd) < 4096
+    checks_file = shlex.split(cmd)[-1]
+    with open(checks_file) as handle:
+        checks = json.load(handle)
+    os.unlink(checks_file)
+    assert checks['requirements'] == ['pkg%d' % i for i in range(20000)]
+    assert checks == dict(checks, python='3.12', components={'torch': '2.9.1'})
+
+
+@pytest.mark.parametrize('syntax', ['Lua', 'Tcl'])
+def test_the_binds_a_module_keeps(tmp_path, demo_sif, syntax):
+    """Lua and Tcl keep the same binds: those whose source is a directory or a regular file, also through a link;
+    not a link to nothing, a FIFO, a device or a missing path. None whose destination one of the user's own binds
+    has already: the runtime would say so at every start."""
+    require_runtime()
+    paths = tmp_path / 'binds'
+    kept = ['dir', 'file', 'link-to-dir', 'link-to-file']
+    left_out = ['dangling', 'fifo', 'missing']
+    binds = ['/tmp'] + [str(paths / name) for name in kept + left_out] + [
+        '/dev/null', '%s:/data:ro' % (paths / 'dir'), '%s:/mnt/users' % (paths / 'dir')]
+    inst, idir = install_demo(tmp_path, demo_sif, syntax=syntax, container_bind=binds, squash_user_software=False)
+    paths.mkdir()
+    (paths / 'dir').mkdir()
+    (paths / 'file').write_text('')
+    (paths / 'link-to-dir').symlink_to(paths / 'dir')
+    (paths / 'link-to-file').symlink_to(paths / 'file')
+    (paths / 'dangling').symlink_to(paths / 'missing')
+    os.mkfifo(paths / 'fifo')
+    users = '/tmp,%s:/mnt/users:ro' % (paths / 'file')
+    for variable in ('SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'):
+        out = inst.shell('export %s=%s\nmodule load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
+                         'singularity exec "$SIF" true' % (variable, users))
+        assert out.stdout.split(',') == users.split(',') + [str(paths / name) for name in kept] + [
+            '%s:/data:ro' % (paths / 'dir'), '%s/runscripts:/runscripts' % idir,
+            '%s/user-software:/user-software\n' % idir]
+        assert out.stderr == ''
+
+
+def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):
+    """Requirements given as a file: URL, a path or 'name @ URL' install; the sanity check looks for the names that
+    lines have, and no made-up one ('file')."""
+    require_runtime()
+    wheels = {name: next(wheelhouse.glob('%s-1.0-*.whl' % name)) for name in ('lumi_base', 'lumi_top', 'lumi_later')}
+    inst, idir = install_demo(tmp_path, demo_sif, squash_user_software=False, pip_requirements=[
+        wheels['lumi_base'].as_uri(), 'lumi-top @ %s' % wheels['lumi_top'].as_uri(), str(wheels['lumi_later']),
+        '--no-index'])
+    out = inst.module_shell('Demo/1.0', 'python -c "import lumi_base, lumi_top, lumi_later; print(lumi_top.TOP)"')
+    assert out.stdout == 'base+top\n'
+
+
+REQUIREMENT_LINES = [
+    ('torch', ['torch']), ('lightning[extra] >= 2 ; python_version >= "3.10"', ['lightning']),
+    ('Foo_Bar.baz==1', ['Foo_Bar.baz']), ('name @ https://example.org/name-1.0.tar.gz', ['name']),
+    ('x[y]@file:///w/x-1.whl', ['x']), ('git+https://github.com/o/r.git@v1#egg=r-pkg', ['r-pkg']),
+    ('git+https://github.com/o/r.git', []), ('-e git+https://github.com/o/r.git#egg=editable', ['editable']),
+    ('--editable=./dir#egg=ed2', ['ed2']), ('-e ./dir', []), ('./pkg-1.0-py3-none-any.whl', []),
+    ('pkg-1.0-py3-none-any.whl', []), ('pkg-1.0.tar.gz', []), ('/wheels/pkg-1.0-py3-none-any.whl', []),
+    ('file:///wheels/pkg-1.0-py3-none-any.whl', []), ('https://example.org/pkg-1.0.zip#egg=pkg', ['pkg']),
+    ('--index-url https://example.org/simple', []), ('-r other.txt', []), ('--find-links=/w', []),
+    ('# torch', []), ('torch  # comment', ['torch']), ('', [])]
+
+
+@pytest.mark.parametrize('line, names', REQUIREMENT_LINES)
+def test_requirement_names(line, names):
+    from generator.easyblock import easyblock
+    assert easyblock.requirement_names([line]) == names
+
+
+def test_the_installers_container_settings_stay_out_of_the_install(tmp_path, demo_sif):
+    """The installer's SINGULARITYENV_*, APPTAINERENV_*, SINGULARITY_BIND, APPTAINER_BIND and bind paths reach none
+    of the install's container commands (a bind of a missing path would stop them, PYTHONPATH would count as the
+    image's), the sanity check's included."""
+    require_runtime()
+    pythonpath = tmp_path / 'installers-pythonpath'
+    pythonpath.mkdir()
+    inst = Installation(tmp_path)
+    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
+    settings = {'SINGULARITYENV_PYTHONPATH': str(pythonpath), 'APPTAINERENV_PYTHONPATH': str(pythonpath),
+                'SINGULARITYENV_PREPEND_PATH': '/installers/bin', 'SINGULARITY_BIND': '/nonexistent-a:/a',
+                'APPTAINER_BIND': '/nonexistent-b:/b', 'SINGULARITY_BINDPATH': '/nonexistent-c',
+                'APPTAINER_BINDPATH': '/nonexistent-c'}
+    inst.eb(ec, env=inst.env(**settings))
+    assert str(pythonpath) not in (inst.installdir('Demo', '1.0') / 'image-python.json').read_text()
