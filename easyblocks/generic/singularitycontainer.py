@@ -2715,9 +2715,9 @@ pack_layer() {
     done >"$pseudo"
     mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
 }
-empty_layer() {  # the layer $1 that changes nothing
-    local empty
-    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") &&
+empty_layer() {  # the layer $1 that changes nothing (made from a directory beside it: in a new generation, which
+    local empty  # goes whole if this is killed)
+    empty=$(mktemp -d "${1%/*}/.empty-layer.XXXXXX") &&
         mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
     local status=$?
     rm -rf "$empty"
