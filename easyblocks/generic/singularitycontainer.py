@@ -75,6 +75,8 @@ USER_SOFTWARE_PACKED = 'user-software.packed'
 GENERATION_PREFIX = '.user-software.packed.'
 GENERATION_RECORD = '.generation'
 NEW_LINK_PREFIX = '.user-software.link.'
+# In a generation whose layer changes nothing (after make-squashfs, a merge or a repack)
+EMPTY_LAYER_MARK = '.empty-layer'
 # A generation no link names any more is removed this long after it was superseded (a container started just
 # before may still be about to open its files)
 KEEP_SUPERSEDED_MINUTES = 2
@@ -535,6 +537,7 @@ class SingularityContainer(EasyBlock):
             'module': self.full_mod_name,
             'venv': self.container_venv,
             'sif_var': 'SIF' + self.var_suffix,
+            'sif_name': sh_str(self.sif_name),
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
             'cache_setup': self.cache_setup(),
@@ -2317,9 +2320,12 @@ of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of th
     esac
     through_the_link "$1" "$2"
 }
+mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a command of the module leaves it out
+    : >"$1/@empty_mark@"
+}
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
-# $1 pointed at its generation $2: the module names them through the link, so that new jobs get every change without a
-# reload, and a container started by a command of the module gets one state whole.
+# $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
+# get every change without a reload, and a container started by a command of the module gets one state whole.
 pinned_entries() {
     local IFS=, entry entries pinned=() path
     read -ra entries <<<"$3"
@@ -2327,6 +2333,8 @@ pinned_entries() {
         path=${entry%%:*}
         if [ -n "$2" ] && through_the_link "$1" "$path"; then
             entry="$2/${entry#"${path%/*}"/}"
+            # (an empty layer: one mount less at each start)
+            [ "${path##*/}" != @us_changes@ ] || [ ! -e "$2/@empty_mark@" ] || continue
         fi
         pinned+=("$entry")
     done
@@ -3067,7 +3075,9 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
     like "$squashfs" "$new_squashfs"
     if [ "$form" = layers ]; then
-        empty_layer "$new_changes" || die "cannot write $new_changes; the venv was not changed"
+        if ! empty_layer "$new_changes" || ! mark_empty_layer "$new"; then
+            die "cannot write $new_changes; the venv was not changed"
+        fi
         like "$changes" "$new_changes"
     fi
 }
@@ -3166,14 +3176,17 @@ echo "Packing $dir into $squashfs with $cpus processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
 mksquashfs "$dir" "$squashfs" "${squash_options[@]}" -keep-as-directory >/dev/null ||
     die "mksquashfs failed; nothing was changed"
-empty_layer "$changes" || die "cannot write $changes; nothing was changed"
+if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
+    die "cannot write $changes; nothing was changed"
+fi
 # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
 # dir is, so that venv-pip keeps it so)
 chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$squashfs" "$changes"
 # The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE): layers
 # where the runtime stacks them, else one SquashFS file that the module binds
+# (the image: the module's, else the install's, in the install dir)
 # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-}}"); then
+if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}"); then
     rm -f -- "$changes"
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."
@@ -3721,6 +3734,7 @@ if __name__ == "__main__":
 
 VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
                            link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
+                           empty_mark=EMPTY_LAYER_MARK,
                            us_dir=USER_SOFTWARE, us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME)
 USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
                                     us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME, venv_state=VENV_STATE)

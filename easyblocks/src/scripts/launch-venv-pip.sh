@@ -155,7 +155,9 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
     like "$squashfs" "$new_squashfs"
     if [ "$form" = layers ]; then
-        empty_layer "$new_changes" || die "cannot write $new_changes; the venv was not changed"
+        if ! empty_layer "$new_changes" || ! mark_empty_layer "$new"; then
+            die "cannot write $new_changes; the venv was not changed"
+        fi
         like "$changes" "$new_changes"
     fi
 }

@@ -25,14 +25,17 @@ echo "Packing $dir into $squashfs with $cpus processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
 mksquashfs "$dir" "$squashfs" "${squash_options[@]}" -keep-as-directory >/dev/null ||
     die "mksquashfs failed; nothing was changed"
-empty_layer "$changes" || die "cannot write $changes; nothing was changed"
+if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
+    die "cannot write $changes; nothing was changed"
+fi
 # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
 # dir is, so that venv-pip keeps it so)
 chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$squashfs" "$changes"
 # The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE): layers
 # where the runtime stacks them, else one SquashFS file that the module binds
+# (the image: the module's, else the install's, in the install dir)
 # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-}}"); then
+if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}"); then
     rm -f -- "$changes"
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."

@@ -82,9 +82,12 @@ of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of th
     esac
     through_the_link "$1" "$2"
 }
+mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a command of the module leaves it out
+    : >"$1/@empty_mark@"
+}
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
-# $1 pointed at its generation $2: the module names them through the link, so that new jobs get every change without a
-# reload, and a container started by a command of the module gets one state whole.
+# $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
+# get every change without a reload, and a container started by a command of the module gets one state whole.
 pinned_entries() {
     local IFS=, entry entries pinned=() path
     read -ra entries <<<"$3"
@@ -92,6 +95,8 @@ pinned_entries() {
         path=${entry%%:*}
         if [ -n "$2" ] && through_the_link "$1" "$path"; then
             entry="$2/${entry#"${path%/*}"/}"
+            # (an empty layer: one mount less at each start)
+            [ "${path##*/}" != @us_changes@ ] || [ ! -e "$2/@empty_mark@" ] || continue
         fi
         pinned+=("$entry")
     done
