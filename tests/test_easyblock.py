@@ -404,18 +404,23 @@ def listed_names(text):
     return {name.strip() for name in text.rsplit(':', 1)[-1].split(',')}
 
 
-def test_the_readme_lists_what_the_install_dir_has(demo_install):
-    """README's install dir listing is what an install has: each entry there (<image>.sif as the image's name, an
-    alternative as '(or <name> ...)'), and nothing else but the install's own hidden files; the commands in bin/
-    besides the wrappers and the run scripts as listed; the module file where the listing says."""
-    inst, idir = demo_install
+def test_the_readme_lists_what_the_install_dir_has(fresh_demo):
+    """README's install dir listing is what an install has (here with its venv packed by make-squashfs and the
+    directory still there, as after unmake-squashfs, so that every entry is there): each entry there (<image>.sif
+    as the image's name, XXXXXX as mktemp's, an alternative as '(or <name> ...)'), and nothing else but hidden
+    files; the commands in bin/ besides the wrappers and the run scripts as listed; the module file where the
+    listing says."""
+    inst, idir = fresh_demo
+    run([str(idir / 'bin' / 'make-squashfs')], env=base_env())
     entries, module_line = readme_install_dir_listing()
-    present = {path.name + ('/' if path.is_dir() else '') for path in idir.iterdir() if not path.name.startswith('.')}
-    unlisted = set(present)
+    present = {path.name + ('/' if path.is_dir() and not path.is_symlink() else '') for path in idir.iterdir()}
+    unlisted = {name for name in present if not name.startswith('.')}
     for name, text in entries.items():
-        names = {name.replace('<image>.sif', 'demo.sif')} | set(re.findall(r'\(or (\S+)', text))
-        assert names & present, 'README lists %s, which the install dir lacks' % name
-        unlisted -= names
+        names = {name.replace('<image>.sif', 'demo.sif')} | set(re.findall(r'\(or ([^\s,)]+)', text))
+        patterns = [re.escape(listed).replace('XXXXXX', '[A-Za-z0-9]{6}') + '$' for listed in names]
+        found = {entry for entry in present if any(re.match(pattern, entry) for pattern in patterns)}
+        assert found, 'README lists %s, which the install dir lacks' % name
+        unlisted -= found
     assert not unlisted, 'README does not list %s of the install dir' % ', '.join(sorted(unlisted))
     wrappers = {'python', 'python3', 'pip'}  # install_demo's wrapped_commands
     assert {path.name for path in (idir / 'bin').iterdir()} == listed_names(entries['bin/']) - {'wrappers'} | wrappers
