@@ -23,7 +23,7 @@ from support import require_tools
 from test_venv_pip import PACKED, fresh, generations, install, packed_files  # noqa: F401 (fixtures)
 from testkit.easyblock import easyblock
 from testkit.install import RUNTIME, base_env, local_wheels, run, spawn, write_wheel
-from testkit.users import give
+from testkit.users import OWNER, give, user as user_named
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -116,10 +116,29 @@ def lock_holders(idir):
     return holders
 
 
-def kill_leftover_daemons():
-    """The runtime's FUSE daemons of a killed container live on with PPID 1 (README, known limitations)."""
-    subprocess.run(['pkill', '-KILL', '-x', 'squashfuse_ll'], check=False)
-    subprocess.run(['pkill', '-KILL', '-x', 'squashfuse'], check=False)
+def fuse_daemons():
+    """The pids of the runtime's FUSE daemons that run now, orphaned (PPID 1: their container is gone), of the test
+    user."""
+    found = set()
+    for proc in Path('/proc').iterdir():
+        try:
+            status = dict(line.split(':\t', 1) for line in (proc / 'status').read_text().splitlines() if ':\t' in line)
+            if status['Name'] in ('squashfuse_ll', 'squashfuse') and status['PPid'] == '1' and \
+                    int(status["Uid"].split()[0]) == user_named(OWNER).uid:
+                found.add(int(proc.name))
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
+def kill_leftover_daemons(before):
+    """The runtime's FUSE daemons of a killed container live on with PPID 1 (README, known limitations): those that
+    the killed runs left (none that were there before them)."""
+    for pid in fuse_daemons() - before:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def run_killed(inst, shims, script, step, tmp_path):
@@ -156,7 +175,7 @@ def kill_at_every_step(installed, tmp_path, script, check_new=None):
     assert new != old and steps, out
     if check_new:
         check_new(new)
-    seen = []
+    seen, daemons = [], fuse_daemons()
     try:
         for step in range(1, len(steps) + 1):
             inst, idir = fresh(installed)
@@ -165,10 +184,10 @@ def kill_at_every_step(installed, tmp_path, script, check_new=None):
             after = state(idir)
             assert after in (old, new), steps[step - 1]
             assert lock_holders(idir) == [], steps[step - 1]
-            kill_leftover_daemons()
+            kill_leftover_daemons(daemons)
             seen.append((steps[step - 1].split()[1], 'new' if after == new else 'old'))
     finally:
-        kill_leftover_daemons()
+        kill_leftover_daemons(daemons)
     # the next run after a kill (here after the last one) works at once, and removes what the killed one left
     age_leftovers(idir)
     status, out = run_killed(inst, shims, script, None, tmp_path)
@@ -210,6 +229,7 @@ def test_kill_make_squashfs_at_every_step(packed_install, tmp_path):
     status, out = run_killed(inst, shims, 'make-squashfs', None, tmp_path)
     assert status == 0, out
     steps, new = shims.steps(), state(idir)
+    daemons = fuse_daemons()
     try:
         for step in range(1, len(steps) + 1):
             (idir / PACKED).unlink(missing_ok=True)
@@ -218,4 +238,4 @@ def test_kill_make_squashfs_at_every_step(packed_install, tmp_path):
             assert not (idir / PACKED).exists() or state(idir) == new, steps[step - 1]
             assert lock_holders(idir) == []
     finally:
-        kill_leftover_daemons()
+        kill_leftover_daemons(daemons)
