@@ -5,16 +5,20 @@ import ast
 import hashlib
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness import (REPO, USER_SOFTWARE, USER_SOFTWARE_SQUASHFS, bench_user, checked, count_entries,
-                     figure, measure_io, progress, repeat, rotated, stdlib_sources)
+from harness import (REPO, USER_SOFTWARE, USER_SOFTWARE_PACKED, bench_user, checked, count_entries, figure,
+                     measure_io, progress, repeat, rotated, stdlib_sources)
 from generator.easyblock import easyblock
 from testkit.install import local_wheels, write_wheel
 from testkit.users import give
 
 USER_SOFTWARE_CHANGES = easyblock.USER_SOFTWARE_CHANGES
+# The packed venv's state (easyblock, VENV_STATE): the link names a generation, a directory with these files
+SQUASHFS_NAME, CHANGES_NAME = easyblock.SQUASHFS_NAME, easyblock.CHANGES_NAME
+GENERATION_PREFIX, GENERATION_RECORD = easyblock.GENERATION_PREFIX, easyblock.GENERATION_RECORD
+NEW_LINK_PREFIX = easyblock.NEW_LINK_PREFIX
 SMALL = 'bench-small'
 MODULE_CHARS = 4096          # the modules of the venvs' wheels: whole top-level statements of the standard library's
 GOAL_SECONDS, GOAL_RATIO = 2.0, 1.3  # issue 26: on the largest venv, and against the smallest
@@ -26,7 +30,7 @@ STEPS = {
     'install': 'venv-pip install -q {find} %s' % SMALL,
     'uninstall': 'venv-pip uninstall -q -y %s' % SMALL,
     'manual': 'unmake-squashfs\nrm "$CONTAINERROOT/%s"\nmodule load {module}\npip install -q {find} %s\n'
-              'make-squashfs\nmodule load {module}' % (USER_SOFTWARE_SQUASHFS, SMALL),
+              'make-squashfs\nmodule load {module}' % (USER_SOFTWARE_PACKED, SMALL),
 }
 IMPORTABLE = 'python -c "import bench_small"'
 NOT_IMPORTABLE = '! python -c "import bench_small" 2>/dev/null'
@@ -34,33 +38,49 @@ NOT_IMPORTABLE = '! python -c "import bench_small" 2>/dev/null'
 
 @dataclass
 class Venv:
-    """One installed module with its packed venv, and copies of its packed files to put back after each change."""
+    """One installed module with its packed venv, and a copy of its generation as installed to put back after each
+    change."""
     module: str
     inst: object
     idir: Path
     entries: int
-    originals: dict = field(default_factory=dict)   # {file name in the install dir: saved copy}
+    original: Path = None  # the copy of the generation
 
     @property
     def layers(self):
-        return USER_SOFTWARE_CHANGES in self.originals
+        return (self.original / CHANGES_NAME).exists()
 
     def shell(self, script):
         return self.inst.shell_command('module load %s\n%s' % (self.module, script))
 
     def restore(self):
-        """Back to the installed state: the packed files as installed (the user's), no unpacked venv."""
+        """Back to the installed state: the packed venv as installed (the user's) and nothing else of it (no job runs
+        from the old generations), no unpacked venv."""
         shutil.rmtree(self.idir / USER_SOFTWARE, ignore_errors=True)
-        for name, saved in self.originals.items():
-            target = self.idir / name
-            shutil.copy2(saved, target.with_name(name + '.bench'))
-            give(target.with_name(name + '.bench'), bench_user())
-            os.replace(target.with_name(name + '.bench'), target)
+        for path in self.idir.iterdir():
+            if path.name == USER_SOFTWARE_PACKED or path.name.startswith((GENERATION_PREFIX, NEW_LINK_PREFIX)):
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        generation = self.idir / (GENERATION_PREFIX + 'bench')
+        shutil.copytree(self.original, generation)
+        (self.idir / USER_SOFTWARE_PACKED).symlink_to(generation.name)
+        give(generation, bench_user())
+        give(self.idir / USER_SOFTWARE_PACKED, bench_user())
+
+    def old_generations(self):
+        """The generations beside the current one: superseded by a change, which the next change removes once they
+        are 2 minutes old."""
+        current = easyblock.current_generation(str(self.idir))
+        return [path for path in self.idir.glob(GENERATION_PREFIX + '*')
+                if str(path) != current and (path / GENERATION_RECORD).is_file()]
 
     def left(self):
-        """Entries beside the packed files that a change left in the install dir (the unpacked venv's included)."""
-        return sum(count_entries(p) + 1 if p.is_dir() else 1 for p in self.idir.iterdir()
-                   if p.name.startswith(USER_SOFTWARE) and p.name not in self.originals)
+        """Entries that a change left in the install dir besides the packed venv, its lock and its old generations
+        (the unpacked venv's included)."""
+        current, old = easyblock.current_generation(str(self.idir)), self.old_generations()
+        return sum(count_entries(p) + 1 if p.is_dir() and not p.is_symlink() else 1 for p in self.idir.iterdir()
+                   if p.name.startswith((USER_SOFTWARE, '.' + USER_SOFTWARE))
+                   and p.name not in (USER_SOFTWARE_PACKED, easyblock.USER_SOFTWARE_LOCK)
+                   and str(p) != current and p not in old)
 
 
 def head_statements(text):
@@ -105,8 +125,9 @@ def cache_key(modules):
     return digest.hexdigest()[:16]
 
 
-def packed_files(idir):
-    return [name for name in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES) if (idir / name).exists()]
+def packed_files(directory):
+    """The packed venv's files in a generation (or in the cache): the SquashFS file and its layer, if there is one."""
+    return [name for name in (SQUASHFS_NAME, CHANGES_NAME) if (directory / name).exists()]
 
 
 def install_venv(ctx, wheels, size):
@@ -116,28 +137,28 @@ def install_venv(ctx, wheels, size):
     modules = module_texts(size)
     cached = ctx.cache / ('venv-pip-%s-%s' % (module, cache_key(modules)))
     use_cache = not ctx.settings.quick and size >= 1000
-    hit = use_cache and (cached / USER_SOFTWARE_SQUASHFS).exists()
+    hit = use_cache and (cached / SQUASHFS_NAME).exists()
     write_wheel(wheels, package, code='', modules={} if hit else modules)
     progress('installing %s/1.0 with a packed venv of 1 wheel x %d modules%s' % (
         module, size, ' (the packed venv from %s)' % cached if hit else ''))
     inst, idir = ctx.install_with_wheels(module, wheels, [package], squash=True, commands=['python', 'pip'])
+    generation = Path(easyblock.current_generation(str(idir)))  # (just installed: the files change in place)
     if hit:
-        for name in packed_files(idir):
-            (idir / name).unlink()
+        for name in packed_files(generation):
+            (generation / name).unlink()
         for name in packed_files(cached):
-            shutil.copy2(cached / name, idir / name)
-            give(idir / name, bench_user())
+            shutil.copy2(cached / name, generation / name)
+            give(generation / name, bench_user())
     elif use_cache:
         for old in ctx.cache.glob('venv-pip-%s-*' % module):
             shutil.rmtree(old)
         partial = cached.with_name(cached.name + '.partial')
         partial.mkdir(parents=True)
-        for name in packed_files(idir):
-            shutil.copy2(idir / name, partial / name)
+        for name in packed_files(generation):
+            shutil.copy2(generation / name, partial / name)
         os.replace(partial, cached)  # complete or absent
-    venv = Venv('%s/1.0' % module, inst, idir, count_listed(idir / USER_SOFTWARE_SQUASHFS))
-    for name in packed_files(idir):
-        venv.originals[name] = shutil.copy2(idir / name, ctx.scratch / ('%s.%s' % (module, name)))
+    venv = Venv('%s/1.0' % module, inst, idir, count_listed(generation / SQUASHFS_NAME))
+    venv.original = Path(shutil.copytree(generation, ctx.scratch / ('%s.generation' % module)))
     return venv
 
 
@@ -200,6 +221,7 @@ class Runner:
             for name in ('install', 'uninstall'):
                 self.step(venv, name, values, '%s_%s' % (variant, name))
         values[variant + '_left'] = venv.left()
+        values[variant + '_old_generations'] = len(venv.old_generations())
         venv.restore()
         return values
 
@@ -250,7 +272,8 @@ def bench_venv_pip(ctx):
             format(venv.entries, ',') for venv in venvs),
         'figures': figures,
         'info': {'venvs': [{'module': venv.module, 'entries': venv.entries, 'layers': venv.layers,
-                            'bytes': {name: saved.stat().st_size for name, saved in venv.originals.items()}}
+                            'bytes': {name: (venv.original / name).stat().st_size
+                                      for name in packed_files(venv.original)}}
                            for venv in venvs],
                  'printed': runner.said, 'left_in_temporary_places': sorted(runner.temporary)},
     }
@@ -266,9 +289,12 @@ LABELS = [
     ('repack_install_written', 'bytes written: venv-pip install, full repack', 'bytes'),
     ('manual', 'install by the manual steps (unmake-squashfs ... make-squashfs, reload)', 's'),
     ('manual_written', 'bytes written: the manual steps', 'bytes'),
-    ('layers_left', 'entries venv-pip leaves beside the packed files (layers)', 'files'),
-    ('repack_left', 'entries venv-pip leaves beside the packed files (full repack)', 'files'),
+    ('layers_left', 'entries venv-pip leaves beside the packed venv (layers)', 'files'),
+    ('repack_left', 'entries venv-pip leaves beside the packed venv (full repack)', 'files'),
     ('manual_left', 'entries the manual steps leave (user-software/, to remove by hand)', 'files'),
+    ('layers_old_generations', 'old generations left, which a change removes 2 minutes on (layers)', 'dirs'),
+    ('repack_old_generations', 'old generations left, which a change removes 2 minutes on (full repack)', 'dirs'),
+    ('manual_old_generations', 'old generations left, which a change removes 2 minutes on (manual steps)', 'dirs'),
 ]
 
 

@@ -23,6 +23,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 
 USER_SOFTWARE, USER_SOFTWARE_SQUASHFS = easyblock.USER_SOFTWARE, easyblock.USER_SOFTWARE_SQUASHFS
+USER_SOFTWARE_PACKED = easyblock.USER_SOFTWARE_PACKED  # the link to the packed venv's generation
 
 IOWRAP = BENCH_DIR / 'iowrap.py'
 DEFAULT_WORKDIR = Path('/var/tmp/lumi-container-bench')
@@ -234,7 +235,7 @@ class Context:
         return inst, inst.installdir(name, '1.0')
 
     def squashed_install(self):
-        """Bench/1.0 as users get it: the venv packed into user-software.squashfs, the directory gone."""
+        """Bench/1.0 as users get it: the venv packed (user-software.packed), the directory gone."""
         inst, idir = self.venv_install()
         if not self.squashed:
             if not (idir / USER_SOFTWARE_SQUASHFS).exists():  # else kept from the squash benchmark

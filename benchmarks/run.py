@@ -3,13 +3,13 @@
     python benchmarks/run.py [--quick] [--runs N] [--json OUT] [--markdown] [--workdir DIR] [--only NAMES]
     python benchmarks/run.py --from-json OUT [--markdown]     (print the tables of an earlier run)
 
-Seven benchmarks (benchmarks/README.md says what each measures and how). Every figure is the median, min
+Eight benchmarks (benchmarks/README.md says what each measures and how). Every figure is the median, min
 and max over the runs, after a warm-up run (--quick: tiny sizes, 1 run, no warm-up), and every comparison
 is computed per run from two things measured in that run, with the variants interleaved.
 
 This file is the entry and the order of the benchmarks; harness.py runs and measures, report.py prints the tables,
 and each benchmark is a module of its own: bench_install.py, bench_squash.py, bench_venv_pip.py, bench_wrapper.py,
-bench_module_load.py, bench_generator.py and bench_squash_options.py.
+bench_container_start.py, bench_module_load.py, bench_generator.py and bench_squash_options.py.
 """
 import argparse
 import datetime
@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_container_start import bench_container_start
 from bench_generator import bench_generator
 from bench_install import bench_install
 from bench_module_load import bench_module_load
@@ -34,7 +35,8 @@ from testkit.users import give
 
 # The benchmarks in the order they run (the squash benchmark before those that need the venv squashed)
 BENCHMARKS = {'install': bench_install, 'squash': bench_squash, 'venv_pip': bench_venv_pip, 'wrapper': bench_wrapper,
-              'module_load': bench_module_load, 'generator': bench_generator, 'options': bench_squash_options}
+              'container_start': bench_container_start, 'module_load': bench_module_load, 'generator': bench_generator,
+              'options': bench_squash_options}
 
 
 def missing_tools():

@@ -73,12 +73,13 @@ python -c 'import sys; print(sys.argv[1:])' "an argument with spaces" '$HOME' '*
 singularity exec "$SIF" get-master 'nid[005000-005003]'
 touch /tmp/x-demo && singularity exec "$SIF" touch /user-software/x || echo "/user-software is read-only (SquashFS)"
 ''')
-    step('Adding a package later: venv-pip (the venv stays packed: the change is a layer on user-software.squashfs)')
+    step('Adding a package later: venv-pip (the venv stays packed, in user-software.packed: the change is a layer)')
     show(inst, '''
 pip install lumi-demo-extra 2>&1 || true
 venv-pip install --no-index --find-links=%s lumi-demo-extra 2>&1
 python -c 'import lumi_demo_extra; print(lumi_demo_extra.MESSAGE)'
 ls "$CONTAINERROOT" | grep user-software
+ls "$CONTAINERROOT/user-software.packed/"
 ''' % shlex.quote(str(wheels)))
     print('\nAll done. The install is in %s (remove it when you are finished).' % work)
 

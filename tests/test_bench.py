@@ -14,7 +14,8 @@ from support import REPO, require_eb, require_runtime, require_tools
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 RUNNER = REPO / 'benchmarks' / 'run.py'
-BENCHMARKS = ['install', 'squash', 'venv_pip', 'wrapper', 'module_load', 'generator', 'squash_options']
+BENCHMARKS = ['install', 'squash', 'venv_pip', 'wrapper', 'container_start', 'module_load',
+              'generator', 'squash_options']
 
 
 def is_number(value):

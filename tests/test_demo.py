@@ -28,8 +28,9 @@ def test_demo():
                  'nid005000',
                  '/user-software is read-only (SquashFS)',
                  'added later with venv-pip',
-                 'user-software.changes.squashfs',  # ls of the install: the venv stayed packed, the change a layer
-                 'user-software.squashfs'):  # on it, nothing else was left
+                 'user-software.packed',  # ls of the install: the venv stayed packed (the link to its generation),
+                 'user-software.changes.squashfs',  # and in the generation the change is a layer on the SquashFS
+                 'user-software.squashfs'):  # file
         assert line in proc.stdout.splitlines(), line
     assert 'Outside the container, with the module loaded, run: venv-pip install lumi-demo-extra\n' in proc.stdout
     assert proc.stdout.rstrip().endswith('(remove it when you are finished).')

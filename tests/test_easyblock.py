@@ -316,18 +316,23 @@ def test_make_and_unmake_squashfs(tmp_path, fresh_demo):
 
     proc = run([make], env=dict(base_env(), SLURM_CPUS_PER_TASK='2'))
     assert 'with 2 processors' in proc.stdout and 'Reload the module (module load Demo/1.0)' in proc.stdout
-    assert (idir / 'user-software.squashfs').is_file()
-    assert not list(idir.glob('*.tmp.*'))
+    # the link names the one generation there is, which holds the SquashFS file (and its layer, the runtime stacks
+    # them here); no other generation or link is left
+    packed = idir / 'user-software.packed'
+    assert packed.is_symlink() and (packed / 'user-software.squashfs').is_file()
+    assert [path.name for path in idir.glob('.user-software.*') if path.name != '.user-software.lock'] == [
+        os.readlink(packed)]
+    assert 'Created %s/user-software.squashfs.' % packed in proc.stdout
 
-    # Refuses to overwrite the SquashFS file
+    # Refuses to overwrite the packed venv
     proc = run([make], env=base_env(), check=False)
-    assert proc.returncode != 0 and 'user-software.squashfs already exists' in proc.stderr
+    assert proc.returncode != 0 and '%s already exists (the packed venv)' % packed in proc.stderr
 
-    # The module now binds the SquashFS image read-only
-    out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
+    # The module now gives the container the SquashFS file (through the link) read-only
+    out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH $SINGULARITY_OVERLAY"\n'
                      'singularity exec "$SIF" cat /user-software/marker\n'
                      'singularity exec "$SIF" touch /user-software/new || echo write-failed').stdout
-    assert '%s/user-software.squashfs:/user-software:image-src=/' % idir in out
+    assert '%s/user-software.squashfs:' % packed in out
     assert 'mine' in out and 'write-failed' in out
 
     # unmake-squashfs refuses to overwrite the directory, and recreates it when it is gone
@@ -337,12 +342,18 @@ def test_make_and_unmake_squashfs(tmp_path, fresh_demo):
     proc = run([unmake], env=base_env())
     assert (idir / 'user-software' / 'marker').read_text() == 'mine'
     assert (idir / 'user-software' / 'venv' / 'demo' / 'bin' / 'python').is_symlink()
+    assert 'To install into it, remove the link %s and reload the module' % packed in proc.stdout
 
     # Nothing to pack: a clear error
     shutil.rmtree(idir / 'user-software')
-    (idir / 'user-software.squashfs').unlink()
+    packed.unlink()
     proc = run([make], env=base_env(), check=False)
     assert proc.returncode != 0 and 'there is no %s/user-software to pack' % idir in proc.stderr
+
+
+def generations(idir):
+    """The generation directories of the packed venv in the install dir idir, named by its link or not."""
+    return sorted(path for path in idir.glob('.user-software.packed.*') if path.is_dir() and not path.is_symlink())
 
 
 def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, fresh_demo):
@@ -354,8 +365,8 @@ def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, fresh_demo):
     assert proc.returncode != 0
     assert 'mksquashfs failed; nothing was changed' in proc.stderr
     assert 'Created' not in proc.stdout
-    assert not (idir / 'user-software.squashfs').exists()
-    assert not list(idir.glob('user-software.squashfs*'))
+    assert not os.path.lexists(idir / 'user-software.packed')
+    assert not generations(idir) and not list(idir.glob('.user-software.link.*'))
     assert (idir / 'user-software' / 'venv' / 'demo' / 'bin' / 'python').is_symlink()
 
 
@@ -394,18 +405,23 @@ def listed_names(text):
     return {name.strip() for name in text.rsplit(':', 1)[-1].split(',')}
 
 
-def test_the_readme_lists_what_the_install_dir_has(demo_install):
-    """README's install dir listing is what an install has: each entry there (<image>.sif as the image's name, an
-    alternative as '(or <name> ...)'), and nothing else but the install's own hidden files; the commands in bin/
-    besides the wrappers and the run scripts as listed; the module file where the listing says."""
-    inst, idir = demo_install
+def test_the_readme_lists_what_the_install_dir_has(fresh_demo):
+    """README's install dir listing is what an install has (here with its venv packed by make-squashfs and the
+    directory still there, as after unmake-squashfs, so that every entry is there): each entry there (<image>.sif
+    as the image's name, XXXXXX as mktemp's, an alternative as '(or <name> ...)'), and nothing else but hidden
+    files; the commands in bin/ besides the wrappers and the run scripts as listed; the module file where the
+    listing says."""
+    inst, idir = fresh_demo
+    run([str(idir / 'bin' / 'make-squashfs')], env=base_env())
     entries, module_line = readme_install_dir_listing()
-    present = {path.name + ('/' if path.is_dir() else '') for path in idir.iterdir() if not path.name.startswith('.')}
-    unlisted = set(present)
+    present = {path.name + ('/' if path.is_dir() and not path.is_symlink() else '') for path in idir.iterdir()}
+    unlisted = {name for name in present if not name.startswith('.')}
     for name, text in entries.items():
-        names = {name.replace('<image>.sif', 'demo.sif')} | set(re.findall(r'\(or (\S+)', text))
-        assert names & present, 'README lists %s, which the install dir lacks' % name
-        unlisted -= names
+        names = {name.replace('<image>.sif', 'demo.sif')} | set(re.findall(r'\(or ([^\s,)]+)', text))
+        patterns = [re.escape(listed).replace('XXXXXX', '[A-Za-z0-9]{6}') + '$' for listed in names]
+        found = {entry for entry in present if any(re.match(pattern, entry) for pattern in patterns)}
+        assert found, 'README lists %s, which the install dir lacks' % name
+        unlisted -= found
     assert not unlisted, 'README does not list %s of the install dir' % ', '.join(sorted(unlisted))
     wrappers = {'python', 'python3', 'pip'}  # install_demo's wrapped_commands
     assert {path.name for path in (idir / 'bin').iterdir()} == listed_names(entries['bin/']) - {'wrappers'} | wrappers
@@ -445,40 +461,38 @@ def test_easyblock_imports_only_easybuild_and_stdlib():
 
 
 def test_make_squashfs_after_a_killed_run(tmp_path, fresh_demo):
-    """SIGKILL (which no trap catches) leaves user-software.squashfs.tmp.<host>.<pid> behind: the next run removes
-    it; one that is still being written stops the run; one of another host is reported, not touched."""
+    """SIGKILL (which no trap catches) leaves the run's new generation behind, which no link names: the module goes on
+    with the venv as it was. A later make-squashfs removes it once it is older than 2 minutes (a generation that was
+    just superseded may still be in use by a container that is starting), and nothing younger."""
     require_runtime()
     require_tools('mksquashfs')
     inst, idir = fresh_demo
-    make = str(idir / 'bin' / 'make-squashfs')
+    make, packed = str(idir / 'bin' / 'make-squashfs'), idir / 'user-software.packed'
     fake, started = slow_step(tmp_path, 'pack')
     killed = spawn([make], env=base_env([str(fake)]), stdout=subprocess.DEVNULL, start_new_session=True)
-    leftover = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), killed.pid))
     wait_for(started.exists, 'make-squashfs to start packing')
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
-    assert leftover.read_text() == 'partial\n'
+    [leftover] = generations(idir)
+    assert (leftover / 'user-software.squashfs').read_text() == 'partial\n'
+    assert (leftover / '.generation').read_text().split()[1:] == [socket.gethostname(), str(killed.pid)]
+    assert not os.path.lexists(packed)
+    out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH|${SINGULARITY_OVERLAY-}"').stdout
+    assert out.splitlines()[-1] == '/tmp,%s/runscripts:/runscripts,%s/user-software:/user-software|' % (idir, idir)
 
-    other_host = idir / 'user-software.squashfs.tmp.elsewhere.123'
-    other_host.write_text('theirs')
-    still_running = spawn(['bash', '-c', 'exec -a make-squashfs sleep 60'])
-    busy = idir / ('user-software.squashfs.tmp.%s.%d' % (socket.gethostname(), still_running.pid))
-    busy.write_text('busy')
-    try:
-        stopped = run([make], env=base_env(), check=False)
-        assert stopped.returncode == 1
-        assert 'make-squashfs: error: %s is being written by process %d; wait for it to finish' % (
-            busy, still_running.pid) in stopped.stderr
-    finally:
-        still_running.kill()
-        still_running.wait()
-
+    # A run now packs; what the killed run left is younger than 2 minutes: it stays
+    run([make], env=base_env())
+    first = Path(os.path.realpath(packed))
+    assert first.parent == idir and generations(idir) == sorted([leftover, first])
+    # The user takes the packed venv away (as to use the directory), and the killed run's generation is 3 minutes old
+    packed.unlink()
+    aged = leftover.stat().st_mtime - 180
+    os.utime(leftover, (aged, aged))
     proc = run([make], env=base_env())
-    assert 'Removing %s, left by an interrupted run.' % leftover in stopped.stdout + proc.stdout
-    assert 'Removing %s, left by an interrupted run.' % busy in proc.stdout
-    assert '%s was left by a run on elsewhere; remove it if none runs there any more' % other_host in proc.stderr
-    assert not leftover.exists() and not busy.exists() and other_host.read_text() == 'theirs'
-    assert (idir / 'user-software.squashfs').is_file()
+    assert 'Created %s/user-software.squashfs.' % packed in proc.stdout
+    current = Path(os.path.realpath(packed))
+    assert (current / 'user-software.squashfs').is_file()
+    assert generations(idir) == sorted([first, current])  # (the first, which no link names since just now, stays)
 
 
 def test_a_wrapper_never_calls_itself(demo_install, tmp_path):

@@ -149,7 +149,8 @@ def test_generated_easyconfig_installs_and_works(tmp_path, names):
     inst.eb(ec)
 
     idir = inst.installdir('PyTorch', '2.7.1' + suffix)
-    assert (idir / sif_name).is_file() and (idir / 'user-software.squashfs').is_file() == SQUASHFS_WORKS
+    packed = idir / 'user-software.packed' / 'user-software.squashfs'
+    assert (idir / sif_name).is_file() and packed.is_file() == SQUASHFS_WORKS
     out = inst.shell('module load PyTorch/2.7.1%s\necho "$SIFPYTORCH $NCCL_SOCKET_IFNAME"\n'
                      'python -c "import torchmetrics, pytorch_lightning; print(torchmetrics.GENERATED)"\n'
                      'list-packages --format=freeze | grep -i -e deepspeed -e torchmetrics' % suffix).stdout

@@ -37,7 +37,8 @@ def test_image_used_in_place(laif):
     image_python = json.loads((idir / 'image-python.json').read_text())
     assert image_python['kind'] == 'venv' and image_python['prefix'] == '/opt/venv'
     assert image_python['package_dirs'][:2] == [SITE, '/opt/torch-site-packages']
-    assert (idir / 'user-software.squashfs').is_file() == SQUASHFS_WORKS != (idir / 'user-software').is_dir()
+    packed = idir / 'user-software.packed' / 'user-software.squashfs'
+    assert packed.is_file() == SQUASHFS_WORKS != (idir / 'user-software').is_dir()
 
 
 def test_user_venv_sees_the_image_venv_and_wins(laif):
@@ -109,7 +110,7 @@ def test_make_and_unmake_squashfs(laif):
     inst, idir, _ = laif
     out = inst.module_shell(LAIF_MODULE,
                             'unmake-squashfs >/dev/null\n'
-                            'mv "$CONTAINERROOT/user-software.squashfs" "$CONTAINERROOT/keep"\n'
+                            'mv "$CONTAINERROOT/user-software.packed" "$CONTAINERROOT/keep"\n'
                             'make-squashfs >/dev/null\nrm -r "$CONTAINERROOT/user-software" "$CONTAINERROOT/keep"\n'
                             'module load %s\npython -c "import laif_upgrade; print(laif_upgrade.VERSION)"'
                             % LAIF_MODULE).stdout

@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,9 +38,12 @@ def small_plan(root):
     (root / 'user-software').mkdir()
     (root / 'afile').write_text('')
     (root / 'alink').symlink_to(root / 'afile')
-    (root / 'layers').mkdir()
-    for name in ('user-software.squashfs', 'user-software.changes.squashfs'):
-        (root / 'layers' / name).write_text('')
+    # an install dir whose packed venv has layers: the link names a generation with both files
+    generation = root / 'layers' / (easyblock.GENERATION_PREFIX + 'x')
+    generation.mkdir(parents=True)
+    for name in (easyblock.USER_SOFTWARE_SQUASHFS, easyblock.USER_SOFTWARE_CHANGES):
+        (generation / Path(name).name).write_text('')
+    (root / 'layers' / easyblock.USER_SOFTWARE_PACKED).symlink_to(generation.name)
     var = easyblock.Var
     image, caches = var('sif'), var('cache_root_dir')
     return [
@@ -48,8 +52,8 @@ def small_plan(root):
         easyblock.SetRestorable('SIF', image), easyblock.SetRestorable('PLAN_EMPTY', 'a "quoted" $value [x]'),
         easyblock.Binds([str(root), str(root / 'afile') + ':/afile', str(root / 'alink') + ':/alink',
                          str(root / 'missing') + ':/missing', '/usr:/mine'], ['/usr/bin:/always'], str(root),
-                        'user-software.squashfs', '', 'user-software', 'Plan/1.0'),
-        easyblock.Overlays(str(root / 'layers'), 'user-software.squashfs', 'user-software.changes.squashfs'),
+                        easyblock.USER_SOFTWARE_SQUASHFS, easyblock.USER_SOFTWARE_CHANGES, 'user-software', 'Plan/1.0'),
+        easyblock.Overlays(str(root / 'layers'), easyblock.USER_SOFTWARE_SQUASHFS, easyblock.USER_SOFTWARE_CHANGES),
         easyblock.PrependPath('/runscripts'), easyblock.ContainerEnv('VIRTUAL_ENV', '/user-software/venv/plan'),
         easyblock.CacheRoot(caches, 'echo %s' % shlex.quote(str(root / 'caches'))),
         easyblock.Defaults('SINGULARITYCONTAINER_DEFAULTS_PLAN', [('PLAN_DEFAULT', 'module'),
@@ -86,6 +90,10 @@ def test_both_syntaxes_from_one_plan_leave_the_same_environment(tmp_path):
     # the user's binds first; the binds whose source exists (through the link too); not /mine, which the user's takes
     ours = '%s,%s/afile:/afile,%s/alink:/alink,/usr/bin:/always,%s/user-software:/user-software' % ((tmp_path,) * 4)
     assert loaded['SINGULARITY_BINDPATH'] == loaded['APPTAINER_BINDPATH'] == '/tmp:/mine,' + ours
+    # the user's overlay first, then the packed venv's layers, through its link
+    packed = tmp_path / 'layers' / easyblock.USER_SOFTWARE_PACKED
+    layers = '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (packed, packed)
+    assert loaded['SINGULARITY_OVERLAY'] == loaded['APPTAINER_OVERLAY'] == '/tmp/mine.img:ro,' + layers
     assert loaded['SINGULARITYENV_PREPEND_PATH'] == loaded['APPTAINERENV_PREPEND_PATH'] == '/runscripts'
     assert loaded['APPTAINERENV_VIRTUAL_ENV'] == '/user-software/venv/plan'
     assert (loaded['PLAN_DEFAULT'], loaded['PLAN_DEFAULT_MINE']) == ('module', 'theirs')

@@ -101,7 +101,8 @@ def test_a_missing_bind_source_stops_the_container(image, tmp_path):
 
 
 def test_a_squashfs_bind_warns_unless_read_only(image, tmp_path):
-    """Why the module binds user-software.squashfs with image-src=/,ro."""
+    """Why the module binds the packed venv's SquashFS file (where the runtime stacks no layers) with
+    image-src=/,ro."""
     (tmp_path / 'tree').mkdir()
     (tmp_path / 'tree' / 'f').write_text('in the SquashFS file')
     subprocess.run(['mksquashfs', str(tmp_path / 'tree'), str(tmp_path / 'us.squashfs'), '-quiet', '-no-progress'],

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -112,15 +113,17 @@ def test_members_take_turns_with_venv_pip(shared_packed, wheelhouse):
     wheels = ' '.join(local_wheels(wheelhouse))
     venv_pip(inst, 'install -q %s lumi-later' % wheels, OWNER)
     assert (idir / '.user-software.lock').stat().st_mode & 0o020, 'the lock is not group-writable'
+    owners = os.path.realpath(idir / 'user-software.packed')  # the generation the owner's change made
     out = venv_pip(inst, 'install %s lumi-top' % wheels, MEMBER).stdout
     # the owner's change is a layer; the member's cannot go on top of the owner's files: repacked, and said why
     assert ('venv-pip: %s/user-software.squashfs belongs to %s: your change cannot be a layer on top of it; '
-            'repacking the whole venv' % (idir, OWNER)) in out
-    assert 'user-software.squashfs has the change' in out
+            'repacking the whole venv' % (owners, OWNER)) in out
+    assert '%s/user-software.packed has the change' % idir in out
     (idir / '.user-software.lock').chmod(0o644)  # as the first venv-pip of an earlier version left it
     out = venv_pip(inst, 'uninstall -y lumi-later', MEMBER).stdout
     assert 'Successfully uninstalled lumi-later-1.0' in out
-    added = {path: mode for path, mode in squashfs_modes(idir / 'user-software.squashfs').items() if 'lumi_top' in path}
+    modes = squashfs_modes(idir / 'user-software.packed' / 'user-software.squashfs')
+    added = {path: mode for path, mode in modes.items() if 'lumi_top' in path}
     assert added and all(mode[5] == 'w' and mode[7] == 'r' for mode in added.values()), added
 
 
@@ -164,7 +167,7 @@ def test_a_members_rebuild_stops_while_the_owners_venv_pip_runs(shared_packed, t
     # once it is done, the member can reinstall, and the owner change what the member installed
     eb(inst, easyconfig(inst), '--rebuild', '--group-writable-installdir', who=MEMBER, env=member_env(inst, tmp_path))
     out = venv_pip(inst, 'install %s lumi-later' % ' '.join(local_wheels(wheelhouse)), OWNER).stdout
-    assert 'user-software.squashfs has the change' in out
+    assert '%s/user-software.packed has the change' % idir in out
 
 
 def test_a_members_rebuild_of_an_install_dir_they_cannot_write_changes_nothing(shared_packed, tmp_path):
@@ -197,14 +200,17 @@ def test_a_member_uninstalls_what_the_owner_installed(shared_unpacked, wheelhous
 @pytest.mark.needs('image-src')
 def test_a_members_make_squashfs_is_the_groups(shared_unpacked):
     """make-squashfs by a member of a shared install: the SquashFS file is the project's and group-writable, as the
-    install dir is (mksquashfs itself makes it 0644), and another member's venv-pip replaces it with the same."""
+    install dir is (mksquashfs itself makes it 0644), and so is its generation, which another member's change
+    supersedes and removes later."""
     inst, idir = shared_unpacked
-    squashfs = idir / 'user-software.squashfs'
+    packed = idir / 'user-software.packed'
     try:
         inst.module_shell(MODULE, 'umask 022\nmake-squashfs', user=MEMBER)
+        squashfs, generation = packed / 'user-software.squashfs', Path(os.path.realpath(packed))
         assert (squashfs.stat().st_mode & 0o777, squashfs.group()) == (0o664, PROJECT_GROUP)
+        assert (generation.stat().st_mode & 0o777, generation.group()) == (0o775, PROJECT_GROUP)
     finally:
-        squashfs.unlink()  # the venv unpacked again, as the other tests of the fixture expect
+        packed.unlink()  # the venv unpacked again, as the other tests of the fixture expect
 
 
 def hold_lock(path):
@@ -257,7 +263,7 @@ def test_what_the_install_packs_is_readable_for_all_under_umask_027(umask_027_in
     install packs there is readable for all whatever the installer's umask (and not group-writable: the install
     dir is not)."""
     inst, idir = umask_027_install
-    modes = squashfs_modes(idir / 'user-software.squashfs')
+    modes = squashfs_modes(idir / 'user-software.packed' / 'user-software.squashfs')
     assert modes
     unreadable = {path: mode for path, mode in modes.items()
                   if mode[7] != 'r' or (mode[0] == 'd' and mode[9] != 'x') or mode[5] == 'w'}
@@ -289,7 +295,7 @@ def test_a_reinstall_holds_the_lock_until_the_venv_is_packed(umask_027_install, 
             rebuild.wait()
     assert (proc.returncode, proc.stderr) == (1, REFUSED % ('make-squashfs', idir))
     assert rebuild.returncode == 0, out[-3000:]
-    listing = run(['unsquashfs', '-l', str(idir / 'user-software.squashfs')]).stdout
+    listing = run(['unsquashfs', '-l', str(idir / 'user-software.packed' / 'user-software.squashfs')]).stdout
     assert 'squashfs-root/user-software/venv/demo/bin/python' in listing.split()
 
 

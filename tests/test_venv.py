@@ -1,5 +1,6 @@
 """Pip requirements in the container's virtual environment, the SquashFS image, and reinstalls that keep
 the user's software."""
+import os
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ def venv_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
 @pytest.mark.needs('image-src')
 def test_requirements_installed_and_squashed(venv_install):
     inst, idir = venv_install
-    assert (idir / 'user-software.squashfs').is_file()
+    assert (idir / 'user-software.packed' / 'user-software.squashfs').is_file()
     assert not (idir / 'user-software').exists()
     out = inst.shell('module load Demo/1.0\npython -c "import lumi_top; print(lumi_top.TOP)"\n'
                      'singularity exec "$SIF" python -c "import lumi_base; print(lumi_base.__file__)"\n'
@@ -46,13 +47,15 @@ def test_no_runtime_warning_on_any_command(venv_install):
 
 @pytest.mark.needs('image-src')
 def test_manual_procedure_of_the_user_guide(venv_install, wheelhouse):
-    """unmake-squashfs, remove the squashfs, reload, pip install, make-squashfs, reload: both import."""
+    """unmake-squashfs, remove the packed venv (its link), reload, pip install, make-squashfs, reload: both
+    import."""
     inst, idir = venv_install
-    out = inst.shell('module load Demo/1.0\nunmake-squashfs\nrm "$CONTAINERROOT/user-software.squashfs"\n'
+    out = inst.shell('module load Demo/1.0\nunmake-squashfs\nrm "$CONTAINERROOT/user-software.packed"\n'
                      'module load Demo/1.0\npip install -q --no-index --find-links=%s lumi-later\n'
                      'make-squashfs\nmodule load Demo/1.0\necho "$SINGULARITY_OVERLAY"\n'
                      'python -c "import lumi_top, lumi_later; print(lumi_top.TOP, lumi_later.LATER)"' % wheelhouse)
-    assert '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (idir, idir) in out.stdout
+    packed = idir / 'user-software.packed'
+    assert '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (packed, packed) in out.stdout
     assert out.stdout.strip().endswith('base+top True')
 
 
@@ -98,7 +101,7 @@ def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, e
     assert (idir / 'user-software' / 'requirements.txt').read_text() == '\n'.join(lines) + '\n'
     out = inst.shell('module load Demo/1.0\necho "$SINGULARITY_BINDPATH"\npython -c "import lumi_base"').stdout
     assert '%s/user-software:/user-software' % idir in out
-    assert not (idir / 'user-software.squashfs').exists()
+    assert not os.path.lexists(idir / 'user-software.packed')
     # The image's pip serves the venv (no copy of it), through scripts that run it with the venv's Python.
     venv = idir / 'user-software' / 'venv' / 'demo'
     assert not list(venv.glob('lib/python*/site-packages/pip'))
@@ -120,37 +123,44 @@ def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, 
     assert proc.returncode != 0
     assert 'mksquashfs failed; nothing was changed' in proc.stdout + proc.stderr
     idir = inst.installdir('Demo', '1.0')
-    assert not list(idir.glob('user-software.squashfs*'))
+    assert not list(idir.glob('user-software.packed*')) and not list(idir.glob('.user-software.packed.*'))
     assert (idir / 'user-software' / 'venv' / 'demo' / 'lib').is_dir()
 
 
 @pytest.mark.needs('image-src')
 def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, eb_version):
-    """A reinstall moves user-software.squashfs aside only if the user changed it since it was installed; with the
-    layer of venv-pip's changes, which it is of no use without, when only that changed."""
+    """A reinstall moves the packed venv (its generation: the SquashFS file with the layer of venv-pip's changes)
+    aside only if the user changed it since it was installed, and says how to put it back; put back so, the new
+    installation uses it."""
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
     inst, idir = install_demo(tmp_path, demo_sif, eb_version, pip_requirements=['lumi-base'],
                               pip_install_options=local_wheels(wheelhouse))
     ec = inst.root / 'easyconfigs' / 'Demo-1.0.eb'
+    packed = idir / 'user-software.packed'
     for _ in range(2):
         out = inst.eb(ec, '--rebuild').stdout
-        assert '%s is as the previous installation made it: it is replaced' % (idir / 'user-software.squashfs') in out
+        assert '%s is as the previous installation made it: it is replaced' % packed in out
     assert not list(idir.parent.glob('1.0.user-software*.backup-*'))
 
-    # The user adds a package (a layer on the SquashFS file): now the reinstall keeps both
+    # The user adds a package (a layer on the SquashFS file): now the reinstall keeps the generation, both files
     inst.module_shell('Demo/1.0', 'venv-pip install -q --no-index --find-links=%s lumi-later' % wheelhouse)
-    before = [(idir / name).read_bytes() for name in ('user-software.squashfs', 'user-software.changes.squashfs')]
+    names = ('user-software.squashfs', 'user-software.changes.squashfs')
+    before = [(packed / name).read_bytes() for name in names]
     proc = inst.eb(ec, '--rebuild')
-    backups = [list(idir.parent.glob('1.0.%s.backup-*' % name))
-               for name in ('user-software.squashfs', 'user-software.changes.squashfs')]
-    assert [len(found) for found in backups] == [1, 1]
-    assert [found[0].read_bytes() for found in backups] == before
-    out = proc.stdout + proc.stderr
-    for found, name in zip(backups, ('user-software.squashfs', 'user-software.changes.squashfs')):
-        assert 'changed since it was installed, was moved to %s' % found[0] in ' '.join(out.split())
-        assert 'mv %s %s' % (found[0], idir / name) in out
-    assert (idir / 'user-software.squashfs').is_file()
+    [backup] = idir.parent.glob('1.0.user-software.packed.backup-*')
+    assert [(backup / name).read_bytes() for name in names] == before
+    out = ' '.join((proc.stdout + proc.stderr).split())
+    assert '%s, changed since it was installed, was moved to %s' % (packed, backup) in out
+    restored = idir / '.user-software.packed.restored'
+    back = 'mv %s %s && ln -sfn %s %s' % (backup, restored, restored.name, packed)
+    assert 'move it back: %s' % back in out
+    assert (packed / 'user-software.squashfs').is_file()
+    proc = inst.module_shell('Demo/1.0', 'python -c "import lumi_later"', check=False)
+    assert "No module named 'lumi_later'" in proc.stderr
+
+    out = inst.shell('%s\nmodule load Demo/1.0\npython -c "import lumi_later; print(lumi_later.LATER)"' % back)
+    assert out.stdout.splitlines()[-1] == 'True'
 
 
 def test_what_a_failed_install_left_is_not_kept(failed_install, wheelhouse, eb_version):

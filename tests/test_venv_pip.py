@@ -14,6 +14,7 @@ from support import require_other_users, require_runtime, require_tools
 from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, write_distribution
 from testkit.install import (LAIF_MODULE, RUNTIME, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
                              run, spawn, local_wheels, slow_step, wait_for, write_wheel)
+from testkit.easyblock import easyblock
 from testkit.users import OUTSIDER, give
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -29,8 +30,16 @@ def install(root, demo_sif, wheelhouse, eb_version, squash):
     saved = root / 'as-installed'
     saved.mkdir()
     for path in user_software(idir):
-        shutil.copytree(path, saved / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, saved)
+        copy_entry(path, saved / path.name)
     return inst, idir, saved
+
+
+def copy_entry(path, target):
+    """A copy of the file, directory or link (the packed venv's, which names its generation) path at target."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.copytree(path, target, symlinks=True)
+    else:
+        shutil.copy2(path, target, follow_symlinks=False)
 
 
 def user_software(idir):
@@ -44,9 +53,16 @@ def fresh(installed):
     for path in user_software(idir):
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     for path in saved.iterdir():
-        shutil.copytree(path, idir / path.name, symlinks=True) if path.is_dir() else shutil.copy2(path, idir)
+        copy_entry(path, idir / path.name)
         give(idir / path.name, inst.user)  # copied by root: the user's again, as eb left it
     return inst, idir
+
+
+@pytest.fixture(scope='module')
+def eb_version():
+    """venv-pip's tests run with EasyBuild 5 only: with 4.9.4 the install writes the same scripts
+    (test_easybuild_49_writes_the_same_scripts); the install itself runs with both in test_venv and test_easyblock."""
+    return '5'
 
 
 @pytest.fixture(scope='module')
@@ -61,7 +77,7 @@ def unpacked_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
 
 @pytest.fixture
 def packed(packed_install):
-    """Demo/1.0 with its venv in user-software.squashfs, as installed: (Installation, install dir)."""
+    """Demo/1.0 with its venv packed (user-software.packed), as installed: (Installation, install dir)."""
     return fresh(packed_install)
 
 
@@ -71,8 +87,27 @@ def unpacked(unpacked_install):
     return fresh(unpacked_install)
 
 
-# The packed venv's files where the runtime stacks layers (it does here)
+# The packed venv: a link to its generation, which holds its files; these, where the runtime stacks layers (it does
+# here)
+PACKED = 'user-software.packed'
+SQUASHFS, CHANGES = PACKED + '/user-software.squashfs', PACKED + '/user-software.changes.squashfs'
 LAYERS = ['user-software.changes.squashfs', 'user-software.squashfs']
+
+
+def user_software_entries(idir):
+    """The names in the install dir of what users install (the packed venv's link, user-software/)."""
+    return sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software'))
+
+
+def packed_files(idir):
+    """The packed venv's files: those of the generation its link names."""
+    return sorted(p.name for p in (idir / PACKED).iterdir() if not p.name.startswith('.'))
+
+
+def generations(idir):
+    """The generation directories in the install dir, the current one (the link names it) first."""
+    current = (idir / PACKED).resolve()
+    return sorted(idir.glob(easyblock.GENERATION_PREFIX + '*'), key=lambda path: path != current)
 
 
 def sha256(path):
@@ -90,9 +125,8 @@ def test_install_and_uninstall_in_a_packed_venv(packed, wheelhouse):
     assert 'Requirement already satisfied: wheel in /usr/lib/python3/dist-packages' in out  # the image's
     assert '/usr/lib/python3/dist-packages/wheel/__init__.py' in out
     assert {'lumi-base==1.0', 'lumi-later==1.0', 'lumi-needs-wheel==1.0'} <= set(out.split())
-    assert 'user-software.changes.squashfs has the change; new jobs use it (no module reload needed)' in out
-    assert not (idir / 'user-software').exists()
-    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == LAYERS
+    assert '%s has the change as a layer; new jobs use it (no module reload needed)' % (idir / PACKED) in out
+    assert user_software_entries(idir) == [PACKED] and packed_files(idir) == LAYERS
 
     # pip asks before it uninstalls: the answer reaches it
     proc = inst.module_shell('Demo/1.0', 'echo y | venv-pip uninstall lumi-later\n'
@@ -109,7 +143,7 @@ def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed,
     a package removed, then installed again shows nothing of what the SquashFS file has of it; `singularity exec
     $SIF` in the shell that loaded the module before sees it; unmake-squashfs unpacks the venv with the change."""
     inst, idir = packed
-    base = sha256(idir / 'user-software.squashfs')
+    base = sha256(idir / SQUASHFS)
     wheels = tmp_path / 'wheels'
     wheels.mkdir()
     # (a name with wildcard characters: unsquashfs takes the names it is given as patterns)
@@ -136,15 +170,15 @@ def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed,
         'echo "$APPTAINER_OVERLAY"\n'))
     assert proc.stdout.splitlines()[-8:] == [
         'new', 'no old', 'no sub', 'lumi-base==2.0', 'lumi-upgraded==2.0', 'base 2', '0',
-        '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (idir, idir)]
+        '%s/%s:ro,%s/%s:ro' % (idir, SQUASHFS, idir, CHANGES)]
     assert proc.stderr == ''
-    assert sha256(idir / 'user-software.squashfs') == base
-    whiteouts = run(['unsquashfs', '-lls', str(idir / 'user-software.changes.squashfs')], user=None).stdout
+    assert sha256(idir / SQUASHFS) == base
+    whiteouts = run(['unsquashfs', '-lls', str(idir / CHANGES)], user=None).stdout
     assert re.search(r'^c.* squashfs-root/user-software/venv/demo/lib/python[0-9.]*/site-packages/lumi_upgraded/sub$',
                      whiteouts, re.M)
 
     out = inst.module_shell('Demo/1.0', 'unmake-squashfs').stdout
-    assert 'It includes the changes in %s/user-software.changes.squashfs.' % idir in out
+    assert 'It includes the changes in %s.' % ((idir / PACKED).resolve() / 'user-software.changes.squashfs') in out
     site = next((idir / 'user-software' / 'venv' / 'demo' / 'lib').glob('python*/site-packages'))
     assert sorted(p.name for p in (site / 'lumi_upgraded').iterdir()) == ['__init__.py', '__pycache__', 'new.py']
     assert [p.name for p in site.glob('lumi_upgraded-*')] == ['lumi_upgraded-2.0.dist-info']
@@ -164,12 +198,12 @@ def test_changes_that_grow_are_merged_into_the_squashfs_file(packed, tmp_path):
     out = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-big\nvenv-pip install -q %s lumi-small\n'
                                         'python -c "import lumi_big.data, lumi_small; print(len(lumi_big.data.DATA))"'
                                         % (options, options)).stdout.splitlines()
-    assert out[0].endswith('user-software.squashfs has the change (merged with the earlier ones); new jobs use it (no '
+    assert out[0].endswith('user-software.packed has the change (merged with the earlier ones); new jobs use it (no '
                            'module reload needed), running ones keep the old one.')
-    assert out[1].endswith('user-software.changes.squashfs has the change; new jobs use it (no module reload '
+    assert out[1].endswith('user-software.packed has the change as a layer; new jobs use it (no module reload '
                            'needed), running ones keep the old one.')
     assert out[2] == str(18 << 20)
-    assert (idir / 'user-software.changes.squashfs').stat().st_size < (1 << 20)
+    assert (idir / CHANGES).stat().st_size < (1 << 20)
 
 
 @pytest.mark.needs('image-src')
@@ -181,12 +215,13 @@ def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, whee
     no_overlays = fake_command(tmp_path / 'no-overlays', 'singularity', (
         'if [ -n "${APPTAINER_OVERLAY:-}" ]; then echo "FATAL: overlays are not supported here" >&2; exit 255; fi\n'
         'exec %s "$@"\n') % RUNTIME)
-    out = inst.module_shell('Demo/1.0', 'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/user-software.squashfs"\n'
+    out = inst.module_shell('Demo/1.0', 'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/user-software.packed"\n'
                                         'PATH=%s:$PATH make-squashfs\n'
                                         'rm -r "$CONTAINERROOT/user-software"' % no_overlays).stdout
     assert ('venv-pip will repack the whole venv for each change: the container runtime does not stack %s/user-software'
-            '.squashfs and a layer on top as overlays here (FATAL: overlays are not supported here).' % idir) in out
-    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
+            '.packed/user-software.squashfs and a layer on top as overlays here (FATAL: overlays are not supported '
+            'here).' % idir) in out
+    assert user_software_entries(idir) == [PACKED] and packed_files(idir) == ['user-software.squashfs']
     no_room = fake_command(tmp_path / 'no-room', 'df', 'echo Avail; echo 0\n')
     work = tmp_path / 'work'  # venv-pip's node-local storage
     work.mkdir()
@@ -196,12 +231,25 @@ def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, whee
                                          'venv-pip install -q --no-index --find-links=%s lumi-needs-wheel\n'
                                          'python -c "import lumi_later, lumi_needs_wheel"'
                              % (no_room, wheelhouse, wheelhouse))
-    assert '%s/user-software.squashfs:/user-software:image-src=/user-software,ro' % idir in proc.stdout
-    assert proc.stdout.count('user-software.squashfs has the change; new jobs use it') == 2
+    assert '%s/%s:/user-software:image-src=/user-software,ro' % (idir, SQUASHFS) in proc.stdout
+    assert proc.stdout.count('user-software.packed has the change; new jobs use it') == 2
     assert proc.stderr == ('venv-pip: working in %s: none of %s, /dev/shm and /tmp has the 64 MiB free that it '
                            'needs\n' % (idir, work))
-    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
+    assert user_software_entries(idir) == [PACKED] and packed_files(idir) == ['user-software.squashfs']
     assert not list(work.iterdir())
+
+
+def test_easybuild_49_writes_the_same_scripts(packed_install, tmp_path, demo_sif, wheelhouse):
+    """An install with EasyBuild 4.9.4 writes venv-pip, make-squashfs, unmake-squashfs and the wrappers as 5.x does
+    (the tests of venv-pip need one of them), and its venv-pip changes the venv."""
+    inst, idir, _ = packed_install
+    inst49, idir49, _ = install(tmp_path, demo_sif, wheelhouse, '4.9', squash=True)
+    for script in sorted((idir / 'bin').iterdir()):
+        if script.name != 'jupyter-kernel':  # (it names the module's directory)
+            assert (idir49 / 'bin' / script.name).read_text() == script.read_text(), script.name
+    out = inst49.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later\npython -c "import lumi_later"'
+                              % ' '.join(local_wheels(wheelhouse)))
+    assert 'has the change as a layer' in out.stdout and out.stderr == ''
 
 
 def test_install_in_an_unpacked_venv(unpacked, wheelhouse):
@@ -210,23 +258,22 @@ def test_install_in_an_unpacked_venv(unpacked, wheelhouse):
                                         'python -c "import lumi_later; print(lumi_later.__file__)"' % wheelhouse).stdout
     assert '/user-software/venv/demo/lib/python' in out
     assert list((idir / 'user-software' / 'venv' / 'demo' / 'lib').glob('python*/site-packages/lumi_later'))
-    assert not (idir / 'user-software.squashfs').exists()
+    assert not (idir / PACKED).exists()
 
 
 @pytest.mark.needs('image-src')
 def test_a_failed_install_changes_nothing(packed, wheelhouse):
     inst, idir = packed
-    before = [sha256(idir / name) for name in LAYERS]
+    before = (idir / PACKED).resolve(), [sha256(idir / PACKED / name) for name in LAYERS]
     proc = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-does-not-exist' % wheelhouse,
                              check=False)
     assert proc.returncode != 0
     errors = proc.stderr.splitlines()
     first_error = next(i for i, line in enumerate(errors) if 'ERROR' in line or 'error' in line)
     assert 'No matching distribution found for lumi-does-not-exist' in ' '.join(errors[first_error:first_error + 2])
-    assert errors[-1].startswith('venv-pip: error: pip failed (exit code 1); ')
-    assert errors[-1].endswith('user-software.squashfs and %s/user-software.changes.squashfs were not changed' % idir)
-    assert [sha256(idir / name) for name in LAYERS] == before
-    assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == LAYERS
+    assert errors[-1] == 'venv-pip: error: pip failed (exit code 1); the venv was not changed'
+    assert ((idir / PACKED).resolve(), [sha256(idir / PACKED / name) for name in LAYERS]) == before
+    assert user_software_entries(idir) == [PACKED] and generations(idir) == [before[0]]
 
 
 def start_venv_pip(inst, wheelhouse, *extra_path, tmpdir=None):
@@ -244,11 +291,12 @@ def start_venv_pip(inst, wheelhouse, *extra_path, tmpdir=None):
 @pytest.mark.parametrize('step, signum', [('pip', signal.SIGTERM), ('pack', signal.SIGTERM), ('pack', signal.SIGKILL)],
                          ids=['pip-SIGTERM', 'pack-SIGTERM', 'pack-SIGKILL'])
 def test_a_signal_in_the_middle(packed, tmp_path, wheelhouse, step, signum):
-    """Stopped while pip runs or while it packs: the old SquashFS files are untouched and usable. After a SIGTERM
+    """Stopped while pip runs or while it packs: the old state of the venv is untouched and usable. After a SIGTERM
     nothing is left running or on disk (in the install dir or on node-local storage); after a SIGKILL the next run
-    cleans up, and works."""
+    works at once, and removes the new generation that the killed one left once that is older than a container start
+    needs (KEEP_SUPERSEDED_MINUTES)."""
     inst, idir = packed
-    before = [sha256(idir / name) for name in LAYERS]
+    before = (idir / PACKED).resolve(), [sha256(idir / PACKED / name) for name in LAYERS]
     slow, started = slow_step(tmp_path, step)
     work = tmp_path / 'work'  # venv-pip's node-local storage
     work.mkdir()
@@ -263,18 +311,19 @@ def test_a_signal_in_the_middle(packed, tmp_path, wheelhouse, step, signum):
     assert proc.returncode == (143 if signum == signal.SIGTERM else -signal.SIGKILL)
     if signum == signal.SIGTERM:  # venv-pip stopped what it ran: nothing of its session runs on
         wait_for(lambda: not group_alive(proc.pid), 'the processes of venv-pip to end', timeout=10)
-    assert [sha256(idir / name) for name in LAYERS] == before
+    assert ((idir / PACKED).resolve(), [sha256(idir / PACKED / name) for name in LAYERS]) == before
     assert inst.module_shell('Demo/1.0', 'python -c "import lumi_base; print(lumi_base.NAME)"').stdout == 'base\n'
-    leftovers = [p for p in idir.iterdir() if '.tmp.' in p.name]
+    leftovers = generations(idir)[1:]
     assert bool(leftovers) == (signum == signal.SIGKILL) == bool(list(work.iterdir()))
+    for leftover in leftovers:  # as if killed long enough ago
+        old = leftover.stat().st_mtime - 60 * easyblock.KEEP_SUPERSEDED_MINUTES - 1
+        os.utime(leftover, (old, old))
 
     done = inst.module_shell('Demo/1.0', 'TMPDIR=%s venv-pip install --no-index --find-links=%s lumi-later'
                              % (work, wheelhouse))
     assert not list(work.iterdir())
-    for leftover in leftovers:
-        assert 'Removing %s, left by an interrupted run.' % leftover in done.stdout
     assert 'waiting' not in done.stderr  # the lock went with the stopped run
-    assert not [p for p in idir.iterdir() if '.tmp.' in p.name]
+    assert generations(idir) == [(idir / PACKED).resolve(), before[0]]  # (the one it superseded: kept for a while)
     assert inst.module_shell('Demo/1.0', 'python -c "import lumi_later; print(lumi_later.LATER)"').stdout == 'True\n'
 
 
@@ -301,7 +350,8 @@ def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheelhouse
     slow = fake_command(tmp_path / 'slow', 'mksquashfs',
                         ': > "$2"\nsleep 2\nexec %s "$@"\n' % shutil.which('mksquashfs'))
     first = start_venv_pip(inst, wheelhouse, slow)
-    wait_for(lambda: list(idir.glob('user-software*.squashfs.tmp.*')), 'the first venv-pip to start packing')
+    wait_for(lambda: any((new / 'user-software.changes.squashfs').exists() for new in generations(idir)[1:]),
+             'the first venv-pip to start packing')
     second = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-needs-wheel' % wheelhouse)
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
@@ -365,7 +415,7 @@ def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path,
     finally:
         os.kill(running.pid, signal.SIGTERM)
         running.communicate(timeout=60)
-    assert not (idir / 'user-software.squashfs').exists()
+    assert not (idir / PACKED).exists()
 
 
 def test_a_reinstall_stops_while_venv_pip_runs(unpacked, tmp_path, wheelhouse):
@@ -406,7 +456,7 @@ def test_commands_that_only_read_run_directly(packed, wheelhouse):
     """list, freeze with a general option before it, install --dry-run: straight against the packed venv, without
     the lock (held here by someone else) and without a new SquashFS file."""
     inst, idir = packed
-    before = sha256(idir / 'user-software.squashfs')
+    before = sha256(idir / SQUASHFS)
     holder = spawn(['flock', str(idir / '.user-software.lock'), 'sleep', '120'])
     try:
         wait_for((idir / '.user-software.lock').exists, 'the lock')
@@ -419,7 +469,7 @@ def test_commands_that_only_read_run_directly(packed, wheelhouse):
         holder.wait()
     assert out.stdout.count('lumi-base==1.0') == 2 and 'Would install lumi-later-1.0' in out.stdout
     assert 'waiting' not in out.stderr and 'has the change' not in out.stdout
-    assert sha256(idir / 'user-software.squashfs') == before
+    assert sha256(idir / SQUASHFS) == before
 
 
 def test_in_a_laif_module(tmp_path, laif_sif, laif_wheels, eb_version):
@@ -437,7 +487,7 @@ def test_in_a_laif_module(tmp_path, laif_sif, laif_wheels, eb_version):
     assert '/user-software/venv/pytorch/lib/python3.11/site-packages/laif_extra/__init__.py 1.0\n' in out
     assert {'laif-extra==1.0', 'laif-base==1.0', 'laif-top==1.0'} <= set(out.split())
     # packed where the runtime can, the change a layer
-    assert ('user-software.changes.squashfs has the change' in out) == SQUASHFS_WORKS
+    assert ('user-software.packed has the change as a layer' in out) == SQUASHFS_WORKS
 
 
 def squashfs_modes(squashfs):
@@ -452,7 +502,7 @@ def test_what_venv_pip_adds_is_readable_for_all_under_umask_077(packed, wheelhou
     """Others of a project read a shared install: what venv-pip adds is readable for them, whatever the umask."""
     inst, idir = packed
     inst.module_shell('Demo/1.0', 'umask 077\nvenv-pip install -q --no-index --find-links=%s lumi-later' % wheelhouse)
-    added = {path: mode for path, mode in squashfs_modes(idir / 'user-software.changes.squashfs').items()
+    added = {path: mode for path, mode in squashfs_modes(idir / CHANGES).items()
              if 'lumi_later' in path}
     assert added and all(mode[7] == 'r' for mode in added.values()), added
 
@@ -461,10 +511,11 @@ def test_what_venv_pip_adds_is_readable_for_all_under_umask_077(packed, wheelhou
 def test_a_venv_pip_that_changes_nothing_keeps_the_file(packed):
     """pip install of what is installed already: the SquashFS file is not packed again, and venv-pip says so."""
     inst, idir = packed
-    before = (idir / 'user-software.squashfs').stat()
+    before = (idir / PACKED).lstat(), (idir / SQUASHFS).stat()
     proc = inst.module_shell('Demo/1.0', 'venv-pip install --no-index lumi-base')
-    after = (idir / 'user-software.squashfs').stat()
-    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    after = (idir / PACKED).lstat(), (idir / SQUASHFS).stat()
+    assert [(stat.st_ino, stat.st_mtime_ns) for stat in after] == [(stat.st_ino, stat.st_mtime_ns) for stat in before]
+    assert len(generations(idir)) == 1
     assert 'venv-pip: nothing changed in /user-software/venv/demo' in proc.stdout
     assert 'has the change' not in proc.stdout
 
@@ -473,20 +524,50 @@ def test_a_venv_pip_that_changes_nothing_keeps_the_file(packed):
 def test_venv_pip_refuses_while_both_copies_exist(packed, wheelhouse):
     """After unmake-squashfs the venv is there twice: venv-pip changes neither, and says how to go on."""
     inst, idir = packed
-    before = sha256(idir / 'user-software.squashfs')
+    before = sha256(idir / SQUASHFS)
     proc = inst.module_shell('Demo/1.0', 'unmake-squashfs >/dev/null\nvenv-pip install --no-index --find-links=%s '
                              'lumi-later' % wheelhouse, check=False)
     assert proc.returncode == 1
-    assert 'both %s and %s exist' % (idir / 'user-software.squashfs', idir / 'user-software') in proc.stderr
-    assert sha256(idir / 'user-software.squashfs') == before
+    assert 'both %s and %s exist' % (idir / PACKED, idir / 'user-software') in proc.stderr
+    assert sha256(idir / SQUASHFS) == before
     assert not list((idir / 'user-software').rglob('lumi_later'))
 
 
 @pytest.mark.needs('image-src')
-def test_a_deleted_venv_is_reported(packed):
-    """user-software.squashfs deleted: module load and the wrappers say so, and what to do."""
+def test_the_module_names_the_state_through_the_link_and_its_commands_pin_it(packed, tmp_path, wheelhouse):
+    """The module names the packed venv's files through the link (new jobs see a change without a reload); a command
+    of the module gives the runtime the files of the generation the link names when it starts (never the base of
+    one state and the layer of another; an empty layer left out), the user's own overlay first, as the module set
+    it."""
     inst, idir = packed
-    (idir / 'user-software.squashfs').unlink()
+    shown = fake_command(tmp_path / 'show', 'singularity', 'echo "$APPTAINER_OVERLAY"\necho "$SINGULARITY_OVERLAY"\n')
+    user_overlay = tmp_path / 'mine.img'
+    user_overlay.write_bytes(b'')
+    give(tmp_path, inst.user)
+    script = 'echo "$APPTAINER_OVERLAY"\nPATH=%s:$PATH python -c pass\n' % shown
+    first = inst.module_shell('Demo/1.0', script, pre='export APPTAINER_OVERLAY=%s:ro' % user_overlay).stdout
+    generation = (idir / PACKED).resolve()
+    through = '%s:ro,%s/%s:ro,%s/%s:ro' % (user_overlay, idir, SQUASHFS, idir, CHANGES)
+    pinned = '%s:ro,%s/user-software.squashfs:ro' % (user_overlay, generation)  # (its layer is empty: left out)
+    assert first.splitlines() == [through, pinned, pinned]
+    # after a change, with the module as loaded before: the new generation, with its layer
+    second = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later >/dev/null\n' % ' '.join(
+        local_wheels(wheelhouse)) + script).stdout
+    generation = (idir / PACKED).resolve()
+    pinned = '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (generation, generation)
+    assert second.splitlines() == [through.split(',', 1)[1], pinned, pinned]
+
+
+@pytest.mark.needs('image-src')
+def test_a_deleted_venv_is_reported(packed):
+    """The packed venv deleted (its link, or the SquashFS file in it): module load and the wrappers say so, and what
+    to do."""
+    inst, idir = packed
+    (idir / SQUASHFS).unlink()
+    proc = inst.module_shell('Demo/1.0', 'python -c pass')
+    said = ' '.join(proc.stderr.split())
+    assert said.count('the virtual environment') == 2 and 'is missing' in said and 'eb --rebuild' in said
+    (idir / PACKED).unlink()
     proc = inst.module_shell('Demo/1.0', 'python -c pass')
     said = ' '.join(proc.stderr.split())
     assert said.count('the virtual environment') == 2 and 'is missing' in said and 'eb --rebuild' in said
@@ -540,13 +621,13 @@ def venv_pip_of_a_package_command_named_python(inst, idir, tmp_path):
 @pytest.mark.needs('image-src')
 def test_commands_that_only_read_see_the_venv_as_it_is_now(unpacked):
     """venv-pip list and freeze without a reload after make-squashfs and rm -r user-software (the module bound the
-    directory), and after unmake-squashfs and rm user-software.squashfs (it bound the file): they use what is
+    directory), and after unmake-squashfs and rm user-software.packed (it bound the file): they use what is
     there now."""
     inst, idir = unpacked
     proc = inst.module_shell('Demo/1.0', 'make-squashfs >/dev/null\nrm -r "$CONTAINERROOT/user-software"\n'
                                          'venv-pip list --format=freeze\n'
                                          'module load Demo/1.0\n'
-                                         'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/user-software.squashfs"\n'
+                                         'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/user-software.packed"\n'
                                          'venv-pip freeze\n')
     assert proc.stdout.split().count('lumi-base==1.0') == 2
     assert proc.stderr == ''

@@ -48,10 +48,10 @@ Images that need an initialisation (e.g. conda activation) run the command throu
      """\
 jupyter-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel loads it)."""),
     ('JUPYTER_KERNEL', 'scripts/jupyter-kernel.sh', ''),
-    ('REMOVE_LEFTOVERS', 'scripts/remove-leftovers.sh',
+    ('VENV_STATE_TEMPLATE', 'scripts/venv-state.sh',
      """\
-make-squashfs, unmake-squashfs and venv-pip write under a temporary name, <target>.tmp.<host>.<pid>, and rename
-it when done. A run killed with SIGKILL (which cannot be trapped) leaves that behind; it may be gigabytes."""),
+STATE: the packed venv's state, one generation directory named by one link, which a change replaces in one rename.
+venv-pip, make-squashfs, unmake-squashfs and the wrappers read it (and venv-pip's changes write it) alike."""),
     ('USER_SOFTWARE_PATHS_TEMPLATE', 'scripts/user-software-paths.sh',
      """\
 Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS)."""),

@@ -64,12 +64,24 @@ SIF_PARTITION_EXTRA_OFFSET = 201
 SIF_PARTITION_DATATYPE, SIF_FS_SQUASHFS, SIF_PARTTYPES_SYSTEM = 0x4004, 1, (2, 1)
 
 USER_SOFTWARE = 'user-software'
-USER_SOFTWARE_SQUASHFS = 'user-software.squashfs'
-# On top of it as an overlay, where the runtime stacks them: what venv-pip changed since (see LAYERS_TEMPLATE)
-USER_SOFTWARE_CHANGES = 'user-software.changes.squashfs'
-# Set to yes for the make-squashfs of an install that tries layers (venv_layers), with the image to try them with
-TRY_LAYERS = 'SINGULARITYCONTAINER_TRY_LAYERS'
-USER_SOFTWARE_ENTRIES = (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, USER_SOFTWARE)
+# The packed venv (see VENV_STATE_TEMPLATE): the link USER_SOFTWARE_PACKED in the install dir names a generation, a
+# directory GENERATION_PREFIX + 6 random characters (with GENERATION_RECORD in it), that holds the venv as packed and,
+# on top of it as an overlay where the runtime stacks them, what venv-pip changed since (see LAYERS_TEMPLATE)
+USER_SOFTWARE_PACKED = 'user-software.packed'
+GENERATION_PREFIX = '.user-software.packed.'
+GENERATION_RECORD = '.generation'
+NEW_LINK_PREFIX = '.user-software.link.'
+# In a generation whose layer changes nothing (after make-squashfs, a merge or a repack)
+EMPTY_LAYER_MARK = '.empty-layer'
+# A generation no link names any more is removed this long after it was superseded (a container started just
+# before may still be about to open its files)
+KEEP_SUPERSEDED_MINUTES = 2
+SQUASHFS_NAME, CHANGES_NAME = 'user-software.squashfs', 'user-software.changes.squashfs'
+# The two files as the module names them: through the link, from the install dir
+USER_SOFTWARE_SQUASHFS = USER_SOFTWARE_PACKED + '/' + SQUASHFS_NAME
+USER_SOFTWARE_CHANGES = USER_SOFTWARE_PACKED + '/' + CHANGES_NAME
+USER_SOFTWARE_ENTRIES = (USER_SOFTWARE_PACKED, USER_SOFTWARE)
+# The image that make-squashfs tries the layers with, where the module is not loaded (an install)
 LAYERS_IMAGE = 'SINGULARITYCONTAINER_LAYERS_IMAGE'
 # Where OVERLAY_PYTHON lists the directories pip emptied on the overlay, for venv-pip
 EMPTIED_RECORD = '/user-software/.venv-pip-emptied'
@@ -372,39 +384,44 @@ class SingularityContainer(EasyBlock):
         return mask
 
     def back_up_user_software(self):
-        """Move user-software(.squashfs) of a previous installation next to the install dir if the user changed it
-        since that installation, and say what happened to it. The packed venv's two files go together: the changes
-        are a layer on that SquashFS file, of no use without it."""
+        """Move the user software of a previous installation (the packed venv's generation, user-software/) next
+        to the install dir if the user changed it since that installation, and say what happened to it."""
         if self.dry_run or not os.path.isdir(self.installdir):
             return
         # EasyBuild copies the easyconfig into easybuild/ when an installation has finished
         finished = glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb'))
         installed = self.read_user_software_fingerprints()
         stamp = time.strftime('%Y%m%d-%H%M%S')
-        for group in ((USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES), (USER_SOFTWARE,)):
-            paths = [os.path.join(self.installdir, entry) for entry in group
-                     if os.path.lexists(os.path.join(self.installdir, entry))]
-            if not paths:
+        for entry in USER_SOFTWARE_ENTRIES:
+            path = os.path.join(self.installdir, entry)
+            if not os.path.lexists(path):
                 continue
-            if not finished or all(installed.get(os.path.basename(path)) == tree_fingerprint(path) for path in paths):
+            if not finished or installed.get(entry) == tree_fingerprint(path):
                 why = "was left by an installation that did not finish" if not finished else \
                     "is as the previous installation made it"
-                for path in paths:
-                    print_msg("%s %s: it is replaced" % (path, why))
+                print_msg("%s %s: it is replaced" % (path, why))
                 continue
-            for path in paths:
-                self.move_aside(path, '%s.%s.backup-%s' % (self.installdir, os.path.basename(path), stamp))
+            backup = '%s.%s.backup-%s' % (self.installdir, entry, stamp)
+            if entry == USER_SOFTWARE_PACKED:
+                self.move_aside(current_generation(self.installdir) or path, backup, path)
+            else:
+                self.move_aside(path, backup, path)
 
-    def move_aside(self, path, backup):
-        """Move the user software at path to backup, and tell the user how to put it back."""
+    def move_aside(self, path, backup, used_as):
+        """Move the user software at path to backup, and tell the user how to put it back (as used_as)."""
         try:
             os.rename(path, backup)
         except OSError as err:
             raise EasyBuildError("Cannot move %s aside before reinstalling (to %s): %s. Nothing was removed; "
                                  "move it yourself and run eb again.", path, backup, err)
+        if used_as == path:
+            back = 'mv %s %s' % (backup, path)
+        else:  # a generation, which the link names by its name in the install dir
+            restored = os.path.join(self.installdir, GENERATION_PREFIX + 'restored')
+            back = 'mv %s %s && ln -sfn %s %s' % (backup, restored, os.path.basename(restored), used_as)
         print_warning("Software installed in the container was kept: %s, changed since it was installed, was "
-                      "moved to %s. To use it with the new installation, move it back: mv %s %s" %
-                      (path, backup, backup, path), silent=False)
+                      "moved to %s. To use it with the new installation, move it back: %s" % (used_as, backup, back),
+                      silent=False)
 
     def read_user_software_fingerprints(self):
         """{entry: fingerprint} of the user software as the previous installation left it ({} if unknown)."""
@@ -521,6 +538,7 @@ class SingularityContainer(EasyBlock):
             'module': self.full_mod_name,
             'venv': self.container_venv,
             'sif_var': 'SIF' + self.var_suffix,
+            'sif_name': sh_str(self.sif_name),
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
             'cache_setup': self.cache_setup(),
@@ -651,8 +669,7 @@ class SingularityContainer(EasyBlock):
         stacks them, check the result, and only then remove the directory."""
         make_squashfs = os.path.join(self.installdir, 'bin', 'make-squashfs')
         # the install holds the lock: make-squashfs must not wait for it
-        env = {INSTALL_HOLDS_LOCK: os.path.realpath(self.installdir), TRY_LAYERS: 'yes',
-               LAYERS_IMAGE: self.installed_sif()}
+        env = {INSTALL_HOLDS_LOCK: os.path.realpath(self.installdir), LAYERS_IMAGE: self.installed_sif()}
         cmd = ' '.join([sh_str('%s=%s' % item) for item in sorted(env.items())] + [sh_str(make_squashfs)])
         self.run_checked(cmd, "Packing user-software with make-squashfs")
         if self.dry_run:
@@ -839,17 +856,16 @@ class SingularityContainer(EasyBlock):
         # eb --module-only, for an install dir that may lack the image) goes on
         image = Image(sif, self.module_sif(), self.sif_name, self.cfg['central_sif_dir'] or '',
                       LUMI_CENTRAL_SIF_SUBDIR, LUMI_CENTRAL_SIF_DEFAULT, module, not self.making_fake_module)
-        # The layers of the packed venv, where make-squashfs found that the runtime stacks them
-        layers = os.path.isfile(os.path.join(installdir, USER_SOFTWARE_CHANGES))
-        changes = USER_SOFTWARE_CHANGES if layers else ''
         return ([Family(MODULE_FAMILY)] + [Conflict(name) for name in self.cfg['container_conflicts']] + [
             image,
             SetRestorable('SIF', sif), SetRestorable('SIF' + suffix, sif), SetRestorable('CONTAINERROOT', installdir),
             SetRestorable('RUNSCRIPTS', runscripts), SetRestorable('RUNSCRIPTS' + suffix, runscripts),
         ] + [SetRestorable(name, '1') for name in NVIDIA_RUNTIME_VARIABLES if self.cfg['gpu_vendor'] == 'nvidia'] + [
+            # The form of the venv is read at load from the generation the link names (layers, one file, or the
+            # directory), as the scripts read it: make-squashfs decides it
             Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, USER_SOFTWARE_SQUASHFS,
-                  changes, USER_SOFTWARE, module),
-        ] + ([Overlays(installdir, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES)] if layers else []) + [
+                  USER_SOFTWARE_CHANGES, USER_SOFTWARE, module),
+            Overlays(installdir, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
             PrependPath(self.prepend_path()),
         ] + [ContainerEnv(key, value) for key, value in self.container_environment()] + [
             CacheRoot(cache_root, rule + '\n' + call),
@@ -1289,6 +1305,18 @@ def tree_fingerprint(path):
             entry = os.lstat(os.path.join(root, name))
             count, size, newest = count + 1, size + entry.st_size, max(newest, entry.st_mtime_ns)
     return [count, size, newest]
+
+
+def current_generation(installdir):
+    """The generation of the packed venv that the link of installdir names (its path), or None (VENV_STATE)."""
+    try:
+        name = os.readlink(os.path.join(installdir, USER_SOFTWARE_PACKED))
+    except OSError:
+        return None
+    path = os.path.join(installdir, name)
+    if '/' in name or not name.startswith(GENERATION_PREFIX) or os.path.islink(path) or not os.path.isdir(path):
+        return None
+    return path
 
 
 def installer_container_settings():
@@ -2012,10 +2040,16 @@ if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
 fi
 export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
 @user_software_paths@
-if [ ! -f "$squashfs" ] && [ ! -d "$dir" ]; then
-    echo "${0##*/}: warning: the virtual environment of $module is missing (neither $squashfs nor $dir exists):" \
-        "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put the file back." >&2
+if [ "$form" = missing ]; then
+    echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
+        "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
 fi
+# The container gets the state of the venv as it is now, both files of it (STATE): not what a venv-pip elsewhere
+# makes current while the runtime opens them one by one
+for __name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
+    [ -z "${!__name:-}" ] || export "$__name=$(pinned_entries "$root" "$generation" "${!__name}")"
+done
+unset __name
 @cache_setup@
 @launch@
 '''
@@ -2219,33 +2253,132 @@ case "$action" in
 esac
 '''
 
-# make-squashfs, unmake-squashfs and venv-pip write under a temporary name, <target>.tmp.<host>.<pid>, and rename
-# it when done. A run killed with SIGKILL (which cannot be trapped) leaves that behind; it may be gigabytes.
-REMOVE_LEFTOVERS = r'''remove_leftovers() {
-    local old host pid
-    for old in "$1".tmp.*; do
-        [ -e "$old" ] || continue
-        host="${old#"$1".tmp.}"
-        pid="${host##*.}"
-        host="${host%.*}"
-        if [ "$host" != "$(hostname)" ]; then
-            echo "${0##*/}: warning: $old was left by a run on $host; remove it if none runs there any more" >&2
-        elif grep -qas -e make-squashfs -e venv-pip "/proc/$pid/cmdline"; then
-            die "$old is being written by process $pid; wait for it to finish"
-        else
-            echo "Removing $old, left by an interrupted run."
-            rm -rf "$old"
+# STATE: the packed venv's state, one generation directory named by one link, which a change replaces in one rename.
+# venv-pip, make-squashfs, unmake-squashfs and the wrappers read it (and venv-pip's changes write it) alike.
+VENV_STATE_TEMPLATE = r'''# The packed venv's state (README, "How it fits together").
+# The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
+# holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
+# The form of the venv is read from there and nowhere else: layers (both files), one SquashFS file, or, with no
+# link, the directory @us_dir@/ (also when both are there after unmake-squashfs: the link wins, as in the module).
+# A generation is never changed once the link names it. A change makes a new one beside it (a SquashFS file that
+# stays is a hard link, no copy) and renames a new link over the old one: one rename(2), so a kill at any moment
+# leaves the old state or the new one, and a container started through the module's commands gets both files of one
+# state (pinned_entries). What no link names is removed @keep_minutes@ minutes after it was superseded, by whoever
+# changes the venv next: a container that resolved the link just before still finds its files.
+
+current_generation() {  # the generation the link of the install dir $1 names (a path), or nothing
+    local name
+    name=$(readlink -- "$1/@packed@") || return 0
+    case "$name" in
+        @generation@*/* | */*) return 0 ;;
+        @generation@?*) [ -d "$1/$name" ] && [ ! -L "$1/$name" ] && echo "$1/$name" ;;
+    esac
+    return 0
+}
+venv_form() {  # layers, file, directory or missing: the venv of the install dir $1 with its generation $2 (or '')
+    if [ -n "$2" ] && [ -f "$2/@us_squashfs@" ] && [ -f "$2/@us_changes@" ]; then
+        echo layers
+    elif [ -n "$2" ] && [ -f "$2/@us_squashfs@" ]; then
+        echo file
+    elif [ -d "$1/@us_dir@" ]; then
+        echo directory
+    else
+        echo missing
+    fi
+}
+new_generation() {  # a new, empty generation in the install dir $1, for whoever may read it (the umask): its path
+    local generation
+    generation=$(mktemp -d -- "$1/@generation@XXXXXX") || return 1
+    if ! chmod "$(printf %04o $(( 8#777 & ~8#$(umask) )))" "$generation" ||
+        ! printf '%s %s %s\n' "$(id -un)" "$(hostname)" "$$" >"$generation/@record@"; then
+        rm -rf -- "$generation"
+        return 1
+    fi
+    echo "$generation"
+}
+make_current() {  # the generation $2 becomes the state of the install dir $1: one rename of a new link over the old
+    local link superseded
+    superseded=$(current_generation "$1")
+    link=$(mktemp -u -- "$1/@link@XXXXXX") || return 1
+    ln -s -- "${2##*/}" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
+    if ! mv -T -- "$link" "$1/@packed@"; then
+        rm -f -- "$link"
+        return 1
+    fi
+    # the clock of its removal starts now (remove_superseded)
+    [ -z "$superseded" ] || touch -c -- "$superseded" 2>/dev/null || true
+}
+# What an earlier change left in the install dir $1 that no link names any more: generations superseded more than
+# @keep_minutes@ minutes ago, a new one whose run was killed, and that run's link. Only real directories made as
+# generations (with their record) and links of the link's pattern; nothing is followed. Say what cannot be removed.
+remove_superseded() {
+    local current entry
+    current=$(current_generation "$1")
+    for entry in "$1"/@generation@* "$1"/@link@*; do
+        if [ "$entry" = "$current" ] || [ -z "$(find "$entry" -maxdepth 0 -mmin +@keep_minutes@ 2>/dev/null)" ]; then
+            continue
         fi
+        case "$entry" in
+            "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
+            *)
+                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ]; then
+                    rm -rf -- "$entry" 2>/dev/null ||
+                        echo "${0##*/}: warning: cannot remove $entry, an old state of the venv ($(stat -c %U -- \
+                            "$entry")'s): remove it when no job runs from it" >&2
+                fi
+                ;;
+        esac
     done
-}'''
+}
+through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
+    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/@packed@" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
+}
+of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
+    case "$(readlink -f -- "$2" 2>/dev/null)" in
+        "$1"/@generation@*/*) return 0 ;;
+    esac
+    through_the_link "$1" "$2"
+}
+mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a command of the module leaves it out
+    : >"$1/@empty_mark@"
+}
+# The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
+# $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
+# get every change without a reload, and a container started by a command of the module gets one state whole.
+pinned_entries() {
+    local IFS=, entry entries pinned=() path
+    read -ra entries <<<"$3"
+    for entry in "${entries[@]}"; do
+        path=${entry%%:*}
+        if [ -n "$2" ] && through_the_link "$1" "$path"; then
+            entry="$2/${entry#"${path%/*}"/}"
+            # (an empty layer: one mount less at each start)
+            [ "${path##*/}" != @us_changes@ ] || [ ! -e "$2/@empty_mark@" ] || continue
+        fi
+        pinned+=("$entry")
+    done
+    echo "${pinned[*]}"
+}
+'''
 
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
-USER_SOFTWARE_PATHS_TEMPLATE = r'''# The install dir this script lives in (module loaded or not), with the venv
-# unpacked in @us_dir@/ or packed in @us_squashfs@ (with the changes on top, see LAYERS).
+USER_SOFTWARE_PATHS_TEMPLATE = r'''# The install dir this script lives in (module loaded or not), and its venv (STATE)
 root=$(readlink -f "${BASH_SOURCE[0]}")
 root=${root%/*/*}
 dir="$root/@us_dir@"
-squashfs="$root/@us_squashfs@"'''
+packed="$root/@packed@"  # (the link, see STATE)
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation)
+@venv_state@
+# The state now: the files of the packed venv (which may not exist), for reading. What changes the venv reads it again
+# once it holds the lock (read_state).
+read_state() {
+    generation=$(current_generation "$root")
+    squashfs="${generation:-$packed}/$squashfs_name"
+    changes="${generation:-$packed}/$changes_name"
+    form=$(venv_form "$root" "$generation")
+}
+read_state
+'''
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken.
@@ -2463,17 +2596,15 @@ use_for_user_software() {
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
 # The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
-# ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software
+# ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software. The
+# module's are those in a generation of this install dir (STATE), named through its link or not.
 set_overlays() {
-    local IFS=, entry entries kept=() resolved
+    local IFS=, entry entries kept=()
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        # (the module names the files by the install dir's path, which may go through a link: $root is resolved)
-        resolved=$(readlink -f "${entry%:ro}" 2>/dev/null || true)
-        case "${resolved:-$entry}" in
-            "$squashfs" | "$changes" | "${work:-/}"/* | '') ;;
-            *) kept+=("$entry") ;;
-        esac
+        if [ -n "$entry" ] && ! of_the_packed_venv "$root" "${entry%:ro}" && [[ "$entry" != "${work:-/}"/* ]]; then
+            kept+=("$entry")
+        fi
     done
     kept+=("$@")
     SINGULARITY_OVERLAY="${kept[*]}"
@@ -2523,9 +2654,8 @@ LAYERS_TEMPLATE = r'''
 # The packed venv: $squashfs, and $changes on top of it if this install stacks layers (make-squashfs checks that the
 # runtime can). Both hold user-software/ from the container's root, so that the runtime can stack them as read-only
 # overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
-# $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
-# they are then: venv-pip replaces one file at a time, each change whole.
-changes="$root/@us_changes@"
+# $squashfs was packed, a path it removed as a whiteout (a character device 0,0). Both are files of one generation of
+# the venv (STATE).
 cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
 # (the root of a layer is the container's /)
 squash_options=(-noappend -no-progress -quiet -processors "$cpus"
@@ -2612,9 +2742,9 @@ pack_layer() {
     done >"$pseudo"
     mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
 }
-empty_layer() {  # the layer $1 that changes nothing
-    local empty
-    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") &&
+empty_layer() {  # the layer $1 that changes nothing (made from a directory beside it: in a new generation, which
+    local empty  # goes whole if this is killed)
+    empty=$(mktemp -d "${1%/*}/.empty-layer.XXXXXX") &&
         mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
     local status=$?
     rm -rf "$empty"
@@ -2629,7 +2759,8 @@ layers_stack() {
         return 1
     fi
     output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$squashfs:ro,$changes:ro" \
-        APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1) && return 0
+        APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1 9>&-) &&
+        return 0
     echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
     return 1
 }
@@ -2807,7 +2938,6 @@ if __name__ == "__main__":
 # only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
 # mounted keep it.
 LAUNCH_VENV_PIP = r'''@readable_by_all@
-@remove_leftovers@
 
 @pip_changes_venv@
 
@@ -2819,19 +2949,21 @@ LAUNCH_VENV_PIP = r'''@readable_by_all@
 
 venv=@venv@
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
+# The runtime never gets the lock's descriptor (9): its FUSE daemons outlive a killed venv-pip, and would hold the lock
+# for everyone
 pip() {
-    exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
+    exec "$runtime" @entry@ "$sif" @python@ -m pip "$@" 9>&-
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
+    exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@ 9>&-
 }
 overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@"
+    exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@" 9>&-
 }
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
@@ -2841,25 +2973,20 @@ like() {  # the new file $2 gets the mode and group of $1, for whoever could rea
     chmod --reference="$1" "$2"
     chgrp --reference="$1" "$2" 2>/dev/null || true
 }
-replace() {  # the new file $1 becomes $2
-    like "$2" "$1"
-    mv "$1" "$2"
+# The container sees the venv in the form the install dir's state has (STATE), read-only
+use_state() {
+    case "$form" in
+        layers) use_layers ;;
+        file) drop_layers; use_for_user_software "$squashfs" image-src=/user-software,ro ;;
+        directory) drop_layers; use_for_user_software "$dir" ;;
+        *) die "there is neither $packed nor $dir: reinstall the module with eb" ;;
+    esac
 }
 
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
 # the venv as it is now, read-only if packed.
 if ! pip_changes_venv "$@"; then
-    if [ -f "$squashfs" ] && [ -f "$changes" ]; then
-        use_layers
-    elif [ -f "$squashfs" ]; then
-        drop_layers
-        use_for_user_software "$squashfs" image-src=/user-software,ro
-    elif [ -d "$dir" ]; then
-        drop_layers
-        use_for_user_software "$dir"
-    else
-        die "there is neither $squashfs nor $dir: reinstall the module with eb"
-    fi
+    use_state
     pip "$@"
 fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
@@ -2869,9 +2996,8 @@ if ! take_lock -n; then
     echo "venv-pip: waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall on $root..." >&2
     take_lock
 fi
-remove_leftovers "$squashfs"
-remove_leftovers "$changes"
-remove_leftovers "$dir.venv-pip"
+read_state  # (as it is now that this run holds the lock)
+remove_superseded "$root"
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
 # ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
@@ -2900,10 +3026,9 @@ stop() {
 }
 stop_on_signals
 
-if [ ! -f "$squashfs" ]; then
-    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
-    drop_layers
-    use_for_user_software "$dir"
+if [ "$form" = directory ]; then
+    [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
+    use_state
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
     status=0
     in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
@@ -2912,14 +3037,24 @@ if [ ! -f "$squashfs" ]; then
     in_background image_commands
     exit 0
 fi
+[ "$form" != missing ] || die "there is neither $packed nor $dir: reinstall the module with eb"
 # After unmake-squashfs both are there: changing one of them would leave the other behind, silently
-[ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
-    "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
+[ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
+    "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
 
+# The change goes into a new generation, made current by one rename when it is whole (STATE)
 work=
-new="$squashfs.tmp.$(hostname).$$"
-new_changes="$changes.tmp.$(hostname).$$"
-trap 'clean_workdir "$work"; rm -f "$new" "$new_changes"' EXIT
+new=
+trap 'clean_workdir "$work"; rm -rf -- "$new"' EXIT
+new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+new_squashfs="$new/$squashfs_name"
+new_changes="$new/$changes_name"
+make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
+    trap '' HUP INT TERM
+    make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
+    new=
+    stop_on_signals
+}
 
 # The venv with the layer $1 on top unpacked into $tree, in a fresh work dir on storage with room for it
 unpack_in_workdir() {
@@ -2928,7 +3063,7 @@ unpack_in_workdir() {
     in_background unpack_venv "$tree" "$1" || die "cannot unpack $squashfs with $1; nothing was changed"
 }
 
-# pip on the whole venv, unpacked in $work, packed again into $squashfs (with $changes emptied)
+# pip on the whole venv, unpacked in $work, packed again into a new generation (with an empty layer, in that form)
 change_by_repacking() {
     local tree before links status=0
     unpack_in_workdir "$changes"
@@ -2938,38 +3073,36 @@ change_by_repacking() {
     links=$(venv_python_links "$tree/$venv_bin")
     in_background pip "$@" || status=$?
     if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
+        echo "venv-pip: error: pip failed (exit code $status); the venv was not changed" >&2
         exit "$status"
     fi
     keep_venv_python "$tree/$venv_bin" "$links"
-    in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
+    in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$tree")" = "$before" ]; then
-        echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+        echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
     pack_base "$tree"
-    echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."
+    make_new_current
+    echo "venv-pip: $packed has the change; new jobs use it (no module reload needed), running ones keep the old one."
 }
-pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, becomes empty
-    in_background mksquashfs "$1" "$new" "${squash_options[@]}" >/dev/null ||
-        die "mksquashfs failed; $squashfs was not changed"
+pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
+    in_background mksquashfs "$1" "$new_squashfs" "${squash_options[@]}" >/dev/null ||
+        die "mksquashfs failed; the venv was not changed"
     # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
-    unsquashfs -l "$new" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
-        die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
-    [ ! -f "$changes" ] || empty_layer "$new_changes" || die "cannot write $new_changes; $squashfs was not changed"
-    like "$squashfs" "$new"
-    [ ! -f "$changes" ] || like "$changes" "$new_changes"
-    # The two renames go together: a signal between them would leave the old file without the changes it did not
-    # hold. The layer first: a job starting in between gets the venv as of the last merge, not the new file with the
-    # old changes on top again.
-    trap '' HUP INT TERM
-    [ ! -f "$changes" ] || mv "$new_changes" "$changes"
-    mv "$new" "$squashfs"
-    stop_on_signals
+    unsquashfs -l "$new_squashfs" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
+        die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
+    like "$squashfs" "$new_squashfs"
+    if [ "$form" = layers ]; then
+        if ! empty_layer "$new_changes" || ! mark_empty_layer "$new"; then
+            die "cannot write $new_changes; the venv was not changed"
+        fi
+        like "$changes" "$new_changes"
+    fi
 }
 
-# pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
-# $changes grows beyond a quarter of $squashfs (and 16 MiB), both are merged into a new $squashfs.
+# pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
+# the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
     local upper tree limit status=0
     make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
@@ -2978,7 +3111,7 @@ change_in_layers() {
     # pip, then the image's commands for the venv again, in one container
     in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
     if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
+        echo "venv-pip: error: pip failed (exit code $status); the venv was not changed" >&2
         exit "$status"
     fi
     upper="$work/overlay/upper"
@@ -2990,7 +3123,7 @@ change_in_layers() {
         return
     fi
     if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
-        echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+        echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
     tree="$work/tree"
@@ -3002,25 +3135,30 @@ change_in_layers() {
         die "cannot put the change together in $work; nothing was changed"
     fi
     in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
+    like "$changes" "$new_changes"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
-        replace "$new_changes" "$changes"
-        echo "venv-pip: $changes has the change; new jobs use it (no module reload needed), running ones keep the" \
-            "old one."
+        # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
+        ln -- "$squashfs" "$new_squashfs" || die "cannot link $squashfs into $new; nothing was changed"
+        make_new_current
+        echo "venv-pip: $packed has the change as a layer; new jobs use it (no module reload needed), running ones" \
+            "keep the old one."
         return
     fi
     # (a fresh work dir: the whole venv may not fit where the changes did)
     clean_workdir "$work"
     unpack_in_workdir "$new_changes"
+    rm -f -- "$new_changes"
     pack_base "$tree"
-    echo "venv-pip: $squashfs has the change (merged with the earlier ones); new jobs use it (no module reload" \
+    make_new_current
+    echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
 }
 
-if [ -f "$changes" ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
+if [ "$form" = layers ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
     change_in_layers "$@"
 else
-    if [ -f "$changes" ]; then
+    if [ "$form" = layers ]; then
         theirs=$changes
         [ -O "$squashfs" ] || theirs=$squashfs
         echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \
@@ -3031,80 +3169,83 @@ fi
 '''
 
 MAKE_SQUASHFS = r'''@header@
-@remove_leftovers@
 
 @user_software_paths@
 @readable_by_all@
 @layers@
 
 @lock_install_dir_or_stop@
-remove_leftovers "$squashfs"
-remove_leftovers "$changes"
-[ ! -e "$squashfs" ] || die "$squashfs already exists; remove it (or run unmake-squashfs and remove it) first"
+read_state
+remove_superseded "$root"
+[ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
+    "remove it) first"
 [ -d "$dir" ] || die "there is no $dir to pack"
 command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
-# This install stacks layers (it has $changes), or its installation asks for them: checked below
-layers=
-# shellcheck disable=SC2198  # @try_layers@ is a variable name, filled at install
-if [ -f "$changes" ] || [ "${@try_layers@:-}" = yes ]; then
-    layers=yes
-fi
-
-# Written under a temporary name and renamed only on success: an interrupted run leaves no partial image.
-tmp="$squashfs.tmp.$(hostname).$$"
-tmp_changes="$changes.tmp.$(hostname).$$"
-trap 'rm -f "$tmp" "$tmp_changes"' EXIT
+# A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
+new=
+trap 'rm -rf -- "$new"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+squashfs="$new/$squashfs_name"
+changes="$new/$changes_name"
 share_modes "$dir"
 echo "Packing $dir into $squashfs with $cpus processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
-mksquashfs "$dir" "$tmp" "${squash_options[@]}" -keep-as-directory >/dev/null ||
+mksquashfs "$dir" "$squashfs" "${squash_options[@]}" -keep-as-directory >/dev/null ||
     die "mksquashfs failed; nothing was changed"
-[ -z "$layers" ] || empty_layer "$tmp_changes" || die "cannot write $tmp_changes; nothing was changed"
+if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
+    die "cannot write $changes; nothing was changed"
+fi
 # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
 # dir is, so that venv-pip keeps it so)
-chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$tmp" ${layers:+"$tmp_changes"}
-mv "$tmp" "$squashfs"
-echo "Created $squashfs."
-if [ -n "$layers" ]; then
-    mv "$tmp_changes" "$changes"
-    # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-    if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-}}"); then
-        rm -f "$changes"
-        echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
-            "$squashfs and a layer on top as overlays here ($why)."
-    fi
+chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$squashfs" "$changes"
+# The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE): layers
+# where the runtime stacks them, else one SquashFS file that the module binds
+# (the image: the module's, else the install's, in the install dir)
+# shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
+if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}"); then
+    rm -f -- "$changes"
+    echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
+        "$packed/$squashfs_name and a layer on top as overlays here ($why)."
 fi
-trap - EXIT
+trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
+make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
+new=
+trap - EXIT HUP INT TERM
+echo "Created $packed/$squashfs_name."
 echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."
 '''
 
 UNMAKE_SQUASHFS = r'''@header@
-@remove_leftovers@
 
 @user_software_paths@
 @readable_by_all@
 @layers@
 
 @lock_install_dir_or_stop@
-remove_leftovers "$dir"
-[ -f "$squashfs" ] || die "there is no $squashfs to unpack"
-[ ! -e "$dir" ] || die "$dir already exists; move it away first, it is not overwritten"
+read_state
+remove_superseded "$root"
+[ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
+if [ -e "$dir" ] || [ -L "$dir" ]; then
+    die "$dir already exists; move it away first, it is not overwritten"
+fi
 command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
-tmp="$dir.tmp.$(hostname).$$"
-trap 'rm -rf "$tmp"' EXIT
-unpack_venv "$tmp" "$changes" || die "unsquashfs failed; nothing was changed"
-mv "$tmp/user-software" "$dir"
-rmdir "$tmp"
+tmp=
+trap 'rm -rf -- "$tmp"' EXIT
+# (a directory with the record of a generation: if this run is killed, a later change removes it, see STATE)
+tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+unpack_venv "$tmp/unpacked" "$changes" || die "unsquashfs failed; nothing was changed"
+mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
 trap - EXIT
+rm -rf -- "$tmp"
 echo "Unpacked $squashfs into $dir."
 [ ! -f "$changes" ] || echo "It includes the changes in $changes."
-echo "To install into it, remove $squashfs and reload the module (module load $module):"
-echo "as long as the SquashFS file exists, it is what the container sees as /user-software."
+echo "To install into it, remove the link $packed and reload the module (module load $module):"
+echo "as long as the link exists, the packed venv is what the container sees as /user-software."
 '''
 
 RUNSCRIPT_INIT = r'''# shellcheck shell=bash
@@ -3936,10 +4077,13 @@ if __name__ == "__main__":
 # The templates above, filled where their values are the easyblock's constants, and the table of the scripts
 # ---------------------------------------------------------------------------------------------------------------
 
-USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE,
-                                    us_squashfs=USER_SOFTWARE_SQUASHFS)
-LAYERS = fill_template(LAYERS_TEMPLATE, us_changes=USER_SOFTWARE_CHANGES, mksquashfs_options=MKSQUASHFS_OPTIONS,
-                       record=EMPTIED_RECORD)
+VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
+                           link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
+                           empty_mark=EMPTY_LAYER_MARK,
+                           us_dir=USER_SOFTWARE, us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME)
+USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
+                                    us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME, venv_state=VENV_STATE)
+LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK)
 LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
                                                             holds_lock=INSTALL_HOLDS_LOCK)
@@ -3955,14 +4099,12 @@ def cache_root_rule(module, subdirs):
 # The pieces above, by their placeholder in the script templates
 SCRIPT_SNIPPETS = {
     'readable_by_all': READABLE_BY_ALL,
-    'remove_leftovers': REMOVE_LEFTOVERS,
     'user_software_paths': USER_SOFTWARE_PATHS,
     'lock_install_dir': LOCK_INSTALL_DIR,
     'lock_install_dir_or_stop': LOCK_INSTALL_DIR_OR_STOP,
     'pip_changes_venv': PIP_CHANGES_VENV,
     'layers': LAYERS,
     'workdir': WORKDIR,
-    'try_layers': TRY_LAYERS,
     'image_var': LAYERS_IMAGE,
 }
 
@@ -3985,9 +4127,10 @@ Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
 SCRIPTS = [
     Script('bin/start-shell', 'start bash in the container', 'bash', LAUNCHER, 'shell', None),
     Script('bin/list-packages', 'list the Python packages in the container', 'bash', LAUNCHER, 'runscript', None),
-    Script('bin/make-squashfs', 'pack user-software/ into user-software.squashfs', 'bash', MAKE_SQUASHFS, None, None),
-    Script('bin/unmake-squashfs', 'unpack user-software.squashfs into user-software/', 'bash', UNMAKE_SQUASHFS, None,
+    Script('bin/make-squashfs', 'pack user-software/ into SquashFS (user-software.packed)', 'bash', MAKE_SQUASHFS, None,
            None),
+    Script('bin/unmake-squashfs', 'unpack the packed venv (user-software.packed) into user-software/', 'bash',
+           UNMAKE_SQUASHFS, None, None),
     Script('bin/venv-pip', 'pip against the virtual environment, packed or not: venv-pip install torchmetrics', 'bash',
            LAUNCHER, 'venv-pip', None),
     Script('bin/jupyter-kernel', 'a Jupyter kernel of the container\'s Python with the virtual environment: '

@@ -20,17 +20,15 @@ use_for_user_software() {
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
 # The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
-# ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software
+# ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software. The
+# module's are those in a generation of this install dir (STATE), named through its link or not.
 set_overlays() {
-    local IFS=, entry entries kept=() resolved
+    local IFS=, entry entries kept=()
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        # (the module names the files by the install dir's path, which may go through a link: $root is resolved)
-        resolved=$(readlink -f "${entry%:ro}" 2>/dev/null || true)
-        case "${resolved:-$entry}" in
-            "$squashfs" | "$changes" | "${work:-/}"/* | '') ;;
-            *) kept+=("$entry") ;;
-        esac
+        if [ -n "$entry" ] && ! of_the_packed_venv "$root" "${entry%:ro}" && [[ "$entry" != "${work:-/}"/* ]]; then
+            kept+=("$entry")
+        fi
     done
     kept+=("$@")
     SINGULARITY_OVERLAY="${kept[*]}"

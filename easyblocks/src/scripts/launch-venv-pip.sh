@@ -1,5 +1,4 @@
 @readable_by_all@
-@remove_leftovers@
 
 @pip_changes_venv@
 
@@ -11,19 +10,21 @@
 
 venv=@venv@
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
+# The runtime never gets the lock's descriptor (9): its FUSE daemons outlive a killed venv-pip, and would hold the lock
+# for everyone
 pip() {
-    exec "$runtime" @entry@ "$sif" @python@ -m pip "$@"
+    exec "$runtime" @entry@ "$sif" @python@ -m pip "$@" 9>&-
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@
+    exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@ 9>&-
 }
 overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@"
+    exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@" 9>&-
 }
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
@@ -33,25 +34,20 @@ like() {  # the new file $2 gets the mode and group of $1, for whoever could rea
     chmod --reference="$1" "$2"
     chgrp --reference="$1" "$2" 2>/dev/null || true
 }
-replace() {  # the new file $1 becomes $2
-    like "$2" "$1"
-    mv "$1" "$2"
+# The container sees the venv in the form the install dir's state has (STATE), read-only
+use_state() {
+    case "$form" in
+        layers) use_layers ;;
+        file) drop_layers; use_for_user_software "$squashfs" image-src=/user-software,ro ;;
+        directory) drop_layers; use_for_user_software "$dir" ;;
+        *) die "there is neither $packed nor $dir: reinstall the module with eb" ;;
+    esac
 }
 
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
 # the venv as it is now, read-only if packed.
 if ! pip_changes_venv "$@"; then
-    if [ -f "$squashfs" ] && [ -f "$changes" ]; then
-        use_layers
-    elif [ -f "$squashfs" ]; then
-        drop_layers
-        use_for_user_software "$squashfs" image-src=/user-software,ro
-    elif [ -d "$dir" ]; then
-        drop_layers
-        use_for_user_software "$dir"
-    else
-        die "there is neither $squashfs nor $dir: reinstall the module with eb"
-    fi
+    use_state
     pip "$@"
 fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
@@ -61,9 +57,8 @@ if ! take_lock -n; then
     echo "venv-pip: waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall on $root..." >&2
     take_lock
 fi
-remove_leftovers "$squashfs"
-remove_leftovers "$changes"
-remove_leftovers "$dir.venv-pip"
+read_state  # (as it is now that this run holds the lock)
+remove_superseded "$root"
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
 # ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
@@ -92,10 +87,9 @@ stop() {
 }
 stop_on_signals
 
-if [ ! -f "$squashfs" ]; then
-    [ -d "$dir/venv" ] || die "there is neither $squashfs nor $dir/venv: reinstall the module with eb"
-    drop_layers
-    use_for_user_software "$dir"
+if [ "$form" = directory ]; then
+    [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
+    use_state
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
     status=0
     in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
@@ -104,14 +98,24 @@ if [ ! -f "$squashfs" ]; then
     in_background image_commands
     exit 0
 fi
+[ "$form" != missing ] || die "there is neither $packed nor $dir: reinstall the module with eb"
 # After unmake-squashfs both are there: changing one of them would leave the other behind, silently
-[ ! -e "$dir" ] || die "both $squashfs and $dir exist (after unmake-squashfs?): the module uses the SquashFS" \
-    "file. Remove the one you no longer want (to use $dir: rm $squashfs; module load $module), then run venv-pip again"
+[ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
+    "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
 
+# The change goes into a new generation, made current by one rename when it is whole (STATE)
 work=
-new="$squashfs.tmp.$(hostname).$$"
-new_changes="$changes.tmp.$(hostname).$$"
-trap 'clean_workdir "$work"; rm -f "$new" "$new_changes"' EXIT
+new=
+trap 'clean_workdir "$work"; rm -rf -- "$new"' EXIT
+new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+new_squashfs="$new/$squashfs_name"
+new_changes="$new/$changes_name"
+make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
+    trap '' HUP INT TERM
+    make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
+    new=
+    stop_on_signals
+}
 
 # The venv with the layer $1 on top unpacked into $tree, in a fresh work dir on storage with room for it
 unpack_in_workdir() {
@@ -120,7 +124,7 @@ unpack_in_workdir() {
     in_background unpack_venv "$tree" "$1" || die "cannot unpack $squashfs with $1; nothing was changed"
 }
 
-# pip on the whole venv, unpacked in $work, packed again into $squashfs (with $changes emptied)
+# pip on the whole venv, unpacked in $work, packed again into a new generation (with an empty layer, in that form)
 change_by_repacking() {
     local tree before links status=0
     unpack_in_workdir "$changes"
@@ -130,38 +134,36 @@ change_by_repacking() {
     links=$(venv_python_links "$tree/$venv_bin")
     in_background pip "$@" || status=$?
     if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
+        echo "venv-pip: error: pip failed (exit code $status); the venv was not changed" >&2
         exit "$status"
     fi
     keep_venv_python "$tree/$venv_bin" "$links"
-    in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
+    in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$tree")" = "$before" ]; then
-        echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+        echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
     pack_base "$tree"
-    echo "venv-pip: $squashfs has the change; new jobs use it (no module reload needed), running ones keep the old one."
+    make_new_current
+    echo "venv-pip: $packed has the change; new jobs use it (no module reload needed), running ones keep the old one."
 }
-pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, becomes empty
-    in_background mksquashfs "$1" "$new" "${squash_options[@]}" >/dev/null ||
-        die "mksquashfs failed; $squashfs was not changed"
+pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
+    in_background mksquashfs "$1" "$new_squashfs" "${squash_options[@]}" >/dev/null ||
+        die "mksquashfs failed; the venv was not changed"
     # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
-    unsquashfs -l "$new" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
-        die "the new SquashFS file lacks $venv/bin/python; $squashfs was not changed"
-    [ ! -f "$changes" ] || empty_layer "$new_changes" || die "cannot write $new_changes; $squashfs was not changed"
-    like "$squashfs" "$new"
-    [ ! -f "$changes" ] || like "$changes" "$new_changes"
-    # The two renames go together: a signal between them would leave the old file without the changes it did not
-    # hold. The layer first: a job starting in between gets the venv as of the last merge, not the new file with the
-    # old changes on top again.
-    trap '' HUP INT TERM
-    [ ! -f "$changes" ] || mv "$new_changes" "$changes"
-    mv "$new" "$squashfs"
-    stop_on_signals
+    unsquashfs -l "$new_squashfs" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
+        die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
+    like "$squashfs" "$new_squashfs"
+    if [ "$form" = layers ]; then
+        if ! empty_layer "$new_changes" || ! mark_empty_layer "$new"; then
+            die "cannot write $new_changes; the venv was not changed"
+        fi
+        like "$changes" "$new_changes"
+    fi
 }
 
-# pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
-# $changes grows beyond a quarter of $squashfs (and 16 MiB), both are merged into a new $squashfs.
+# pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
+# the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
     local upper tree limit status=0
     make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
@@ -170,7 +172,7 @@ change_in_layers() {
     # pip, then the image's commands for the venv again, in one container
     in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
     if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
+        echo "venv-pip: error: pip failed (exit code $status); the venv was not changed" >&2
         exit "$status"
     fi
     upper="$work/overlay/upper"
@@ -182,7 +184,7 @@ change_in_layers() {
         return
     fi
     if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
-        echo "venv-pip: nothing changed in $venv; $squashfs stays as it was."
+        echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
     tree="$work/tree"
@@ -194,25 +196,30 @@ change_in_layers() {
         die "cannot put the change together in $work; nothing was changed"
     fi
     in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
+    like "$changes" "$new_changes"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
-        replace "$new_changes" "$changes"
-        echo "venv-pip: $changes has the change; new jobs use it (no module reload needed), running ones keep the" \
-            "old one."
+        # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
+        ln -- "$squashfs" "$new_squashfs" || die "cannot link $squashfs into $new; nothing was changed"
+        make_new_current
+        echo "venv-pip: $packed has the change as a layer; new jobs use it (no module reload needed), running ones" \
+            "keep the old one."
         return
     fi
     # (a fresh work dir: the whole venv may not fit where the changes did)
     clean_workdir "$work"
     unpack_in_workdir "$new_changes"
+    rm -f -- "$new_changes"
     pack_base "$tree"
-    echo "venv-pip: $squashfs has the change (merged with the earlier ones); new jobs use it (no module reload" \
+    make_new_current
+    echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
 }
 
-if [ -f "$changes" ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
+if [ "$form" = layers ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
     change_in_layers "$@"
 else
-    if [ -f "$changes" ]; then
+    if [ "$form" = layers ]; then
         theirs=$changes
         [ -O "$squashfs" ] || theirs=$squashfs
         echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \

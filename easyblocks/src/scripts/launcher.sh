@@ -17,9 +17,15 @@ if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
 fi
 export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
 @user_software_paths@
-if [ ! -f "$squashfs" ] && [ ! -d "$dir" ]; then
-    echo "${0##*/}: warning: the virtual environment of $module is missing (neither $squashfs nor $dir exists):" \
-        "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put the file back." >&2
+if [ "$form" = missing ]; then
+    echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
+        "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
 fi
+# The container gets the state of the venv as it is now, both files of it (STATE): not what a venv-pip elsewhere
+# makes current while the runtime opens them one by one
+for __name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
+    [ -z "${!__name:-}" ] || export "$__name=$(pinned_entries "$root" "$generation" "${!__name}")"
+done
+unset __name
 @cache_setup@
 @launch@

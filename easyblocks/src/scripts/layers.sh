@@ -2,9 +2,8 @@
 # The packed venv: $squashfs, and $changes on top of it if this install stacks layers (make-squashfs checks that the
 # runtime can). Both hold user-software/ from the container's root, so that the runtime can stack them as read-only
 # overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
-# $squashfs was packed, a path it removed as a whiteout (a character device 0,0). A job that starts sees both as
-# they are then: venv-pip replaces one file at a time, each change whole.
-changes="$root/@us_changes@"
+# $squashfs was packed, a path it removed as a whiteout (a character device 0,0). Both are files of one generation of
+# the venv (STATE).
 cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
 # (the root of a layer is the container's /)
 squash_options=(-noappend -no-progress -quiet -processors "$cpus"
@@ -91,9 +90,9 @@ pack_layer() {
     done >"$pseudo"
     mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
 }
-empty_layer() {  # the layer $1 that changes nothing
-    local empty
-    empty=$(mktemp -d "${TMPDIR:-/tmp}/empty-layer.XXXXXX") &&
+empty_layer() {  # the layer $1 that changes nothing (made from a directory beside it: in a new generation, which
+    local empty  # goes whole if this is killed)
+    empty=$(mktemp -d "${1%/*}/.empty-layer.XXXXXX") &&
         mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
     local status=$?
     rm -rf "$empty"
@@ -108,7 +107,8 @@ layers_stack() {
         return 1
     fi
     output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$squashfs:ro,$changes:ro" \
-        APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1) && return 0
+        APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1 9>&-) &&
+        return 0
     echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
     return 1
 }

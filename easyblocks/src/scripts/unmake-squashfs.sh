@@ -1,23 +1,27 @@
 @header@
-@remove_leftovers@
 
 @user_software_paths@
 @readable_by_all@
 @layers@
 
 @lock_install_dir_or_stop@
-remove_leftovers "$dir"
-[ -f "$squashfs" ] || die "there is no $squashfs to unpack"
-[ ! -e "$dir" ] || die "$dir already exists; move it away first, it is not overwritten"
+read_state
+remove_superseded "$root"
+[ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
+if [ -e "$dir" ] || [ -L "$dir" ]; then
+    die "$dir already exists; move it away first, it is not overwritten"
+fi
 command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
-tmp="$dir.tmp.$(hostname).$$"
-trap 'rm -rf "$tmp"' EXIT
-unpack_venv "$tmp" "$changes" || die "unsquashfs failed; nothing was changed"
-mv "$tmp/user-software" "$dir"
-rmdir "$tmp"
+tmp=
+trap 'rm -rf -- "$tmp"' EXIT
+# (a directory with the record of a generation: if this run is killed, a later change removes it, see STATE)
+tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+unpack_venv "$tmp/unpacked" "$changes" || die "unsquashfs failed; nothing was changed"
+mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
 trap - EXIT
+rm -rf -- "$tmp"
 echo "Unpacked $squashfs into $dir."
 [ ! -f "$changes" ] || echo "It includes the changes in $changes."
-echo "To install into it, remove $squashfs and reload the module (module load $module):"
-echo "as long as the SquashFS file exists, it is what the container sees as /user-software."
+echo "To install into it, remove the link $packed and reload the module (module load $module):"
+echo "as long as the link exists, the packed venv is what the container sees as /user-software."

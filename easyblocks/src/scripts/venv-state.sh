@@ -1,0 +1,104 @@
+# The packed venv's state (README, "How it fits together").
+# The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
+# holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
+# The form of the venv is read from there and nowhere else: layers (both files), one SquashFS file, or, with no
+# link, the directory @us_dir@/ (also when both are there after unmake-squashfs: the link wins, as in the module).
+# A generation is never changed once the link names it. A change makes a new one beside it (a SquashFS file that
+# stays is a hard link, no copy) and renames a new link over the old one: one rename(2), so a kill at any moment
+# leaves the old state or the new one, and a container started through the module's commands gets both files of one
+# state (pinned_entries). What no link names is removed @keep_minutes@ minutes after it was superseded, by whoever
+# changes the venv next: a container that resolved the link just before still finds its files.
+
+current_generation() {  # the generation the link of the install dir $1 names (a path), or nothing
+    local name
+    name=$(readlink -- "$1/@packed@") || return 0
+    case "$name" in
+        @generation@*/* | */*) return 0 ;;
+        @generation@?*) [ -d "$1/$name" ] && [ ! -L "$1/$name" ] && echo "$1/$name" ;;
+    esac
+    return 0
+}
+venv_form() {  # layers, file, directory or missing: the venv of the install dir $1 with its generation $2 (or '')
+    if [ -n "$2" ] && [ -f "$2/@us_squashfs@" ] && [ -f "$2/@us_changes@" ]; then
+        echo layers
+    elif [ -n "$2" ] && [ -f "$2/@us_squashfs@" ]; then
+        echo file
+    elif [ -d "$1/@us_dir@" ]; then
+        echo directory
+    else
+        echo missing
+    fi
+}
+new_generation() {  # a new, empty generation in the install dir $1, for whoever may read it (the umask): its path
+    local generation
+    generation=$(mktemp -d -- "$1/@generation@XXXXXX") || return 1
+    if ! chmod "$(printf %04o $(( 8#777 & ~8#$(umask) )))" "$generation" ||
+        ! printf '%s %s %s\n' "$(id -un)" "$(hostname)" "$$" >"$generation/@record@"; then
+        rm -rf -- "$generation"
+        return 1
+    fi
+    echo "$generation"
+}
+make_current() {  # the generation $2 becomes the state of the install dir $1: one rename of a new link over the old
+    local link superseded
+    superseded=$(current_generation "$1")
+    link=$(mktemp -u -- "$1/@link@XXXXXX") || return 1
+    ln -s -- "${2##*/}" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
+    if ! mv -T -- "$link" "$1/@packed@"; then
+        rm -f -- "$link"
+        return 1
+    fi
+    # the clock of its removal starts now (remove_superseded)
+    [ -z "$superseded" ] || touch -c -- "$superseded" 2>/dev/null || true
+}
+# What an earlier change left in the install dir $1 that no link names any more: generations superseded more than
+# @keep_minutes@ minutes ago, a new one whose run was killed, and that run's link. Only real directories made as
+# generations (with their record) and links of the link's pattern; nothing is followed. Say what cannot be removed.
+remove_superseded() {
+    local current entry
+    current=$(current_generation "$1")
+    for entry in "$1"/@generation@* "$1"/@link@*; do
+        if [ "$entry" = "$current" ] || [ -z "$(find "$entry" -maxdepth 0 -mmin +@keep_minutes@ 2>/dev/null)" ]; then
+            continue
+        fi
+        case "$entry" in
+            "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
+            *)
+                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ]; then
+                    rm -rf -- "$entry" 2>/dev/null ||
+                        echo "${0##*/}: warning: cannot remove $entry, an old state of the venv ($(stat -c %U -- \
+                            "$entry")'s): remove it when no job runs from it" >&2
+                fi
+                ;;
+        esac
+    done
+}
+through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
+    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/@packed@" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
+}
+of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
+    case "$(readlink -f -- "$2" 2>/dev/null)" in
+        "$1"/@generation@*/*) return 0 ;;
+    esac
+    through_the_link "$1" "$2"
+}
+mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a command of the module leaves it out
+    : >"$1/@empty_mark@"
+}
+# The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
+# $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
+# get every change without a reload, and a container started by a command of the module gets one state whole.
+pinned_entries() {
+    local IFS=, entry entries pinned=() path
+    read -ra entries <<<"$3"
+    for entry in "${entries[@]}"; do
+        path=${entry%%:*}
+        if [ -n "$2" ] && through_the_link "$1" "$path"; then
+            entry="$2/${entry#"${path%/*}"/}"
+            # (an empty layer: one mount less at each start)
+            [ "${path##*/}" != @us_changes@ ] || [ ! -e "$2/@empty_mark@" ] || continue
+        fi
+        pinned+=("$entry")
+    done
+    echo "${pinned[*]}"
+}

@@ -1,0 +1,241 @@
+"""A kill at every step of a change of the packed venv leaves the old state or the new one, whole.
+
+What users keep changes in one rename (README, "How it fits together"): a killed venv-pip, merge or make-squashfs
+leaves the link naming the old generation or the new one. These tests kill the whole process group of the command
+(as Slurm's time limit, an OOM kill or `kill -9 -PGID` do) at each step in turn: before each command it runs on the
+install dir (mktemp, mksquashfs, chmod, ln, mv, touch, rm, ...), while pip runs in the container, and after the
+last step. The kills come from outside the product: the commands it runs are found on PATH, where the test puts
+shims of them first that count the steps and, at the chosen one, kill their own process group (`kill -KILL 0`).
+After each kill: the venv is the old state or the new one (the names in both SquashFS files of the generation the
+link names, which are those of a run that was not killed, or those before), no process holds the install dir's
+lock (the runtime's FUSE daemons outlive the kill: they must not have inherited it), and after the last kill of a
+kind, the next venv-pip works at once and leaves nothing behind.
+"""
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support import require_tools
+from test_venv_pip import PACKED, fresh, generations, install, packed_files  # noqa: F401 (fixtures)
+from testkit.easyblock import easyblock
+from testkit.install import RUNTIME, base_env, local_wheels, run, spawn, write_wheel
+from testkit.users import OWNER, give, user as user_named
+
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
+# The commands whose calls on the install dir are the steps (the runtime's: the pip step)
+STEPS = ['mktemp', 'chmod', 'chgrp', 'ln', 'mv', 'touch', 'rm', 'mkdir', 'cp', 'mksquashfs', 'unsquashfs',
+         'singularity']
+
+SHIM = '''#!/bin/bash
+# A step of the command under test when it names the install dir: counted; at the chosen one, the process group is
+# killed (before it runs, or while the runtime runs pip)
+case " $* " in
+    *"{idir}"*)
+        exec 8>>{counter}.lock
+        flock 8
+        step=$(( $(cat {counter} 2>/dev/null || echo 0) + 1 ))
+        echo "$step" >{counter}
+        exec 8>&-
+        printf '%s {name} %s\n' "$step" "$(printf '%s ' "$@" | tr '\n' ' ')" >>{log}
+        if [ "$step" = "$(cat {kill_at} 2>/dev/null)" ]; then
+            if [ {name} = singularity ]; then  # while it runs: once it has mounted the venv
+                {real} "$@" &
+                for _ in $(seq 200); do
+                    ! pgrep -u "$(id -u)" -x squashfuse_ll >/dev/null || break
+                    sleep 0.1
+                done
+                sleep 1
+            fi
+            kill -KILL 0
+        fi
+        ;;
+esac
+exec {real} "$@"
+'''
+
+
+@pytest.fixture(scope='module')
+def eb_version():
+    return '5'
+
+
+@pytest.fixture(scope='module')
+def packed_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
+    return install(tmp_path_factory.mktemp('faults'), demo_sif, wheelhouse, eb_version, squash=True)
+
+
+class Shims:
+    """The shims of STEPS in a directory of their own, counting into files of the test's."""
+
+    def __init__(self, directory, idir):
+        require_tools('flock', *[name for name in STEPS if name != 'singularity'])
+        self.bin = directory / 'bin'
+        self.bin.mkdir(parents=True)
+        self.counter, self.log, self.kill_at = directory / 'counter', directory / 'log', directory / 'kill-at'
+        for name in STEPS:
+            real = RUNTIME if name == 'singularity' else shutil.which(name)
+            (self.bin / name).write_text(SHIM.format(idir=idir, counter=self.counter, log=self.log,
+                                                     kill_at=self.kill_at, name=name, real=real))
+            (self.bin / name).chmod(0o755)
+        directory.chmod(0o777)  # (the test user counts here)
+
+    def arm(self, step):
+        """Count from 0, and kill at `step` (None: never)."""
+        for path in (self.counter, self.log):
+            path.unlink(missing_ok=True)
+        self.kill_at.write_text('%s\n' % (step or ''))
+
+    def steps(self):
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+def state(idir):
+    """The state of the packed venv: the names in each file of the generation the link names."""
+    files = {}
+    for name in packed_files(idir):
+        listing = run(['unsquashfs', '-l', str(idir / PACKED / name)], user=None).stdout
+        files[name] = sorted(listing.splitlines())
+    return files
+
+
+def lock_holders(idir):
+    """The processes that have the install dir's lock open."""
+    lock = str(idir / '.user-software.lock')
+    holders = []
+    for proc in Path('/proc').iterdir():
+        try:
+            if any(os.readlink(fd) == lock for fd in (proc / 'fd').iterdir()):
+                holders.append((proc.name, (proc / 'comm').read_text().strip()))
+        except OSError:
+            continue
+    return holders
+
+
+def fuse_daemons():
+    """The pids of the runtime's FUSE daemons that run now, orphaned (PPID 1: their container is gone), of the test
+    user."""
+    found = set()
+    for proc in Path('/proc').iterdir():
+        try:
+            status = dict(line.split(':\t', 1) for line in (proc / 'status').read_text().splitlines() if ':\t' in line)
+            if status['Name'] in ('squashfuse_ll', 'squashfuse') and status['PPid'] == '1' and \
+                    int(status["Uid"].split()[0]) == user_named(OWNER).uid:
+                found.add(int(proc.name))
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
+def kill_leftover_daemons(before):
+    """The runtime's FUSE daemons of a killed container live on with PPID 1 (README, known limitations): those that
+    the killed runs left (none that were there before them)."""
+    for pid in fuse_daemons() - before:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_killed(inst, shims, script, step, tmp_path):
+    """Run the script (after module load) in a new process group, with the shims first on PATH, killing at `step`;
+    return (exit status, its output)."""
+    shims.arm(step)
+    work = tmp_path / 'work'  # venv-pip's node-local storage: what a killed run leaves there goes with the test
+    work.mkdir(exist_ok=True)
+    give(work, inst.user)
+    env = base_env([str(shims.bin)])
+    env['TMPDIR'] = str(work)
+    proc = spawn(inst.shell_command('module load Demo/1.0\n' + script), env=env, stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out, _ = proc.communicate(timeout=300)
+    return proc.returncode, out
+
+
+def age_leftovers(idir):
+    """As if the killed runs were long enough ago for their leftovers to go (KEEP_SUPERSEDED_MINUTES)."""
+    for leftover in generations(idir)[1:]:
+        old = leftover.stat().st_mtime - 60 * easyblock.KEEP_SUPERSEDED_MINUTES - 1
+        os.utime(leftover, (old, old))
+
+
+def kill_at_every_step(installed, tmp_path, script, check_new=None):
+    """Run the script once to count its steps and see the new state, then once per step, killed there, from the
+    state as installed each time; assert the old or new state after each. Returns what was killed where."""
+    inst, idir = fresh(installed)
+    shims = Shims(tmp_path / 'shims', idir)
+    old = state(idir)
+    status, out = run_killed(inst, shims, script, None, tmp_path)
+    assert status == 0, out
+    steps, new = shims.steps(), state(idir)
+    assert new != old and steps, out
+    if check_new:
+        check_new(new)
+    seen, daemons = [], fuse_daemons()
+    try:
+        for step in range(1, len(steps) + 1):
+            inst, idir = fresh(installed)
+            status, out = run_killed(inst, shims, script, step, tmp_path)
+            assert status == -signal.SIGKILL, (steps[step - 1], out)
+            after = state(idir)
+            assert after in (old, new), steps[step - 1]
+            assert lock_holders(idir) == [], steps[step - 1]
+            kill_leftover_daemons(daemons)
+            seen.append((steps[step - 1].split()[1], 'new' if after == new else 'old'))
+    finally:
+        kill_leftover_daemons(daemons)
+    # the next run after a kill (here after the last one) works at once, and removes what the killed one left
+    age_leftovers(idir)
+    status, out = run_killed(inst, shims, script, None, tmp_path)
+    assert status == 0 and 'waiting' not in out, out
+    assert state(idir) == new
+    assert len(generations(idir)) <= 2  # the current one, and the one it superseded (kept for a while)
+    # (a killed pip leaves its own temporary directories in TMPDIR, as it does without venv-pip)
+    assert not [path for path in (tmp_path / 'work').iterdir() if not path.name.startswith('pip-')]
+    return seen
+
+
+@pytest.mark.needs('image-src')
+def test_kill_a_layered_change_at_every_step(packed_install, tmp_path, wheelhouse):
+    seen = kill_at_every_step(packed_install, tmp_path, 'venv-pip install -q %s lumi-later'
+                              % ' '.join(local_wheels(wheelhouse)))
+    # pip was killed while it ran, and the switch happened at the rename of the link: before it old, after it new
+    assert ('singularity', 'old') in seen and [kind for kind, _ in seen].count('mv') == 1
+    assert seen[-1] == ('touch', 'new') and ('mv', 'old') in seen
+
+
+@pytest.mark.needs('image-src')
+def test_kill_a_merge_at_every_step(packed_install, tmp_path):
+    wheels = tmp_path / 'wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-big', modules={'data.py': 'DATA = %r\n' % os.urandom(9 << 20).hex()})
+    give(wheels, None)
+    seen = kill_at_every_step(packed_install, tmp_path, 'venv-pip install -q %s lumi-big'
+                              % ' '.join(local_wheels(wheels)),
+                              check_new=lambda new: len(new['user-software.changes.squashfs']) < 5)
+    assert ('unsquashfs', 'old') in seen and seen[-1] == ('touch', 'new')
+
+
+@pytest.mark.needs('image-src')
+def test_kill_make_squashfs_at_every_step(packed_install, tmp_path):
+    """make-squashfs after unmake-squashfs and a removed link: killed, there is no packed venv or the new one."""
+    inst, idir = fresh(packed_install)
+    inst.module_shell('Demo/1.0', 'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/%s"' % PACKED)
+    shims = Shims(tmp_path / 'shims', idir)
+    status, out = run_killed(inst, shims, 'make-squashfs', None, tmp_path)
+    assert status == 0, out
+    steps, new = shims.steps(), state(idir)
+    daemons = fuse_daemons()
+    try:
+        for step in range(1, len(steps) + 1):
+            (idir / PACKED).unlink(missing_ok=True)
+            status, out = run_killed(inst, shims, 'make-squashfs', step, tmp_path)
+            assert status == -signal.SIGKILL, out
+            assert not (idir / PACKED).exists() or state(idir) == new, steps[step - 1]
+            assert lock_holders(idir) == []
+    finally:
+        kill_leftover_daemons(daemons)
