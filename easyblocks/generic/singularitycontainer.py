@@ -85,6 +85,9 @@ EMPTIED_RECORD = '/user-software/.venv-pip-emptied'
 MKSQUASHFS_OPTIONS = '-comp gzip -Xcompression-level 1 -no-xattrs'
 # Held by whatever changes the user software: venv-pip, make-squashfs, unmake-squashfs and a reinstall
 USER_SOFTWARE_LOCK = '.user-software.lock'
+# Beside it: who took it last ("user host pid command"), written by each one that takes it, for those who wait or are
+# refused
+USER_SOFTWARE_LOCK_RECORD = '.user-software.lock.holder'
 # Set to the install dir (its real path) for the make-squashfs that an install runs while it holds the lock itself
 INSTALL_HOLDS_LOCK = 'SINGULARITYCONTAINER_INSTALL_HOLDS_LOCK'
 # What the install, venv-pip, make-squashfs and unmake-squashfs write is readable for all who can read the install
@@ -303,21 +306,36 @@ class SingularityContainer(EasyBlock):
     def take_user_software_lock(self, wait):
         """The descriptor of the install dir's lock file, locked: when it is the file that is there now (a
         reinstall replaces it with the install dir). Another member's lock file may not be writable for this one:
-        flock works on a file opened read-only."""
+        flock works on a file opened read-only. Only the install's members can open it (lock_mode); who holds it
+        is written beside it (see the script's LOCK_INSTALL_DIR, which does the same). The descriptor is not
+        inherited by what the install starts (Python's default): nothing outlives the install holding it."""
         path = os.path.join(self.installdir, USER_SOFTWARE_LOCK)
+        mode = lock_mode(self.installdir, build_option('group_writable_installdir'))
         while True:
-            handle = open_lock_file(path)
+            handle = open_lock_file(path, mode)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except OSError as err:
                 os.close(handle)
                 if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                    raise EasyBuildError("A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again "
-                                         "when it is done. Nothing was changed.", self.installdir)
+                    raise EasyBuildError("%s is changing %s: run eb again when it is done. Nothing was changed.",
+                                         lock_holder(self.installdir), self.installdir)
                 raise EasyBuildError("Cannot lock %s: %s. Nothing was changed.", path, err)
             if same_file(handle, path):
-                return handle
+                return self.keep_lock_private(handle, mode)
             os.close(handle)
+
+    def keep_lock_private(self, handle, mode):
+        """The locked descriptor handle of the lock file, or of the private one put in its place (keep_lock_private),
+        with the holder written down beside it."""
+        try:
+            handle = keep_lock_private(handle, os.path.join(self.installdir, USER_SOFTWARE_LOCK), mode)
+        except OSError as err:
+            os.close(handle)
+            raise EasyBuildError("Cannot replace the lock of %s, which others can open, with a private one: %s. "
+                                 "Nothing was changed.", self.installdir, err)
+        note_lock_holder(self.installdir, mode)
+        return handle
 
     # extract, configure, build: nothing to do
 
@@ -769,6 +787,20 @@ class SingularityContainer(EasyBlock):
             return super(SingularityContainer, self).make_module_step(fake=fake)
         finally:
             self.making_fake_module = False
+
+    def permissions_step(self):
+        """EasyBuild makes every file in the install dir readable for all, the lock too, which others could then
+        hold (see lock_mode): under the lock, it is replaced by a private one, which a descriptor someone may have
+        opened meanwhile does not reach."""
+        if self.dry_run or not os.path.isdir(self.installdir):
+            return super(SingularityContainer, self).permissions_step()
+        handle = self.take_user_software_lock(wait=True)
+        try:
+            super(SingularityContainer, self).permissions_step()
+            handle = self.keep_lock_private(handle, lock_mode(self.installdir,
+                                                              build_option('group_writable_installdir')))
+        finally:
+            os.close(handle)
 
     def write_user_software_fingerprints(self):
         """Remember what the user software looks like as installed: a reinstall keeps it only if it changed."""
@@ -1293,19 +1325,144 @@ def owner_group_mode(path):
     return 'owner %s, group %s, mode %04o' % (owner, group, stat.S_IMODE(info.st_mode))
 
 
-def open_lock_file(path):
-    """A descriptor of the lock file at path (made if missing): for writing if it may be, else read-only (flock
-    works on either). An error that says what is wrong if neither works."""
+def lock_mode(directory, group_writable=False):
+    """The mode of the lock of the install dir `directory`: 0660 where it is the group's (a project's shared install),
+    else 0600. Nobody else may open it: flock works on a descriptor opened read-only, so a lock that others can read
+    is one that others can hold."""
+    return 0o660 if group_writable or os.stat(directory).st_mode & stat.S_IWGRP else 0o600
+
+
+def new_private_file(directory, prefix, mode):
+    """(descriptor, path) of a new file (mkstemp) in directory with mode and directory's group (for its members)."""
+    handle, path = tempfile.mkstemp(dir=directory, prefix=prefix)
     try:
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        os.fchmod(handle, mode)
+        try:
+            os.fchown(handle, -1, os.stat(directory).st_gid)
+        except OSError:
+            if mode & 0o070:
+                raise
     except OSError:
-        pass
+        os.close(handle)
+        os.unlink(path)
+        raise
+    return handle, path
+
+
+def open_lock_file(path, mode):
+    """A descriptor of the lock file at path, made with `mode` if missing (linked into place: never over one that
+    another run made meanwhile): for writing if it may be, else read-only (flock works on either). Opened only if
+    it is a regular file: opening a FIFO would wait for a writer, forever. An error that says what is wrong."""
+    if not os.path.lexists(path):
+        handle, new = new_private_file(os.path.dirname(path), USER_SOFTWARE_LOCK + '.new.', mode)
+        os.close(handle)
+        try:
+            os.link(new, path)
+        except OSError as err:
+            if err.errno != errno.EEXIST:
+                raise EasyBuildError("Cannot make %s, the lock of venv-pip, make-squashfs and unmake-squashfs: %s. "
+                                     "Nothing was changed.", path, err.strerror)
+        finally:
+            os.unlink(new)
+    error = None
+    for flags in (os.O_RDWR, os.O_RDONLY):
+        try:
+            handle = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError as err:
+            error = err
+            continue
+        if stat.S_ISREG(os.fstat(handle).st_mode):
+            return handle
+        os.close(handle)
+        break
+    if error is None or error.errno == errno.ELOOP:
+        raise EasyBuildError("%s is a %s, not the lock file that venv-pip, make-squashfs and unmake-squashfs share: "
+                             "remove it (rm %s), then run eb again. Nothing was changed.", path,
+                             file_kind(path), path)
+    raise EasyBuildError("Cannot open %s, the lock of venv-pip, make-squashfs and unmake-squashfs: %s. Nothing "
+                         "was changed: reinstall as a user who may change %s.", path, error.strerror,
+                         os.path.dirname(path))
+
+
+def file_kind(path):
+    """What is at path, in words as stat's %F has them: 'symbolic link of lumi-outsider'."""
+    info = os.lstat(path)
+    kinds = ((stat.S_ISLNK, 'symbolic link'), (stat.S_ISFIFO, 'fifo'), (stat.S_ISDIR, 'directory'),
+             (stat.S_ISSOCK, 'socket'), (stat.S_ISCHR, 'character device'), (stat.S_ISBLK, 'block device'))
+    kind = next((word for test, word in kinds if test(info.st_mode)), 'file')
     try:
-        return os.open(path, os.O_RDONLY)
-    except OSError as err:
-        raise EasyBuildError("Cannot open %s, the lock of venv-pip, make-squashfs and unmake-squashfs: %s. Nothing "
-                             "was changed: reinstall as a user who may change %s.", path, err.strerror,
-                             os.path.dirname(path))
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    return '%s of %s' % (kind, owner)
+
+
+def keep_lock_private(handle, path, mode):
+    """The locked descriptor handle of the lock file at path, with `mode` and the install dir's group: its owner
+    sets them. One that others could open (earlier versions made it 0644, EasyBuild makes every file readable) may
+    be open for one of them already: whoever holds it puts a new one of their own in its place, locked before the
+    old one is let go (a waiter on the old one finds it replaced, and waits for the new one)."""
+    info, gid = os.fstat(handle), os.stat(os.path.dirname(path)).st_gid
+    if stat.S_IMODE(info.st_mode) == mode and (mode == 0o600 or info.st_gid == gid):
+        return handle
+    if info.st_uid == os.geteuid() and not info.st_mode & 0o007:
+        os.fchmod(handle, mode)
+        try:
+            os.fchown(handle, -1, gid)
+        except OSError:
+            pass
+        return handle
+    new_handle, new = new_private_file(os.path.dirname(path), USER_SOFTWARE_LOCK + '.new.', mode)
+    try:
+        fcntl.flock(new_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(new, path)
+    except OSError:
+        os.close(new_handle)
+        os.unlink(new)
+        raise
+    os.close(handle)
+    return new_handle
+
+
+def note_lock_holder(directory, mode):
+    """Write who holds the lock of the install dir `directory` beside it (USER_SOFTWARE_LOCK_RECORD): a new file
+    renamed into place."""
+    try:
+        handle, new = new_private_file(directory, USER_SOFTWARE_LOCK_RECORD + '.new.', mode)
+    except OSError:
+        return
+    try:
+        os.write(handle, ('%s %s %d eb\n' % (pwd.getpwuid(os.geteuid()).pw_name, os.uname()[1],
+                                             os.getpid())).encode())
+        os.rename(new, os.path.join(directory, USER_SOFTWARE_LOCK_RECORD))
+    except OSError:
+        os.unlink(new)
+    finally:
+        os.close(handle)
+
+
+def lock_holder(directory):
+    """Who holds the lock of the install dir `directory`, from the record its holder wrote: "lumi-owner's venv-pip on
+    nid001 (process 123)"."""
+    path = os.path.join(directory, USER_SOFTWARE_LOCK_RECORD)
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        handle = None
+    words = []
+    if handle is not None:
+        try:
+            if stat.S_ISREG(os.fstat(handle).st_mode):
+                words = os.read(handle, 256).decode('utf-8', 'replace').split()
+        finally:
+            os.close(handle)
+    if len(words) != 4:
+        return 'Another venv-pip, make-squashfs, unmake-squashfs or eb reinstall'
+    who, host, pid, what = words
+    ended = ''
+    if host == os.uname()[1] and not os.path.isdir('/proc/%s' % pid):
+        ended = ', which has ended: a process it started holds the lock'
+    return "%s's %s on %s (process %s%s)" % (who, what, host, pid, ended)
 
 
 def same_file(handle, path):
@@ -2229,32 +2386,123 @@ dir="$root/@us_dir@"
 squashfs="$root/@us_squashfs@"'''
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
-# reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken.
+# reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
+# members can open it; whoever takes it writes who they are beside it (lock_holder reads that).
 LOCK_INSTALL_DIR_TEMPLATE = r'''[ -w "$root" ] ||
     die "$root is not writable for you: only whoever installed the module can change it"
 command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
 lock="$root/@lock@"
-# Another member's lock file may not be writable for you: flock works on a file opened read-only. The lock counts
-# when it is the file that is there now (a reinstall replaces it with the install dir).
+lock_record="$root/@lock_record@"
+# Nobody but the install's members may open the lock: flock works on a descriptor opened read-only, so a lock that
+# others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
+# install), else 0600; in the install dir's group.
+lock_mode() {
+    if (( 8#$(stat -L -c %a "$1") & 8#020 )); then
+        echo 660
+    else
+        echo 600
+    fi
+}
+# A new file $1 (a name from mktemp) gets the lock's mode $2 and the install dir's group
+make_private() {
+    chmod "$2" "$1" || return 1
+    chgrp --reference="$root" "$1" 2>/dev/null || [ "$2" = 600 ]
+}
+# The lock file, made with its mode from the start: linked into place, so that it never replaces the one another run
+# made meanwhile
+make_lock() {
+    local new
+    new=$(mktemp "$lock.new.XXXXXX") || die "cannot write in $root"
+    make_private "$new" "$1" || { rm -f "$new"; die "cannot give $new the mode $1"; }
+    ln "$new" "$lock" 2>/dev/null || true
+    rm -f "$new"
+}
+# Opened only if it is a regular file: opening a FIFO would wait for a writer, forever
+open_lock() {
+    if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
+        make_lock "$1"
+    fi
+    if [ ! -f "$lock" ] || [ -L "$lock" ]; then
+        die "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock file" \
+            "that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
+    fi
+    { exec 9<>"$lock"; } 2>/dev/null || { exec 9<"$lock"; } 2>/dev/null ||
+        die "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
+}
+# The lock gets its mode and group from its owner. One that others could open (earlier versions made it 0644) may be
+# open for one of them already: whoever holds it puts a new one of their own in its place, holding both.
+keep_lock_private() {
+    local mode=$1 now new
+    now=$(stat -L -c %a /dev/fd/9)
+    if [ "$now" = "$mode" ] &&
+        { [ "$mode" = 600 ] || [ "$(stat -L -c %g /dev/fd/9)" = "$(stat -L -c %g "$root")" ]; }; then
+        return 0
+    fi
+    if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
+        make_private /dev/fd/9 "$mode" && return 0
+    fi
+    new=$(mktemp "$lock.new.XXXXXX") || die "cannot write in $root"
+    if ! { make_private "$new" "$mode" && exec 8<>"$new" && flock -n 8 && mv -fT "$new" "$lock"; }; then
+        rm -f "$new"
+        die "cannot replace $lock, which others can open, with a private one"
+    fi
+    exec 9>&8 8>&-
+}
+# The holder's record beside the lock ("user host pid command"), for those who wait or are refused: written by each
+# one that takes the lock, under a new name renamed into place
+note_lock_holder() {
+    local new
+    new=$(mktemp "$lock_record.new.XXXXXX") || return 0
+    if echo "$(id -un) $(hostname) $$ ${0##*/}" >"$new" && make_private "$new" "$1"; then
+        mv -fT "$new" "$lock_record" && return 0
+    fi
+    rm -f "$new"
+}
+# Who holds the lock, from the record: "lumi-owner's venv-pip on nid001 (process 123)"
+lock_holder() {
+    local who host pid what
+    if [ -f "$lock_record" ] && [ ! -L "$lock_record" ] &&
+        read -r who host pid what < <(timeout 2 head -c 256 -- "$lock_record" 2>/dev/null) && [ -n "$what" ]; then
+        echo -n "$who's $what on $host (process $pid"
+        if [ "$host" = "$(hostname)" ] && [ ! -d "/proc/$pid" ]; then
+            echo -n ", which has ended: a process it started holds the lock"
+        fi
+        echo ")"
+    else
+        echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
+    fi
+}
+# The lock counts when it is the file that is there now (a reinstall replaces it with the install dir)
 take_lock() {
+    local mode
+    mode=$(lock_mode "$root")
     while :; do
-        { exec 9>>"$lock"; } 2>/dev/null || { exec 9<"$lock"; } 2>/dev/null ||
-            die "cannot open $lock, the lock of this install dir; ask whoever installed the module"
+        open_lock "$mode"
+        [ -f /dev/fd/9 ] || die "$lock was replaced by something that is not a file while it was opened; remove it"
         flock "$@" 9 || return 1
         if [ /dev/fd/9 -ef "$lock" ]; then
+            keep_lock_private "$mode"
+            note_lock_holder "$mode"
             return 0
         fi
     done
-}'''
+}
+# take_lock, saying once for whom it waits
+wait_for_lock() {
+    take_lock -n && return 0
+    echo "${0##*/}: waiting for $(lock_holder) to finish with $root..." >&2
+    take_lock
+}
+'''
 
 # make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the
 # lock. Follows LOCK_INSTALL_DIR.
 LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''
 # shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
 if [ "${@holds_lock@:-}" != "$root" ]; then
-    take_lock -n ||
-        die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
-fi'''
+    take_lock -n || die "$(lock_holder) is changing $root; try again when it is done"
+fi
+'''
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment:
@@ -2846,10 +3094,7 @@ fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
 @lock_install_dir@
-if ! take_lock -n; then
-    echo "venv-pip: waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall on $root..." >&2
-    take_lock
-fi
+wait_for_lock
 remove_leftovers "$squashfs"
 remove_leftovers "$changes"
 remove_leftovers "$dir.venv-pip"
@@ -3595,7 +3840,8 @@ USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SO
                                     us_squashfs=USER_SOFTWARE_SQUASHFS)
 LAYERS = fill_template(LAYERS_TEMPLATE, us_changes=USER_SOFTWARE_CHANGES, mksquashfs_options=MKSQUASHFS_OPTIONS,
                        record=EMPTIED_RECORD)
-LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK)
+LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
+                                 lock_record=USER_SOFTWARE_LOCK_RECORD)
 LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
                                                             holds_lock=INSTALL_HOLDS_LOCK)
 READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, keeps='0%o' % SHARED_UMASK_KEEPS)

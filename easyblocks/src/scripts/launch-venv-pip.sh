@@ -57,10 +57,7 @@ fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
 @lock_install_dir@
-if ! take_lock -n; then
-    echo "venv-pip: waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall on $root..." >&2
-    take_lock
-fi
+wait_for_lock
 remove_leftovers "$squashfs"
 remove_leftovers "$changes"
 remove_leftovers "$dir.venv-pip"
