@@ -126,10 +126,7 @@ change_by_repacking() {
     before=$(venv_state "$tree")
     links=$(venv_python_links "$tree/$venv_bin")
     in_background pip "$@" || status=$?
-    if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); $squashfs was not changed" >&2
-        exit "$status"
-    fi
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "$squashfs was not changed"
     keep_venv_python "$tree/$venv_bin" "$links"
     in_background image_commands || die "the image's commands could not be given to $venv; $squashfs was not changed"
     if [ "$(venv_state "$tree")" = "$before" ]; then
@@ -160,16 +157,22 @@ pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, bec
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
 # $changes grows beyond a quarter of $squashfs (and 16 MiB), both are merged into a new $squashfs.
 change_in_layers() {
-    local upper tree limit status=0
-    make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
-    mkdir "$work/overlay"
-    use_layers "$work/overlay"
-    # pip, then the image's commands for the venv again, in one container
-    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
-    if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
-        exit "$status"
-    fi
+    local upper tree limit status need full=()
+    need=$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))
+    while :; do  # (in the next place while pip runs out of space)
+        make_workdir "$need" "${full[@]}"
+        mkdir "$work/overlay"
+        use_layers "$work/overlay"
+        # pip, then the image's commands for the venv again, in one container
+        status=0
+        in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+        [ "$status" -ne 0 ] && ran_out_of_space "$work" || break
+        full+=("$(workdir_place "$work")")
+        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
+        drop_layers
+        clean_workdir "$work"
+    done
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "$squashfs and $changes were not changed"
     upper="$work/overlay/upper"
     if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
         echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python"
