@@ -113,9 +113,10 @@ CONTAINER_ENTRIES = ('exec', 'run')
 
 # Caches that PyTorch and its tools write under $HOME by default, and where they go instead: a directory of each under
 # CACHE_ROOT (per user, job and node; see CACHE_SETUP), for container_cache_dirs
-CACHE_DIRS = OrderedDict([('MIOPEN_USER_DB_PATH', 'miopen'), ('MIOPEN_CUSTOM_CACHE_DIR', 'miopen'),
-                          ('TRITON_CACHE_DIR', 'triton'), ('TORCHINDUCTOR_CACHE_DIR', 'torchinductor'),
-                          ('TORCH_EXTENSIONS_DIR', 'torch_extensions'), ('VLLM_CACHE_ROOT', 'vllm')])
+# (a plain dict, which keeps its order: eb --avail-easyconfig-params shows it as an easyconfig writes it)
+CACHE_DIRS = {'MIOPEN_USER_DB_PATH': 'miopen', 'MIOPEN_CUSTOM_CACHE_DIR': 'miopen', 'TRITON_CACHE_DIR': 'triton',
+              'TORCHINDUCTOR_CACHE_DIR': 'torchinductor', 'TORCH_EXTENSIONS_DIR': 'torch_extensions',
+              'VLLM_CACHE_ROOT': 'vllm'}
 # node-local: MIOpen's databases need file locks, which Lustre lacks, and ranks must not share a compile cache
 CACHE_ROOT = '/tmp'
 
@@ -824,10 +825,15 @@ class SingularityContainer(EasyBlock):
             (suffix, self.cfg['container_entry']),
             "$CONTAINERROOT is the install dir; $RUNSCRIPTS and $RUNSCRIPTS%s hold the run scripts, seen as "
             "/runscripts in the container." % suffix,
-            "SINGULARITY_BINDPATH (added to your own value) binds the host file systems, /runscripts and "
-            "/user-software; SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up "
-            "the environment in the container, with the virtual environment %s active (APPTAINER_BINDPATH and "
+            "SINGULARITY_BINDPATH (added to your own value) binds the host file systems and /runscripts; "
+            "SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up the environment "
+            "in the container, with the virtual environment %s active (APPTAINER_BINDPATH, APPTAINER_OVERLAY and "
             "APPTAINERENV_* get the same values)." % self.container_venv,
+            "The virtual environment is /user-software in the container. Packed (as installed), it is SquashFS "
+            "layers that SINGULARITY_OVERLAY puts there, after your own overlays: %s and, on top, %s with "
+            "venv-pip's changes since (where the runtime cannot stack overlays, %s alone is bound there); unpacked "
+            "(after unmake-squashfs), the directory %s is bound there." % (
+                USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE),
             "",
             "Commands outside the container (in $CONTAINERROOT/bin):",
         ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
@@ -842,8 +848,9 @@ class SingularityContainer(EasyBlock):
                 ', '.join(self.cfg['container_cache_dirs']) or 'none', CACHE_ROOT),
             "",
             "To add or remove packages: venv-pip install <package> (or -r requirements.txt, uninstall, list, ...) "
-            "outside the container: it unpacks the virtual environment if it is packed, runs pip, packs it again and "
-            "puts it in place in one step; new jobs see the change, no reload needed.",
+            "outside the container. In a packed virtual environment, pip runs on a writable overlay and what it "
+            "changed becomes the layer on top, put in place in one step (merged into the packed one when it grows "
+            "large); an unpacked one pip changes in place. New jobs see the change, no reload needed.",
             "",
             "A Jupyter kernel of the container's Python with the virtual environment: venv-pip install ipykernel, "
             "then jupyter-kernel install (--name, --display-name, --prefix; remove, list). Any Jupyter you run finds "
