@@ -198,8 +198,8 @@ def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, whee
                              % (no_room, wheelhouse, wheelhouse))
     assert '%s/user-software.squashfs:/user-software:image-src=/user-software,ro' % idir in proc.stdout
     assert proc.stdout.count('user-software.squashfs has the change; new jobs use it') == 2
-    assert proc.stderr == ('venv-pip: working in %s: none of %s, /dev/shm and /tmp has the 64 MiB free that it '
-                           'needs\n' % (idir, work))
+    assert proc.stderr == ('venv-pip: working in %s: none of %s, /dev/shm, /tmp has the 64 MiB free that it needs; '
+                           'TMPDIR chooses where venv-pip works first\n' % (idir, work))
     assert sorted(p.name for p in idir.iterdir() if p.name.startswith('user-software')) == ['user-software.squashfs']
     assert not list(work.iterdir())
 
