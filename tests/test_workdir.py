@@ -4,7 +4,6 @@ works in the next place. One EasyBuild version: the script is the same under bot
 import os
 import socket
 import stat
-import subprocess
 
 import pytest
 

@@ -166,7 +166,9 @@ change_in_layers() {
         # pip, then the image's commands for the venv again, in one container
         status=0
         in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
-        [ "$status" -ne 0 ] && ran_out_of_space "$work" || break
+        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
+            break
+        fi
         full+=("$(workdir_place "$work")")
         echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
         drop_layers
