@@ -293,6 +293,23 @@ def test_the_lock_is_for_the_members_only(shared_unpacked):
     proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
     assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
     assert lock_state(lock) == (0o660, MEMBER, PROJECT_GROUP)
+    # an outsider holds a lock of an earlier version: the members are told what to do
+    lock.chmod(0o644)
+    outsider = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys, time\nlock = open(sys.argv[1])\n'
+                      'fcntl.flock(lock, fcntl.LOCK_SH)\nprint(flush=True)\ntime.sleep(300)', str(lock)],
+                     user=OUTSIDER, stdout=subprocess.PIPE, text=True)
+    try:
+        outsider.stdout.readline()
+        proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
+    finally:
+        outsider.kill()
+        outsider.wait()
+    assert proc.stderr.endswith(
+        'is changing %s; try again when it is done; %s is one that users outside the project can open (as earlier '
+        'versions made it): if no one of the project is changing %s, remove it, then try again\n' % (idir, lock, idir))
+    lock.unlink()
+    proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
+    assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
     who, host, pid, what = record.read_text().split()
     assert (who, host, what) == (MEMBER, socket.gethostname(), 'unmake-squashfs') and pid.isdigit()
     assert lock_state(record) == (0o660, MEMBER, PROJECT_GROUP)

@@ -319,8 +319,8 @@ class SingularityContainer(EasyBlock):
             except OSError as err:
                 os.close(handle)
                 if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                    raise EasyBuildError("%s is changing %s: run eb again when it is done. Nothing was changed.",
-                                         lock_holder(self.installdir), self.installdir)
+                    raise EasyBuildError("%s is changing %s: run eb again when it is done%s. Nothing was changed.",
+                                         lock_holder(self.installdir), self.installdir, lock_hint(path))
                 raise EasyBuildError("Cannot lock %s: %s. Nothing was changed.", path, err)
             if same_file(handle, path):
                 return self.keep_lock_private(handle, mode)
@@ -1448,6 +1448,19 @@ def note_lock_holder(directory, mode):
         os.close(handle)
 
 
+def lock_hint(path):
+    """What to do when the lock at path is held and others can open it (as earlier versions made it): anyone may
+    hold it then."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return ''
+    if not stat.S_ISREG(mode) or not mode & 0o006:
+        return ''
+    return ('; %s is one that users outside the project can open (as earlier versions made it): if no one of the '
+            'project is changing %s, remove it, then try again' % (path, os.path.dirname(path)))
+
+
 def lock_holder(directory):
     """Who holds the lock of the install dir `directory`, from the record its holder wrote: "lumi-owner's venv-pip on
     nid001 (process 123)"."""
@@ -2505,6 +2518,13 @@ lock_holder() {
         echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
     fi
 }
+# A lock that others can open (as earlier versions made it) may be held by anyone: what to do then
+lock_hint() {
+    if [ -f "$lock" ] && (( 8#$(stat -c %a "$lock") & 8#006 )); then
+        echo "; $lock is one that users outside the project can open (as earlier versions made it): if no one of" \
+            "the project is changing $root, remove it, then try again"
+    fi
+}
 # The lock counts when it is the file that is there now (a reinstall replaces it with the install dir)
 take_lock() {
     local mode
@@ -2523,7 +2543,7 @@ take_lock() {
 # take_lock, saying once for whom it waits
 wait_for_lock() {
     take_lock -n && return 0
-    echo "${0##*/}: waiting for $(lock_holder) to finish with $root..." >&2
+    echo "${0##*/}: waiting for $(lock_holder) to finish with $root...$(lock_hint)" >&2
     take_lock
 }
 '''
@@ -2533,7 +2553,7 @@ wait_for_lock() {
 LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''
 # shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
 if [ "${@holds_lock@:-}" != "$root" ]; then
-    take_lock -n || die "$(lock_holder) is changing $root; try again when it is done"
+    take_lock -n || die "$(lock_holder) is changing $root; try again when it is done$(lock_hint)"
 fi
 '''
 

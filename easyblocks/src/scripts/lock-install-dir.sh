@@ -82,6 +82,13 @@ lock_holder() {
         echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
     fi
 }
+# A lock that others can open (as earlier versions made it) may be held by anyone: what to do then
+lock_hint() {
+    if [ -f "$lock" ] && (( 8#$(stat -c %a "$lock") & 8#006 )); then
+        echo "; $lock is one that users outside the project can open (as earlier versions made it): if no one of" \
+            "the project is changing $root, remove it, then try again"
+    fi
+}
 # The lock counts when it is the file that is there now (a reinstall replaces it with the install dir)
 take_lock() {
     local mode
@@ -100,6 +107,6 @@ take_lock() {
 # take_lock, saying once for whom it waits
 wait_for_lock() {
     take_lock -n && return 0
-    echo "${0##*/}: waiting for $(lock_holder) to finish with $root..." >&2
+    echo "${0##*/}: waiting for $(lock_holder) to finish with $root...$(lock_hint)" >&2
     take_lock
 }
