@@ -85,6 +85,10 @@ def test_module_contract(container_modules, eb_version, syntax):
                  'unmake-squashfs', 'conda-python-distributed', 'jupyter-kernel']:
         assert word in help_text
     assert 'To add or remove packages: venv-pip install <package>' in ' '.join(help_text.split())
+    # the packed venv as the module has it now: overlays, not one bind, and venv-pip changes a layer
+    assert 'SquashFS layers that SINGULARITY_OVERLAY puts there' in ' '.join(help_text.split())
+    assert 'what it changed becomes the layer on top' in ' '.join(help_text.split())
+    assert 'packs it again' not in help_text and 'binds the host file systems, /runscripts and' not in help_text
     assert 'venv-pip install ipykernel, then jupyter-kernel install' in ' '.join(help_text.split())
 
 
@@ -436,6 +440,10 @@ def test_avail_easyconfig_params(tmp_path):
     for param in ['container_bind', 'container_env', 'container_venv', 'wrapped_commands', 'central_sif_dir',
                   'container_init', 'pip_requirements', 'pip_install_options', 'squash_user_software']:
         assert param in out
+    # a default shown as README's table and an easyconfig have it
+    readme = (REPO / 'README.md').read_text()
+    default = re.search(r'^\| `container_cache_dirs` \| `(\{.*?\})` \|', readme, re.M).group(1)
+    assert 'container_cache_dirs*' in out and '[default: %s]' % default in ' '.join(out.split())
 
 
 def test_extended_dry_run_runs_no_container(tmp_path, demo_sif):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from support import require, require_runtime, require_tools
+from support import require, require_other_users, require_runtime, require_tools
 from testkit.install import KERNEL_WHEELS, base_env, install_demo, local_wheels, run
-from testkit.users import give
+from testkit.users import MEMBER, OWNER, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -180,3 +180,44 @@ def test_a_name_taken_by_another_kernel(kernel_module, tmp_path):
     inst.module_shell(MODULE, 'jupyter-kernel install --name mine', env=jupyter_env(data))  # its own: replaced
     spec = json.loads((theirs / 'kernel.json').read_text())
     assert spec['argv'][0].endswith('/bin/jupyter-kernel') and spec['display_name'] == 'Demo/1.0 (container)'
+
+
+def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
+    """In a project's prefix (setgid, the project's group) the kernel's directory and kernel.json follow the
+    installer's umask, as all else there: under umask 002 another member may replace or remove it, and
+    jupyter-kernel says whose it was; under 022 not, which it says in its own words (not rm's)."""
+    require_other_users()
+    inst = kernel_module[0]
+    prefix = tmp_path / 'project'
+    prefix.mkdir()
+    os.chown(prefix, user(OWNER).uid, project_gid())
+    prefix.chmod(0o2775)
+    kernels = prefix / 'share' / 'jupyter' / 'kernels'
+    spec = kernels / KERNEL
+
+    def kernel(action, who, umask):
+        return inst.module_shell(MODULE, 'umask %s\njupyter-kernel %s --prefix %s' % (umask, action, prefix),
+                                 user=who, check=False, env=jupyter_env(tmp_path / 'unused'))
+
+    def modes():
+        return [path.stat().st_mode & 0o777 for path in (spec, spec / 'kernel.json')]
+
+    assert kernel('install', OWNER, '002').returncode == 0
+    assert modes() == [0o775, 0o664]
+    out = kernel('install', MEMBER, '002')
+    assert out.stdout == 'Installed kernel %s ("Demo/1.0 (container)") in %s, in place of %s\'s\n' % (
+        KERNEL, spec, OWNER), out.stderr
+    assert spec.owner() == MEMBER
+    out = kernel('remove', OWNER, '002')
+    assert out.stdout == "Removed %s's kernel %s from %s\n" % (MEMBER, KERNEL, kernels), out.stderr
+    assert not spec.exists()
+
+    assert kernel('install', OWNER, '022').returncode == 0
+    assert modes() == [0o755, 0o644]
+    before = (spec / 'kernel.json').read_text()
+    for action, verb in [('install', 'replace'), ('remove', 'remove')]:
+        out = kernel(action, MEMBER, '002')
+        assert (out.returncode, out.stderr.splitlines()[-1]) == (1, (
+            "jupyter-kernel: error: the kernel %s in %s is %s's: you cannot %s it (they made it writable only for "
+            "themselves); ask them to, or give another --name" % (KERNEL, kernels, OWNER, verb)))
+    assert spec.owner() == OWNER and (spec / 'kernel.json').read_text() == before

@@ -2,9 +2,12 @@
 of the project's group (setgid, 2775) with umask 002 and --group-writable-installdir; the other members change the
 virtual environment with venv-pip and may reinstall. And what a reinstall keeps for running jobs, and removes."""
 import os
+import re
 import shlex
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +17,7 @@ import pytest
 from support import require_other_users, require_runtime, require_tools
 from testkit.install import (EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, fake_command, local_wheels,
                              run, slow_step, spawn, wait_for)
-from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, project_gid, user
+from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -26,10 +29,10 @@ def other_users():
 
 
 MODULE = 'Demo/1.0'
-STOPPED_REBUILD = 'A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it is done. ' \
-    'Nothing was changed.'
-REFUSED = '%s: error: a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing %s; try again when it ' \
-    'is done\n'
+# who holds the lock, as the one who waits or is refused hears it
+HOLDER = "%s's %s on " + socket.gethostname() + r' \(process \d+\)'
+STOPPED_REBUILD = '%s is changing %s: run eb again when it is done. Nothing was changed.'
+REFUSED = '%s: error: %s is changing %s; try again when it is done\n'
 
 
 def share_with_the_project(path):
@@ -111,6 +114,7 @@ def test_members_take_turns_with_venv_pip(shared_packed, wheelhouse):
     write bit and is readable for all, in the SquashFS file too."""
     inst, idir = shared_packed
     wheels = ' '.join(local_wheels(wheelhouse))
+    assert lock_state(idir / '.user-software.lock') == (0o660, OWNER, PROJECT_GROUP)  # as the install made it
     venv_pip(inst, 'install -q %s lumi-later' % wheels, OWNER)
     assert (idir / '.user-software.lock').stat().st_mode & 0o020, 'the lock is not group-writable'
     owners = os.path.realpath(idir / 'user-software.packed')  # the generation the owner's change made
@@ -125,6 +129,11 @@ def test_members_take_turns_with_venv_pip(shared_packed, wheelhouse):
     modes = squashfs_modes(idir / 'user-software.packed' / 'user-software.squashfs')
     added = {path: mode for path, mode in modes.items() if 'lumi_top' in path}
     assert added and all(mode[5] == 'w' and mode[7] == 'r' for mode in added.values()), added
+
+
+def lock_state(lock):
+    """(mode, owner, group) of the lock file."""
+    return stat.S_IMODE(lock.stat().st_mode), lock.owner(), lock.group()
 
 
 def start_venv_pip(inst, wheelhouse, *extra_path, who=OWNER):
@@ -159,7 +168,8 @@ def test_a_members_rebuild_stops_while_the_owners_venv_pip_runs(shared_packed, t
         os.kill(running.pid, signal.SIGTERM)
         running.communicate(timeout=60)
     assert proc.returncode != 0
-    assert STOPPED_REBUILD % idir in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    assert re.search(STOPPED_REBUILD % (HOLDER % (OWNER, 'venv-pip'), re.escape(str(idir))),
+                     proc.stdout + proc.stderr), proc.stdout[-3000:]
     assert after == before
     assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
     assert 'venv/demo' in inst.module_shell(MODULE, 'echo "$SINGULARITYENV_VIRTUAL_ENV"', user=MEMBER).stdout
@@ -251,6 +261,127 @@ def test_venv_pip_waits_for_the_lock_file_that_is_there_now(shared_unpacked, tmp
         running.communicate(timeout=60)
 
 
+def test_the_lock_is_for_the_members_only(shared_unpacked):
+    """The lock is 0660 and the project's, whatever the umask: flock works on a descriptor opened read-only, so an
+    outsider who could read it could hold it and stop every member's venv-pip. A lock that others can read (earlier
+    versions made it 0644) is made private by its owner, or replaced by another member's private one. Whoever takes
+    it writes down who they are beside it."""
+    inst, idir = shared_unpacked
+    lock, record = idir / '.user-software.lock', idir / '.user-software.lock.holder'
+    unmake = 'umask 022\nunmake-squashfs'  # takes the lock, then stops: this venv is not packed
+    lock.unlink()
+    inst.module_shell(MODULE, unmake, check=False)
+    assert lock_state(lock) == (0o660, OWNER, PROJECT_GROUP)
+    proc = run(['flock', '-n', '-s', str(lock), 'true'], user=OUTSIDER, check=False)
+    assert proc.returncode != 0 and 'Permission denied' in proc.stderr, proc.stderr
+
+    # the owner's lock left readable by an earlier version, which an outsider opened then
+    lock.chmod(0o644)
+    inode = lock.stat().st_ino
+    outsider = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys\nlock = open(sys.argv[1])\nprint(flush=True)\n'
+                      'sys.stdin.readline()\nfcntl.flock(lock, fcntl.LOCK_SH)\nprint(flush=True)\nsys.stdin.read()',
+                      str(lock)], user=OUTSIDER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        outsider.stdout.readline()
+        proc = inst.module_shell(MODULE, unmake, check=False)
+        assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
+        assert lock_state(lock) == (0o660, OWNER, PROJECT_GROUP) and lock.stat().st_ino != inode
+        outsider.stdin.write('\n')
+        outsider.stdin.flush()
+        outsider.stdout.readline()  # the outsider holds what it opened: no longer the lock
+        proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
+        assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
+    finally:
+        outsider.kill()
+        outsider.wait()
+    # another member's
+    lock.chmod(0o644)
+    proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
+    assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
+    assert lock_state(lock) == (0o660, MEMBER, PROJECT_GROUP)
+    # an outsider holds a lock of an earlier version: the members are told what to do
+    lock.chmod(0o644)
+    outsider = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys, time\nlock = open(sys.argv[1])\n'
+                      'fcntl.flock(lock, fcntl.LOCK_SH)\nprint(flush=True)\ntime.sleep(300)', str(lock)],
+                     user=OUTSIDER, stdout=subprocess.PIPE, text=True)
+    try:
+        outsider.stdout.readline()
+        proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
+    finally:
+        outsider.kill()
+        outsider.wait()
+    assert proc.stderr.endswith(
+        'is changing %s; try again when it is done; %s is one that users outside the project can open (as earlier '
+        'versions made it): if no one of the project is changing %s, remove it, then try again\n' % (idir, lock, idir))
+    lock.unlink()
+    proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
+    assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
+    who, host, pid, what = record.read_text().split()
+    assert (who, host, what) == (MEMBER, socket.gethostname(), 'unmake-squashfs') and pid.isdigit()
+    assert lock_state(record) == (0o660, MEMBER, PROJECT_GROUP)
+    assert not list(idir.glob('.user-software.lock.*.*')), 'temporary files left behind'
+
+
+@pytest.mark.needs('image-src')
+def test_a_fifo_in_place_of_the_lock_stops_venv_pip_and_eb(shared_unpacked, tmp_path, wheelhouse):
+    """A member puts a FIFO where the lock is: venv-pip and eb --rebuild stop at once, saying what is there and what
+    to do, and change nothing (opening a FIFO waits for a writer: they used to hang)."""
+    inst, idir = shared_unpacked
+    lock = idir / '.user-software.lock'
+    lock.unlink()
+    run(['mkfifo', '-m', '0666', str(lock)], user=MEMBER)
+    before = tree(idir)
+    try:
+        proc = run(inst.shell_command('module load %s\nvenv-pip install %s lumi-later'
+                                      % (MODULE, ' '.join(local_wheels(wheelhouse)))),
+                   env=base_env(), check=False, timeout=60)
+        rebuild = run(eb_command(inst, '002') + [str(easyconfig(inst)), '--rebuild', '--group-writable-installdir'],
+                      env=inst.env(), check=False, timeout=120)
+        after = tree(idir)
+    finally:
+        lock.unlink()
+    assert proc.returncode == 1
+    assert proc.stderr.endswith(
+        'venv-pip: error: %s is a fifo of %s, not the lock file that venv-pip, make-squashfs and unmake-squashfs '
+        'share: remove it (rm %s), then try again\n' % (lock, MEMBER, lock)), proc.stderr
+    assert rebuild.returncode != 0
+    assert ('%s is a fifo of %s, not the lock file that venv-pip, make-squashfs and unmake-squashfs share: remove it '
+            '(rm %s), then run eb again. Nothing was changed.' % (lock, MEMBER, lock)) in rebuild.stdout
+    assert after == before
+    assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
+
+
+def test_who_holds_the_lock_is_named_to_those_who_wait_or_are_refused(shared_unpacked, tmp_path, wheelhouse):
+    """While the owner's venv-pip runs pip, a member's make-squashfs is refused and a member's venv-pip waits: both
+    name the owner's venv-pip, its host and process; the waiting venv-pip says so once, and goes on when the lock is
+    free."""
+    inst, idir = shared_unpacked
+    slow, started = slow_step(tmp_path / 'owner', 'pip')
+    give(tmp_path / 'owner', user(OWNER))
+    running = start_venv_pip(inst, wheelhouse, slow)
+    waiting = None
+    try:
+        wait_for(started.exists, 'venv-pip to run pip')
+        holder = HOLDER % (OWNER, 'venv-pip')
+        proc = inst.module_shell(MODULE, 'make-squashfs', user=MEMBER, check=False)
+        assert re.fullmatch(REFUSED % ('make-squashfs', holder, re.escape(str(idir))), proc.stderr), proc.stderr
+        waiting = start_venv_pip(inst, wheelhouse, who=MEMBER)
+        said = waiting.stderr.readline()
+        assert re.fullmatch(r'venv-pip: waiting for %s to finish with %s\.\.\.\n' % (holder, re.escape(str(idir))),
+                            said), said
+        os.kill(running.pid, signal.SIGTERM)
+        running.communicate(timeout=60)
+        out, err = waiting.communicate(timeout=300)
+    finally:
+        for proc in (running, waiting):
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert 'waiting' not in err
+    assert 'Successfully installed lumi-later-1.0' in out
+
+
 @pytest.fixture(scope='module')
 def umask_027_install(tmp_path_factory, demo_sif, wheelhouse):
     return install(tmp_path_factory.mktemp('umask-027'), demo_sif, wheelhouse, squash=True, umask='027',
@@ -263,6 +394,7 @@ def test_what_the_install_packs_is_readable_for_all_under_umask_027(umask_027_in
     install packs there is readable for all whatever the installer's umask (and not group-writable: the install
     dir is not)."""
     inst, idir = umask_027_install
+    assert lock_state(idir / '.user-software.lock')[0] == 0o600, 'others or the group can open the lock'
     modes = squashfs_modes(idir / 'user-software.packed' / 'user-software.squashfs')
     assert modes
     unreadable = {path: mode for path, mode in modes.items()
@@ -278,7 +410,8 @@ def test_a_reinstall_holds_the_lock_until_the_venv_is_packed(umask_027_install, 
     started, go_on = tmp_path / 'started', tmp_path / 'go-on'
     paused = fake_command(tmp_path / 'paused', 'singularity', (
         'case " $* " in *" -m pip install "*)\n'
-        '    : > %s\n    while [ ! -e %s ]; do sleep 0.1; done ;;\nesac\nexec %s "$@"\n') % (started, go_on, RUNTIME))
+        '    readlink /proc/$$/fd/* > %s.fds\n    : > %s\n    while [ ! -e %s ]; do sleep 0.1; done ;;\nesac\n'
+        'exec %s "$@"\n') % (started, started, go_on, RUNTIME))
     env = inst.env()
     env['PATH'] = '%s:%s' % (paused, env['PATH'])
     rebuild = spawn(eb_command(inst, '027') + [str(easyconfig(inst)), '--rebuild'], env=env, stdout=subprocess.PIPE,
@@ -293,8 +426,11 @@ def test_a_reinstall_holds_the_lock_until_the_venv_is_packed(umask_027_install, 
         if rebuild.poll() is None:
             rebuild.kill()
             rebuild.wait()
-    assert (proc.returncode, proc.stderr) == (1, REFUSED % ('make-squashfs', idir))
+    assert proc.returncode == 1
+    assert re.fullmatch(REFUSED % ('make-squashfs', HOLDER % (OWNER, 'eb'), re.escape(str(idir))), proc.stderr)
     assert rebuild.returncode == 0, out[-3000:]
+    # what the install starts under its lock does not hold it (it would, for as long as it runs)
+    assert str(idir / '.user-software.lock') not in (tmp_path / 'started.fds').read_text().split()
     listing = run(['unsquashfs', '-l', str(idir / 'user-software.packed' / 'user-software.squashfs')]).stdout
     assert 'squashfs-root/user-software/venv/demo/bin/python' in listing.split()
 

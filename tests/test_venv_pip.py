@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -15,7 +16,10 @@ from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, writ
 from testkit.install import (LAIF_MODULE, RUNTIME, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
                              run, spawn, local_wheels, slow_step, wait_for, write_wheel)
 from testkit.easyblock import easyblock
-from testkit.users import OUTSIDER, give
+from testkit.users import OUTSIDER, OWNER, give
+
+# who holds the lock, as those who wait or are refused hear it
+HOLDER = "%s's venv-pip on %s (process %%d)" % (OWNER, socket.gethostname())
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -233,8 +237,8 @@ def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, whee
                              % (no_room, wheelhouse, wheelhouse))
     assert '%s/%s:/user-software:image-src=/user-software,ro' % (idir, SQUASHFS) in proc.stdout
     assert proc.stdout.count('user-software.packed has the change; new jobs use it') == 2
-    assert proc.stderr == ('venv-pip: working in %s: none of %s, /dev/shm and /tmp has the 64 MiB free that it '
-                           'needs\n' % (idir, work))
+    assert proc.stderr == ('venv-pip: working in %s: none of %s, /dev/shm, /tmp has the 64 MiB free that it needs; '
+                           'TMPDIR chooses where venv-pip works first\n' % (idir, work))
     assert user_software_entries(idir) == [PACKED] and packed_files(idir) == ['user-software.squashfs']
     assert not list(work.iterdir())
 
@@ -355,7 +359,7 @@ def test_two_at_once_and_a_job_reading_the_old_file(packed, tmp_path, wheelhouse
     second = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-needs-wheel' % wheelhouse)
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
-    assert 'waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall' in second.stderr
+    assert ('venv-pip: waiting for %s to finish with %s...\n' % (HOLDER % first.pid, idir)) in second.stderr
     listed = inst.module_shell('Demo/1.0', 'venv-pip list --format=freeze').stdout.split()
     assert {'lumi-later==1.0', 'lumi-needs-wheel==1.0'} <= set(listed)
     rest, _ = reader.communicate('go on\n', timeout=60)
@@ -409,9 +413,8 @@ def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path,
         wait_for(started.exists, 'venv-pip to run pip')
         for command in ('make-squashfs', 'unmake-squashfs'):
             proc = inst.module_shell('Demo/1.0', command, check=False)
-            assert (proc.returncode, proc.stderr) == (1, '%s: error: a venv-pip, make-squashfs, unmake-squashfs or eb '
-                                                         'reinstall is changing %s; try again when it is done\n'
-                                                         % (command, idir))
+            assert (proc.returncode, proc.stderr) == (1, '%s: error: %s is changing %s; try again when it is done\n'
+                                                      % (command, HOLDER % running.pid, idir))
     finally:
         os.kill(running.pid, signal.SIGTERM)
         running.communicate(timeout=60)
@@ -432,8 +435,8 @@ def test_a_reinstall_stops_while_venv_pip_runs(unpacked, tmp_path, wheelhouse):
         os.kill(running.pid, signal.SIGTERM)
         running.communicate(timeout=60)
     assert proc.returncode != 0
-    assert ('A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again when it is done. Nothing was '
-            'changed.' % idir) in proc.stdout + proc.stderr
+    assert ('%s is changing %s: run eb again when it is done. Nothing was changed.' % (HOLDER % running.pid, idir)
+            in proc.stdout + proc.stderr)
     assert sorted(str(p.relative_to(idir)) for p in idir.rglob('*')) == before
     # the module is still there
     assert 'venv/demo' in inst.module_shell('Demo/1.0', 'echo "$SINGULARITYENV_VIRTUAL_ENV"').stdout

@@ -58,7 +58,8 @@ Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_P
     ('LOCK_INSTALL_DIR_TEMPLATE', 'scripts/lock-install-dir.sh',
      """\
 venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
-reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken."""),
+reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
+members can open it; whoever takes it writes who they are beside it (lock_holder reads that)."""),
     ('LOCK_INSTALL_DIR_OR_STOP_TEMPLATE', 'scripts/lock-install-dir-or-stop.sh',
      """\
 make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the

@@ -93,6 +93,9 @@ EMPTIED_RECORD = '/user-software/.venv-pip-emptied'
 MKSQUASHFS_OPTIONS = '-comp gzip -Xcompression-level 1 -no-xattrs'
 # Held by whatever changes the user software: venv-pip, make-squashfs, unmake-squashfs and a reinstall
 USER_SOFTWARE_LOCK = '.user-software.lock'
+# Beside it: who took it last ("user host pid command"), written by each one that takes it, for those who wait or are
+# refused
+USER_SOFTWARE_LOCK_RECORD = '.user-software.lock.holder'
 # Set to the install dir (its real path) for the make-squashfs that an install runs while it holds the lock itself
 INSTALL_HOLDS_LOCK = 'SINGULARITYCONTAINER_INSTALL_HOLDS_LOCK'
 # What the install, venv-pip, make-squashfs and unmake-squashfs write is readable for all who can read the install
@@ -123,9 +126,10 @@ NVIDIA_RUNTIME_VARIABLES = ('SINGULARITY_NV', 'APPTAINER_NV')
 
 # Caches that PyTorch and its tools write under $HOME by default, and where they go instead: a directory of each under
 # CACHE_ROOT (per user, job and node; see CACHE_SETUP), for container_cache_dirs
-CACHE_DIRS = OrderedDict([('MIOPEN_USER_DB_PATH', 'miopen'), ('MIOPEN_CUSTOM_CACHE_DIR', 'miopen'),
-                          ('TRITON_CACHE_DIR', 'triton'), ('TORCHINDUCTOR_CACHE_DIR', 'torchinductor'),
-                          ('TORCH_EXTENSIONS_DIR', 'torch_extensions'), ('VLLM_CACHE_ROOT', 'vllm')])
+# (a plain dict, which keeps its order: eb --avail-easyconfig-params shows it as an easyconfig writes it)
+CACHE_DIRS = {'MIOPEN_USER_DB_PATH': 'miopen', 'MIOPEN_CUSTOM_CACHE_DIR': 'miopen', 'TRITON_CACHE_DIR': 'triton',
+              'TORCHINDUCTOR_CACHE_DIR': 'torchinductor', 'TORCH_EXTENSIONS_DIR': 'torch_extensions',
+              'VLLM_CACHE_ROOT': 'vllm'}
 # node-local: MIOpen's databases need file locks, which Lustre lacks, and ranks must not share a compile cache
 CACHE_ROOT = '/tmp'
 
@@ -316,21 +320,36 @@ class SingularityContainer(EasyBlock):
     def take_user_software_lock(self, wait):
         """The descriptor of the install dir's lock file, locked: when it is the file that is there now (a
         reinstall replaces it with the install dir). Another member's lock file may not be writable for this one:
-        flock works on a file opened read-only."""
+        flock works on a file opened read-only. Only the install's members can open it (lock_mode); who holds it
+        is written beside it (see the script's LOCK_INSTALL_DIR, which does the same). The descriptor is not
+        inherited by what the install starts (Python's default): nothing outlives the install holding it."""
         path = os.path.join(self.installdir, USER_SOFTWARE_LOCK)
+        mode = lock_mode(self.installdir, build_option('group_writable_installdir'))
         while True:
-            handle = open_lock_file(path)
+            handle = open_lock_file(path, mode)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except OSError as err:
                 os.close(handle)
                 if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                    raise EasyBuildError("A venv-pip, make-squashfs or unmake-squashfs is changing %s: run eb again "
-                                         "when it is done. Nothing was changed.", self.installdir)
+                    raise EasyBuildError("%s is changing %s: run eb again when it is done%s. Nothing was changed.",
+                                         lock_holder(self.installdir), self.installdir, lock_hint(path))
                 raise EasyBuildError("Cannot lock %s: %s. Nothing was changed.", path, err)
             if same_file(handle, path):
-                return handle
+                return self.keep_lock_private(handle, mode)
             os.close(handle)
+
+    def keep_lock_private(self, handle, mode):
+        """The locked descriptor handle of the lock file, or of the private one put in its place (keep_lock_private),
+        with the holder written down beside it."""
+        try:
+            handle = keep_lock_private(handle, os.path.join(self.installdir, USER_SOFTWARE_LOCK), mode)
+        except OSError as err:
+            os.close(handle)
+            raise EasyBuildError("Cannot replace the lock of %s, which others can open, with a private one: %s. "
+                                 "Nothing was changed.", self.installdir, err)
+        note_lock_holder(self.installdir, mode)
+        return handle
 
     # extract, configure, build: nothing to do
 
@@ -789,6 +808,20 @@ class SingularityContainer(EasyBlock):
         finally:
             self.making_fake_module = False
 
+    def permissions_step(self):
+        """EasyBuild makes every file in the install dir readable for all, the lock too, which others could then
+        hold (see lock_mode): under the lock, it is replaced by a private one, which a descriptor someone may have
+        opened meanwhile does not reach."""
+        if self.dry_run or not os.path.isdir(self.installdir):
+            return super(SingularityContainer, self).permissions_step()
+        handle = self.take_user_software_lock(wait=True)
+        try:
+            super(SingularityContainer, self).permissions_step()
+            handle = self.keep_lock_private(handle, lock_mode(self.installdir,
+                                                              build_option('group_writable_installdir')))
+        finally:
+            os.close(handle)
+
     def write_user_software_fingerprints(self):
         """Remember what the user software looks like as installed: a reinstall keeps it only if it changed."""
         fingerprints = {}
@@ -813,10 +846,17 @@ class SingularityContainer(EasyBlock):
             (suffix, self.cfg['container_entry']),
             "$CONTAINERROOT is the install dir; $RUNSCRIPTS and $RUNSCRIPTS%s hold the run scripts, seen as "
             "/runscripts in the container." % suffix,
-            "SINGULARITY_BINDPATH (added to your own value) binds the host file systems, /runscripts and "
-            "/user-software; SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up "
-            "the environment in the container, with the virtual environment %s active (APPTAINER_BINDPATH and "
+            "SINGULARITY_BINDPATH (added to your own value) binds the host file systems and /runscripts; "
+            "SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up the environment "
+            "in the container, with the virtual environment %s active (APPTAINER_BINDPATH, APPTAINER_OVERLAY and "
             "APPTAINERENV_* get the same values)." % self.container_venv,
+            "The virtual environment is /user-software in the container. Packed (as installed), it is SquashFS "
+            "layers that SINGULARITY_OVERLAY puts there, after your own overlays: %s and, on top, %s with "
+            "venv-pip's changes since (where the runtime cannot stack overlays, %s alone is bound there), in the "
+            "directory that the link %s names, which every change replaces in one step; unpacked (after "
+            "unmake-squashfs), the directory %s is bound there." % (
+                USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_PACKED,
+                USER_SOFTWARE),
         ] + nvidia + [
             "",
             "Commands outside the container (in $CONTAINERROOT/bin):",
@@ -832,8 +872,9 @@ class SingularityContainer(EasyBlock):
                 ', '.join(self.cfg['container_cache_dirs']) or 'none', CACHE_ROOT),
             "",
             "To add or remove packages: venv-pip install <package> (or -r requirements.txt, uninstall, list, ...) "
-            "outside the container: it unpacks the virtual environment if it is packed, runs pip, packs it again and "
-            "puts it in place in one step; new jobs see the change, no reload needed.",
+            "outside the container. In a packed virtual environment, pip runs on a writable overlay and what it "
+            "changed becomes the layer on top, put in place in one step (merged into the packed one when it grows "
+            "large); an unpacked one pip changes in place. New jobs see the change, no reload needed.",
             "",
             "A Jupyter kernel of the container's Python with the virtual environment: venv-pip install ipykernel, "
             "then jupyter-kernel install (--name, --display-name, --prefix; remove, list). Any Jupyter you run finds "
@@ -1340,19 +1381,157 @@ def owner_group_mode(path):
     return 'owner %s, group %s, mode %04o' % (owner, group, stat.S_IMODE(info.st_mode))
 
 
-def open_lock_file(path):
-    """A descriptor of the lock file at path (made if missing): for writing if it may be, else read-only (flock
-    works on either). An error that says what is wrong if neither works."""
+def lock_mode(directory, group_writable=False):
+    """The mode of the lock of the install dir `directory`: 0660 where it is the group's (a project's shared install),
+    else 0600. Nobody else may open it: flock works on a descriptor opened read-only, so a lock that others can read
+    is one that others can hold."""
+    return 0o660 if group_writable or os.stat(directory).st_mode & stat.S_IWGRP else 0o600
+
+
+def new_private_file(directory, prefix, mode):
+    """(descriptor, path) of a new file (mkstemp) in directory with mode and directory's group (for its members)."""
+    handle, path = tempfile.mkstemp(dir=directory, prefix=prefix)
     try:
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        os.fchmod(handle, mode)
+        try:
+            os.fchown(handle, -1, os.stat(directory).st_gid)
+        except OSError:
+            if mode & 0o070:
+                raise
     except OSError:
-        pass
+        os.close(handle)
+        os.unlink(path)
+        raise
+    return handle, path
+
+
+def open_lock_file(path, mode):
+    """A descriptor of the lock file at path, made with `mode` if missing (linked into place: never over one that
+    another run made meanwhile): for writing if it may be, else read-only (flock works on either). Opened only if
+    it is a regular file: opening a FIFO would wait for a writer, forever. An error that says what is wrong."""
+    if not os.path.lexists(path):
+        handle, new = new_private_file(os.path.dirname(path), USER_SOFTWARE_LOCK + '.new.', mode)
+        os.close(handle)
+        try:
+            os.link(new, path)
+        except OSError as err:
+            if err.errno != errno.EEXIST:
+                raise EasyBuildError("Cannot make %s, the lock of venv-pip, make-squashfs and unmake-squashfs: %s. "
+                                     "Nothing was changed.", path, err.strerror)
+        finally:
+            os.unlink(new)
+    error = None
+    for flags in (os.O_RDWR, os.O_RDONLY):
+        try:
+            handle = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError as err:
+            error = err
+            continue
+        if stat.S_ISREG(os.fstat(handle).st_mode):
+            return handle
+        os.close(handle)
+        break
+    if error is None or error.errno == errno.ELOOP:
+        raise EasyBuildError("%s is a %s, not the lock file that venv-pip, make-squashfs and unmake-squashfs share: "
+                             "remove it (rm %s), then run eb again. Nothing was changed.", path,
+                             file_kind(path), path)
+    raise EasyBuildError("Cannot open %s, the lock of venv-pip, make-squashfs and unmake-squashfs: %s. Nothing "
+                         "was changed: reinstall as a user who may change %s.", path, error.strerror,
+                         os.path.dirname(path))
+
+
+def file_kind(path):
+    """What is at path, in words as stat's %F has them: 'symbolic link of lumi-outsider'."""
+    info = os.lstat(path)
+    kinds = ((stat.S_ISLNK, 'symbolic link'), (stat.S_ISFIFO, 'fifo'), (stat.S_ISDIR, 'directory'),
+             (stat.S_ISSOCK, 'socket'), (stat.S_ISCHR, 'character device'), (stat.S_ISBLK, 'block device'))
+    kind = next((word for test, word in kinds if test(info.st_mode)), 'file')
     try:
-        return os.open(path, os.O_RDONLY)
-    except OSError as err:
-        raise EasyBuildError("Cannot open %s, the lock of venv-pip, make-squashfs and unmake-squashfs: %s. Nothing "
-                             "was changed: reinstall as a user who may change %s.", path, err.strerror,
-                             os.path.dirname(path))
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    return '%s of %s' % (kind, owner)
+
+
+def keep_lock_private(handle, path, mode):
+    """The locked descriptor handle of the lock file at path, with `mode` and the install dir's group: its owner
+    sets them. One that others could open (earlier versions made it 0644, EasyBuild makes every file readable) may
+    be open for one of them already: whoever holds it puts a new one of their own in its place, locked before the
+    old one is let go (a waiter on the old one finds it replaced, and waits for the new one)."""
+    info, gid = os.fstat(handle), os.stat(os.path.dirname(path)).st_gid
+    if stat.S_IMODE(info.st_mode) == mode and (mode == 0o600 or info.st_gid == gid):
+        return handle
+    if info.st_uid == os.geteuid() and not info.st_mode & 0o007:
+        os.fchmod(handle, mode)
+        try:
+            os.fchown(handle, -1, gid)
+        except OSError:
+            pass
+        return handle
+    new_handle, new = new_private_file(os.path.dirname(path), USER_SOFTWARE_LOCK + '.new.', mode)
+    try:
+        fcntl.flock(new_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(new, path)
+    except OSError:
+        os.close(new_handle)
+        os.unlink(new)
+        raise
+    os.close(handle)
+    return new_handle
+
+
+def note_lock_holder(directory, mode):
+    """Write who holds the lock of the install dir `directory` beside it (USER_SOFTWARE_LOCK_RECORD): a new file
+    renamed into place."""
+    try:
+        handle, new = new_private_file(directory, USER_SOFTWARE_LOCK_RECORD + '.new.', mode)
+    except OSError:
+        return
+    try:
+        os.write(handle, ('%s %s %d eb\n' % (pwd.getpwuid(os.geteuid()).pw_name, os.uname()[1],
+                                             os.getpid())).encode())
+        os.rename(new, os.path.join(directory, USER_SOFTWARE_LOCK_RECORD))
+    except OSError:
+        os.unlink(new)
+    finally:
+        os.close(handle)
+
+
+def lock_hint(path):
+    """What to do when the lock at path is held and others can open it (as earlier versions made it): anyone may
+    hold it then."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return ''
+    if not stat.S_ISREG(mode) or not mode & 0o006:
+        return ''
+    return ('; %s is one that users outside the project can open (as earlier versions made it): if no one of the '
+            'project is changing %s, remove it, then try again' % (path, os.path.dirname(path)))
+
+
+def lock_holder(directory):
+    """Who holds the lock of the install dir `directory`, from the record its holder wrote: "lumi-owner's venv-pip on
+    nid001 (process 123)"."""
+    path = os.path.join(directory, USER_SOFTWARE_LOCK_RECORD)
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        handle = None
+    words = []
+    if handle is not None:
+        try:
+            if stat.S_ISREG(os.fstat(handle).st_mode):
+                words = os.read(handle, 256).decode('utf-8', 'replace').split()
+        finally:
+            os.close(handle)
+    if len(words) != 4:
+        return 'Another venv-pip, make-squashfs, unmake-squashfs or eb reinstall'
+    who, host, pid, what = words
+    ended = ''
+    if host == os.uname()[1] and not os.path.isdir('/proc/%s' % pid):
+        ended = ', which has ended: a process it started holds the lock'
+    return "%s's %s on %s (process %s%s)" % (who, what, host, pid, ended)
 
 
 def same_file(handle, path):
@@ -2176,6 +2355,24 @@ is_ours() {  # a kernelspec dir whose kernel is this module's
     [ -f "$1/kernel.json" ] && grep -qF "    $launcher_json," "$1/kernel.json"
 }
 
+# In a shared prefix, a kernel of this name may be another member's: whose it is ("lumi-owner's"), if not yours
+others() {
+    if [ -L "$1" ] || [ ! -O "$1" ]; then
+        echo "$(stat -c %U "$1")'s"
+    fi
+}
+# Stop unless you can $2 (replace, remove) the kernel dir $1 of another member: its directory and the one it is in
+# must be writable for you (the owner's umask decides)
+removable_or_stop() {
+    local theirs
+    theirs=$(others "$1")
+    [ -n "$theirs" ] || return 0
+    if [ ! -w "${1%/*}" ] || { [ ! -L "$1" ] && [ ! -w "$1" ]; }; then
+        die "the kernel $kernel_name in $kernels_dir is $theirs: you cannot $2 it (they made it writable only for" \
+            "themselves); ask them to, or give another --name"
+    fi
+}
+
 kernel_json() {
     printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
@@ -2185,10 +2382,14 @@ kernel_json() {
 }
 
 install_kernel() {
-    local dir=$kernels_dir/$kernel_name new
+    local dir=$kernels_dir/$kernel_name new theirs=
     if [ -e "$dir" ] && ! is_ours "$dir" && [ -z "$force" ]; then
         die "a kernel named $kernel_name is in $kernels_dir already, not this module's: give another --name," \
             "or --force to replace it"
+    fi
+    if [ -e "$dir" ] || [ -L "$dir" ]; then
+        removable_or_stop "$dir" replace
+        theirs=$(others "$dir")
     fi
     local check='import sys
 try:
@@ -2205,22 +2406,26 @@ except ImportError as error:
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
     new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
-    chmod 755 "$new"  # readable as Jupyter's own kernelspecs are (mktemp makes it private)
+    # the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
+    # group may change it or not, for both alike
+    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
     kernel_json >"$new/kernel.json"
     if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
         rm -rf "$new"
         die "cannot replace $dir"
     fi
-    echo "Installed kernel $kernel_name (\"$display_name\") in $dir"
+    echo "Installed kernel $kernel_name (\"$display_name\") in $dir${theirs:+, in place of $theirs}"
 }
 
 remove_kernel() {
-    local dir=$kernels_dir/$kernel_name
+    local dir=$kernels_dir/$kernel_name theirs
     [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
     is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
         "'jupyter kernelspec remove $kernel_name' if you mean it"
-    rm -rf "$dir"
-    echo "Removed kernel $kernel_name from $kernels_dir"
+    removable_or_stop "$dir" remove
+    theirs=$(others "$dir")
+    rm -rf "$dir" || die "cannot remove $dir"
+    echo "Removed ${theirs:+$theirs }kernel $kernel_name from $kernels_dir"
 }
 
 list_kernels() {  # where Jupyter finds kernels: JUPYTER_PATH, the user's data dir, the system's
@@ -2381,32 +2586,130 @@ read_state
 '''
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
-# reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken.
+# reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
+# members can open it; whoever takes it writes who they are beside it (lock_holder reads that).
 LOCK_INSTALL_DIR_TEMPLATE = r'''[ -w "$root" ] ||
     die "$root is not writable for you: only whoever installed the module can change it"
 command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
 lock="$root/@lock@"
-# Another member's lock file may not be writable for you: flock works on a file opened read-only. The lock counts
-# when it is the file that is there now (a reinstall replaces it with the install dir).
+lock_record="$root/@lock_record@"
+# Nobody but the install's members may open the lock: flock works on a descriptor opened read-only, so a lock that
+# others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
+# install), else 0600; in the install dir's group.
+lock_mode() {
+    if (( 8#$(stat -L -c %a "$1") & 8#020 )); then
+        echo 660
+    else
+        echo 600
+    fi
+}
+# A new file $1 (a name from mktemp) gets the lock's mode $2 and the install dir's group
+make_private() {
+    chmod "$2" "$1" || return 1
+    chgrp --reference="$root" "$1" 2>/dev/null || [ "$2" = 600 ]
+}
+# The lock file, made with its mode from the start: linked into place, so that it never replaces the one another run
+# made meanwhile
+make_lock() {
+    local new
+    new=$(mktemp "$lock.new.XXXXXX") || die "cannot write in $root"
+    make_private "$new" "$1" || { rm -f "$new"; die "cannot give $new the mode $1"; }
+    ln "$new" "$lock" 2>/dev/null || true
+    rm -f "$new"
+}
+# Opened only if it is a regular file: opening a FIFO would wait for a writer, forever
+open_lock() {
+    if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
+        make_lock "$1"
+    fi
+    if [ ! -f "$lock" ] || [ -L "$lock" ]; then
+        die "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock file" \
+            "that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
+    fi
+    { exec 9<>"$lock"; } 2>/dev/null || { exec 9<"$lock"; } 2>/dev/null ||
+        die "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
+}
+# The lock gets its mode and group from its owner. One that others could open (earlier versions made it 0644) may be
+# open for one of them already: whoever holds it puts a new one of their own in its place, holding both.
+keep_lock_private() {
+    local mode=$1 now new
+    now=$(stat -L -c %a /dev/fd/9)
+    if [ "$now" = "$mode" ] &&
+        { [ "$mode" = 600 ] || [ "$(stat -L -c %g /dev/fd/9)" = "$(stat -L -c %g "$root")" ]; }; then
+        return 0
+    fi
+    if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
+        make_private /dev/fd/9 "$mode" && return 0
+    fi
+    new=$(mktemp "$lock.new.XXXXXX") || die "cannot write in $root"
+    if ! { make_private "$new" "$mode" && exec 8<>"$new" && flock -n 8 && mv -fT "$new" "$lock"; }; then
+        rm -f "$new"
+        die "cannot replace $lock, which others can open, with a private one"
+    fi
+    exec 9>&8 8>&-
+}
+# The holder's record beside the lock ("user host pid command"), for those who wait or are refused: written by each
+# one that takes the lock, under a new name renamed into place
+note_lock_holder() {
+    local new
+    new=$(mktemp "$lock_record.new.XXXXXX") || return 0
+    if echo "$(id -un) $(hostname) $$ ${0##*/}" >"$new" && make_private "$new" "$1"; then
+        mv -fT "$new" "$lock_record" && return 0
+    fi
+    rm -f "$new"
+}
+# Who holds the lock, from the record: "lumi-owner's venv-pip on nid001 (process 123)"
+lock_holder() {
+    local who host pid what
+    if [ -f "$lock_record" ] && [ ! -L "$lock_record" ] &&
+        read -r who host pid what < <(timeout 2 head -c 256 -- "$lock_record" 2>/dev/null) && [ -n "$what" ]; then
+        echo -n "$who's $what on $host (process $pid"
+        if [ "$host" = "$(hostname)" ] && [ ! -d "/proc/$pid" ]; then
+            echo -n ", which has ended: a process it started holds the lock"
+        fi
+        echo ")"
+    else
+        echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
+    fi
+}
+# A lock that others can open (as earlier versions made it) may be held by anyone: what to do then
+lock_hint() {
+    if [ -f "$lock" ] && (( 8#$(stat -c %a "$lock") & 8#006 )); then
+        echo "; $lock is one that users outside the project can open (as earlier versions made it): if no one of" \
+            "the project is changing $root, remove it, then try again"
+    fi
+}
+# The lock counts when it is the file that is there now (a reinstall replaces it with the install dir)
 take_lock() {
+    local mode
+    mode=$(lock_mode "$root")
     while :; do
-        { exec 9>>"$lock"; } 2>/dev/null || { exec 9<"$lock"; } 2>/dev/null ||
-            die "cannot open $lock, the lock of this install dir; ask whoever installed the module"
+        open_lock "$mode"
+        [ -f /dev/fd/9 ] || die "$lock was replaced by something that is not a file while it was opened; remove it"
         flock "$@" 9 || return 1
         if [ /dev/fd/9 -ef "$lock" ]; then
+            keep_lock_private "$mode"
+            note_lock_holder "$mode"
             return 0
         fi
     done
-}'''
+}
+# take_lock, saying once for whom it waits
+wait_for_lock() {
+    take_lock -n && return 0
+    echo "${0##*/}: waiting for $(lock_holder) to finish with $root...$(lock_hint)" >&2
+    take_lock
+}
+'''
 
 # make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the
 # lock. Follows LOCK_INSTALL_DIR.
 LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''
 # shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
 if [ "${@holds_lock@:-}" != "$root" ]; then
-    take_lock -n ||
-        die "a venv-pip, make-squashfs, unmake-squashfs or eb reinstall is changing $root; try again when it is done"
-fi'''
+    take_lock -n || die "$(lock_holder) is changing $root; try again when it is done$(lock_hint)"
+fi
+'''
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment:
@@ -2769,36 +3072,110 @@ layers_stack() {
 # venv-pip unpacks and packs on node-local storage, not beside the install (on LUMI: Lustre, where tens of thousands
 # of small files are slow to make and read back).
 WORKDIR = r'''
-# A private work directory (mode 0700) on node-local storage with room for $1 bytes, in $work: $TMPDIR, else /dev/shm,
-# else /tmp; if none has room, one beside the install dir, and says so. Removed on any exit (clean_workdir).
-make_workdir() {
-    local need=$1 place free old run
-    work=
-    for place in "${TMPDIR:-}" /dev/shm /tmp; do
-        if [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ]; then
-            continue
-        fi
-        # what an earlier run of yours that was killed left here
-        for old in "$place/venv-pip.$(hostname)".*.*; do
-            run=${old%.*}
-            if [ -O "$old" ] && ! grep -qas venv-pip "/proc/${run##*.}/cmdline"; then
-                clean_workdir "$old"
-            fi
-        done
-        free=$(df -B1 --output=avail "$place" 2>/dev/null | tail -n 1) || continue
-        if [ "${free:-0}" -gt "$need" ]; then
-            work=$(mktemp -d "$place/venv-pip.$(hostname).$$.XXXXXX") && return 0
+# venv-pip's work dirs: private directories (0700) from mktemp, each with a record of the run that made it (its host,
+# process and the process's start), by which a later run of the same user recognises what a killed one left behind:
+# nothing is removed by its name alone. They are in the user's own group and not setgid: in a setgid directory (a
+# project's TMPDIR) they would get the directory's group, which the runtime's user namespace does not map, and the
+# overlay would not mount.
+workdir_record=.venv-pip-run
+
+process_start() {  # the start of process $1 (clock ticks since boot); nothing if it has ended
+    local fields
+    fields=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    read -ra fields <<<"${fields##*) }"
+    echo "${fields[19]}"
+}
+this_run() {
+    echo "$(hostname) $$ $(process_start $$)"
+}
+# Whether $1 is a work dir of yours, made by a run on this host that has ended: a real directory (not a link) with
+# the record in it
+left_by_an_ended_run() {
+    local host pid start
+    [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
+    [ ! -L "$1/$workdir_record" ] && [ -f "$1/$workdir_record" ] && [ -O "$1/$workdir_record" ] || return 1
+    read -r host pid start <"$1/$workdir_record" || return 1
+    [ "$host" = "$(hostname)" ] && [ "$(process_start "$pid")" != "$start" ]
+}
+clean_workdir() {  # the work dir $1 with all in it: links in it are removed, never followed
+    [ -n "${1:-}" ] && [ ! -L "$1" ] && [ -d "$1" ] || return 0
+    # (the overlay's work directory is mode 000; $1 itself is 0700 and never changed)
+    find -P "$1" -xdev -mindepth 1 -type d ! -perm -u=rwx -exec chmod u+rwx {} + 2>/dev/null || true
+    rm -rf --one-file-system -- "$1"
+}
+remove_ended_runs() {  # in the place $1
+    local old
+    for old in "$1"/venv-pip.*; do
+        if left_by_an_ended_run "$old"; then
+            clean_workdir "$old"
         fi
     done
-    echo "${0##*/}: working in $root: none of ${TMPDIR:+$TMPDIR, }/dev/shm and /tmp has the" \
-        "$(( need >> 20 )) MiB free that it needs" >&2
-    work="$dir.venv-pip.tmp.$(hostname).$$"
-    mkdir -m 0700 "$work"
 }
-clean_workdir() {  # the overlay's work directory is mode 000
-    [ -n "${1:-}" ] && [ -e "$1" ] || return 0
-    chmod -R u+rwx "$1" 2>/dev/null
-    rm -rf "$1"
+new_workdir() {  # in the place $1, into $work
+    work=$(mktemp -d "$1/venv-pip.XXXXXX") || return 1
+    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && this_run >"$work/$workdir_record"; }; then
+        clean_workdir "$work"
+        work=
+        return 1
+    fi
+}
+free_bytes() {
+    df -B1 --output=avail "$1" 2>/dev/null | tail -n 1
+}
+# The places venv-pip works in, in order: $TMPDIR, /dev/shm, /tmp (node-local), then beside the install dir
+workdir_places() {
+    local place
+    for place in "${TMPDIR:-}" /dev/shm /tmp; do
+        [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ] || echo "$place"
+    done
+}
+# A work dir with room for $1 bytes, into $work: in the first of workdir_places with room that is none of $2...
+# (places where pip ran out of space); else beside the install dir, and says so. Removes what ended runs left there.
+make_workdir() {
+    local need=$1 place tried free places
+    shift
+    work=
+    while read -r place; do
+        for tried in "$@"; do
+            [ ! "$place" -ef "$tried" ] || continue 2
+        done
+        remove_ended_runs "$place"
+        free=$(free_bytes "$place")
+        if [ "${free:-0}" -gt "$need" ] && new_workdir "$place"; then
+            return 0
+        fi
+    done < <(workdir_places)
+    for tried in "$@"; do
+        [ ! "$root" -ef "$tried" ] ||
+            die "pip ran out of space in $*; venv-pip works in the first of TMPDIR, /dev/shm and /tmp that has room" \
+                "(then beside the install dir): set TMPDIR to a place with room for the change"
+    done
+    places=$(workdir_places)
+    echo "${0##*/}: working in $root: none of ${places//$'\n'/, } has the $(( need >> 20 )) MiB free that it" \
+        "needs${*:+ (pip ran out of space in $*)}; TMPDIR chooses where venv-pip works first" >&2
+    remove_ended_runs "$root"
+    new_workdir "$root" || die "cannot make a work directory in $root"
+}
+# Whether pip's failure in the work dir $1 was for want of space there: (nearly) nothing is free where it is
+ran_out_of_space() {
+    local free
+    free=$(free_bytes "$1") || return 1
+    [ "${free:-0}" -lt $(( 4 << 20 )) ]
+}
+# The place the work dir $1 is in
+workdir_place() {
+    dirname "$1"
+}
+# Stop with pip's status $1 in a container on the work dir, saying what failed and that $2 (what was not changed).
+# 255 is the runtime's own: the container did not start (an overlay or a bind in the work dir did not mount).
+stop_as_pip() {
+    if [ "$1" -eq 255 ]; then
+        echo "${0##*/}: error: the container did not start on the work dir $work (the runtime says why above);" \
+            "$2. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
+    else
+        echo "${0##*/}: error: pip failed (exit code $1); $2" >&2
+    fi
+    exit "$1"
 }
 '''
 
@@ -2992,10 +3369,7 @@ fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
 @lock_install_dir@
-if ! take_lock -n; then
-    echo "venv-pip: waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall on $root..." >&2
-    take_lock
-fi
+wait_for_lock
 read_state  # (as it is now that this run holds the lock)
 remove_superseded "$root"
 
@@ -3072,10 +3446,7 @@ change_by_repacking() {
     before=$(venv_state "$tree")
     links=$(venv_python_links "$tree/$venv_bin")
     in_background pip "$@" || status=$?
-    if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); the venv was not changed" >&2
-        exit "$status"
-    fi
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
     keep_venv_python "$tree/$venv_bin" "$links"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$tree")" = "$before" ]; then
@@ -3104,16 +3475,24 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
-    local upper tree limit status=0
-    make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
-    mkdir "$work/overlay"
-    use_layers "$work/overlay"
-    # pip, then the image's commands for the venv again, in one container
-    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
-    if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); the venv was not changed" >&2
-        exit "$status"
-    fi
+    local upper tree limit status need full=()
+    need=$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))
+    while :; do  # (in the next place while pip runs out of space)
+        make_workdir "$need" "${full[@]}"
+        mkdir "$work/overlay"
+        use_layers "$work/overlay"
+        # pip, then the image's commands for the venv again, in one container
+        status=0
+        in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
+            break
+        fi
+        full+=("$(workdir_place "$work")")
+        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
+        drop_layers
+        clean_workdir "$work"
+    done
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
     upper="$work/overlay/upper"
     if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
         echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python"
@@ -4077,6 +4456,7 @@ if __name__ == "__main__":
 # The templates above, filled where their values are the easyblock's constants, and the table of the scripts
 # ---------------------------------------------------------------------------------------------------------------
 
+<<<<<<< HEAD
 VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
                            link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
                            empty_mark=EMPTY_LAYER_MARK,
@@ -4085,6 +4465,14 @@ USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SO
                                     us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME, venv_state=VENV_STATE)
 LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK)
+=======
+USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE,
+                                    us_squashfs=USER_SOFTWARE_SQUASHFS)
+LAYERS = fill_template(LAYERS_TEMPLATE, us_changes=USER_SOFTWARE_CHANGES, mksquashfs_options=MKSQUASHFS_OPTIONS,
+                       record=EMPTIED_RECORD)
+LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
+                                 lock_record=USER_SOFTWARE_LOCK_RECORD)
+>>>>>>> shared
 LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
                                                             holds_lock=INSTALL_HOLDS_LOCK)
 READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, keeps='0%o' % SHARED_UMASK_KEEPS)

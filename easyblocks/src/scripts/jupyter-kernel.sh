@@ -16,6 +16,24 @@ is_ours() {  # a kernelspec dir whose kernel is this module's
     [ -f "$1/kernel.json" ] && grep -qF "    $launcher_json," "$1/kernel.json"
 }
 
+# In a shared prefix, a kernel of this name may be another member's: whose it is ("lumi-owner's"), if not yours
+others() {
+    if [ -L "$1" ] || [ ! -O "$1" ]; then
+        echo "$(stat -c %U "$1")'s"
+    fi
+}
+# Stop unless you can $2 (replace, remove) the kernel dir $1 of another member: its directory and the one it is in
+# must be writable for you (the owner's umask decides)
+removable_or_stop() {
+    local theirs
+    theirs=$(others "$1")
+    [ -n "$theirs" ] || return 0
+    if [ ! -w "${1%/*}" ] || { [ ! -L "$1" ] && [ ! -w "$1" ]; }; then
+        die "the kernel $kernel_name in $kernels_dir is $theirs: you cannot $2 it (they made it writable only for" \
+            "themselves); ask them to, or give another --name"
+    fi
+}
+
 kernel_json() {
     printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
@@ -25,10 +43,14 @@ kernel_json() {
 }
 
 install_kernel() {
-    local dir=$kernels_dir/$kernel_name new
+    local dir=$kernels_dir/$kernel_name new theirs=
     if [ -e "$dir" ] && ! is_ours "$dir" && [ -z "$force" ]; then
         die "a kernel named $kernel_name is in $kernels_dir already, not this module's: give another --name," \
             "or --force to replace it"
+    fi
+    if [ -e "$dir" ] || [ -L "$dir" ]; then
+        removable_or_stop "$dir" replace
+        theirs=$(others "$dir")
     fi
     local check='import sys
 try:
@@ -45,22 +67,26 @@ except ImportError as error:
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
     new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
-    chmod 755 "$new"  # readable as Jupyter's own kernelspecs are (mktemp makes it private)
+    # the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
+    # group may change it or not, for both alike
+    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
     kernel_json >"$new/kernel.json"
     if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
         rm -rf "$new"
         die "cannot replace $dir"
     fi
-    echo "Installed kernel $kernel_name (\"$display_name\") in $dir"
+    echo "Installed kernel $kernel_name (\"$display_name\") in $dir${theirs:+, in place of $theirs}"
 }
 
 remove_kernel() {
-    local dir=$kernels_dir/$kernel_name
+    local dir=$kernels_dir/$kernel_name theirs
     [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
     is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
         "'jupyter kernelspec remove $kernel_name' if you mean it"
-    rm -rf "$dir"
-    echo "Removed kernel $kernel_name from $kernels_dir"
+    removable_or_stop "$dir" remove
+    theirs=$(others "$dir")
+    rm -rf "$dir" || die "cannot remove $dir"
+    echo "Removed ${theirs:+$theirs }kernel $kernel_name from $kernels_dir"
 }
 
 list_kernels() {  # where Jupyter finds kernels: JUPYTER_PATH, the user's data dir, the system's

@@ -53,10 +53,7 @@ fi
 [ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
 @lock_install_dir@
-if ! take_lock -n; then
-    echo "venv-pip: waiting for another venv-pip, make-squashfs, unmake-squashfs or eb reinstall on $root..." >&2
-    take_lock
-fi
+wait_for_lock
 read_state  # (as it is now that this run holds the lock)
 remove_superseded "$root"
 
@@ -133,10 +130,7 @@ change_by_repacking() {
     before=$(venv_state "$tree")
     links=$(venv_python_links "$tree/$venv_bin")
     in_background pip "$@" || status=$?
-    if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); the venv was not changed" >&2
-        exit "$status"
-    fi
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
     keep_venv_python "$tree/$venv_bin" "$links"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$tree")" = "$before" ]; then
@@ -165,16 +159,24 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
-    local upper tree limit status=0
-    make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
-    mkdir "$work/overlay"
-    use_layers "$work/overlay"
-    # pip, then the image's commands for the venv again, in one container
-    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
-    if [ "$status" -ne 0 ]; then
-        echo "venv-pip: error: pip failed (exit code $status); the venv was not changed" >&2
-        exit "$status"
-    fi
+    local upper tree limit status need full=()
+    need=$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))
+    while :; do  # (in the next place while pip runs out of space)
+        make_workdir "$need" "${full[@]}"
+        mkdir "$work/overlay"
+        use_layers "$work/overlay"
+        # pip, then the image's commands for the venv again, in one container
+        status=0
+        in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
+            break
+        fi
+        full+=("$(workdir_place "$work")")
+        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
+        drop_layers
+        clean_workdir "$work"
+    done
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
     upper="$work/overlay/upper"
     if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
         echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python"

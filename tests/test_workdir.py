@@ -1,0 +1,152 @@
+"""venv-pip's work dir, on node-local storage that others share (/dev/shm, /tmp) or in a project's TMPDIR: what it
+finds there of others is left alone and never followed, a setgid place works, and where pip runs out of space it
+works in the next place. One EasyBuild version: the script is the same under both."""
+import os
+import socket
+import stat
+
+import pytest
+
+from support import require_other_users, require_runtime, require_tools
+from testkit.install import RUNTIME, base_env, fake_command, install_demo, local_wheels, run, write_wheel
+from testkit.users import MEMBER, OUTSIDER, OWNER, give, project_gid, user
+
+pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+
+MODULE = 'Demo/1.0'
+
+
+@pytest.fixture(autouse=True)
+def other_users():
+    """Others plant things where venv-pip works; only root can be them (and mount a small file system)."""
+    require_other_users()
+
+
+@pytest.fixture(scope='module')
+def packed(tmp_path_factory, demo_sif, wheelhouse):
+    """Demo/1.0 with its venv packed in layers: (Installation, install dir)."""
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs', 'flock')
+    return install_demo(tmp_path_factory.mktemp('workdir') / 'install', demo_sif, pip_requirements=['lumi-base'],
+                        squash_user_software=True, pip_install_options=local_wheels(wheelhouse))
+
+
+def place(path, mode, group=None):
+    """A directory where venv-pip may work: root's, of `group` (a gid) if given, with mode."""
+    path.mkdir()
+    os.chown(path, 0, group if group is not None else 0)
+    path.chmod(mode)
+    return path
+
+
+def venv_pip(inst, tmpdir, args, check=True, path=()):
+    env = base_env([str(p) for p in path])
+    env['TMPDIR'] = str(tmpdir)
+    return inst.module_shell(MODULE, 'venv-pip %s' % args, env=env, check=check)
+
+
+@pytest.mark.needs('image-src')
+def test_a_setgid_tmpdir_of_the_project(packed, tmp_path, wheelhouse):
+    """A project's TMPDIR (on LUMI's /scratch) is setgid to the project's group: the overlay in a work dir there
+    used to fail to mount (the group is not mapped in the runtime's user namespace), and venv-pip blamed pip."""
+    inst, idir = packed
+    tmpdir = place(tmp_path / 'project-tmp', 0o2770, group=project_gid())
+    out = venv_pip(inst, tmpdir, 'install %s lumi-later' % ' '.join(local_wheels(wheelhouse))).stdout
+    assert 'user-software.changes.squashfs has the change' in out
+    assert not list(tmpdir.iterdir())
+
+
+def modes(top):
+    """{path: (mode, owner, content)} of what is under top, links not followed."""
+    found = {}
+    for path in [top] + sorted(top.rglob('*')):
+        info = path.lstat()
+        found[path] = (stat.S_IMODE(info.st_mode), info.st_uid, path.read_text() if path.is_file() else None)
+    return found
+
+
+def plant(who, path, kind, target=None, record=None):
+    """What `who` puts at path: a link to target, a directory (with a record of a venv-pip run in it), or a FIFO."""
+    script = {'link': 'ln -s "$2" "$1"', 'directory': 'mkdir -m 0700 "$1"', 'fifo': 'mkfifo "$1"'}[kind]
+    if record:
+        script += ' && echo "$3" > "$1/.venv-pip-run"'
+    run(['bash', '-c', script, 'plant', str(path), str(target), record or ''], user=who)
+    return path
+
+
+@pytest.mark.needs('image-src')
+def test_what_others_plant_where_venv_pip_works_is_left_alone(packed, tmp_path, wheelhouse):
+    """In /dev/shm (sticky, anyone writes) an outsider, in a project's TMPDIR (setgid, group-writable, not sticky) a
+    member, plant links to the victim's files under the names of venv-pip's work dirs (as earlier versions named them
+    too, with a process that has ended), a directory of their own with a record of a run in it, a FIFO: venv-pip
+    works, the victim's files keep their modes, and what others planted stays. Only what a killed run of the victim
+    left (a directory of theirs with its record) goes; one of theirs without a record stays."""
+    inst, idir = packed
+    host, dead = socket.gethostname(), 4194304  # above the kernel's largest process id
+    victim = tmp_path / 'victims-data'
+    (victim / 'sub').mkdir(parents=True)
+    (victim / 'sub' / 'notes').write_text('mine\n')
+    give(victim, user(OWNER))
+    (victim / 'sub' / 'notes').chmod(0o400)
+    (victim / 'sub').chmod(0o500)
+    before = modes(victim)
+    places = {OUTSIDER: place(tmp_path / 'shm', 0o1777),
+              MEMBER: place(tmp_path / 'project-tmp', 0o2775, group=project_gid())}
+    for (who, tmpdir), package in zip(places.items(), ['lumi-needs-wheel', 'lumi-top']):
+        planted = [plant(who, tmpdir / ('venv-pip.%s.%d.AbC123' % (host, dead)), 'link', victim),
+                   plant(who, tmpdir / 'venv-pip.XyZ789', 'link', victim),
+                   plant(who, tmpdir / 'venv-pip.dir123', 'directory', record='%s %d 1' % (host, dead)),
+                   plant(who, tmpdir / 'venv-pip.fifo12', 'fifo')]
+        own = plant(OWNER, tmpdir / 'venv-pip.mine12', 'directory')  # the victim's, without a record
+        left = plant(OWNER, tmpdir / 'venv-pip.left12', 'directory', record='%s %d 1' % (host, dead))
+        out = venv_pip(inst, tmpdir, 'install %s %s' % (' '.join(local_wheels(wheelhouse)), package)).stdout
+        assert 'has the change' in out
+        assert modes(victim) == before
+        assert all(os.path.lexists(path) for path in planted + [own]), who
+        assert not left.exists()
+        assert sorted(tmpdir.iterdir()) == sorted(planted + [own])
+
+
+@pytest.mark.needs('image-src')
+def test_where_pip_runs_out_of_space_venv_pip_works_in_the_next_place(packed, tmp_path):
+    """TMPDIR has the room that venv-pip estimates, but not for what pip installs: venv-pip says so, and works in
+    the next place (here /dev/shm); nothing is left in either."""
+    inst, idir = packed
+    wheels = tmp_path / 'big-wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-big', modules={'zeros.bin': '\0' * (96 << 20)})
+    small = place(tmp_path / 'small', 0o755)
+    run(['mount', '-t', 'tmpfs', '-o', 'size=72m,mode=1777', 'tmpfs', str(small)], user=None)
+    try:
+        proc = venv_pip(inst, small, 'install --no-index --find-links=%s lumi-big' % wheels)
+        left = list(small.iterdir())
+    finally:
+        run(['umount', str(small)], user=None)
+    assert 'venv-pip: pip ran out of space in %s; trying the next place\n' % small in proc.stderr
+    assert 'has the change' in proc.stdout
+    assert not left
+    assert not [path for path in os.listdir('/dev/shm') if path.startswith('venv-pip.')
+                and os.stat(os.path.join('/dev/shm', path), follow_symlinks=False).st_uid == user(OWNER).uid]
+    assert inst.module_shell(MODULE, 'python -c "import lumi_big, os; print(os.path.getsize(os.path.join('
+                             'os.path.dirname(lumi_big.__file__), \'zeros.bin\')))"').stdout == '%d\n' % (96 << 20)
+
+
+@pytest.mark.needs('image-src')
+def test_a_container_that_does_not_start_is_not_pip_failing(packed, tmp_path, wheelhouse):
+    """The runtime cannot mount the overlay in the work dir (its exit code 255): venv-pip says that, where, and that
+    TMPDIR chooses the place; not that pip failed."""
+    inst, idir = packed
+    refuses = fake_command(tmp_path / 'refuses', 'singularity', (
+        'case "${APPTAINER_OVERLAY:-}" in *venv-pip.*) echo "FATAL: no overlay here" >&2; exit 255 ;; esac\n'
+        'exec %s "$@"\n') % RUNTIME)
+    tmpdir = place(tmp_path / 'tmp', 0o1777)
+    proc = venv_pip(inst, tmpdir, 'install %s lumi-top' % ' '.join(local_wheels(wheelhouse)), check=False,
+                    path=[refuses])
+    assert proc.returncode == 255
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith('venv-pip: error: the container did not start on the work dir %s/venv-pip.' % tmpdir)
+    assert last.endswith('(the runtime says why above); %s/user-software.squashfs and %s/user-software.changes.squashfs'
+                         ' were not changed. TMPDIR chooses where venv-pip works first: set it to another place to '
+                         'work there' % (idir, idir))
+    assert 'pip failed' not in proc.stderr
+    assert not list(tmpdir.iterdir())
