@@ -4456,7 +4456,6 @@ if __name__ == "__main__":
 # The templates above, filled where their values are the easyblock's constants, and the table of the scripts
 # ---------------------------------------------------------------------------------------------------------------
 
-<<<<<<< HEAD
 VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
                            link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
                            empty_mark=EMPTY_LAYER_MARK,
@@ -4464,15 +4463,8 @@ VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, gen
 USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
                                     us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME, venv_state=VENV_STATE)
 LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
-LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK)
-=======
-USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE,
-                                    us_squashfs=USER_SOFTWARE_SQUASHFS)
-LAYERS = fill_template(LAYERS_TEMPLATE, us_changes=USER_SOFTWARE_CHANGES, mksquashfs_options=MKSQUASHFS_OPTIONS,
-                       record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
                                  lock_record=USER_SOFTWARE_LOCK_RECORD)
->>>>>>> shared
 LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
                                                             holds_lock=INSTALL_HOLDS_LOCK)
 READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, keeps='0%o' % SHARED_UMASK_KEEPS)
