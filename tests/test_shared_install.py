@@ -284,20 +284,20 @@ def test_the_lock_is_for_the_members_only(shared_unpacked):
     try:
         outsider.stdout.readline()
         proc = inst.module_shell(MODULE, unmake, check=False)
-        assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
+        assert 'there is no %s/user-software.packed (the packed venv) to unpack' % idir in proc.stderr
         assert lock_state(lock) == (0o660, OWNER, PROJECT_GROUP) and lock.stat().st_ino != inode
         outsider.stdin.write('\n')
         outsider.stdin.flush()
         outsider.stdout.readline()  # the outsider holds what it opened: no longer the lock
         proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
-        assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
+        assert 'there is no %s/user-software.packed (the packed venv) to unpack' % idir in proc.stderr
     finally:
         outsider.kill()
         outsider.wait()
     # another member's
     lock.chmod(0o644)
     proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
-    assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
+    assert 'there is no %s/user-software.packed (the packed venv) to unpack' % idir in proc.stderr
     assert lock_state(lock) == (0o660, MEMBER, PROJECT_GROUP)
     # an outsider holds a lock of an earlier version: the members are told what to do
     lock.chmod(0o644)
@@ -315,7 +315,7 @@ def test_the_lock_is_for_the_members_only(shared_unpacked):
         'versions made it): if no one of the project is changing %s, remove it, then try again\n' % (idir, lock, idir))
     lock.unlink()
     proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
-    assert 'there is no %s/user-software.squashfs to unpack' % idir in proc.stderr
+    assert 'there is no %s/user-software.packed (the packed venv) to unpack' % idir in proc.stderr
     who, host, pid, what = record.read_text().split()
     assert (who, host, what) == (MEMBER, socket.gethostname(), 'unmake-squashfs') and pid.isdigit()
     assert lock_state(record) == (0o660, MEMBER, PROJECT_GROUP)

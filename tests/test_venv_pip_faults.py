@@ -156,6 +156,12 @@ def run_killed(inst, shims, script, step, tmp_path):
     return proc.returncode, out
 
 
+def switch_or_name(step):
+    """The command of a step ('switch' for the rename of the new link over the packed venv's link)."""
+    name = step.split()[1]
+    return 'switch' if name == 'mv' and step.rstrip().endswith('/' + PACKED) else name
+
+
 def age_leftovers(idir):
     """As if the killed runs were long enough ago for their leftovers to go (KEEP_SUPERSEDED_MINUTES)."""
     for leftover in generations(idir)[1:]:
@@ -185,7 +191,7 @@ def kill_at_every_step(installed, tmp_path, script, check_new=None):
             assert after in (old, new), steps[step - 1]
             assert lock_holders(idir) == [], steps[step - 1]
             kill_leftover_daemons(daemons)
-            seen.append((steps[step - 1].split()[1], 'new' if after == new else 'old'))
+            seen.append((switch_or_name(steps[step - 1]), 'new' if after == new else 'old'))
     finally:
         kill_leftover_daemons(daemons)
     # the next run after a kill (here after the last one) works at once, and removes what the killed one left
@@ -203,9 +209,11 @@ def kill_at_every_step(installed, tmp_path, script, check_new=None):
 def test_kill_a_layered_change_at_every_step(packed_install, tmp_path, wheelhouse):
     seen = kill_at_every_step(packed_install, tmp_path, 'venv-pip install -q %s lumi-later'
                               % ' '.join(local_wheels(wheelhouse)))
-    # pip was killed while it ran, and the switch happened at the rename of the link: before it old, after it new
-    assert ('singularity', 'old') in seen and [kind for kind, _ in seen].count('mv') == 1
-    assert seen[-1] == ('touch', 'new') and ('mv', 'old') in seen
+    # pip was killed while it ran, and the state changed at the rename of the link: before it old, after it new
+    kinds = [kind for kind, _ in seen]
+    assert ('singularity', 'old') in seen and kinds.count('switch') == 1
+    assert seen[kinds.index('switch')] == ('switch', 'old') and seen[kinds.index('switch') + 1][1] == 'new'
+    assert all(state == 'old' for _, state in seen[:kinds.index('switch')])
 
 
 @pytest.mark.needs('image-src')
@@ -217,22 +225,31 @@ def test_kill_a_merge_at_every_step(packed_install, tmp_path):
     seen = kill_at_every_step(packed_install, tmp_path, 'venv-pip install -q %s lumi-big'
                               % ' '.join(local_wheels(wheels)),
                               check_new=lambda new: len(new['user-software.changes.squashfs']) < 5)
-    assert ('unsquashfs', 'old') in seen and seen[-1] == ('touch', 'new')
+    kinds = [kind for kind, _ in seen]
+    assert ('unsquashfs', 'old') in seen and seen[kinds.index('switch')] == ('switch', 'old')
+    assert all(state == 'new' for _, state in seen[kinds.index('switch') + 1:])
 
 
 @pytest.mark.needs('image-src')
 def test_kill_make_squashfs_at_every_step(packed_install, tmp_path):
     """make-squashfs after unmake-squashfs and a removed link: killed, there is no packed venv or the new one."""
     inst, idir = fresh(packed_install)
-    inst.module_shell('Demo/1.0', 'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/%s"' % PACKED)
+    inst.module_shell('Demo/1.0', 'unmake-squashfs >/dev/null')
     shims = Shims(tmp_path / 'shims', idir)
+
+    def unpacked_only():  # (each run from the same state: no packed venv, no generation of an earlier run)
+        (idir / PACKED).unlink(missing_ok=True)
+        for generation in generations(idir):
+            shutil.rmtree(generation)
+
+    unpacked_only()
     status, out = run_killed(inst, shims, 'make-squashfs', None, tmp_path)
     assert status == 0, out
     steps, new = shims.steps(), state(idir)
     daemons = fuse_daemons()
     try:
         for step in range(1, len(steps) + 1):
-            (idir / PACKED).unlink(missing_ok=True)
+            unpacked_only()
             status, out = run_killed(inst, shims, 'make-squashfs', step, tmp_path)
             assert status == -signal.SIGKILL, out
             assert not (idir / PACKED).exists() or state(idir) == new, steps[step - 1]
