@@ -246,11 +246,13 @@ def test_readme_job_script_on_two_nodes(dawn_install, dawn_jobs, slurm, launcher
     inst, _, _ = dawn_install
     submit_env, root, jobs = dawn_jobs
     env = slurm.env(submit_env)
-    # The job's PATH: the login shell's, and the site module's; no singularity command there
-    which = run(['bash', '-l', '-c', 'module load rhel9/default-dawn\ncommand -v apptainer mpiexec singularity; '
-                 'true'], env=env, user=inst.user_name).stdout.split()
-    assert [os.path.basename(found) for found in which] == ['apptainer', 'mpiexec'], which
-    out = submit_and_wait(env, root, readme_job_scripts()[launcher], 'dawn-%s' % launcher, inst.user_name, jobs)
+    script = readme_job_scripts()[launcher]
+    # The job's PATH, after a login shell and the job script's modules: apptainer, and no singularity command
+    modules = [line for line in script.splitlines() if line.startswith('module ')]
+    which = run(['bash', '-l', '-c', '\n'.join(modules + ['command -v apptainer mpiexec singularity; true'])],
+                env=env, user=inst.user_name).stdout.split()
+    assert len(modules) == 4 and [os.path.basename(found) for found in which] == ['apptainer', 'mpiexec'], which
+    out = submit_and_wait(env, root, script, 'dawn-%s' % launcher, inst.user_name, jobs)
     ranks = {}
     for line in out.splitlines():
         if line.startswith('TRAIN '):
