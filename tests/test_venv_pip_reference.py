@@ -106,8 +106,8 @@ def run_sequence(sides, ops, replay):
             problems.insert(0, 'exit status: venv-pip %d, pip %d' % (status, ref_status))
         if problems:
             pytest.fail('%s\nstep %d of %d differs: %s\n%s\nsteps:\n  %s\nvenv-pip said:\n%s%s' % (
-                replay, number, len(ops), describe(op), '\n'.join(problems), '\n  '.join(done), out[-3000:].rsplit(
-                    '\n', 2)[0], err[-3000:]))
+                replay, number, len(ops), describe(op), '\n'.join(problems), '\n  '.join(done), out.strip().rsplit(
+                    '\n', 1)[0][-3000:], err[-3000:]))
     return done
 
 

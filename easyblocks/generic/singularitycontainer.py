@@ -2579,13 +2579,17 @@ hide_below_new_directories() {
         fi
     done <<<"$listed" >>"$2"
 }
-# Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
-# not below another one)
+in_squashfs() {  # the paths on stdin (a line each) that the SquashFS file $1 holds
+    LC_ALL=C awk 'NR == FNR { sub(/^squashfs-root\//, ""); held[$0] = 1; next } $0 in held' <(unsquashfs -l "$1") -
+}
+# Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
+# lacks and $4 holds (and that is not below another one). Where $4 holds nothing, a whiteout would hide nothing, and
+# in a directory that only the layer has, the overlay would list it as an entry that cannot be opened.
 pack_layer() {
     local pseudo="$1.whiteouts" path
     LC_ALL=C sort -u "$2" | while IFS= read -r path; do
         [ -e "$1/$path" ] || [ -L "$1/$path" ] || echo "$path"
-    done | awk '{ n = split($0, part, "/"); above = ""
+    done | in_squashfs "$4" | awk '{ n = split($0, part, "/"); above = ""
                  for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
                  gone[$0] = 1; print }' | while IFS= read -r path; do
         mkdir -p -- "$(dirname -- "$1/$path")"
@@ -2982,7 +2986,7 @@ change_in_layers() {
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
         die "cannot put the change together in $work; nothing was changed"
     fi
-    in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
+    in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" || die "mksquashfs failed; nothing was changed"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
         replace "$new_changes" "$changes"

@@ -193,7 +193,7 @@ change_in_layers() {
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
         die "cannot put the change together in $work; nothing was changed"
     fi
-    in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
+    in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" || die "mksquashfs failed; nothing was changed"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
         replace "$new_changes" "$changes"
