@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from support import require_runtime, require_tools
-from testkit.install import base_env, install_demo, local_wheels, spawn
+from testkit.install import CONTAINER_PYTHON_VERSION, base_env, install_demo, local_wheels, spawn
 from testkit.pip_reference import (REPACK, SNAPSHOT, describe, differences, operation_script, parse_snapshot,
                                    random_operations, snapshot_command, status_of, write_wheels)
 from testkit.users import give
@@ -138,3 +138,26 @@ def test_random_sequence_equals_plain_pip(sides):
     ops = random_operations(SEED, STEPS)
     run_sequence(sides, ops + [REPACK], 'replay: LUMI_CT_DIFF_SEED=%d LUMI_CT_DIFF_STEPS=%d /work/bin/wt-pytest %s '
                  '-k random' % (SEED, STEPS, os.path.relpath(__file__)))
+
+
+def test_commands_named_like_python_are_no_python_of_the_venv(sides):
+    """F: a package's console scripts python-tool and tool-python do not replace the venv's Python (only python,
+    python3 and python3.N are its own): installing and uninstalling them changes the layer, with no repack."""
+    sides[0].reset()
+    for op in (['install', 'tool==1.0'], ['uninstall', '-y', 'tool']):
+        (status, seen, out, err), _ = step(sides, op)
+        assert status == 0
+        assert 'repacking' not in out + err and 'changes.squashfs has the change;' in out, (out, err)
+
+
+def test_a_file_turned_into_a_directory_is_repacked(sides):
+    """D: where pip turns a file into a directory (or back), which the overlay cannot without root, venv-pip says so
+    in one line and repacks the whole venv (test_fixed_sequences_equal_plain_pip compares the result)."""
+    sides[0].reset()
+    outputs = [step(sides, op)[0][2] for op in (['install', 'flip==1.0'], ['install', 'flip==2.0'])]
+    assert 'repacking' not in outputs[0]
+    said = [line for line in outputs[1].splitlines() if 'repacking' in line]
+    assert said == ["venv-pip: the packed venv's layers cannot turn /user-software/venv/demo/lib/python%s/site-packages/"
+                    "flip/thing from a file or a link into a directory (the overlay says: Input/output error): "
+                    "repacking the whole venv instead" % CONTAINER_PYTHON_VERSION], outputs[1]
+    assert 'user-software.squashfs has the change;' in outputs[1]

@@ -163,19 +163,26 @@ pack_base() {  # the tree $1 becomes $squashfs; $changes, which it includes, bec
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of $changes. When
 # $changes grows beyond a quarter of $squashfs (and 16 MiB), both are merged into a new $squashfs.
 change_in_layers() {
-    local upper tree limit status=0
+    local upper tree limit why status=0
     make_workdir "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))"
     mkdir "$work/overlay"
     use_layers "$work/overlay"
     # pip, then the image's commands for the venv again, in one container
     in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
-    if [ "$status" -ne 0 ]; then
+    upper="$work/overlay/upper"
+    why=
+    if [ "$status" -eq @refused_status@ ]; then
+        :  # (OVERLAY_PYTHON said why)
+    elif [ "$status" -ne 0 ]; then
         echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
         exit "$status"
+    elif venv_python_changed "$upper/$venv_bin"; then
+        why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
+    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ]; then
+        why="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
     fi
-    upper="$work/overlay/upper"
-    if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
-        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python"
+    if [ "$status" -ne 0 ] || [ -n "$why" ]; then
+        [ -z "$why" ] || echo "venv-pip: $why"
         drop_layers
         clean_workdir "$work"
         change_by_repacking "$@"
