@@ -2697,7 +2697,7 @@ import runpy
 import sys
 
 RECORD = "@record@"
-REFUSED_STATUS = @refused_status@
+REFUSED_STATUS = int("@refused_status@")
 real_rmdir = os.rmdir
 real_listdir = os.listdir
 real_scandir = os.scandir
@@ -3053,7 +3053,7 @@ change_in_layers() {
     in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
     upper="$work/overlay/upper"
     why=
-    if [ "$status" -eq @refused_status@ ]; then
+    if [ "$status" = @refused_status@ ]; then
         :  # (OVERLAY_PYTHON said why)
     elif [ "$status" -ne 0 ]; then
         echo "venv-pip: error: pip failed (exit code $status); $squashfs and $changes were not changed" >&2
@@ -3082,7 +3082,8 @@ change_in_layers() {
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
         die "cannot put the change together in $work; nothing was changed"
     fi
-    in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" || die "mksquashfs failed; nothing was changed"
+    in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" ||
+        die "mksquashfs failed; nothing was changed"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
         replace "$new_changes" "$changes"

@@ -21,7 +21,7 @@ import runpy
 import sys
 
 RECORD = "@record@"
-REFUSED_STATUS = @refused_status@
+REFUSED_STATUS = int("@refused_status@")
 real_rmdir = os.rmdir
 real_listdir = os.listdir
 real_scandir = os.scandir
