@@ -43,6 +43,11 @@ def versions():
             '2.0': {'flip/thing/__init__.py': 'DIR = 2\n', 'flip/other': 'a file now\n'},
             '3.0': {'flip/thing': 'a file again\n', 'flip/other/__init__.py': 'BACK = 3\n'},
         },
+        # alias, a file that a link replaces by hand (LINK), then a directory, then a file again
+        'linky': {
+            '1.0': {'linky/alias': 'a file\n', 'linky/data/x.txt': 'x\n'},
+            '2.0': {'linky/alias/__init__.py': 'DIR = 2\n', 'linky/data/x.txt': 'x\n'},
+        },
         # a minor upgrade drops files (and changes one)
         'minor': {
             '1.0': {'minor/%s.py' % name: 'V = "1.0"\n' for name in 'abcde'},
@@ -175,9 +180,12 @@ def differences(packed, reference, limit=20):
     return lines
 
 
-# The operations. Each is a list of venv-pip's arguments (the wheel options are added), or REPACK: unmake-squashfs
-# and make-squashfs on the packed module (nothing on the reference).
+# The operations. Each is a list of venv-pip's arguments (the wheel options are added), REPACK: unmake-squashfs
+# and make-squashfs on the packed module (nothing on the reference), or LINK: a file of the venv replaced by a link
+# by hand (pip never makes one: a wheel cannot hold a link), in the unpacked venv between unmake-squashfs and
+# make-squashfs on the packed module.
 REPACK = 'repack'
+LINK = 'ln'
 
 
 def random_operations(seed, steps):
@@ -210,6 +218,8 @@ def random_operations(seed, steps):
 def describe(op):
     if op == REPACK:
         return 'unmake-squashfs + make-squashfs'
+    if op[0] == LINK:
+        return 'by hand: ln -sfn %s site-packages/%s' % (op[2], op[1])
     if op[0] == '-r':
         return 'venv-pip install -r <a file of: %s>' % ' '.join(op[1])
     return 'venv-pip ' + ' '.join(shlex.quote(arg) for arg in op)
@@ -218,11 +228,14 @@ def describe(op):
 def operation_script(op, wheels, requirements_file, packed):
     """The shell lines (after module load) that run op on one side: its exit status is printed on a line of its own
     before the snapshot's."""
+    repack = ('unmake-squashfs >/dev/null && rm "$CONTAINERROOT/user-software.squashfs" && %s'
+              'make-squashfs >/dev/null && rm -r "$CONTAINERROOT/user-software"; echo status=$?\n')
     if op == REPACK:
-        if not packed:
-            return 'echo status=0\n'
-        return ('unmake-squashfs >/dev/null && rm "$CONTAINERROOT/user-software.squashfs" && '
-                'make-squashfs >/dev/null && rm -r "$CONTAINERROOT/user-software"; echo status=$?\n')
+        return repack % '' if packed else 'echo status=0\n'
+    if op[0] == LINK:
+        link = ('ln -sfn %s "$(echo "$CONTAINERROOT"/user-software/venv/demo/lib/python*/site-packages)"/%s && '
+                % (shlex.quote(op[2]), shlex.quote(op[1])))
+        return repack % link if packed else link + 'echo status=$?\n'
     options = '--no-index --find-links=%s' % shlex.quote(str(wheels))
     if op[0] == '-r':
         Path(requirements_file).write_text(''.join(line + '\n' for line in op[1]))

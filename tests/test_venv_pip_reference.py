@@ -18,13 +18,13 @@ import pytest
 
 from support import require_runtime, require_tools
 from testkit.install import CONTAINER_PYTHON_VERSION, base_env, install_demo, local_wheels, spawn
-from testkit.pip_reference import (REPACK, SNAPSHOT, describe, differences, operation_script, parse_snapshot,
+from testkit.pip_reference import (LINK, REPACK, SNAPSHOT, describe, differences, operation_script, parse_snapshot,
                                    random_operations, snapshot_command, status_of, write_wheels)
 from testkit.users import give
 
 pytestmark = [pytest.mark.runtime, pytest.mark.needs('image-src')]
 
-SEED = int(os.environ.get('LUMI_CT_DIFF_SEED', '4'))
+SEED = int(os.environ.get('LUMI_CT_DIFF_SEED', '21'))
 STEPS = int(os.environ.get('LUMI_CT_DIFF_STEPS', '8'))
 
 
@@ -118,9 +118,9 @@ def run_sequence(sides, ops, replay, repacks=None):
 # The fixed cases, with what venv-pip says where it repacks the whole venv. What issue 31 found: C, whiteouts inside a
 # directory that only the layer has (a subtree dropped, files a minor upgrade drops); E, the skeleton of emptied
 # directories left after an uninstall; F, the commands python-tool and tool-python taken for the venv's Python (no
-# repack); D, a file turned into a directory and back, which the overlay cannot (a repack). Then odd names across
-# merges (big) and a repack: a name with a newline, which the layer cannot list, makes venv-pip repack (pip installs
-# it, and cannot remove it: it stays, in both).
+# repack); D, a file or a link (made by hand) turned into a directory and back, which the overlay cannot (a repack).
+# Then odd names across merges (big) and a repack: a name with a newline, which the layer cannot list, makes venv-pip
+# repack (pip installs it, and cannot remove it: it stays, in both).
 SITE = '/user-software/venv/demo/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 CASES = {
     'C-E-F': ([['install', 'pkgtree==1.0', 'minor==1.0', 'tool==1.0'], ['install', 'pkgtree==2.0', 'minor==1.1'],
@@ -130,6 +130,12 @@ CASES = {
               "says: Input/output error): repacking the whole venv instead" % SITE,
            3: "the packed venv's layers cannot turn %s/flip/thing from a directory into a file or a link (the overlay "
               "says: Is a directory): repacking the whole venv instead" % SITE}),
+    'D-link': ([['install', 'linky==1.0'], [LINK, 'linky/alias', 'data'], ['install', 'linky==2.0'],
+                ['install', 'linky==1.0']],
+               {3: "the packed venv's layers cannot turn %s/linky/alias from a file or a link into a directory (the "
+                   "overlay says: Input/output error): repacking the whole venv instead" % SITE,
+                4: "the packed venv's layers cannot turn %s/linky/alias from a directory into a file or a link (the "
+                   "overlay says: Is a directory): repacking the whole venv instead" % SITE}),
     'odd-names-and-merges': ([['install', 'oddnames==1.0', 'newline==1.0', 'pkgtree==1.0'], ['install', 'big==1.0'],
                               ['install', 'oddnames==2.0', 'pkgtree==2.0'], REPACK, ['install', 'newline==2.0'],
                               ['-r', ['pkgtree==3.0', 'top==1.0']], ['uninstall', '-y', 'big', 'oddnames']],
