@@ -4,8 +4,9 @@ directory (venv-pip runs pip straight on it), and after each what the container 
 /user-software with its type, mode, link target and content, pip freeze, and find_spec of the packages, also of the
 removed ones. Fixed cases, then a random sequence from a fixed seed.
 
-A longer run by hand: LUMI_CT_DIFF_SEED=7 LUMI_CT_DIFF_STEPS=200 /work/bin/wt-pytest tests/test_venv_pip_reference.py
--k random. A failure prints the seed, the steps and the one that failed, to replay it.
+A longer run by hand, with make test's pytest and settings: LUMI_CT_DIFF_SEED=7 LUMI_CT_DIFF_STEPS=200 pytest
+tests/test_venv_pip_reference.py -k random (40 steps: about 4 minutes here). A failure prints the seed, the steps and
+the one that differs, to replay it.
 
 EasyBuild 5 only: what is compared is what venv-pip (one bash script, the same whichever EasyBuild wrote it) does to
 the venv; test_venv_pip runs venv-pip under both versions.
