@@ -186,6 +186,8 @@ def differences(packed, reference, limit=20):
 # make-squashfs on the packed module.
 REPACK = 'repack'
 LINK = 'ln'
+# What unmake-squashfs says to remove before make-squashfs (the packed venv, in the install dir)
+PACKED = 'user-software.squashfs'
 
 
 def random_operations(seed, steps):
@@ -228,8 +230,8 @@ def describe(op):
 def operation_script(op, wheels, requirements_file, packed):
     """The shell lines (after module load) that run op on one side: its exit status is printed on a line of its own
     before the snapshot's."""
-    repack = ('unmake-squashfs >/dev/null && rm "$CONTAINERROOT/user-software.squashfs" && %s'
-              'make-squashfs >/dev/null && rm -r "$CONTAINERROOT/user-software"; echo status=$?\n')
+    repack = ('unmake-squashfs >/dev/null && rm "$CONTAINERROOT/%s" && %%s'
+              'make-squashfs >/dev/null && rm -r "$CONTAINERROOT/user-software"; echo status=$?\n' % PACKED)
     if op == REPACK:
         return repack % '' if packed else 'echo status=0\n'
     if op[0] == LINK:
