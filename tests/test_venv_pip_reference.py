@@ -137,6 +137,9 @@ CASES = {
                    "overlay says: Input/output error): repacking the whole venv instead" % SITE,
                 4: "the packed venv's layers cannot turn %s/linky/alias from a directory into a file or a link (the "
                    "overlay says: Is a directory): repacking the whole venv instead" % SITE}),
+    # (a directory of the SquashFS file that the layer has as a file: a merge, unmake-squashfs unpack it)
+    'D-merged': ([['install', 'linky==2.0'], ['install', 'big==1.0'], ['uninstall', '-y', 'linky'],
+                  ['install', 'linky==1.0'], REPACK], {}),
     'odd-names-and-merges': ([['install', 'oddnames==1.0', 'newline==1.0', 'pkgtree==1.0'], ['install', 'big==1.0'],
                               ['install', 'oddnames==2.0', 'pkgtree==2.0'], REPACK, ['install', 'newline==2.0'],
                               ['-r', ['pkgtree==3.0', 'top==1.0']], ['uninstall', '-y', 'big', 'oddnames']],
