@@ -13,8 +13,10 @@ squash_options=(-noappend -no-progress -quiet -processors "$cpus"
 as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
     sed 's/[][\\*?]/\\&/g'
 }
+# What follows an entry's type in unsquashfs -lls, up to its path
+listed_entry='[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/'
 layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
-    unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
+    unsquashfs -lls "$1" | sed -n "s|^c$listed_entry||p"
 }
 unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
     local file
@@ -45,7 +47,7 @@ remove_other_types() {
         elif [ -d "$2/$path" ] && [ ! -L "$2/$path" ]; then
             rm -rf -- "${2:?}/$path"
         fi
-    done < <(unsquashfs -lls "$1" | sed -n 's|^\(.\)[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/|\1 |p')
+    done < <(unsquashfs -lls "$1" | sed -n "s|^\\(.\\)$listed_entry|\\1 |p")
 }
 apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
     local whiteouts path
@@ -108,8 +110,9 @@ in_squashfs() {  # the paths on stdin (a line each) that the SquashFS file $1 ho
     LC_ALL=C awk 'NR == FNR { sub(/^squashfs-root\//, ""); held[$0] = 1; next } $0 in held' <(unsquashfs -l "$1") -
 }
 # Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
-# lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds nothing, a whiteout would hide nothing, and
-# in a directory that only the layer has, the overlay would list it as an entry that cannot be opened.
+# lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds
+# nothing, a whiteout would hide nothing, and in a directory that only the layer has, the overlay would list it as an
+# entry that cannot be opened.
 pack_layer() {
     local pseudo="$1.whiteouts" path
     LC_ALL=C sort -u "$2" | while IFS= read -r path; do
