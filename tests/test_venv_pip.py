@@ -143,9 +143,10 @@ def test_install_and_uninstall_in_a_packed_venv(packed, wheelhouse):
 @pytest.mark.needs('image-src')
 def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed, tmp_path):
     """A change of a packed venv is a layer, user-software.changes.squashfs, on the SquashFS file as it was: an upgrade
-    removes the old version's files (also one named like a pattern) and directories (whiteouts), with no warning, and
-    a package removed, then installed again shows nothing of what the SquashFS file has of it; `singularity exec
-    $SIF` in the shell that loaded the module before sees it; unmake-squashfs unpacks the venv with the change."""
+    removes the old version's files (also one named like a pattern) and directories (whiteouts where the SquashFS file
+    has them), with no warning, and a package removed, then installed again shows nothing of what the SquashFS file
+    has of it; `singularity exec $SIF` in the shell that loaded the module before sees it; unmake-squashfs unpacks
+    the venv with the change."""
     inst, idir = packed
     base = sha256(idir / SQUASHFS)
     wheels = tmp_path / 'wheels'
@@ -177,9 +178,11 @@ def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed,
         '%s/%s:ro,%s/%s:ro' % (idir, SQUASHFS, idir, CHANGES)]
     assert proc.stderr == ''
     assert sha256(idir / SQUASHFS) == base
+    # a whiteout where the SquashFS file has the path (lumi-base 1.0), none where only the layer had it
     whiteouts = run(['unsquashfs', '-lls', str(idir / CHANGES)], user=None).stdout
-    assert re.search(r'^c.* squashfs-root/user-software/venv/demo/lib/python[0-9.]*/site-packages/lumi_upgraded/sub$',
-                     whiteouts, re.M)
+    site = r'^c.* squashfs-root/user-software/venv/demo/lib/python[0-9.]*/site-packages/'
+    assert re.search(site + r'lumi_base-1\.0\.dist-info$', whiteouts, re.M)
+    assert not re.search(site + 'lumi_upgraded', whiteouts, re.M)
 
     out = inst.module_shell('Demo/1.0', 'unmake-squashfs').stdout
     assert 'It includes the changes in %s.' % ((idir / PACKED).resolve() / 'user-software.changes.squashfs') in out

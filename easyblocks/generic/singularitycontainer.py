@@ -85,6 +85,9 @@ USER_SOFTWARE_ENTRIES = (USER_SOFTWARE_PACKED, USER_SOFTWARE)
 LAYERS_IMAGE = 'SINGULARITYCONTAINER_LAYERS_IMAGE'
 # Where OVERLAY_PYTHON lists the directories pip emptied on the overlay, for venv-pip
 EMPTIED_RECORD = '/user-software/.venv-pip-emptied'
+# OVERLAY_PYTHON's exit status where the overlay cannot make pip's change (a file turned into a directory, or back):
+# venv-pip repacks the whole venv instead (EX_TEMPFAIL, which pip never returns)
+OVERLAY_REFUSED_STATUS = '75'
 # mksquashfs's options besides the number of processors and the owner, from benchmarks/bench_squash_options.py (a
 # real venv of 47,000 entries): gzip level 1 packs with 9x less CPU time than the default level 9, for an image 14%
 # larger that reads faster; every runtime reads gzip (zstd, faster still, may not be readable where the runtime uses
@@ -599,7 +602,9 @@ class SingularityContainer(EasyBlock):
             return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
                                         image_commands_module=IMAGE_COMMANDS_MODULE,
                                         bind_user_software=BIND_USER_SOFTWARE, keep_venv_python=KEEP_VENV_PYTHON,
-                                        overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD))
+                                        refused_status=OVERLAY_REFUSED_STATUS,
+                                        overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
+                                                                     refused_status=OVERLAY_REFUSED_STATUS))
         if launch == 'runscript':
             return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
         if launch == 'jupyter-kernel':
@@ -2927,10 +2932,22 @@ drop_layers() {
 KEEP_VENV_PYTHON = r'''# The venv's own Python (python, python3, python3.X: links to the image's):
 # a package's command of such a name would replace it with a script that starts itself for ever. It is put back, and
 # taken out of the package's RECORD (an uninstall must not remove it); the package is named.
+venv_python_name() {  # whether $1 names one of the venv's own Pythons (python-tool, python3-config are commands)
+    [[ $1 =~ ^python(3(\.[0-9]+)?)?$ ]]
+}
+venv_python_changed() {  # whether the directory $1 (what a change wrote into the venv's bin/) has one of them
+    local path
+    for path in "$1"/python*; do
+        if { [ -e "$path" ] || [ -L "$path" ]; } && venv_python_name "${path##*/}"; then
+            return 0
+        fi
+    done
+    return 1
+}
 venv_python_links() {  # 'name target' of each link in the venv's bin/ ($1)
     local link
-    for link in "$1"/python "$1"/python[0-9]*; do
-        if [ -L "$link" ]; then
+    for link in "$1"/python*; do
+        if [ -L "$link" ] && venv_python_name "${link##*/}"; then
             echo "${link##*/} $(readlink "$link")"
         fi
     done
@@ -2968,8 +2985,10 @@ squash_options=(-noappend -no-progress -quiet -processors "$cpus"
 as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
     sed 's/[][\\*?]/\\&/g'
 }
+# What follows an entry's type in unsquashfs -lls, up to its path
+listed_entry='[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/'
 layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
-    unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
+    unsquashfs -lls "$1" | sed -n "s|^c$listed_entry||p"
 }
 unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
     local file
@@ -2977,12 +2996,38 @@ unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
         [ ! -f "$file" ] || unsquashfs -lls "$file"
     done | awk '$1 ~ /^-/ { bytes += $3 } END { print bytes + 0 }'
 }
+under_non_directory() {  # whether the path $2 of the tree $1 is below a file or a link of it (which hides it)
+    local above=$2
+    while [ "$above" != "${above%/*}" ]; do
+        above=${above%/*}
+        if [ -L "$1/$above" ] || { [ -e "$1/$above" ] && [ ! -d "$1/$above" ]; }; then
+            return 0
+        fi
+    done
+    return 1
+}
+# Where the layer $1 has a directory and the tree $2 a file or a link, or the other way round, the tree's goes (in the
+# overlay, the layer's hides it; unsquashfs cannot write one over the other)
+remove_other_types() {
+    local kind path
+    while IFS=' ' read -r kind path; do
+        path=${path%% -> *}  # (a link's target)
+        if [ "$kind" = d ]; then
+            if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
+                rm -f -- "${2:?}/$path"
+            fi
+        elif [ -d "$2/$path" ] && [ ! -L "$2/$path" ]; then
+            rm -rf -- "${2:?}/$path"
+        fi
+    done < <(unsquashfs -lls "$1" | sed -n "s|^\\(.\\)$listed_entry|\\1 |p")
+}
 apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
     local whiteouts path
     whiteouts=$(layer_whiteouts "$1") || return 1
     while IFS= read -r path; do
         [ -z "$path" ] || rm -rf -- "${2:?}/$path"
     done <<<"$whiteouts"
+    [ -z "$(ls -A "$2")" ] || remove_other_types "$1" "$2" || return 1
     # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
     if [ -n "$whiteouts" ]; then
         unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts" | as_pattern) "$1" \
@@ -3025,20 +3070,26 @@ hide_below_new_directories() {
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             unsquashfs -l "$3" "$(printf '%s\n' "$path" | as_pattern)" | sed -n "s|^squashfs-root/||p" |
                 while IFS= read -r entry; do
-                if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
+                if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ] &&
+                    ! under_non_directory "$1" "$entry"; then
                     echo "$entry"
                 fi
             done
         fi
     done <<<"$listed" >>"$2"
 }
-# Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
-# not below another one)
+in_squashfs() {  # the paths on stdin (a line each) that the SquashFS file $1 holds
+    LC_ALL=C awk 'NR == FNR { sub(/^squashfs-root\//, ""); held[$0] = 1; next } $0 in held' <(unsquashfs -l "$1") -
+}
+# Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
+# lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds
+# nothing, a whiteout would hide nothing, and in a directory that only the layer has, the overlay would list it as an
+# entry that cannot be opened.
 pack_layer() {
     local pseudo="$1.whiteouts" path
     LC_ALL=C sort -u "$2" | while IFS= read -r path; do
-        [ -e "$1/$path" ] || [ -L "$1/$path" ] || echo "$path"
-    done | awk '{ n = split($0, part, "/"); above = ""
+        [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || echo "$path"
+    done | in_squashfs "$4" | awk '{ n = split($0, part, "/"); above = ""
                  for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
                  gone[$0] = 1; print }' | while IFS= read -r path; do
         mkdir -p -- "$(dirname -- "$1/$path")"
@@ -3191,18 +3242,35 @@ directory opaque with an extended attribute a user namespace may not set, and sa
 way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). The directories
 are written to RECORD, which venv-pip reads and turns into whiteouts when it packs the change; a later run in the
 same overlay reads it back.
+
+For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
+directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
+with the status @refused_status@, on which venv-pip repacks the whole venv instead.
 """
 import errno
 import importlib
+import logging
 import os
 import runpy
 import sys
 
 RECORD = "@record@"
+REFUSED_STATUS = int("@refused_status@")
 real_rmdir = os.rmdir
 real_listdir = os.listdir
 real_scandir = os.scandir
+real_mkdir = os.mkdir
+real_unlink = os.unlink
+real_replace = os.replace
+real_rename = os.rename
+real_symlink = os.symlink
 emptied = set()
+refused = []
+
+
+class Refused(BaseException):
+    """A change the overlay cannot make (a BaseException: pip neither handles it nor rolls back, which the overlay
+    could not either; venv-pip throws the overlay away)."""
 
 
 def full_path(path, dir_fd=None):
@@ -3232,6 +3300,51 @@ def rmdir(path, *, dir_fd=None):
                 removed(os.path.join(full, name)) for name in real_listdir(full)):
             raise
         emptied.add(full)
+
+
+def refuse(path, change, error):
+    """Stop pip: the overlay cannot make change at path."""
+    if not refused:
+        refused.append("venv-pip: the packed venv's layers cannot turn %s %s (the overlay says: %s): repacking the "
+                       "whole venv instead" % (path, change, error.strerror))
+        logging.disable(logging.CRITICAL)  # (pip's report of the exception: venv-pip says what happens)
+    raise Refused(path)
+
+
+def mkdir(path, mode=0o777, *, dir_fd=None):
+    try:
+        real_mkdir(path, mode, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno != errno.EIO:
+            raise
+        refuse(full_path(path, dir_fd), "from a file or a link into a directory", error)
+
+
+def into_file(call, path, dir_fd):
+    """call(), which puts a file or a link at path (relative to dir_fd): where a directory was emptied, refused."""
+    try:
+        return call()
+    except OSError as error:
+        full = full_path(path, dir_fd)
+        if not removed(full):
+            raise
+        refuse(full, "from a directory into a file or a link", error)
+
+
+def unlink(path, *, dir_fd=None):
+    into_file(lambda: real_unlink(path, dir_fd=dir_fd), path, dir_fd)
+
+
+def replace(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+    into_file(lambda: real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd), dst, dst_dir_fd)
+
+
+def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+    into_file(lambda: real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd), dst, dst_dir_fd)
+
+
+def symlink(src, dst, target_is_directory=False, *, dir_fd=None):
+    into_file(lambda: real_symlink(src, dst, target_is_directory, dir_fd=dir_fd), dst, dir_fd)
 
 
 def listing_dir(path):
@@ -3292,17 +3405,27 @@ def main(argv):
     if os.path.isfile(RECORD):
         with open(RECORD) as record:
             emptied.update(line.rstrip("\n") for line in record if line.strip())
-    os.rmdir, os.listdir, os.scandir = rmdir, listdir, Scandir
+    replaced = {"rmdir": rmdir, "listdir": listdir, "scandir": Scandir, "mkdir": mkdir, "unlink": unlink,
+                "remove": unlink, "replace": replace, "rename": rename, "symlink": symlink}
+    real = {name: getattr(os, name) for name in replaced}
+    for name, function in replaced.items():
+        setattr(os, name, function)
     try:
         status = run_module(args)
-        if then and not status:
+        if then and not status and not refused:
             importlib.invalidate_caches()  # what the first module installed
             status = run_module([then])
+    except Refused:
+        pass
     finally:
-        os.rmdir, os.listdir, os.scandir = real_rmdir, real_listdir, real_scandir
+        for name, function in real.items():
+            setattr(os, name, function)
         if emptied:
             with open(RECORD, "w") as record:
                 record.write("".join(path + "\n" for path in sorted(emptied)))
+    if refused:
+        print(refused[0], flush=True)
+        return REFUSED_STATUS
     return status
 
 
@@ -3476,7 +3599,7 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
-    local upper tree limit status need full=()
+    local upper tree limit why status need full=()
     need=$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))
     while :; do  # (in the next place while pip runs out of space)
         make_workdir "$need" "${full[@]}"
@@ -3493,10 +3616,19 @@ change_in_layers() {
         drop_layers
         clean_workdir "$work"
     done
-    [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
     upper="$work/overlay/upper"
-    if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
-        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python"
+    why=
+    if [ "$status" = @refused_status@ ]; then
+        :  # (OVERLAY_PYTHON said why)
+    elif [ "$status" -ne 0 ]; then
+        stop_as_pip "$status" "the venv was not changed"
+    elif venv_python_changed "$upper/$venv_bin"; then
+        why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
+    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ]; then
+        why="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+    fi
+    if [ "$status" -ne 0 ] || [ -n "$why" ]; then
+        [ -z "$why" ] || echo "venv-pip: $why"
         drop_layers
         clean_workdir "$work"
         change_by_repacking "$@"
@@ -3514,7 +3646,8 @@ change_in_layers() {
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
         die "cannot put the change together in $work; nothing was changed"
     fi
-    in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
+    in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" ||
+        die "mksquashfs failed; nothing was changed"
     like "$changes" "$new_changes"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then

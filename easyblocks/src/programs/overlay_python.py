@@ -8,18 +8,35 @@ directory opaque with an extended attribute a user namespace may not set, and sa
 way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). The directories
 are written to RECORD, which venv-pip reads and turns into whiteouts when it packs the change; a later run in the
 same overlay reads it back.
+
+For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
+directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
+with the status @refused_status@, on which venv-pip repacks the whole venv instead.
 """
 import errno
 import importlib
+import logging
 import os
 import runpy
 import sys
 
 RECORD = "@record@"
+REFUSED_STATUS = int("@refused_status@")
 real_rmdir = os.rmdir
 real_listdir = os.listdir
 real_scandir = os.scandir
+real_mkdir = os.mkdir
+real_unlink = os.unlink
+real_replace = os.replace
+real_rename = os.rename
+real_symlink = os.symlink
 emptied = set()
+refused = []
+
+
+class Refused(BaseException):
+    """A change the overlay cannot make (a BaseException: pip neither handles it nor rolls back, which the overlay
+    could not either; venv-pip throws the overlay away)."""
 
 
 def full_path(path, dir_fd=None):
@@ -49,6 +66,51 @@ def rmdir(path, *, dir_fd=None):
                 removed(os.path.join(full, name)) for name in real_listdir(full)):
             raise
         emptied.add(full)
+
+
+def refuse(path, change, error):
+    """Stop pip: the overlay cannot make change at path."""
+    if not refused:
+        refused.append("venv-pip: the packed venv's layers cannot turn %s %s (the overlay says: %s): repacking the "
+                       "whole venv instead" % (path, change, error.strerror))
+        logging.disable(logging.CRITICAL)  # (pip's report of the exception: venv-pip says what happens)
+    raise Refused(path)
+
+
+def mkdir(path, mode=0o777, *, dir_fd=None):
+    try:
+        real_mkdir(path, mode, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno != errno.EIO:
+            raise
+        refuse(full_path(path, dir_fd), "from a file or a link into a directory", error)
+
+
+def into_file(call, path, dir_fd):
+    """call(), which puts a file or a link at path (relative to dir_fd): where a directory was emptied, refused."""
+    try:
+        return call()
+    except OSError as error:
+        full = full_path(path, dir_fd)
+        if not removed(full):
+            raise
+        refuse(full, "from a directory into a file or a link", error)
+
+
+def unlink(path, *, dir_fd=None):
+    into_file(lambda: real_unlink(path, dir_fd=dir_fd), path, dir_fd)
+
+
+def replace(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+    into_file(lambda: real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd), dst, dst_dir_fd)
+
+
+def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+    into_file(lambda: real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd), dst, dst_dir_fd)
+
+
+def symlink(src, dst, target_is_directory=False, *, dir_fd=None):
+    into_file(lambda: real_symlink(src, dst, target_is_directory, dir_fd=dir_fd), dst, dir_fd)
 
 
 def listing_dir(path):
@@ -109,17 +171,27 @@ def main(argv):
     if os.path.isfile(RECORD):
         with open(RECORD) as record:
             emptied.update(line.rstrip("\n") for line in record if line.strip())
-    os.rmdir, os.listdir, os.scandir = rmdir, listdir, Scandir
+    replaced = {"rmdir": rmdir, "listdir": listdir, "scandir": Scandir, "mkdir": mkdir, "unlink": unlink,
+                "remove": unlink, "replace": replace, "rename": rename, "symlink": symlink}
+    real = {name: getattr(os, name) for name in replaced}
+    for name, function in replaced.items():
+        setattr(os, name, function)
     try:
         status = run_module(args)
-        if then and not status:
+        if then and not status and not refused:
             importlib.invalidate_caches()  # what the first module installed
             status = run_module([then])
+    except Refused:
+        pass
     finally:
-        os.rmdir, os.listdir, os.scandir = real_rmdir, real_listdir, real_scandir
+        for name, function in real.items():
+            setattr(os, name, function)
         if emptied:
             with open(RECORD, "w") as record:
                 record.write("".join(path + "\n" for path in sorted(emptied)))
+    if refused:
+        print(refused[0], flush=True)
+        return REFUSED_STATUS
     return status
 
 

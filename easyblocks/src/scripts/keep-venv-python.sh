@@ -1,10 +1,22 @@
 # The venv's own Python (python, python3, python3.X: links to the image's):
 # a package's command of such a name would replace it with a script that starts itself for ever. It is put back, and
 # taken out of the package's RECORD (an uninstall must not remove it); the package is named.
+venv_python_name() {  # whether $1 names one of the venv's own Pythons (python-tool, python3-config are commands)
+    [[ $1 =~ ^python(3(\.[0-9]+)?)?$ ]]
+}
+venv_python_changed() {  # whether the directory $1 (what a change wrote into the venv's bin/) has one of them
+    local path
+    for path in "$1"/python*; do
+        if { [ -e "$path" ] || [ -L "$path" ]; } && venv_python_name "${path##*/}"; then
+            return 0
+        fi
+    done
+    return 1
+}
 venv_python_links() {  # 'name target' of each link in the venv's bin/ ($1)
     local link
-    for link in "$1"/python "$1"/python[0-9]*; do
-        if [ -L "$link" ]; then
+    for link in "$1"/python*; do
+        if [ -L "$link" ] && venv_python_name "${link##*/}"; then
             echo "${link##*/} $(readlink "$link")"
         fi
     done

@@ -159,7 +159,7 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
-    local upper tree limit status need full=()
+    local upper tree limit why status need full=()
     need=$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))
     while :; do  # (in the next place while pip runs out of space)
         make_workdir "$need" "${full[@]}"
@@ -176,10 +176,19 @@ change_in_layers() {
         drop_layers
         clean_workdir "$work"
     done
-    [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
     upper="$work/overlay/upper"
-    if [ -n "$(find "$upper/$venv_bin" -maxdepth 1 -name 'python*' 2>/dev/null)" ]; then
-        echo "venv-pip: a package changed $venv/bin/python*: repacking the whole venv to keep its own Python"
+    why=
+    if [ "$status" = @refused_status@ ]; then
+        :  # (OVERLAY_PYTHON said why)
+    elif [ "$status" -ne 0 ]; then
+        stop_as_pip "$status" "the venv was not changed"
+    elif venv_python_changed "$upper/$venv_bin"; then
+        why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
+    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ]; then
+        why="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+    fi
+    if [ "$status" -ne 0 ] || [ -n "$why" ]; then
+        [ -z "$why" ] || echo "venv-pip: $why"
         drop_layers
         clean_workdir "$work"
         change_by_repacking "$@"
@@ -197,7 +206,8 @@ change_in_layers() {
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
         die "cannot put the change together in $work; nothing was changed"
     fi
-    in_background pack_layer "$tree" "$work/removed" "$new_changes" || die "mksquashfs failed; nothing was changed"
+    in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" ||
+        die "mksquashfs failed; nothing was changed"
     like "$changes" "$new_changes"
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then

@@ -12,8 +12,10 @@ squash_options=(-noappend -no-progress -quiet -processors "$cpus"
 as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
     sed 's/[][\\*?]/\\&/g'
 }
+# What follows an entry's type in unsquashfs -lls, up to its path
+listed_entry='[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/'
 layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
-    unsquashfs -lls "$1" | sed -n 's|^c[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/||p'
+    unsquashfs -lls "$1" | sed -n "s|^c$listed_entry||p"
 }
 unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
     local file
@@ -21,12 +23,38 @@ unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
         [ ! -f "$file" ] || unsquashfs -lls "$file"
     done | awk '$1 ~ /^-/ { bytes += $3 } END { print bytes + 0 }'
 }
+under_non_directory() {  # whether the path $2 of the tree $1 is below a file or a link of it (which hides it)
+    local above=$2
+    while [ "$above" != "${above%/*}" ]; do
+        above=${above%/*}
+        if [ -L "$1/$above" ] || { [ -e "$1/$above" ] && [ ! -d "$1/$above" ]; }; then
+            return 0
+        fi
+    done
+    return 1
+}
+# Where the layer $1 has a directory and the tree $2 a file or a link, or the other way round, the tree's goes (in the
+# overlay, the layer's hides it; unsquashfs cannot write one over the other)
+remove_other_types() {
+    local kind path
+    while IFS=' ' read -r kind path; do
+        path=${path%% -> *}  # (a link's target)
+        if [ "$kind" = d ]; then
+            if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
+                rm -f -- "${2:?}/$path"
+            fi
+        elif [ -d "$2/$path" ] && [ ! -L "$2/$path" ]; then
+            rm -rf -- "${2:?}/$path"
+        fi
+    done < <(unsquashfs -lls "$1" | sed -n "s|^\\(.\\)$listed_entry|\\1 |p")
+}
 apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
     local whiteouts path
     whiteouts=$(layer_whiteouts "$1") || return 1
     while IFS= read -r path; do
         [ -z "$path" ] || rm -rf -- "${2:?}/$path"
     done <<<"$whiteouts"
+    [ -z "$(ls -A "$2")" ] || remove_other_types "$1" "$2" || return 1
     # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
     if [ -n "$whiteouts" ]; then
         unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts" | as_pattern) "$1" \
@@ -69,20 +97,26 @@ hide_below_new_directories() {
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             unsquashfs -l "$3" "$(printf '%s\n' "$path" | as_pattern)" | sed -n "s|^squashfs-root/||p" |
                 while IFS= read -r entry; do
-                if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ]; then
+                if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ] &&
+                    ! under_non_directory "$1" "$entry"; then
                     echo "$entry"
                 fi
             done
         fi
     done <<<"$listed" >>"$2"
 }
-# Pack the tree $1 as the layer $3, with a whiteout for each path of the list $2 that the tree lacks (and that is
-# not below another one)
+in_squashfs() {  # the paths on stdin (a line each) that the SquashFS file $1 holds
+    LC_ALL=C awk 'NR == FNR { sub(/^squashfs-root\//, ""); held[$0] = 1; next } $0 in held' <(unsquashfs -l "$1") -
+}
+# Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
+# lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds
+# nothing, a whiteout would hide nothing, and in a directory that only the layer has, the overlay would list it as an
+# entry that cannot be opened.
 pack_layer() {
     local pseudo="$1.whiteouts" path
     LC_ALL=C sort -u "$2" | while IFS= read -r path; do
-        [ -e "$1/$path" ] || [ -L "$1/$path" ] || echo "$path"
-    done | awk '{ n = split($0, part, "/"); above = ""
+        [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || echo "$path"
+    done | in_squashfs "$4" | awk '{ n = split($0, part, "/"); above = ""
                  for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
                  gone[$0] = 1; print }' | while IFS= read -r path; do
         mkdir -p -- "$(dirname -- "$1/$path")"

@@ -1,0 +1,164 @@
+"""venv-pip's result equals plain pip's: the same pip operations on a packed module (its venv in SquashFS layers:
+venv-pip adds a layer, merges it into the SquashFS file, or repacks) and on a reference module whose venv is a
+directory (venv-pip runs pip straight on it), and after each what the container sees is compared: every entry of
+/user-software with its type, mode, link target and content, pip freeze, and find_spec of the packages, also of the
+removed ones. Fixed cases, then a random sequence from a fixed seed.
+
+A longer run by hand, with make test's pytest and settings: LUMI_CT_DIFF_SEED=7 LUMI_CT_DIFF_STEPS=200 pytest
+tests/test_venv_pip_reference.py -k random (40 steps: about 4 minutes here). A failure prints the seed, the steps and
+the one that differs, to replay it.
+
+EasyBuild 5 only: what is compared is what venv-pip (one bash script, the same whichever EasyBuild wrote it) does to
+the venv; test_venv_pip runs venv-pip under both versions.
+"""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from support import require_runtime, require_tools
+from testkit.install import CONTAINER_PYTHON_VERSION, base_env, install_demo, local_wheels, spawn
+from testkit.pip_reference import (LINK, REPACK, SNAPSHOT, describe, differences, operation_script, parse_snapshot,
+                                   random_operations, snapshot_command, status_of, write_wheels)
+from testkit.users import give
+
+pytestmark = [pytest.mark.runtime, pytest.mark.needs('image-src')]
+
+SEED = int(os.environ.get('LUMI_CT_DIFF_SEED', '21'))
+STEPS = int(os.environ.get('LUMI_CT_DIFF_STEPS', '8'))
+
+
+class Side:
+    """One module of the comparison: its installation, install dir, and a copy of its venv as installed."""
+
+    def __init__(self, root, demo_sif, wheels, squash):
+        self.inst, self.idir = install_demo(root / 'install', demo_sif, '5', squash_user_software=squash,
+                                            pip_requirements=['leaf==1.0'], pip_install_options=local_wheels(wheels))
+        self.packed = squash
+        self.saved = root / 'as-installed'
+        self.saved.mkdir()
+        for path in self.user_software():
+            copy(path, self.saved / path.name)
+
+    def user_software(self):
+        return [path for path in self.idir.iterdir() if path.name.startswith(('user-software', '.user-software'))]
+
+    def reset(self):
+        """The venv as eb left it."""
+        for path in self.user_software():
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        for path in self.saved.iterdir():
+            copy(path, self.idir / path.name)
+            give(self.idir / path.name, self.inst.user)
+
+    def start(self, script):
+        return spawn(self.inst.shell_command('module load Demo/1.0\n' + script), env=base_env(),
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def copy(source, target):
+    """A copy of a file, a directory or a link (the packed venv's, which names its generation)."""
+    if source.is_dir() and not source.is_symlink():
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        shutil.copy2(source, target, follow_symlinks=False)
+
+
+@pytest.fixture(scope='module')
+def sides(tmp_path_factory, demo_sif):
+    """(packed Side, reference Side, wheels, work directory): Demo/1.0 installed twice with EasyBuild 5, leaf 1.0 in its
+    venv."""
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs', 'flock')
+    root = tmp_path_factory.mktemp('reference')
+    wheels = write_wheels(tmp_path_factory.mktemp('reference-wheels'))
+    work = tmp_path_factory.mktemp('reference-work')
+    (work / 'snapshot.py').write_text(SNAPSHOT)
+    (root / 'packed').mkdir()
+    (root / 'plain').mkdir()
+    return (Side(root / 'packed', demo_sif, wheels, True), Side(root / 'plain', demo_sif, wheels, False), wheels,
+            work)
+
+
+def step(sides, op):
+    """op on both sides at once, then the snapshot of each: (packed's output, reference's), each (status, the
+    snapshot, stdout, stderr)."""
+    packed, plain, wheels, work = sides
+    procs = []
+    for side in (packed, plain):
+        requirements = work / ('requirements-%s.txt' % ('packed' if side.packed else 'plain'))
+        procs.append(side.start(operation_script(op, wheels, requirements, side.packed) + snapshot_command(
+            work / 'snapshot.py')))
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, (out, err)
+        results.append((status_of(out), parse_snapshot(out), out, err))
+    return results
+
+
+def run_sequence(sides, ops, replay, repacks=None):
+    """Run ops on both sides from the state as installed, comparing after each; replay: how to run it again.
+    repacks: {the number of a step (from 1): why venv-pip repacks the whole venv there}, the steps where it must say
+    so in one line (None: any)."""
+    for side in sides[:2]:
+        side.reset()
+    done = []
+    for number, op in enumerate(ops, 1):
+        (status, seen, out, err), (ref_status, ref_seen, ref_out, ref_err) = step(sides, op)
+        done.append(describe(op))
+        problems = differences(seen, ref_seen)
+        if status != ref_status:
+            problems.insert(0, 'exit status: venv-pip %d, pip %d' % (status, ref_status))
+        said = [line for line in out.splitlines() if 'repacking' in line]
+        if repacks is not None and said != (['venv-pip: ' + repacks[number]] if number in repacks else []):
+            problems.insert(0, 'venv-pip said %s, not that it repacks %s' % (said, repacks.get(number, 'nowhere')))
+        if problems:
+            pytest.fail('%s\nstep %d of %d differs: %s\n%s\nsteps:\n  %s\nvenv-pip said:\n%s%s' % (
+                replay, number, len(ops), describe(op), '\n'.join(problems), '\n  '.join(done), out.strip().rsplit(
+                    '\n', 1)[0][-3000:], err[-3000:]))
+
+
+# The fixed cases, with what venv-pip says where it repacks the whole venv. What issue 31 found: C, whiteouts inside a
+# directory that only the layer has (a subtree dropped, files a minor upgrade drops); E, the skeleton of emptied
+# directories left after an uninstall; F, the commands python-tool and tool-python taken for the venv's Python (no
+# repack); D, a file or a link (made by hand) turned into a directory and back, which the overlay cannot (a repack).
+# Then odd names across merges (big) and a repack: a name with a newline, which the layer cannot list, makes venv-pip
+# repack (pip installs it, and cannot remove it: it stays, in both).
+SITE = '/user-software/venv/demo/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
+CASES = {
+    'C-E-F': ([['install', 'pkgtree==1.0', 'minor==1.0', 'tool==1.0'], ['install', 'pkgtree==2.0', 'minor==1.1'],
+               ['install', 'pkgtree==1.0', 'tool==2.0'], ['uninstall', '-y', 'pkgtree', 'tool']], {}),
+    'D': ([['install', 'flip==1.0'], ['install', 'flip==2.0'], ['install', 'flip==3.0'], ['uninstall', '-y', 'flip']],
+          {2: "the packed venv's layers cannot turn %s/flip/thing from a file or a link into a directory (the overlay "
+              "says: Input/output error): repacking the whole venv instead" % SITE,
+           3: "the packed venv's layers cannot turn %s/flip/thing from a directory into a file or a link (the overlay "
+              "says: Is a directory): repacking the whole venv instead" % SITE}),
+    'D-link': ([['install', 'linky==1.0'], [LINK, 'linky/alias', 'data'], ['install', 'linky==2.0'],
+                ['install', 'linky==1.0']],
+               {3: "the packed venv's layers cannot turn %s/linky/alias from a file or a link into a directory (the "
+                   "overlay says: Input/output error): repacking the whole venv instead" % SITE,
+                4: "the packed venv's layers cannot turn %s/linky/alias from a directory into a file or a link (the "
+                   "overlay says: Is a directory): repacking the whole venv instead" % SITE}),
+    # (a directory of the SquashFS file that the layer has as a file: a merge, unmake-squashfs unpack it)
+    'D-merged': ([['install', 'linky==2.0'], ['install', 'big==1.0'], ['uninstall', '-y', 'linky'],
+                  ['install', 'linky==1.0'], REPACK], {}),
+    'odd-names-and-merges': ([['install', 'oddnames==1.0', 'newline==1.0', 'pkgtree==1.0'], ['install', 'big==1.0'],
+                              ['install', 'oddnames==2.0', 'pkgtree==2.0'], REPACK, ['install', 'newline==2.0'],
+                              ['-r', ['pkgtree==3.0', 'top==1.0']], ['uninstall', '-y', 'big', 'oddnames']],
+                             {1: "a name with a newline, which the layer's lists cannot hold: repacking the whole "
+                                 "venv"}),
+}
+
+
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_fixed_sequences_equal_plain_pip(sides, case):
+    ops, repacks = CASES[case]
+    run_sequence(sides, ops, 'the case %s of %s' % (case, __file__), repacks)
+
+
+def test_random_sequence_equals_plain_pip(sides):
+    ops = random_operations(SEED, STEPS) + [REPACK]
+    run_sequence(sides, ops, 'replay: LUMI_CT_DIFF_SEED=%d LUMI_CT_DIFF_STEPS=%d pytest %s -k random' % (
+        SEED, STEPS, os.path.relpath(__file__)))
