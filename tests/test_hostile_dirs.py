@@ -275,7 +275,9 @@ def project(tmp_path_factory, demo_sif, wheelhouse):
     (installed / 'prefix').mkdir(parents=True)
     with Recording({'prefix': installed / 'prefix'}) as recording:
         inst, idir = install(installed, demo_sif, wheels, squash=True, umask='002')
-    return Project(root, inst, idir, wheels), recording.created
+    project = Project(root, inst, idir, wheels)
+    assert project.pip('install ipykernel').returncode == 0
+    return project, recording.created
 
 
 def record_and_plant(project, labels, run_once, rounds=3):
@@ -298,7 +300,7 @@ def test_venv_pip_install_and_uninstall(project):
     """venv-pip install (a layer) and uninstall: in the install dir the member, in TMPDIR the outsider plant; also
     at the lock and its holder record, replaced by the member, and at the names earlier versions used (case A)."""
     project, _ = project
-    created = record_and_plant(project, ['install dir', 'TMPDIR'], lambda: project.pip('install ipykernel lumi-later'),
+    created = record_and_plant(project, ['install dir', 'TMPDIR'], lambda: project.pip('install lumi-later'),
                                rounds=1)
     assert ('venv-pip.??????', 'random') in classify('TMPDIR', created['TMPDIR']).values(), created
     record_and_plant(project, ['install dir', 'TMPDIR'], lambda: project.pip('uninstall -y lumi-later'), rounds=1)
@@ -331,3 +333,66 @@ def restore_lock(project):
             shutil.rmtree(path)
         elif os.path.lexists(path) and not stat.S_ISREG(path.lstat().st_mode):
             path.unlink()
+
+
+def pause_at_chmod(directory, pattern):
+    """(A directory to put first on PATH, its started file, its go-on file): its chmod, once the real one has
+    changed a path that matches the shell pattern, says so and waits (at most a minute) for the test to plant."""
+    started, go_on = directory / 'started', directory / 'go-on'
+    fake_command(directory / 'bin', 'chmod', (
+        '/bin/chmod "$@" || exit\nfor arg in "$@"; do\n    case "$arg" in\n        %s)\n'
+        '            if [ ! -e %s ]; then\n                : > %s\n'
+        '                for _ in $(seq 600); do [ -e %s ] && break; sleep 0.1; done\n            fi ;;\n'
+        '    esac\ndone\n') % (pattern, started, started, go_on))
+    give(directory, user(OWNER))
+    return directory / 'bin', started, go_on
+
+
+def plant_inside_while_it_is_made(project, tmp_path, script, place, pattern, names):
+    """Run the module command `script` as the victim; when its chmod has made a new directory of `pattern` in place
+    (inotify would show it to a planter), the member plants links to the victim's ~/.bashrc at `names` in it. What
+    the member could plant, and the command's result."""
+    bin_dir, started, go_on = pause_at_chmod(tmp_path / 'pause', '*/' + pattern)
+    env = base_env([str(bin_dir)])
+    env['TMPDIR'] = str(project.tmpdir)
+    command = project.inst.shell_command('umask 002\nmodule load %s\ntimeout -k 10 %d bash -c %s' % (
+        MODULE, TIMEOUT, _quote(script)))
+    there = set(place.glob(pattern))
+    running = spawn(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    planted = []
+    try:
+        wait_for(lambda: started.exists() or running.poll() is not None, 'the command to make its new directory',
+                 timeout=TIMEOUT)
+        assert started.exists(), 'the command ended before it made its new directory: %s' % running.stderr.read()
+        [new] = set(place.glob(pattern)) - there
+        for name in names:
+            proc = run(['ln', '-s', '--', str(project.victim / '.bashrc'), str(new / name)], user=MEMBER,
+                       check=False)
+            if proc.returncode == 0:
+                planted.append(name)
+    finally:
+        go_on.touch()
+        out, err = running.communicate(timeout=TIMEOUT + 30)
+    return planted, subprocess.CompletedProcess(command, running.returncode, out, err)
+
+
+@pytest.mark.needs('image-src')
+def test_a_new_directory_is_the_commands_own_until_it_is_whole(project, tmp_path):
+    """A new generation of the packed venv, and a new kernel's directory, are group-writable in a project's install
+    or prefix (the umask's mode: the next member's change removes a superseded generation). Made so at once, a
+    member who saw it appear could plant links at the names the command then writes into it (.generation, the
+    SquashFS files, kernel.json): venv-pip's mksquashfs and chmod, and jupyter-kernel's kernel.json, wrote through
+    them into the victim's ~/.bashrc. They stay private (mktemp's 0700) until they are whole."""
+    project, _ = project
+    planted, proc = plant_inside_while_it_is_made(
+        project, tmp_path / 'venv-pip', 'venv-pip install --no-index --find-links=%s lumi-later' % project.wheels,
+        project.idir, '.user-software.packed.??????',
+        ['.generation', 'user-software.squashfs', 'user-software.changes.squashfs'])
+    project.check(proc, 'venv-pip with plants in its new generation (%s)' % ', '.join(planted))
+    assert proc.returncode == 0, proc.stderr
+    kernels = project.prefix / 'race' / 'share' / 'jupyter' / 'kernels'
+    planted, proc = plant_inside_while_it_is_made(
+        project, tmp_path / 'kernel', 'jupyter-kernel install --prefix %s' % kernels.parent.parent.parent,
+        kernels, '.demo-1.0.new.??????', ['kernel.json'])
+    project.check(proc, 'jupyter-kernel with plants in its new directory (%s)' % ', '.join(planted))
+    assert proc.returncode == 0, proc.stderr

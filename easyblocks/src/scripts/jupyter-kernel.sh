@@ -67,10 +67,11 @@ except ImportError as error:
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
     new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
-    # the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
-    # group may change it or not, for both alike
-    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
     kernel_json >"$new/kernel.json"
+    # then the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
+    # group may change it or not, for both alike. Not before kernel.json is written: a member who saw the directory
+    # appear could put a link there to a file of yours
+    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
     if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
         rm -rf "$new"
         die "cannot replace $dir"
