@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from support import generate_ec_command, require_other_users, require_tools
+from generator_support import FULL_SBOM, PYTORCH_SPEC, make_image
+from support import require_other_users, require_tools
+from test_generator_shared import IMAGE, RELEASE, SPEC, add_command, generate_ec_as
 from test_shared_install import MODULE, easyconfig, eb, install
 from testkit.install import base_env, fake_command, run, spawn, wait_for, write_wheel
 from testkit.users import MEMBER, OUTSIDER, OWNER, give, project_gid, user
@@ -77,13 +79,16 @@ NAMES = {
     'prefix': {  # the install and a reinstall: in the project's EasyBuild prefix, where the install dir is made
         'software/Demo/1.0': 'fixed',
         'software/Demo/1.0/*': 'inside',
-        'software/Demo/1.0.previous-????????-??????': 'fixed',  # a date: predictable
-        'software/Demo/1.0.previous-????????-??????/*': 'inside',
-        'software/Demo/1.0.user-software.packed.backup-????????-??????': 'fixed',
+        # a date: predictable, and taken by another name if it is there (-2, -3, ...)
+        'software/Demo/1.0.previous-????????-??????*': 'fixed',
+        'software/Demo/1.0.user-software.packed.backup-????????-??????*': 'fixed',
         'modules/all/Demo/1.0.lua': 'fixed',
         'software': 'fixed', 'software/Demo': 'fixed', 'modules': 'fixed', 'modules/all': 'fixed',
         'modules/all/Demo': 'fixed',
         'ebfiles_repo*': 'fixed',
+        # EasyBuild's own: its lock (a directory it makes with mkdir, stopping if it is there), the module class link
+        'software/.locks': 'fixed', 'software/.locks/*_software_Demo_1.0.lock': 'fixed',
+        'modules/devel': 'fixed', 'modules/devel/Demo': 'fixed', 'modules/devel/Demo/1.0.lua': 'fixed',
     },
 }
 BASHRC = 'export SECRET=only-mine\n'
@@ -128,11 +133,11 @@ def classify(label, created):
     """{name: (pattern, kind)} of the names created in the place `label` (NAMES); fails for a name the table does not
     know, or one that names this host or a process (as venv-pip's '.tmp.<host>.<pid>' did: case A)."""
     kinds = {}
+    unknown = [name for name in created if not any(fnmatch.fnmatchcase(name, pattern) for pattern in NAMES[label])]
+    assert not unknown, '%s: %s created there, which this test does not know: add them to NAMES, and plants' % (
+        label, ', '.join(sorted(unknown)))
     for name in created:
-        kind = next(((pattern, kind) for pattern, kind in NAMES[label].items()
-                     if fnmatch.fnmatchcase(name, pattern)), None)
-        assert kind, '%s: %s is created there, which this test does not know: add it to NAMES, and plants at it' % (
-            label, name)
+        kind = next((pattern, kind) for pattern, kind in NAMES[label].items() if fnmatch.fnmatchcase(name, pattern))
         host = r'(^|[./-])%s([./-]|$)' % re.escape(socket.gethostname())
         assert kind[1] == 'inside' or not (re.search(host, name) or re.search(r'\.\d{2,}(\.|$)', name)), (
             '%s: %s is named after the host or a process: another user can know it in advance' % (label, name))
@@ -280,14 +285,17 @@ def project(tmp_path_factory, demo_sif, wheelhouse):
     return project, recording.created
 
 
-def record_and_plant(project, labels, run_once, rounds=3):
+def record_and_plant(project, labels, run_once, rounds=3, reset=lambda turn: None):
     """Run run_once() recorded, then `rounds` times with plants (their kinds rotated over the names) at what the
-    recording saw in the places `labels`; check each run (Project.check). The recorded names, per place."""
+    recording saw in the places `labels`; check each run (Project.check). reset(turn) before each run puts back what
+    the run before made (where the plants are to go). The recorded names, per place."""
+    reset(-1)
     with Recording(project.places(*labels)) as recording:
         proc = run_once()
     assert proc.returncode == 0, proc.stderr[-3000:]
     project.check(proc, 'the recorded run')
     for kinds in range(rounds):
+        reset(kinds)
         for label in labels:
             project.plant(label, plants_for(label, recording.created.get(label, {}), kinds))
         proc = run_once()
@@ -396,3 +404,104 @@ def test_a_new_directory_is_the_commands_own_until_it_is_whole(project, tmp_path
         kernels, '.demo-1.0.new.??????', ['kernel.json'])
     project.check(proc, 'jupyter-kernel with plants in its new directory (%s)' % ', '.join(planted))
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.needs('image-src')
+def test_a_merge(project):
+    """A member's change, then the owner's: the owner's cannot be a layer on the member's file, and venv-pip packs
+    the layers and the change into one new SquashFS file."""
+    project, _ = project
+
+    def merge():
+        assert project.pip('install lumi-top', who=MEMBER).returncode == 0
+        return project.pip('uninstall -y lumi-top')
+    record_and_plant(project, ['install dir', 'TMPDIR'], merge, rounds=1)
+
+
+def remove(path):
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+@pytest.mark.needs('image-src')
+def test_unmake_and_make_squashfs(project):
+    """unmake-squashfs (user-software/ from the packed venv), then make-squashfs (a new generation from it)."""
+    project, _ = project
+    unpacked, link = project.idir / 'user-software', project.idir / 'user-software.packed'
+    record_and_plant(project, ['install dir'], lambda: project.command('unmake-squashfs'),
+                     reset=lambda turn: remove(unpacked))
+    if not unpacked.is_dir():  # (the last run found a plant there, and stopped)
+        assert project.command('unmake-squashfs').returncode == 0
+    # the unpacked venv is the one in use without the link: make-squashfs packs it
+    record_and_plant(project, ['install dir'], lambda: project.command('make-squashfs'),
+                     reset=lambda turn: link.unlink() if link.is_symlink() else None)
+    if not link.is_symlink():
+        assert project.command('make-squashfs').returncode == 0
+    remove(unpacked)  # (packed again, as the other tests expect)
+
+
+@pytest.mark.needs('image-src')
+def test_jupyter_kernel_install_and_remove_in_a_project(project):
+    """jupyter-kernel install, then remove, with --prefix in the project's directory: the member plants at
+    share/jupyter/kernels and what is in it (each run but the last finds no share/ there; the last finds the
+    kernels directory without the kernel)."""
+    project, _ = project
+    prefix = project.prefix
+    kernels = prefix / 'share' / 'jupyter' / 'kernels'
+
+    def reset(turn):
+        remove(kernels / 'demo-1.0' if turn == 3 else prefix / 'share')
+    record_and_plant(project, ['Jupyter prefix'], lambda: project.command(
+        'jupyter-kernel install --prefix %s && jupyter-kernel remove --prefix %s' % (prefix, prefix)),
+        rounds=4, reset=reset)
+
+
+def test_generate_ec_writes_easyconfigs_and_adds_to_a_spec(project, tmp_path):
+    """generate-ec -o into the project's group-writable directory, and inspect --add to a spec in it."""
+    project, _ = project
+    out = project.easyconfigs
+
+    def reset(turn):
+        for path in out.glob('*.eb'):
+            path.unlink()
+    record_and_plant(project, ['easyconfig dir'], lambda: generate_ec_as(OWNER, ['-o', str(out), PYTORCH_SPEC],
+                                                                         tmp_path), reset=reset)
+    central = tmp_path / 'containers' / RELEASE
+    central.mkdir(parents=True)
+    os.replace(make_image(tmp_path, IMAGE, FULL_SBOM), str(central / IMAGE))
+    spec = out / 'spec.yaml'
+
+    def fresh_spec(turn):
+        spec.write_text(SPEC)
+        os.chown(spec, user(OWNER).uid, project_gid())
+        spec.chmod(0o664)
+    record_and_plant(project, ['easyconfig dir'],
+                     lambda: generate_ec_as(OWNER, add_command('inspect', central.parent), out), reset=fresh_spec)
+
+
+@pytest.mark.needs('image-src')
+def test_the_install_and_a_reinstall(project):
+    """What the install made in the project's prefix is known (recorded by the fixture); a reinstall by the owner
+    while the member has planted at the names of the day that it keeps things under (the previous installation for
+    running jobs, the changed venv: a date to the second, for the next minutes) and at the fixed names that are not
+    there: it goes on under other names, and leaves the plants alone."""
+    project, installed = project
+    classify('prefix', installed['prefix'])
+    software = project.idir.parent
+    now = time.time()
+    stamps = [time.strftime('%Y%m%d-%H%M%S', time.localtime(now + second)) for second in range(180)]
+    kinds = ['link to dir', 'fifo', 'directory']
+    wanted = [('1.0.%s-%s' % (kind, stamp), kinds[i % 3]) for i, stamp in enumerate(stamps)
+              for kind in ('previous', 'user-software.packed.backup')]
+    project.plant('prefix', [('software/Demo/' + name, what) for name, what in wanted])
+    planted = list(project.planted)
+    with Recording(project.places('prefix')) as recording:
+        proc = eb(project.inst, easyconfig(project.inst), '--rebuild', '--group-writable-installdir', check=False)
+    classify('prefix', recording.created['prefix'])
+    assert all(os.path.lexists(path) for path in planted), 'the reinstall removed what the member planted'
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    project.check(proc, 'eb --rebuild with plants')
+    kept = [path for path in software.glob('1.0.*') if path.is_dir() and not path.is_symlink()]
+    assert kept, 'the reinstall kept nothing of the previous installation'
