@@ -15,8 +15,10 @@ is writable for others: test_a_new_directory_is_the_commands_own_until_it_is_who
 inotify shows the directory.
 
 Who: lumi-owner is the victim, lumi-member plants in the project's (group-writable) install dir and Jupyter prefix,
-lumi-outsider in the world-writable sticky directory the test makes for TMPDIR (as /tmp, /dev/shm). One shared
-install for the file (about 20 s); the whole file costs about 90 s."""
+lumi-outsider in the world-writable sticky directory the test makes for TMPDIR (as /tmp, /dev/shm). The names
+venv-pip built from the host and its process before (case A) are planted too, for the next 50 process ids of this
+host (another host's would meet only a run there: no name the commands make now has a host or process in it).
+One shared install for the file (about 20 s); the whole file costs about 65 s (130 s on a busy 2-core machine)."""
 import fnmatch
 import os
 import re
@@ -271,6 +273,8 @@ def _quote(text):
 @pytest.fixture(scope='module')
 def project(tmp_path_factory, demo_sif, wheelhouse):
     """The shared install, with its install recorded: (Project, {label: created})."""
+    require_other_users()  # (a module's fixture is made before the autouse one of each test)
+    require_tools('inotifywait', 'timeout')
     root = tmp_path_factory.mktemp('hostile')
     wheels = root / 'wheels'
     shutil.copytree(wheelhouse, wheels)
