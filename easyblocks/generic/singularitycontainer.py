@@ -423,7 +423,7 @@ class SingularityContainer(EasyBlock):
                     "is as the previous installation made it"
                 print_msg("%s %s: it is replaced" % (path, why))
                 continue
-            backup = '%s.%s.backup-%s' % (self.installdir, entry, stamp)
+            backup = unused_name('%s.%s.backup-%s' % (self.installdir, entry, stamp))
             if entry == USER_SOFTWARE_PACKED:
                 self.move_aside(current_generation(self.installdir) or path, backup, path)
             else:
@@ -469,7 +469,7 @@ class SingularityContainer(EasyBlock):
                   if os.path.isdir(os.path.join(self.installdir, entry))]
         if not in_use:
             return
-        kept = '%s.%s-%s' % (self.installdir, PREVIOUS_INSTALLATION, time.strftime('%Y%m%d-%H%M%S'))
+        kept = unused_name('%s.%s-%s' % (self.installdir, PREVIOUS_INSTALLATION, time.strftime('%Y%m%d-%H%M%S')))
         try:
             os.mkdir(kept)  # a new directory, never one (or a link) of that name that is there already
             write_file(os.path.join(kept, PREVIOUS_INSTALLATION_MARKER),
@@ -1351,6 +1351,17 @@ def tree_fingerprint(path):
             entry = os.lstat(os.path.join(root, name))
             count, size, newest = count + 1, size + entry.st_size, max(newest, entry.st_mtime_ns)
     return [count, size, newest]
+
+
+def unused_name(path):
+    """path, or the first of path-2, path-3, ... that nothing has (not even a link): a name of the date is one that
+    others can know in advance and take (in a project's prefix, any member), and a rename over an empty directory
+    of theirs would remove it."""
+    candidate, number = path, 1
+    while os.path.lexists(candidate):
+        number += 1
+        candidate = '%s-%d' % (path, number)
+    return candidate
 
 
 def current_generation(installdir):
@@ -2265,6 +2276,7 @@ action=${1:-}
 kernel_name=@kernel_name@
 display_name=@display_name@
 kernels_dir=
+kernels_prefix=
 force=
 connection_file=
 case "$action" in
@@ -2298,6 +2310,7 @@ while [ "$#" -gt 0 ] && [ "$action" != start ]; do
             [ -n "$value" ] || bad_usage "--prefix needs a directory"
             case "$value" in /*) ;; *) value=$PWD/$value ;; esac
             kernels_dir=$value/share/jupyter/kernels
+            kernels_prefix=$value
             ;;
         'install --user' | 'remove --user')
             [ -z "$kernels_dir" ] || bad_usage "give one of --user and --prefix"
@@ -2378,6 +2391,20 @@ removable_or_stop() {
     fi
 }
 
+# In a shared prefix (--prefix) another member may have put a link at share, share/jupyter or share/jupyter/kernels,
+# to a directory of yours: jupyter-kernel would make and remove kernels there. Stop at a link that is not your own.
+no_others_link_below_prefix() {
+    local path=$kernels_prefix part
+    [ -n "$path" ] || return 0
+    for part in share jupyter kernels; do
+        path=$path/$part
+        if [ -L "$path" ] && [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
+            die "$path is a link of $(stat -c %U -- "$path")'s (to $(readlink -- "$path")): jupyter-kernel does not" \
+                "write through another user's link; remove it, or give another --prefix"
+        fi
+    done
+}
+
 kernel_json() {
     printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
@@ -2409,12 +2436,14 @@ except ImportError as error:
             "'venv-pip install ipykernel', then run jupyter-kernel install again"
     fi
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
+    no_others_link_below_prefix
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
     new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
-    # the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
-    # group may change it or not, for both alike
-    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
     kernel_json >"$new/kernel.json"
+    # then the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
+    # group may change it or not, for both alike. Not before kernel.json is written: a member who saw the directory
+    # appear could put a link there to a file of yours
+    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
     if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
         rm -rf "$new"
         die "cannot replace $dir"
@@ -2424,6 +2453,7 @@ except ImportError as error:
 
 remove_kernel() {
     local dir=$kernels_dir/$kernel_name theirs
+    no_others_link_below_prefix
     [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
     is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
         "'jupyter kernelspec remove $kernel_name' if you mean it"
@@ -2496,11 +2526,13 @@ venv_form() {  # layers, file, directory or missing: the venv of the install dir
         echo missing
     fi
 }
-new_generation() {  # a new, empty generation in the install dir $1, for whoever may read it (the umask): its path
+# A new, empty generation in the install dir $1: its path. It stays private (mktemp's 0700) until make_current gives
+# it the umask's mode: in a project's install, a member who saw it appear could otherwise put links at the names
+# written into it (the record, the SquashFS files) and have them written through.
+new_generation() {
     local generation
     generation=$(mktemp -d -- "$1/@generation@XXXXXX") || return 1
-    if ! chmod "$(printf %04o $(( 8#777 & ~8#$(umask) )))" "$generation" ||
-        ! printf '%s %s %s\n' "$(id -un)" "$(hostname)" "$$" >"$generation/@record@"; then
+    if ! printf '%s %s %s\n' "$(id -un)" "$(hostname)" "$$" >"$generation/@record@"; then
         rm -rf -- "$generation"
         return 1
     fi
@@ -2509,6 +2541,8 @@ new_generation() {  # a new, empty generation in the install dir $1, for whoever
 make_current() {  # the generation $2 becomes the state of the install dir $1: one rename of a new link over the old
     local link superseded
     superseded=$(current_generation "$1")
+    # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
+    chmod "$(printf %04o $(( 8#777 & ~8#$(umask) )))" "$2" || return 1
     link=$(mktemp -u -- "$1/@link@XXXXXX") || return 1
     ln -s -- "${2##*/}" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
     if ! mv -T -- "$link" "$1/@packed@"; then

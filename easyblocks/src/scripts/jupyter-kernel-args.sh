@@ -9,6 +9,7 @@ action=${1:-}
 kernel_name=@kernel_name@
 display_name=@display_name@
 kernels_dir=
+kernels_prefix=
 force=
 connection_file=
 case "$action" in
@@ -42,6 +43,7 @@ while [ "$#" -gt 0 ] && [ "$action" != start ]; do
             [ -n "$value" ] || bad_usage "--prefix needs a directory"
             case "$value" in /*) ;; *) value=$PWD/$value ;; esac
             kernels_dir=$value/share/jupyter/kernels
+            kernels_prefix=$value
             ;;
         'install --user' | 'remove --user')
             [ -z "$kernels_dir" ] || bad_usage "give one of --user and --prefix"

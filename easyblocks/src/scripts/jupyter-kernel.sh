@@ -34,6 +34,20 @@ removable_or_stop() {
     fi
 }
 
+# In a shared prefix (--prefix) another member may have put a link at share, share/jupyter or share/jupyter/kernels,
+# to a directory of yours: jupyter-kernel would make and remove kernels there. Stop at a link that is not your own.
+no_others_link_below_prefix() {
+    local path=$kernels_prefix part
+    [ -n "$path" ] || return 0
+    for part in share jupyter kernels; do
+        path=$path/$part
+        if [ -L "$path" ] && [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
+            die "$path is a link of $(stat -c %U -- "$path")'s (to $(readlink -- "$path")): jupyter-kernel does not" \
+                "write through another user's link; remove it, or give another --prefix"
+        fi
+    done
+}
+
 kernel_json() {
     printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
@@ -65,12 +79,14 @@ except ImportError as error:
             "'venv-pip install ipykernel', then run jupyter-kernel install again"
     fi
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
+    no_others_link_below_prefix
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
     new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
-    # the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
-    # group may change it or not, for both alike
-    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
     kernel_json >"$new/kernel.json"
+    # then the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
+    # group may change it or not, for both alike. Not before kernel.json is written: a member who saw the directory
+    # appear could put a link there to a file of yours
+    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
     if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
         rm -rf "$new"
         die "cannot replace $dir"
@@ -80,6 +96,7 @@ except ImportError as error:
 
 remove_kernel() {
     local dir=$kernels_dir/$kernel_name theirs
+    no_others_link_below_prefix
     [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
     is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
         "'jupyter kernelspec remove $kernel_name' if you mean it"

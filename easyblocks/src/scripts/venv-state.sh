@@ -29,11 +29,13 @@ venv_form() {  # layers, file, directory or missing: the venv of the install dir
         echo missing
     fi
 }
-new_generation() {  # a new, empty generation in the install dir $1, for whoever may read it (the umask): its path
+# A new, empty generation in the install dir $1: its path. It stays private (mktemp's 0700) until make_current gives
+# it the umask's mode: in a project's install, a member who saw it appear could otherwise put links at the names
+# written into it (the record, the SquashFS files) and have them written through.
+new_generation() {
     local generation
     generation=$(mktemp -d -- "$1/@generation@XXXXXX") || return 1
-    if ! chmod "$(printf %04o $(( 8#777 & ~8#$(umask) )))" "$generation" ||
-        ! printf '%s %s %s\n' "$(id -un)" "$(hostname)" "$$" >"$generation/@record@"; then
+    if ! printf '%s %s %s\n' "$(id -un)" "$(hostname)" "$$" >"$generation/@record@"; then
         rm -rf -- "$generation"
         return 1
     fi
@@ -42,6 +44,8 @@ new_generation() {  # a new, empty generation in the install dir $1, for whoever
 make_current() {  # the generation $2 becomes the state of the install dir $1: one rename of a new link over the old
     local link superseded
     superseded=$(current_generation "$1")
+    # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
+    chmod "$(printf %04o $(( 8#777 & ~8#$(umask) )))" "$2" || return 1
     link=$(mktemp -u -- "$1/@link@XXXXXX") || return 1
     ln -s -- "${2##*/}" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
     if ! mv -T -- "$link" "$1/@packed@"; then
