@@ -149,3 +149,38 @@ def test_a_container_that_does_not_start_is_not_pip_failing(packed, tmp_path, wh
                          'first: set it to another place to work there')
     assert 'pip failed' not in proc.stderr
     assert not list(tmpdir.iterdir())
+
+
+def unpacked_bytes(*squashfs_files):
+    """What the files of the SquashFS files take unpacked (as venv-pip estimates it)."""
+    total = 0
+    for path in squashfs_files:
+        if path.exists():
+            listing = run(['unsquashfs', '-lls', str(path)], user=None).stdout
+            total += sum(int(line.split()[2]) for line in listing.splitlines() if line.startswith('-'))
+    return total
+
+
+@pytest.mark.needs('image-src')
+def test_where_pip_runs_out_of_space_in_a_full_repack_venv_pip_works_in_the_next_place(packed, tmp_path):
+    """The same where venv-pip repacks the whole venv (here: the venv as one SquashFS file, without a layer): the
+    work dir has the room venv-pip estimates for the venv, not for what pip installs; it works in the next place."""
+    inst, idir = packed
+    generation = (idir / 'user-software.packed').resolve()
+    (generation / 'user-software.changes.squashfs').unlink()  # (as make-squashfs leaves it where no layers stack)
+    need = unpacked_bytes(generation / 'user-software.squashfs') * 11 // 10 + (64 << 20)
+    wheels = tmp_path / 'big-wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-big-repacked', modules={'zeros.bin': '\0' * (96 << 20)})
+    small = place(tmp_path / 'small', 0o755)
+    run(['mount', '-t', 'tmpfs', '-o', 'size=%dk,mode=1777' % ((need >> 10) + (16 << 10)), 'tmpfs', str(small)],
+        user=None)
+    try:
+        proc = venv_pip(inst, small, 'install --no-index --find-links=%s lumi-big-repacked' % wheels)
+        left = list(small.iterdir())
+    finally:
+        run(['umount', str(small)], user=None)
+    assert 'venv-pip: pip ran out of space in %s; trying the next place\n' % small in proc.stderr
+    assert 'user-software.packed has the change; new jobs use it' in proc.stdout  # (repacked: not a layer)
+    assert not left
+    assert inst.module_shell(MODULE, 'python -c "import lumi_big_repacked"').returncode == 0

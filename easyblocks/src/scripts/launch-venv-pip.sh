@@ -114,22 +114,34 @@ make_new_current() {  # (from the rename on, the new generation is the venv: no 
     stop_on_signals
 }
 
-# The venv with the layer $1 on top unpacked into $tree, in a fresh work dir on storage with room for it
+# The venv with the layer $1 on top unpacked into $tree, in a fresh work dir on storage with room for it (but the
+# places $2...: pip ran out of space there)
 unpack_in_workdir() {
-    make_workdir "$(( $(unpacked_bytes "$squashfs" "$1") * 11 / 10 + (64 << 20) ))"
+    local layer=$1
+    shift
+    make_workdir "$(( $(unpacked_bytes "$squashfs" "$layer") * 11 / 10 + (64 << 20) ))" "$@"
     tree="$work/tree"
-    in_background unpack_venv "$tree" "$1" || die "cannot unpack $squashfs with $1; nothing was changed"
+    in_background unpack_venv "$tree" "$layer" || die "cannot unpack $squashfs with $layer; nothing was changed"
 }
 
 # pip on the whole venv, unpacked in $work, packed again into a new generation (with an empty layer, in that form)
 change_by_repacking() {
-    local tree before links status=0
-    unpack_in_workdir "$changes"
-    drop_layers
-    use_for_user_software "$tree/user-software"
-    before=$(venv_state "$tree")
-    links=$(venv_python_links "$tree/$venv_bin")
-    in_background pip "$@" || status=$?
+    local tree before links status full=()
+    while :; do  # (in the next place while pip runs out of space, as in change_in_layers)
+        unpack_in_workdir "$changes" "${full[@]}"
+        drop_layers
+        use_for_user_software "$tree/user-software"
+        before=$(venv_state "$tree")
+        links=$(venv_python_links "$tree/$venv_bin")
+        status=0
+        in_background pip "$@" || status=$?
+        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
+            break
+        fi
+        full+=("$(workdir_place "$work")")
+        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
+        clean_workdir "$work"
+    done
     [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
     keep_venv_python "$tree/$venv_bin" "$links"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
