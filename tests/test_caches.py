@@ -238,7 +238,7 @@ def test_wrappers_and_ranks_say_it_once(tmp_path):
     parent.chmod(0o1777)
     rule = easyblock.fill_template(easyblock.CACHE_ROOT_RULE, cache_parent=shlex.quote(str(parent)),
                                    module_word="'Demo/1.0'")
-    call = '__sc_reuse_quietly=yes singularitycontainer_cache_root miopen triton torchinductor'
+    call = 'singularitycontainer_cache_root -q miopen triton torchinductor'
     (tmp_path / 'rule.sh').write_text(rule + '\n' + call + '\n')
     planted = parent / ('%s-caches-4242-1' % OWNER)
     run(['mkdir', '-m', '0777', str(planted)], user=OUTSIDER)

@@ -39,6 +39,10 @@ PLACEHOLDER_DIRECTIVE = re.compile(r'# shellcheck disable=\S+ +# (@[a-z_]+@) ')
 # The scripts that are whole (written as they are, with @module@ and such filled in): everything on
 WHOLE = ['conda-python-distributed.sh', 'conda-python-simple.sh', 'distributed-env.sh', 'init-conda-venv.sh',
          'list-packages.sh', 'torchrun-distributed.sh', 'venv-pip.sh']
+# The library of the runtime's file handling and the venv's state (README, "How it fits together"): functions that
+# take what they work on as arguments; no fragment reads or sets a variable of another, so that everything stays on
+LIBRARY = ['bind-user-software.sh', 'files.sh', 'keep-venv-python.sh', 'layers.sh', 'lock-install-dir.sh',
+           'lock-install-dir-or-stop.sh', 'pip-changes-venv.sh', 'readable-by-all.sh', 'venv-state.sh', 'workdir.sh']
 # Scripts that also run in sh (the module runs the cache rule with sh -c; the venv's pip is a sh script)
 ALSO_SH = ['cache-root-rule.sh', 'pip-changes-venv.sh']
 SCRIPTS = sorted((SOURCES / 'scripts').glob('*.sh'))
@@ -46,7 +50,7 @@ SCRIPTS = sorted((SOURCES / 'scripts').glob('*.sh'))
 
 def shellcheck(path, shell):
     """shellcheck's findings on the file, as it is; a piece without the two findings of PIECES_SHARE_VARIABLES."""
-    codes = [] if path.name in WHOLE else PIECES_SHARE_VARIABLES
+    codes = [] if path.name in WHOLE + LIBRARY else PIECES_SHARE_VARIABLES
     cmd = ['shellcheck', '--norc', '--shell=%s' % shell, '--format=gcc'] + \
         ['--exclude=%s' % ','.join(codes)] * bool(codes)
     return subprocess.run(cmd + [str(path)], capture_output=True, text=True, timeout=60).stdout

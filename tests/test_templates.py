@@ -175,10 +175,12 @@ PIP_COMMANDS = [  # pip's arguments, whether they change the venv, whether they 
 @pytest.mark.parametrize('shell', ['sh', 'bash'])
 @pytest.mark.parametrize('args, changes, user', PIP_COMMANDS)
 def test_pip_changes_venv(shell, args, changes, user):
-    """The one decision of venv-pip (bash) and the venv's pip (sh): does pip change the venv?"""
-    script = '. "$0"; if pip_changes_venv "$@"; then echo yes "$pip_user"; else echo no; fi'
+    """The one decision of venv-pip (bash) and the venv's pip (sh): does pip change the venv? Whether it asks for
+    --user is a predicate of its own (no variable set as a side effect)."""
+    script = ('. "$0"; if pip_changes_venv "$@"; then echo yes; pip_wants_user "$@" && echo yes; else echo no; fi;'
+              ' echo "${pip_user-unset}"')
     out = output_of([shell, '-c', script, str(SCRIPTS / 'pip-changes-venv.sh')] + args).split()
-    assert out == (['yes', 'yes'] if user else ['yes']) if changes else ['no']
+    assert out == ((['yes', 'yes'] if user else ['yes']) if changes else ['no']) + ['unset']
 
 
 @pytest.mark.parametrize('args, changes, user', PIP_COMMANDS)

@@ -80,7 +80,8 @@ def test_what_others_plant_where_venv_pip_works_is_left_alone(packed, tmp_path, 
     member, plant links to the victim's files under the names of venv-pip's work dirs (as earlier versions named them
     too, with a process that has ended), a directory of their own with a record of a run in it, a FIFO: venv-pip
     works, the victim's files keep their modes, and what others planted stays. Only what a killed run of the victim
-    left (a directory of theirs with its record) goes; one of theirs without a record stays."""
+    left (a directory of theirs with its record, also as earlier versions wrote it) goes; one of theirs without a
+    record stays."""
     inst, idir = packed
     host, dead = socket.gethostname(), 4194304  # above the kernel's largest process id
     victim = tmp_path / 'victims-data'
@@ -95,15 +96,16 @@ def test_what_others_plant_where_venv_pip_works_is_left_alone(packed, tmp_path, 
     for (who, tmpdir), package in zip(places.items(), ['lumi-needs-wheel', 'lumi-top']):
         planted = [plant(who, tmpdir / ('venv-pip.%s.%d.AbC123' % (host, dead)), 'link', victim),
                    plant(who, tmpdir / 'venv-pip.XyZ789', 'link', victim),
-                   plant(who, tmpdir / 'venv-pip.dir123', 'directory', record='%s %d 1' % (host, dead)),
+                   plant(who, tmpdir / 'venv-pip.dir123', 'directory', record='%s %s %d 1' % (who, host, dead)),
                    plant(who, tmpdir / 'venv-pip.fifo12', 'fifo')]
         own = plant(OWNER, tmpdir / 'venv-pip.mine12', 'directory')  # the victim's, without a record
-        left = plant(OWNER, tmpdir / 'venv-pip.left12', 'directory', record='%s %d 1' % (host, dead))
+        left = plant(OWNER, tmpdir / 'venv-pip.left12', 'directory', record='%s %s %d 1' % (OWNER, host, dead))
+        older = plant(OWNER, tmpdir / 'venv-pip.older1', 'directory', record='%s %d 1' % (host, dead))  # (earlier)
         out = venv_pip(inst, tmpdir, 'install %s %s' % (' '.join(local_wheels(wheelhouse)), package)).stdout
         assert 'has the change' in out
         assert modes(victim) == before
         assert all(os.path.lexists(path) for path in planted + [own]), who
-        assert not left.exists()
+        assert not left.exists() and not older.exists()
         assert sorted(tmpdir.iterdir()) == sorted(planted + [own])
 
 

@@ -48,6 +48,10 @@ Images that need an initialisation (e.g. conda activation) run the command throu
      """\
 jupyter-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel loads it)."""),
     ('JUPYTER_KERNEL', 'scripts/jupyter-kernel.sh', ''),
+    ('FILES', 'scripts/files.sh',
+     """\
+FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;
+nothing written, chmod-ed or removed through a name the script did not make; leftovers known by their record."""),
     ('VENV_STATE_TEMPLATE', 'scripts/venv-state.sh',
      """\
 STATE: the packed venv's state, one generation directory named by one link, which a change replaces in one rename.

@@ -556,7 +556,7 @@ class SingularityContainer(EasyBlock):
         name = os.path.basename(script.path)
         values = {
             'header': fill_template(SCRIPT_HEADER, name=name, purpose=script.purpose, module=self.full_mod_name,
-                                    module_word=sh_str(self.full_mod_name)),
+                                    module_word=sh_str(self.full_mod_name), files=FILES),
             'module': self.full_mod_name,
             'venv': self.container_venv,
             'sif_var': 'SIF' + self.var_suffix,
@@ -585,7 +585,8 @@ class SingularityContainer(EasyBlock):
         """CACHE_SETUP for the scripts: the caches of container_cache_dirs in the root of CACHE_ROOT_RULE."""
         caches = self.cfg['container_cache_dirs']
         rule, call = cache_root_rule(self.full_mod_name, caches.values())
-        return fill_template(CACHE_SETUP, cache_root_rule=rule, cache_root_call=call,
+        return fill_template(CACHE_SETUP, cache_root_rule=rule,
+                             cache_root_call_quiet=call.replace(' ', ' -q ', 1),
                              cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
 
     def launch_code(self, name, launch):
@@ -2213,7 +2214,9 @@ module=@module_word@
 die() {
     echo "@name@: error: $*" >&2
     exit 1
-}'''
+}
+@files@
+'''
 
 # start-shell, list-packages and the wrappers: start the container with the module's image and runtime.
 LAUNCHER = r'''@header@
@@ -2235,6 +2238,8 @@ if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
 fi
 export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
 @user_software_paths@
+generation=$(current_generation "$root")
+form=$(venv_form "$root" "$generation")
 if [ "$form" = missing ]; then
     echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
         "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
@@ -2386,15 +2391,16 @@ removable_or_stop() {
     theirs=$(others "$1")
     [ -n "$theirs" ] || return 0
     if [ ! -w "${1%/*}" ] || { [ ! -L "$1" ] && [ ! -w "$1" ]; }; then
-        die "the kernel $kernel_name in $kernels_dir is $theirs: you cannot $2 it (they made it writable only for" \
+        die "the kernel ${1##*/} in ${1%/*} is $theirs: you cannot $2 it (they made it writable only for" \
             "themselves); ask them to, or give another --name"
     fi
 }
 
-# In a shared prefix (--prefix) another member may have put a link at share, share/jupyter or share/jupyter/kernels,
-# to a directory of yours: jupyter-kernel would make and remove kernels there. Stop at a link that is not your own.
+# In a shared prefix $1 (--prefix; nothing: none) another member may have put a link at share, share/jupyter or
+# share/jupyter/kernels, to a directory of yours: jupyter-kernel would make and remove kernels there. Stop at a link
+# that is not your own.
 no_others_link_below_prefix() {
-    local path=$kernels_prefix part
+    local path=$1 part
     [ -n "$path" ] || return 0
     for part in share jupyter kernels; do
         path=$path/$part
@@ -2405,15 +2411,18 @@ no_others_link_below_prefix() {
     done
 }
 
-kernel_json() {
+kernel_json() {  # with the display name $1
     printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
-        "$(json_str "$display_name")"
+        "$(json_str "$1")"
     printf '  "metadata": {\n    "debugger": true,\n    "singularitycontainer_module": %s\n  }\n}\n' \
         "$(json_str "$module")"
 }
 
+# The kernel $2 with the display name $3 in the kernels dir $1 (in the prefix $4, or none); $5: yes to replace one that
+# is not this module's
 install_kernel() {
+    local kernels_dir=$1 kernel_name=$2 display_name=$3 prefix=$4 force=$5
     local dir=$kernels_dir/$kernel_name new theirs=
     if [ -e "$dir" ] && ! is_ours "$dir" && [ -z "$force" ]; then
         die "a kernel named $kernel_name is in $kernels_dir already, not this module's: give another --name," \
@@ -2436,30 +2445,30 @@ except ImportError as error:
             "'venv-pip install ipykernel', then run jupyter-kernel install again"
     fi
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
-    no_others_link_below_prefix
+    no_others_link_below_prefix "$prefix"
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
-    new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
-    kernel_json >"$new/kernel.json"
+    new=$(new_private_dir "$kernels_dir" ".$kernel_name.new.") || die "cannot write in $kernels_dir"
+    kernel_json "$display_name" >"$new/kernel.json"
     # then the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
     # group may change it or not, for both alike. Not before kernel.json is written: a member who saw the directory
     # appear could put a link there to a file of yours
-    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
-    if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
-        rm -rf "$new"
+    chmod "$(umask_mode 777)" "$new"
+    if ! { rm -rf -- "$dir" && rename_into_place "$new" "$dir"; }; then
+        remove_own_tree "$new"
         die "cannot replace $dir"
     fi
     echo "Installed kernel $kernel_name (\"$display_name\") in $dir${theirs:+, in place of $theirs}"
 }
 
-remove_kernel() {
-    local dir=$kernels_dir/$kernel_name theirs
-    no_others_link_below_prefix
+remove_kernel() {  # the kernel $2 in the kernels dir $1 (in the prefix $3, or none)
+    local kernels_dir=$1 kernel_name=$2 dir=$1/$2 theirs
+    no_others_link_below_prefix "$3"
     [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
     is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
         "'jupyter kernelspec remove $kernel_name' if you mean it"
     removable_or_stop "$dir" remove
     theirs=$(others "$dir")
-    rm -rf "$dir" || die "cannot remove $dir"
+    rm -rf -- "$dir" || die "cannot remove $dir"
     echo "Removed ${theirs:+$theirs }kernel $kernel_name from $kernels_dir"
 }
 
@@ -2487,15 +2496,78 @@ case "$action" in
         export APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$connection_file"
         container_python -m ipykernel_launcher -f "$connection_file"
         ;;
-    install) install_kernel ;;
-    remove) remove_kernel ;;
+    install) install_kernel "$kernels_dir" "$kernel_name" "$display_name" "$kernels_prefix" "$force" ;;
+    remove) remove_kernel "$kernels_dir" "$kernel_name" "$kernels_prefix" ;;
     list) list_kernels ;;
 esac
 '''
 
+# FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;
+# nothing written, chmod-ed or removed through a name the script did not make; leftovers known by their record.
+FILES = r'''# The runtime's file handling (README, "How it fits together"),
+# for every command that writes where others may write too: a project's install dir, TMPDIR, /dev/shm, /tmp, a Jupyter
+# prefix. A new file or directory gets its name from mktemp (random, made exclusively) in the directory it belongs in,
+# stays private (0600, 0700) until it is whole, and is renamed into place. Nothing is written, chmod-ed or removed
+# through a name that the command did not make: no link is followed, no FIFO opened, and what a killed run left is
+# known by the record the run wrote into it, never by its name. Each function takes what it works on as arguments and
+# prints its result.
+
+new_private_dir() {  # a new directory $1/$2XXXXXX (0700): its path
+    mktemp -d -- "$1/$2XXXXXX"
+}
+new_private_file() {  # a new, empty file $1/$2XXXXXX (0600): its path
+    mktemp -- "$1/$2XXXXXX"
+}
+new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
+    local link
+    link=$(mktemp -u -- "$2/$3XXXXXX") || return 1
+    ln -sT -- "$1" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
+    echo "$link"
+}
+umask_mode() {  # the mode that the umask leaves of the mode $1 (777 for a directory, 666 for a file), as chmod takes it
+    printf '%04o\n' $(( 8#$1 & ~8#$(umask) ))
+}
+# The new file or directory $1 (this run's, from mktemp) renamed to $2; a link or a file at $2 is replaced, never
+# written through. On failure $1 is removed.
+rename_into_place() {
+    mv -fT -- "$1" "$2" && return 0
+    rm -rf -- "$1"
+    return 1
+}
+process_start() {  # the start of process $1 (clock ticks since boot); nothing if it has ended
+    local fields
+    fields=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    read -ra fields <<<"${fields##*) }"
+    echo "${fields[19]}"
+}
+run_record() {  # this run, as a record says it: "user host pid start"
+    echo "$(id -un) $(hostname) $$ $(process_start $$)"
+}
+# Whether the directory $1 is one that an ended run of yours on this host made, by the record $2 it wrote in it: a
+# real directory (not a link) and a regular file, both yours. (Earlier versions wrote "host pid start".)
+left_by_an_ended_run() {
+    local user host pid start
+    [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
+    [ ! -L "$1/$2" ] && [ -f "$1/$2" ] && [ -O "$1/$2" ] || return 1
+    read -r user host pid start <"$1/$2" || return 1
+    if [ -z "$start" ]; then
+        start=$pid pid=$host host=$user user=$(id -un)
+    fi
+    [ "$user" = "$(id -un)" ] && [ "$host" = "$(hostname)" ] && [ "$(process_start "$pid")" != "$start" ]
+}
+# The directory $1 of this run, with all in it: links in it are removed, never followed, nothing on another file
+# system is entered. Not a directory (or nothing at all): nothing is done.
+remove_own_tree() {
+    [ -n "${1:-}" ] && [ ! -L "$1" ] && [ -d "$1" ] || return 0
+    # (a directory of it may lack u+rwx, e.g. an overlay's work directory: $1 itself is not changed)
+    find -P "$1" -xdev -mindepth 1 -type d ! -perm -u=rwx -exec chmod u+rwx {} + 2>/dev/null || true
+    rm -rf --one-file-system -- "$1"
+}
+'''
+
 # STATE: the packed venv's state, one generation directory named by one link, which a change replaces in one rename.
 # venv-pip, make-squashfs, unmake-squashfs and the wrappers read it (and venv-pip's changes write it) alike.
-VENV_STATE_TEMPLATE = r'''# The packed venv's state (README, "How it fits together").
+VENV_STATE_TEMPLATE = r'''# The packed venv's state (README, "How it fits together"), with FILES.
 # The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
 # holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
 # The form of the venv is read from there and nowhere else: layers (both files), one SquashFS file, or, with no
@@ -2531,9 +2603,9 @@ venv_form() {  # layers, file, directory or missing: the venv of the install dir
 # written into it (the record, the SquashFS files) and have them written through.
 new_generation() {
     local generation
-    generation=$(mktemp -d -- "$1/@generation@XXXXXX") || return 1
-    if ! printf '%s %s %s\n' "$(id -un)" "$(hostname)" "$$" >"$generation/@record@"; then
-        rm -rf -- "$generation"
+    generation=$(new_private_dir "$1" @generation@) || return 1
+    if ! run_record >"$generation/@record@"; then
+        remove_own_tree "$generation"
         return 1
     fi
     echo "$generation"
@@ -2542,13 +2614,9 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
     local link superseded
     superseded=$(current_generation "$1")
     # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
-    chmod "$(printf %04o $(( 8#777 & ~8#$(umask) )))" "$2" || return 1
-    link=$(mktemp -u -- "$1/@link@XXXXXX") || return 1
-    ln -s -- "${2##*/}" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
-    if ! mv -T -- "$link" "$1/@packed@"; then
-        rm -f -- "$link"
-        return 1
-    fi
+    chmod "$(umask_mode 777)" "$2" || return 1
+    link=$(new_link "${2##*/}" "$1" @link@) || return 1
+    rename_into_place "$link" "$1/@packed@" || return 1
     # the clock of its removal starts now (remove_superseded)
     [ -z "$superseded" ] || touch -c -- "$superseded" 2>/dev/null || true
 }
@@ -2565,8 +2633,9 @@ remove_superseded() {
         case "$entry" in
             "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
-                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ]; then
-                    rm -rf -- "$entry" 2>/dev/null ||
+                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ] &&
+                    [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/@record@")" ]; then
+                    rm -rf --one-file-system -- "$entry" 2>/dev/null ||
                         echo "${0##*/}: warning: cannot remove $entry, an old state of the venv ($(stat -c %U -- \
                             "$entry")'s): remove it when no job runs from it" >&2
                 fi
@@ -2606,61 +2675,50 @@ pinned_entries() {
 '''
 
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
-USER_SOFTWARE_PATHS_TEMPLATE = r'''# The install dir this script lives in (module loaded or not), and its venv (STATE)
+USER_SOFTWARE_PATHS_TEMPLATE = r'''# The install dir this script lives in (module loaded or not), and its venv (STATE):
+# the script's own constants
 root=$(readlink -f "${BASH_SOURCE[0]}")
 root=${root%/*/*}
 dir="$root/@us_dir@"
 packed="$root/@packed@"  # (the link, see STATE)
-squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation)
 @venv_state@
-# The state now: the files of the packed venv (which may not exist), for reading. What changes the venv reads it again
-# once it holds the lock (read_state).
-# shellcheck disable=SC2034  # (each script that includes this reads what it needs of them)
-read_state() {
-    generation=$(current_generation "$root")
-    squashfs="${generation:-$packed}/$squashfs_name"
-    changes="${generation:-$packed}/$changes_name"
-    form=$(venv_form "$root" "$generation")
-}
-read_state
 '''
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
 # members can open it; whoever takes it writes who they are beside it (lock_holder reads that).
-LOCK_INSTALL_DIR_TEMPLATE = r'''[ -w "$root" ] ||
-    die "$root is not writable for you: only whoever installed the module can change it"
-command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
-lock="$root/@lock@"
-lock_record="$root/@lock_record@"
+LOCK_INSTALL_DIR_TEMPLATE = r'''
+# The lock of the install dir $1 is $1/@lock@, the record of its holder $1/@lock_record@ (with FILES).
 # Nobody but the install's members may open the lock: flock works on a descriptor opened read-only, so a lock that
 # others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
 # install), else 0600; in the install dir's group.
-lock_mode() {
+lock_mode() {  # of the install dir $1
     if (( 8#$(stat -L -c %a "$1") & 8#020 )); then
         echo 660
     else
         echo 600
     fi
 }
-# A new file $1 (a name from mktemp) gets the lock's mode $2 and the install dir's group
+# The new file $2 (this run's) of the install dir $1 gets the lock's mode $3 and the install dir's group
 make_private() {
-    chmod "$2" "$1" || return 1
-    chgrp --reference="$root" "$1" 2>/dev/null || [ "$2" = 600 ]
+    chmod "$3" "$2" || return 1
+    chgrp --reference="$1" "$2" 2>/dev/null || [ "$3" = 600 ]
 }
-# The lock file, made with its mode from the start: linked into place, so that it never replaces the one another run
-# made meanwhile
+# The lock file of the install dir $1, made with its mode $2 from the start: linked into place, so that it never
+# replaces the one another run made meanwhile
 make_lock() {
     local new
-    new=$(mktemp "$lock.new.XXXXXX") || die "cannot write in $root"
-    make_private "$new" "$1" || { rm -f "$new"; die "cannot give $new the mode $1"; }
-    ln "$new" "$lock" 2>/dev/null || true
-    rm -f "$new"
+    new=$(new_private_file "$1" "@lock@.new.") || die "cannot write in $1"
+    make_private "$1" "$new" "$2" || { rm -f -- "$new"; die "cannot give $new the mode $2"; }
+    ln -T -- "$new" "$1/@lock@" 2>/dev/null || true  # (-T: never into a directory put there)
+    rm -f -- "$new"
 }
-# Opened only if it is a regular file: opening a FIFO would wait for a writer, forever
+# The lock of the install dir $1 opened on descriptor 9 (made with the mode $2 if missing), only if it is a regular
+# file: opening a FIFO would wait for a writer, forever
 open_lock() {
+    local lock="$1/@lock@"
     if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
-        make_lock "$1"
+        make_lock "$1" "$2"
     fi
     if [ ! -f "$lock" ] || [ -L "$lock" ]; then
         die "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock file" \
@@ -2669,42 +2727,44 @@ open_lock() {
     { exec 9<>"$lock"; } 2>/dev/null || { exec 9<"$lock"; } 2>/dev/null ||
         die "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
 }
-# The lock gets its mode and group from its owner. One that others could open (earlier versions made it 0644) may be
-# open for one of them already: whoever holds it puts a new one of their own in its place, holding both.
+# The lock (descriptor 9) of the install dir $1 gets its mode $2 and group from its owner. One that others could open
+# (earlier versions made it 0644) may be open for one of them already: whoever holds it puts a new one of their own in
+# its place, holding both.
 keep_lock_private() {
-    local mode=$1 now new
+    local mode=$2 now new
     now=$(stat -L -c %a /dev/fd/9)
     if [ "$now" = "$mode" ] &&
-        { [ "$mode" = 600 ] || [ "$(stat -L -c %g /dev/fd/9)" = "$(stat -L -c %g "$root")" ]; }; then
+        { [ "$mode" = 600 ] || [ "$(stat -L -c %g /dev/fd/9)" = "$(stat -L -c %g "$1")" ]; }; then
         return 0
     fi
     if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
-        make_private /dev/fd/9 "$mode" && return 0
+        make_private "$1" /dev/fd/9 "$mode" && return 0
     fi
-    new=$(mktemp "$lock.new.XXXXXX") || die "cannot write in $root"
-    if ! { make_private "$new" "$mode" && exec 8<>"$new" && flock -n 8 && mv -fT "$new" "$lock"; }; then
-        rm -f "$new"
-        die "cannot replace $lock, which others can open, with a private one"
+    new=$(new_private_file "$1" "@lock@.new.") || die "cannot write in $1"
+    if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 && rename_into_place "$new" "$1/@lock@"; }
+    then
+        rm -f -- "$new"
+        die "cannot replace $1/@lock@, which others can open, with a private one"
     fi
     exec 9>&8 8>&-
 }
-# The holder's record beside the lock ("user host pid command"), for those who wait or are refused: written by each
-# one that takes the lock, under a new name renamed into place
+# The holder's record beside the lock of the install dir $1 ("user host pid command"), with the lock's mode $2, for
+# those who wait or are refused: written by each one that takes the lock, as a new file renamed into place
 note_lock_holder() {
     local new
-    new=$(mktemp "$lock_record.new.XXXXXX") || return 0
-    if echo "$(id -un) $(hostname) $$ ${0##*/}" >"$new" && make_private "$new" "$1"; then
-        mv -fT "$new" "$lock_record" && return 0
+    new=$(new_private_file "$1" "@lock_record@.new.") || return 0
+    if echo "$(id -un) $(hostname) $$ ${0##*/}" >"$new" && make_private "$1" "$new" "$2"; then
+        rename_into_place "$new" "$1/@lock_record@" && return 0
     fi
-    rm -f "$new"
+    rm -f -- "$new"
 }
-# Who holds the lock, from the record: "lumi-owner's venv-pip on nid001 (process 123)"
+# Who holds the lock of the install dir $1, from the record: "lumi-owner's venv-pip on nid001 (process 123)"
 lock_holder() {
-    local who host pid what
-    if [ -f "$lock_record" ] && [ ! -L "$lock_record" ] &&
-        read -r who host pid what < <(timeout 2 head -c 256 -- "$lock_record" 2>/dev/null) && [ -n "$what" ]; then
+    local record="$1/@lock_record@" who host pid what
+    if [ -f "$record" ] && [ ! -L "$record" ] &&
+        read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ]; then
         echo -n "$who's $what on $host (process $pid"
-        if [ "$host" = "$(hostname)" ] && [ ! -d "/proc/$pid" ]; then
+        if [ "$host" = "$(hostname)" ] && [ -z "$(process_start "$pid")" ]; then
             echo -n ", which has ended: a process it started holds the lock"
         fi
         echo ")"
@@ -2712,93 +2772,116 @@ lock_holder() {
         echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
     fi
 }
-# A lock that others can open (as earlier versions made it) may be held by anyone: what to do then
+# A lock of the install dir $1 that others can open (as earlier versions made it) may be held by anyone: what to do
 lock_hint() {
+    local lock="$1/@lock@"
     if [ -f "$lock" ] && (( 8#$(stat -c %a "$lock") & 8#006 )); then
         echo "; $lock is one that users outside the project can open (as earlier versions made it): if no one of" \
-            "the project is changing $root, remove it, then try again"
+            "the project is changing $1, remove it, then try again"
     fi
 }
-# The lock counts when it is the file that is there now (a reinstall replaces it with the install dir)
+# The lock of the install dir $1 on descriptor 9, with flock's options $2... (-n: return 1 at once if it is taken).
+# It counts when it is the file that is there now (a reinstall replaces it with the install dir).
 take_lock() {
-    local mode
+    local root=$1 mode
+    shift
+    [ -w "$root" ] || die "$root is not writable for you: only whoever installed the module can change it"
+    command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
     mode=$(lock_mode "$root")
     while :; do
-        open_lock "$mode"
-        [ -f /dev/fd/9 ] || die "$lock was replaced by something that is not a file while it was opened; remove it"
+        open_lock "$root" "$mode"
+        [ -f /dev/fd/9 ] ||
+            die "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
         flock "$@" 9 || return 1
-        if [ /dev/fd/9 -ef "$lock" ]; then
-            keep_lock_private "$mode"
-            note_lock_holder "$mode"
+        if [ /dev/fd/9 -ef "$root/@lock@" ]; then
+            keep_lock_private "$root" "$mode"
+            note_lock_holder "$root" "$mode"
             return 0
         fi
     done
 }
-# take_lock, saying once for whom it waits
-wait_for_lock() {
-    take_lock -n && return 0
-    echo "${0##*/}: waiting for $(lock_holder) to finish with $root...$(lock_hint)" >&2
-    take_lock
+wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it waits
+    take_lock "$1" -n && return 0
+    echo "${0##*/}: waiting for $(lock_holder "$1") to finish with $1...$(lock_hint "$1")" >&2
+    take_lock "$1"
 }
 '''
 
 # make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the
 # lock. Follows LOCK_INSTALL_DIR.
-LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''
-# shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
-if [ "${@holds_lock@:-}" != "$root" ]; then
-    take_lock -n || die "$(lock_holder) is changing $root; try again when it is done$(lock_hint)"
-fi
+LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''# The lock of the install dir $1, or stop saying who holds it;
+# nothing to take where the install that runs this holds it (@holds_lock@ names its install dir)
+lock_or_stop() {
+    # shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
+    if [ "${@holds_lock@:-}" != "$1" ]; then
+        take_lock "$1" -n || die "$(lock_holder "$1") is changing $1; try again when it is done$(lock_hint "$1")"
+    fi
+}
 '''
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = r'''# Whether pip's arguments change the virtual environment:
 # install or uninstall (the first word that is neither an option nor the value of one of pip's general options),
-# without --help, --dry-run or a target of their own. Sets pip_user=yes for --user, which installs into ~/.local,
-# where the virtual environment does not look.
+# without --help, --dry-run or a target of their own. Plain sh: the venv's pip runs it too.
 pip_changes_venv() {
-    pip_subcommand=
-    pip_user=
+    pip_changes_venv_subcommand=
     while [ "$#" -gt 0 ]; do
         case "$1" in
             --python | --log | --log-file | --proxy | --retries | --timeout | --exists-action | --trusted-host | \
                 --cert | --client-cert | --cache-dir | --use-feature | --use-deprecated)
-                [ -n "$pip_subcommand" ] || [ "$#" -eq 1 ] || shift ;;
+                [ -n "$pip_changes_venv_subcommand" ] || [ "$#" -eq 1 ] || shift ;;
             -h | --help | --dry-run | -t | --target | --target=* | --prefix | --prefix=* | --root | --root=*)
                 return 1 ;;
-            --user) pip_user=yes ;;
             -*) ;;
-            *) [ -n "$pip_subcommand" ] || pip_subcommand=$1 ;;
+            *) [ -n "$pip_changes_venv_subcommand" ] || pip_changes_venv_subcommand=$1 ;;
         esac
         shift
     done
-    [ "$pip_subcommand" = install ] || [ "$pip_subcommand" = uninstall ]
-}'''
+    case "$pip_changes_venv_subcommand" in
+        install | uninstall) return 0 ;;
+    esac
+    return 1
+}
+# Whether pip's arguments have --user, which installs into ~/.local, where the virtual environment does not look
+pip_wants_user() {
+    for pip_wants_user_arg; do
+        [ "$pip_wants_user_arg" != --user ] || return 0
+    done
+    return 1
+}
+'''
 
 # What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir, and writable
 # by the group where the install dir is (after $root is set); the install's is shared_umask().
 READABLE_BY_ALL_TEMPLATE = r'''
-# What this writes is for everyone who may read the install dir (a project's shared install), whatever your umask:
-# who that is, the install dir's own permissions say. Of your umask only the write bits for group and others stay,
-# the group's only where the install dir is not group-writable.
-group_writable=
-# shellcheck disable=SC1102,SC2091  # @keeps@ is an octal number, filled at install
-shared_umask=$(( $(umask) & @keeps@ ))
-if (( 8#$(stat -c %a "$root") & 8#020 )); then
-    group_writable=yes
-    shared_umask=$(( shared_umask & ~8#020 ))
-fi
-umask "$(printf %04o "$shared_umask")"
-# The same for the files of yours under $1 that you wrote with a tighter umask (pip in start-shell, say): before
-# mksquashfs takes their modes, which nobody can change in the SquashFS file. Other members' are as they made them.
+# What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir (a project's
+# shared install), whatever your umask: who that is, the install dir's own permissions say.
+install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
+    (( 8#$(stat -c %a "$1") & 8#020 ))
+}
+# The umask to write in the install dir $1 with: of yours only the write bits for group and others stay, the group's
+# only where the install dir is not group-writable
+shared_umask() {
+    local umask
+    # shellcheck disable=SC1102,SC2091  # @keeps@ is an octal number, filled at install
+    umask=$(( $(umask) & @keeps@ ))
+    if install_is_group_writable "$1"; then
+        umask=$(( umask & ~8#020 ))
+    fi
+    printf '%04o\n' "$umask"
+}
+# The same for the files of yours in the tree $2 that you wrote with a tighter umask (pip in start-shell, say), for the
+# install dir $1: before mksquashfs takes their modes, which nobody can change in the SquashFS file. Other members'
+# are as they made them.
 share_modes() {
     local executable=0555 readable=0444 modes=a+rX  # directories and executables, other files
-    if [ -n "$group_writable" ]; then
+    if install_is_group_writable "$1"; then
         executable=0575 readable=0464 modes=a+rX,g+w
     fi
-    find "$1" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" \) \
+    find "$2" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" \) \
         -exec chmod "$modes" {} +
-}'''
+}
+'''
 
 # The cache root (module help), written once: the module runs it at load (sh -c), the wrappers and init-conda-venv
 # include it. Its name is predictable, and /tmp is shared: another user can make it first, as an open directory or a
@@ -2807,7 +2890,13 @@ share_modes() {
 # directory beside it and one line on stderr. The fresh one the module took at load is taken again, silently.
 CACHE_ROOT_RULE = r'''# The cache root: @cache_parent@/<user>-caches, -<job>-<node> in a job, private to the user,
 # else a fresh private one beside it. Prints it, with the subdirectories given as arguments made in it (0700).
+# With -q first, a fresh one made before is taken again without a word (the wrappers and run scripts, at each start).
 singularitycontainer_cache_root() {
+    __sc_quiet=
+    if [ "${1:-}" = -q ]; then
+        __sc_quiet=yes
+        shift
+    fi
     __sc_user=${USER:-${LOGNAME:-$(id -un 2>/dev/null || id -u)}}
     __sc_named=@cache_parent@/$__sc_user-caches${SLURM_JOB_ID:+-$SLURM_JOB_ID-${SLURM_NODEID:-0}}
     __sc_root=$__sc_named
@@ -2830,13 +2919,13 @@ singularitycontainer_cache_root() {
             if ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
                 echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can" \
                     "be made beside it: the caches are left where the tools put them" >&2
-                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made
+                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet
                 return 1
             fi
             __sc_made=yes
         fi
         # Said at each load; by the wrappers and run scripts (every command, every rank) only when they make it
-        if [ -n "$__sc_made" ] || [ -z "${__sc_reuse_quietly:-}" ]; then
+        if [ -n "$__sc_made" ] || [ -z "$__sc_quiet" ]; then
             echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
         fi
         __sc_root=$__sc_fresh
@@ -2849,7 +2938,7 @@ singularitycontainer_cache_root() {
         mkdir -m 0700 -- "$@" 2>/dev/null || :  # ranks starting together make them at once
     fi
     echo "$__sc_root"
-    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet
 }
 # Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
 # (then made 0700, if an earlier version left it readable by others)
@@ -2884,7 +2973,7 @@ singularitycontainer_cache_refusal() {
 # Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
 CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays
 @cache_root_rule@
-__cache_root=$(__sc_reuse_quietly=yes @cache_root_call@) || __cache_root=
+__cache_root=$(@cache_root_call_quiet@) || __cache_root=
 unset -f singularitycontainer_cache_root singularitycontainer_cache_refusal
 __cache_dirs=()
 declare -A __cache_users=()
@@ -2938,29 +3027,28 @@ use_for_user_software() {
     APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
-# The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
-# ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software. The
-# module's are those in a generation of this install dir (STATE), named through its link or not.
-set_overlays() {
+# The overlays of SINGULARITY_OVERLAY or APPTAINER_OVERLAY but those of the packed venv of the install dir $1 (in a
+# generation of it, named through its link or not, see STATE): the user's own, which the module found
+others_overlays() {
     local IFS=, entry entries kept=()
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        if [ -n "$entry" ] && ! of_the_packed_venv "$root" "${entry%:ro}" && [[ "$entry" != "${work:-/}"/* ]]; then
+        if [ -n "$entry" ] && ! of_the_packed_venv "$1" "${entry%:ro}"; then
             kept+=("$entry")
         fi
     done
-    kept+=("$@")
-    SINGULARITY_OVERLAY="${kept[*]}"
-    APPTAINER_OVERLAY="${kept[*]}"
+    echo "${kept[*]}"
+}
+# The runtime's overlays: the list $1 (others_overlays), then $2... (the packed venv's layers, a writable directory)
+use_overlays() {
+    local IFS=,
+    local overlays=("${@:2}")
+    [ -z "$1" ] || overlays=("$1" "${overlays[@]}")
+    SINGULARITY_OVERLAY="${overlays[*]}"
+    APPTAINER_OVERLAY="${overlays[*]}"
     export SINGULARITY_OVERLAY APPTAINER_OVERLAY
 }
-use_layers() {
-    set_overlays "$squashfs:ro" "$changes:ro" "$@"
-    use_for_user_software ""  # (no bind there)
-}
-drop_layers() {
-    set_overlays
-}'''
+'''
 
 # venv-pip: the venv's own Python kept when pip would replace it
 KEEP_VENV_PYTHON = r'''# The venv's own Python (python, python3, python3.X: links to the image's):
@@ -2986,18 +3074,33 @@ venv_python_links() {  # 'name target' of each link in the venv's bin/ ($1)
         fi
     done
 }
+# (with FILES: in the install dir's venv, unpacked, a member of the project could have put links at fixed names)
 keep_venv_python() {  # $1: the venv's bin/, $2: what venv_python_links said before pip ran
-    local name target record package
+    local name target record package new status
     while read -r name target; do
         if [ -z "$name" ] || [ "$(readlink "$1/$name")" = "$target" ]; then
             continue
         fi
-        rm -f "$1/$name"
-        ln -s "$target" "$1/$name"
+        new=$(new_link "$target" "$1" ".$name.")
+        rename_into_place "$new" "$1/$name"
         for record in "$1"/../lib/python*/site-packages/*.dist-info/RECORD; do
-            grep -qF -- "../../../bin/$name," "$record" || continue
-            package=$(sed -n '/^Name: */{s///p;q}' "${record%/RECORD}/METADATA")
-            grep -vF -- "../../../bin/$name," "$record" >"$record.tmp" && mv "$record.tmp" "$record"
+            # (regular files only: in a project's venv, unpacked, a member could have put a FIFO there)
+            if [ ! -f "$record" ] || [ -L "$record" ] || ! grep -qF -- "../../../bin/$name," "$record"; then
+                continue
+            fi
+            package=
+            if [ -f "${record%/RECORD}/METADATA" ] && [ ! -L "${record%/RECORD}/METADATA" ]; then
+                package=$(sed -n '/^Name: */{s///p;q}' "${record%/RECORD}/METADATA")
+            fi
+            new=$(new_private_file "${record%/*}" .RECORD.)
+            status=0
+            grep -vF -- "../../../bin/$name," "$record" >"$new" || status=$?
+            if [ "$status" -gt 1 ]; then  # (1: no line left; 2: the old one stays)
+                rm -f -- "$new"
+                continue
+            fi
+            chmod --reference="$record" -- "$new"
+            rename_into_place "$new" "$record"
             echo "venv-pip: warning: the command $name of ${package:-${record%/RECORD}} was left out: it would" \
                 "replace the virtual environment's own Python" >&2
         done
@@ -3006,16 +3109,23 @@ keep_venv_python() {  # $1: the venv's bin/, $2: what venv_python_links said bef
 
 # The packed venv as layers: venv-pip, make-squashfs and unmake-squashfs read and write them alike.
 LAYERS_TEMPLATE = r'''
-# The packed venv: $squashfs, and $changes on top of it if this install stacks layers (make-squashfs checks that the
-# runtime can). Both hold user-software/ from the container's root, so that the runtime can stack them as read-only
-# overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
-# $squashfs was packed, a path it removed as a whiteout (a character device 0,0). Both are files of one generation of
-# the venv (STATE).
-cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
-# (the root of a layer is the container's /)
-squash_options=(-noappend -no-progress -quiet -processors "$cpus"
-    -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
+# The packed venv as layers: a SquashFS file, and on top of it, if this install stacks layers (make-squashfs checks
+# that the runtime can), the layer of venv-pip's changes since the SquashFS file was packed, a path it removed as a
+# whiteout (a character device 0,0). Both hold user-software/ from the container's root, so that the runtime can stack
+# them as read-only overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY). Both are files of one
+# generation of the venv (STATE).
 
+squash_processors() {  # how many processors mksquashfs uses: the job's, else the node's
+    echo "${SLURM_CPUS_PER_TASK:-$(nproc)}"
+}
+# The tree $1 packed into the new SquashFS file $2, with the options $3... on top of this project's: what it holds
+# belongs to you, and its root is the container's / (a layer)
+pack_tree() {
+    local tree=$1 file=$2
+    shift 2
+    mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
+        -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
+}
 as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
     sed 's/[][\\*?]/\\&/g'
 }
@@ -3070,9 +3180,9 @@ apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, w
         unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
     fi
 }
-unpack_venv() {  # $squashfs, with the layer $2 on top if there is one, unpacked into the new directory $1
-    unsquashfs -no-progress -quiet -dest "$1" "$squashfs" >/dev/null || return 1
-    [ ! -f "$2" ] || apply_layer "$2" "$1"
+unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is one, unpacked into the new directory $1
+    unsquashfs -no-progress -quiet -dest "$1" "$2" >/dev/null || return 1
+    [ ! -f "$3" ] || apply_layer "$3" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
 # $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.
@@ -3129,26 +3239,25 @@ pack_layer() {
         mkdir -p -- "$(dirname -- "$1/$path")"
         printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
     done >"$pseudo"
-    mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
+    pack_tree "$1" "$3" -pf "$pseudo"
 }
 empty_layer() {  # the layer $1 that changes nothing (made from a directory beside it: in a new generation, which
-    local empty  # goes whole if this is killed)
-    empty=$(mktemp -d "${1%/*}/.empty-layer.XXXXXX") &&
-        mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
-    local status=$?
-    rm -rf "$empty"
+    local empty status=0  # goes whole if this is killed)
+    empty=$(new_private_dir "${1%/*}" .empty-layer.) || return 1
+    pack_tree "$empty" "$1" || status=$?
+    remove_own_tree "$empty"
     return "$status"
 }
-# Whether the runtime stacks $squashfs and $changes as overlays on the image $1 (an unprivileged one needs a kernel
-# that mounts overlays in a user namespace); says why not on stdout
+# Whether the runtime stacks the SquashFS file $2 and the layer $3 as overlays on the image $1 (an unprivileged one
+# needs a kernel that mounts overlays in a user namespace); says why not on stdout
 layers_stack() {
-    local runtime output
+    local runtime output stack="$2:ro,$3:ro"
     if ! runtime=$(command -v singularity || command -v apptainer); then
         echo "no singularity or apptainer on PATH"
         return 1
     fi
-    output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$squashfs:ro,$changes:ro" \
-        APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1 9>&-) &&
+    output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$stack" \
+        APPTAINER_OVERLAY="$stack" "$runtime" exec "$1" test -d /user-software/venv 2>&1 9>&-) &&
         return 0
     echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
     return 1
@@ -3158,54 +3267,45 @@ layers_stack() {
 # venv-pip unpacks and packs on node-local storage, not beside the install (on LUMI: Lustre, where tens of thousands
 # of small files are slow to make and read back).
 WORKDIR = r'''
-# venv-pip's work dirs: private directories (0700) from mktemp, each with a record of the run that made it (its host,
-# process and the process's start), by which a later run of the same user recognises what a killed one left behind:
-# nothing is removed by its name alone. They are in the user's own group and not setgid: in a setgid directory (a
-# project's TMPDIR) they would get the directory's group, which the runtime's user namespace does not map, and the
-# overlay would not mount.
-workdir_record=.venv-pip-run
+# venv-pip's work dirs (with FILES): private directories from mktemp, each with the record of the run that made it, by
+# which a later run of the same user removes what a killed one left behind. They are in the user's own group and not
+# setgid: in a setgid directory (a project's TMPDIR) they would get the directory's group, which the runtime's user
+# namespace does not map, and the overlay would not mount.
+workdir_record=.venv-pip-run  # (this fragment's own constant, as are the names below)
+workdir_prefix='venv-pip.'
 
-process_start() {  # the start of process $1 (clock ticks since boot); nothing if it has ended
-    local fields
-    fields=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-    read -ra fields <<<"${fields##*) }"
-    echo "${fields[19]}"
-}
-this_run() {
-    echo "$(hostname) $$ $(process_start $$)"
-}
-# Whether $1 is a work dir of yours, made by a run on this host that has ended: a real directory (not a link) with
-# the record in it
-left_by_an_ended_run() {
-    local host pid start
-    [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
-    [ ! -L "$1/$workdir_record" ] && [ -f "$1/$workdir_record" ] && [ -O "$1/$workdir_record" ] || return 1
-    read -r host pid start <"$1/$workdir_record" || return 1
-    [ "$host" = "$(hostname)" ] && [ "$(process_start "$pid")" != "$start" ]
-}
-clean_workdir() {  # the work dir $1 with all in it: links in it are removed, never followed
-    [ -n "${1:-}" ] && [ ! -L "$1" ] && [ -d "$1" ] || return 0
-    # (the overlay's work directory is mode 000; $1 itself is 0700 and never changed)
-    find -P "$1" -xdev -mindepth 1 -type d ! -perm -u=rwx -exec chmod u+rwx {} + 2>/dev/null || true
-    rm -rf --one-file-system -- "$1"
-}
 remove_ended_runs() {  # in the place $1
     local old
-    for old in "$1"/venv-pip.*; do
-        if left_by_an_ended_run "$old"; then
-            clean_workdir "$old"
+    for old in "$1/$workdir_prefix"*; do
+        if left_by_an_ended_run "$old" "$workdir_record"; then
+            remove_own_tree "$old"
         fi
     done
 }
-new_workdir() {  # in the place $1, into $work
-    work=$(mktemp -d "$1/venv-pip.XXXXXX") || return 1
-    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && this_run >"$work/$workdir_record"; }; then
-        clean_workdir "$work"
-        work=
+# The work dirs of this run in the places and beside the install dir $1: as it ends, also one that a signal left
+# between its making and its name reaching the script
+remove_workdirs_of_this_run() {
+    local place old this
+    this=$(run_record)
+    while read -r place; do
+        for old in "$place/$workdir_prefix"*; do
+            if [ ! -L "$old" ] && [ -O "$old" ] && [ ! -L "$old/$workdir_record" ] && [ -f "$old/$workdir_record" ] &&
+                [ "$(cat -- "$old/$workdir_record" 2>/dev/null)" = "$this" ]; then
+                remove_own_tree "$old"
+            fi
+        done
+    done < <(workdir_places; echo "$1")
+}
+new_workdir() {  # a new work dir in the place $1: its path
+    local work
+    work=$(new_private_dir "$1" "$workdir_prefix") || return 1
+    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record"; }; then
+        remove_own_tree "$work"
         return 1
     fi
+    echo "$work"
 }
-free_bytes() {
+free_bytes() {  # what is free where the path $1 is
     df -B1 --output=avail "$1" 2>/dev/null | tail -n 1
 }
 # The places venv-pip works in, in order: $TMPDIR, /dev/shm, /tmp (node-local), then beside the install dir
@@ -3215,12 +3315,11 @@ workdir_places() {
         [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ] || echo "$place"
     done
 }
-# A work dir with room for $1 bytes, into $work: in the first of workdir_places with room that is none of $2...
-# (places where pip ran out of space); else beside the install dir, and says so. Removes what ended runs left there.
+# A new work dir with room for $2 bytes (its path): in the first of workdir_places with room that is none of $3...
+# (places where pip ran out of space), else in the install dir $1, saying so. Removes what ended runs left there.
 make_workdir() {
-    local need=$1 place tried free places
-    shift
-    work=
+    local root=$1 need=$2 place tried free places
+    shift 2
     while read -r place; do
         for tried in "$@"; do
             [ ! "$place" -ef "$tried" ] || continue 2
@@ -3248,18 +3347,14 @@ ran_out_of_space() {
     free=$(free_bytes "$1") || return 1
     [ "${free:-0}" -lt $(( 4 << 20 )) ]
 }
-# The place the work dir $1 is in
-workdir_place() {
-    dirname "$1"
-}
-# Stop with pip's status $1 in a container on the work dir, saying what failed and that $2 (what was not changed).
+# Stop with pip's status $1 in a container on the work dir $2, saying what failed and that $3 (what was not changed).
 # 255 is the runtime's own: the container did not start (an overlay or a bind in the work dir did not mount).
 stop_as_pip() {
     if [ "$1" -eq 255 ]; then
-        echo "${0##*/}: error: the container did not start on the work dir $work (the runtime says why above);" \
-            "$2. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
+        echo "${0##*/}: error: the container did not start on the work dir $2 (the runtime says why above);" \
+            "$3. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
     else
-        echo "${0##*/}: error: pip failed (exit code $1); $2" >&2
+        echo "${0##*/}: error: pip failed (exit code $1); $3" >&2
     fi
     exit "$1"
 }
@@ -3472,17 +3567,18 @@ if __name__ == "__main__":
 # when it grows); otherwise on a copy unpacked on local storage, packed again. Each new SquashFS file is checked and
 # only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
 # mounted keep it.
-LAUNCH_VENV_PIP = r'''@readable_by_all@
-
-@pip_changes_venv@
+LAUNCH_VENV_PIP = r'''@pip_changes_venv@
 
 @bind_user_software@
 
 @keep_venv_python@
+@readable_by_all@
 @layers@
 @workdir@
+@lock_install_dir@
 
 venv=@venv@
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # The runtime never gets the lock's descriptor (9): its FUSE daemons outlive a killed venv-pip, and would hold the lock
 # for everyone
@@ -3508,27 +3604,34 @@ like() {  # the new file $2 gets the mode and group of $1, for whoever could rea
     chmod --reference="$1" "$2"
     chgrp --reference="$1" "$2" 2>/dev/null || true
 }
-# The container sees the venv in the form the install dir's state has (STATE), read-only
+# The container sees the venv of the state of the install dir (STATE) read-only: of the form $1, the generation $2
 use_state() {
-    case "$form" in
-        layers) use_layers ;;
-        file) drop_layers; use_for_user_software "$squashfs" image-src=/user-software,ro ;;
-        directory) drop_layers; use_for_user_software "$dir" ;;
+    local others
+    others=$(others_overlays "$root")
+    case "$1" in
+        layers) use_overlays "$others" "$2/$squashfs_name:ro" "$2/$changes_name:ro"; use_for_user_software "" ;;
+        file) use_overlays "$others"; use_for_user_software "$2/$squashfs_name" image-src=/user-software,ro ;;
+        directory) use_overlays "$others"; use_for_user_software "$dir" ;;
         *) die "there is neither $packed nor $dir: reinstall the module with eb" ;;
     esac
 }
 
+umask "$(shared_umask "$root")"
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
 # the venv as it is now, read-only if packed.
 if ! pip_changes_venv "$@"; then
-    use_state
+    use_state "$form" "$generation"
     pip "$@"
 fi
-[ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
+! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
-@lock_install_dir@
-wait_for_lock
-read_state  # (as it is now that this run holds the lock)
+wait_for_lock "$root"
+# The state as it is now that this run holds the lock: what this run changes
+generation=$(current_generation "$root")
+form=$(venv_form "$root" "$generation")
+squashfs="$generation/$squashfs_name"
+changes="$generation/$changes_name"
+user_overlays=$(others_overlays "$root")  # (before this run adds its own)
 remove_superseded "$root"
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
@@ -3560,7 +3663,7 @@ stop_on_signals
 
 if [ "$form" = directory ]; then
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
-    use_state
+    use_state "$form" "$generation"
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
     status=0
     in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
@@ -3574,10 +3677,11 @@ fi
 [ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
     "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
 
-# The change goes into a new generation, made current by one rename when it is whole (STATE)
+# The change goes into a new generation, made current by one rename when it is whole (STATE). This run's work dir
+# (work) and new generation (new) go when it ends, unless the rename made the new one the venv.
 work=
 new=
-trap 'clean_workdir "$work"; rm -rf -- "$new"' EXIT
+trap 'remove_own_tree "$work"; remove_workdirs_of_this_run "$root"; remove_own_tree "$new"' EXIT
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
@@ -3587,49 +3691,64 @@ make_new_current() {  # (from the rename on, the new generation is the venv: no 
     new=
     stop_on_signals
 }
-
-# The venv with the layer $1 on top unpacked into $tree, in a fresh work dir on storage with room for it (but the
-# places $2...: pip ran out of space there)
-unpack_in_workdir() {
-    local layer=$1
-    shift
-    make_workdir "$(( $(unpacked_bytes "$squashfs" "$layer") * 11 / 10 + (64 << 20) ))" "$@"
-    tree="$work/tree"
-    in_background unpack_venv "$tree" "$layer" || die "cannot unpack $squashfs with $layer; nothing was changed"
+# The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
+unpack_into() {
+    in_background unpack_venv "$1/tree" "$2" "$3" || die "cannot unpack $2 with $3; nothing was changed"
+}
+# pip with the arguments $3... in a new work dir (work) with room for $2 bytes, in the next place while pip runs out
+# of space; its status. $1 says how: repack (on the whole venv unpacked into $work/tree, where $work/before and
+# $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay on
+# top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
+pip_where_there_is_room() {
+    local how=$1 need=$2 status full=()
+    shift 2
+    while :; do
+        work=$(make_workdir "$root" "$need" "${full[@]}") || exit 1
+        status=0
+        if [ "$how" = repack ]; then
+            unpack_into "$work" "$squashfs" "$changes"
+            use_overlays "$user_overlays"
+            use_for_user_software "$work/tree/user-software"
+            if ! { venv_state "$work/tree" >"$work/before" &&
+                venv_python_links "$work/tree/$venv_bin" >"$work/python-links"; }; then
+                die "cannot write in $work; nothing was changed"
+            fi
+            in_background pip "$@" || status=$?
+        else
+            mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
+            use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$work/overlay"
+            use_for_user_software ""  # (no bind there)
+            in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+        fi
+        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
+            return "$status"
+        fi
+        full+=("${work%/*}")
+        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
+        remove_own_tree "$work"
+    done
+}
+unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
+    echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
 }
 
-# pip on the whole venv, unpacked in $work, packed again into a new generation (with an empty layer, in that form)
+# pip on the whole venv, unpacked in a work dir, packed again into a new generation (with an empty layer, in that form)
 change_by_repacking() {
-    local tree before links status full=()
-    while :; do  # (in the next place while pip runs out of space, as in change_in_layers)
-        unpack_in_workdir "$changes" "${full[@]}"
-        drop_layers
-        use_for_user_software "$tree/user-software"
-        before=$(venv_state "$tree")
-        links=$(venv_python_links "$tree/$venv_bin")
-        status=0
-        in_background pip "$@" || status=$?
-        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
-            break
-        fi
-        full+=("$(workdir_place "$work")")
-        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
-        clean_workdir "$work"
-    done
-    [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
-    keep_venv_python "$tree/$venv_bin" "$links"
+    local status=0
+    pip_where_there_is_room repack "$(unpacked_need "$squashfs" "$changes")" "$@" || status=$?
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed"
+    keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
-    if [ "$(venv_state "$tree")" = "$before" ]; then
+    if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
         echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
-    pack_base "$tree"
+    pack_base "$work/tree"
     make_new_current
     echo "venv-pip: $packed has the change; new jobs use it (no module reload needed), running ones keep the old one."
 }
 pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
-    in_background mksquashfs "$1" "$new_squashfs" "${squash_options[@]}" >/dev/null ||
-        die "mksquashfs failed; the venv was not changed"
+    in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
     # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
     unsquashfs -l "$new_squashfs" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
@@ -3645,29 +3764,14 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
-    local upper tree limit why status need full=()
-    need=$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))
-    while :; do  # (in the next place while pip runs out of space)
-        make_workdir "$need" "${full[@]}"
-        mkdir "$work/overlay"
-        use_layers "$work/overlay"
-        # pip, then the image's commands for the venv again, in one container
-        status=0
-        in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
-        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
-            break
-        fi
-        full+=("$(workdir_place "$work")")
-        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
-        drop_layers
-        clean_workdir "$work"
-    done
+    local upper tree limit why status=0
+    pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
     why=
     if [ "$status" = @refused_status@ ]; then
         :  # (OVERLAY_PYTHON said why)
     elif [ "$status" -ne 0 ]; then
-        stop_as_pip "$status" "the venv was not changed"
+        stop_as_pip "$status" "$work" "the venv was not changed"
     elif venv_python_changed "$upper/$venv_bin"; then
         why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
     elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ]; then
@@ -3675,8 +3779,7 @@ change_in_layers() {
     fi
     if [ "$status" -ne 0 ] || [ -n "$why" ]; then
         [ -z "$why" ] || echo "venv-pip: $why"
-        drop_layers
-        clean_workdir "$work"
+        remove_own_tree "$work"
         change_by_repacking "$@"
         return
     fi
@@ -3705,10 +3808,11 @@ change_in_layers() {
         return
     fi
     # (a fresh work dir: the whole venv may not fit where the changes did)
-    clean_workdir "$work"
-    unpack_in_workdir "$new_changes"
+    remove_own_tree "$work"
+    work=$(make_workdir "$root" "$(unpacked_need "$squashfs" "$new_changes")") || exit 1
+    unpack_into "$work" "$squashfs" "$new_changes"
     rm -f -- "$new_changes"
-    pack_base "$tree"
+    pack_base "$work/tree"
     make_new_current
     echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
@@ -3732,9 +3836,12 @@ MAKE_SQUASHFS = r'''@header@
 @user_software_paths@
 @readable_by_all@
 @layers@
-
 @lock_install_dir_or_stop@
-read_state
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+
+umask "$(shared_umask "$root")"
+lock_or_stop "$root"
+generation=$(current_generation "$root")
 remove_superseded "$root"
 [ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
     "remove it) first"
@@ -3743,28 +3850,27 @@ command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 # A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
 new=
-trap 'rm -rf -- "$new"' EXIT
+trap 'remove_own_tree "$new"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
 squashfs="$new/$squashfs_name"
 changes="$new/$changes_name"
-share_modes "$dir"
-echo "Packing $dir into $squashfs with $cpus processors..."
+share_modes "$root" "$dir"
+echo "Packing $dir into $squashfs with $(squash_processors) processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
-mksquashfs "$dir" "$squashfs" "${squash_options[@]}" -keep-as-directory >/dev/null ||
-    die "mksquashfs failed; nothing was changed"
+pack_tree "$dir" "$squashfs" -keep-as-directory || die "mksquashfs failed; nothing was changed"
 if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
     die "cannot write $changes; nothing was changed"
 fi
 # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
 # dir is, so that venv-pip keeps it so)
-chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$squashfs" "$changes"
+chmod "$(umask_mode 666)" "$squashfs" "$changes"
 # The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE): layers
 # where the runtime stacks them, else one SquashFS file that the module binds
 # (the image: the module's, else the install's, in the install dir)
 # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}"); then
+if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}" "$squashfs" "$changes"); then
     rm -f -- "$changes"
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."
@@ -3783,9 +3889,12 @@ UNMAKE_SQUASHFS = r'''@header@
 @user_software_paths@
 @readable_by_all@
 @layers@
-
 @lock_install_dir_or_stop@
-read_state
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+
+umask "$(shared_umask "$root")"
+lock_or_stop "$root"
+generation=$(current_generation "$root")
 remove_superseded "$root"
 [ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
 if [ -e "$dir" ] || [ -L "$dir" ]; then
@@ -3794,15 +3903,16 @@ fi
 command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
 tmp=
-trap 'rm -rf -- "$tmp"' EXIT
+trap 'remove_own_tree "$tmp"' EXIT
 # (a directory with the record of a generation: if this run is killed, a later change removes it, see STATE)
 tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
-unpack_venv "$tmp/unpacked" "$changes" || die "unsquashfs failed; nothing was changed"
+unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
+    die "unsquashfs failed; nothing was changed"
 mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
 trap - EXIT
-rm -rf -- "$tmp"
-echo "Unpacked $squashfs into $dir."
-[ ! -f "$changes" ] || echo "It includes the changes in $changes."
+remove_own_tree "$tmp"
+echo "Unpacked $generation/$squashfs_name into $dir."
+[ ! -f "$generation/$changes_name" ] || echo "It includes the changes in $generation/$changes_name."
 echo "To install into it, remove the link $packed and reload the module (module load $module):"
 echo "as long as the link exists, the packed venv is what the container sees as /user-software."
 '''
@@ -4573,7 +4683,7 @@ as_venv_pip() {
 
 if pip_changes_venv "$@"; then
     problem=
-    if [ -n "$pip_user" ]; then
+    if pip_wants_user "$@"; then
         problem="--user would install into ~/.local, which $venv does not see."
     elif [ ! -w "$venv/bin" ]; then
         problem="$venv is read-only in the container (packed in user-software.squashfs, or not yours)."
@@ -4641,7 +4751,7 @@ VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, gen
                            empty_mark=EMPTY_LAYER_MARK,
                            us_dir=USER_SOFTWARE, us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME)
 USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
-                                    us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME, venv_state=VENV_STATE)
+                                    venv_state=VENV_STATE)
 LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
                                  lock_record=USER_SOFTWARE_LOCK_RECORD)
@@ -4666,6 +4776,8 @@ SCRIPT_SNIPPETS = {
     'layers': LAYERS,
     'workdir': WORKDIR,
     'image_var': LAYERS_IMAGE,
+    'us_squashfs': SQUASHFS_NAME,
+    'us_changes': CHANGES_NAME,
 }
 
 

@@ -19,26 +19,24 @@ use_for_user_software() {
     APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
-# The user's own overlays (those the module found), then, with use_layers, the layers of the packed venv
-# ($squashfs, $changes) and the directories $@ (in $work) on top of them, instead of a bind at /user-software. The
-# module's are those in a generation of this install dir (STATE), named through its link or not.
-set_overlays() {
+# The overlays of SINGULARITY_OVERLAY or APPTAINER_OVERLAY but those of the packed venv of the install dir $1 (in a
+# generation of it, named through its link or not, see STATE): the user's own, which the module found
+others_overlays() {
     local IFS=, entry entries kept=()
     read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
     for entry in "${entries[@]}"; do
-        if [ -n "$entry" ] && ! of_the_packed_venv "$root" "${entry%:ro}" && [[ "$entry" != "${work:-/}"/* ]]; then
+        if [ -n "$entry" ] && ! of_the_packed_venv "$1" "${entry%:ro}"; then
             kept+=("$entry")
         fi
     done
-    kept+=("$@")
-    SINGULARITY_OVERLAY="${kept[*]}"
-    APPTAINER_OVERLAY="${kept[*]}"
+    echo "${kept[*]}"
+}
+# The runtime's overlays: the list $1 (others_overlays), then $2... (the packed venv's layers, a writable directory)
+use_overlays() {
+    local IFS=,
+    local overlays=("${@:2}")
+    [ -z "$1" ] || overlays=("$1" "${overlays[@]}")
+    SINGULARITY_OVERLAY="${overlays[*]}"
+    APPTAINER_OVERLAY="${overlays[*]}"
     export SINGULARITY_OVERLAY APPTAINER_OVERLAY
-}
-use_layers() {
-    set_overlays "$squashfs:ro" "$changes:ro" "$@"
-    use_for_user_software ""  # (no bind there)
-}
-drop_layers() {
-    set_overlays
 }

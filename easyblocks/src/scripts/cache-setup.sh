@@ -1,6 +1,6 @@
 # The caches (module help): in /tmp, per user, job and node; a value of the user's stays
 @cache_root_rule@
-__cache_root=$(__sc_reuse_quietly=yes @cache_root_call@) || __cache_root=
+__cache_root=$(@cache_root_call_quiet@) || __cache_root=
 unset -f singularitycontainer_cache_root singularitycontainer_cache_refusal
 __cache_dirs=()
 declare -A __cache_users=()

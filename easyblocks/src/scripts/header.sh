@@ -8,3 +8,4 @@ die() {
     echo "@name@: error: $*" >&2
     exit 1
 }
+@files@

@@ -29,15 +29,16 @@ removable_or_stop() {
     theirs=$(others "$1")
     [ -n "$theirs" ] || return 0
     if [ ! -w "${1%/*}" ] || { [ ! -L "$1" ] && [ ! -w "$1" ]; }; then
-        die "the kernel $kernel_name in $kernels_dir is $theirs: you cannot $2 it (they made it writable only for" \
+        die "the kernel ${1##*/} in ${1%/*} is $theirs: you cannot $2 it (they made it writable only for" \
             "themselves); ask them to, or give another --name"
     fi
 }
 
-# In a shared prefix (--prefix) another member may have put a link at share, share/jupyter or share/jupyter/kernels,
-# to a directory of yours: jupyter-kernel would make and remove kernels there. Stop at a link that is not your own.
+# In a shared prefix $1 (--prefix; nothing: none) another member may have put a link at share, share/jupyter or
+# share/jupyter/kernels, to a directory of yours: jupyter-kernel would make and remove kernels there. Stop at a link
+# that is not your own.
 no_others_link_below_prefix() {
-    local path=$kernels_prefix part
+    local path=$1 part
     [ -n "$path" ] || return 0
     for part in share jupyter kernels; do
         path=$path/$part
@@ -48,15 +49,18 @@ no_others_link_below_prefix() {
     done
 }
 
-kernel_json() {
+kernel_json() {  # with the display name $1
     printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
-        "$(json_str "$display_name")"
+        "$(json_str "$1")"
     printf '  "metadata": {\n    "debugger": true,\n    "singularitycontainer_module": %s\n  }\n}\n' \
         "$(json_str "$module")"
 }
 
+# The kernel $2 with the display name $3 in the kernels dir $1 (in the prefix $4, or none); $5: yes to replace one that
+# is not this module's
 install_kernel() {
+    local kernels_dir=$1 kernel_name=$2 display_name=$3 prefix=$4 force=$5
     local dir=$kernels_dir/$kernel_name new theirs=
     if [ -e "$dir" ] && ! is_ours "$dir" && [ -z "$force" ]; then
         die "a kernel named $kernel_name is in $kernels_dir already, not this module's: give another --name," \
@@ -79,30 +83,30 @@ except ImportError as error:
             "'venv-pip install ipykernel', then run jupyter-kernel install again"
     fi
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
-    no_others_link_below_prefix
+    no_others_link_below_prefix "$prefix"
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
-    new=$(mktemp -d "$kernels_dir/.$kernel_name.new.XXXXXX") || die "cannot write in $kernels_dir"
-    kernel_json >"$new/kernel.json"
+    new=$(new_private_dir "$kernels_dir" ".$kernel_name.new.") || die "cannot write in $kernels_dir"
+    kernel_json "$display_name" >"$new/kernel.json"
     # then the umask's mode, as kernel.json and all else you write (mktemp makes it private): in a shared prefix, the
     # group may change it or not, for both alike. Not before kernel.json is written: a member who saw the directory
     # appear could put a link there to a file of yours
-    chmod "$(printf %o $(( 8#777 & ~8#$(umask) )))" "$new"
-    if ! { rm -rf "$dir" && mv -T "$new" "$dir"; }; then
-        rm -rf "$new"
+    chmod "$(umask_mode 777)" "$new"
+    if ! { rm -rf -- "$dir" && rename_into_place "$new" "$dir"; }; then
+        remove_own_tree "$new"
         die "cannot replace $dir"
     fi
     echo "Installed kernel $kernel_name (\"$display_name\") in $dir${theirs:+, in place of $theirs}"
 }
 
-remove_kernel() {
-    local dir=$kernels_dir/$kernel_name theirs
-    no_others_link_below_prefix
+remove_kernel() {  # the kernel $2 in the kernels dir $1 (in the prefix $3, or none)
+    local kernels_dir=$1 kernel_name=$2 dir=$1/$2 theirs
+    no_others_link_below_prefix "$3"
     [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
     is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
         "'jupyter kernelspec remove $kernel_name' if you mean it"
     removable_or_stop "$dir" remove
     theirs=$(others "$dir")
-    rm -rf "$dir" || die "cannot remove $dir"
+    rm -rf -- "$dir" || die "cannot remove $dir"
     echo "Removed ${theirs:+$theirs }kernel $kernel_name from $kernels_dir"
 }
 
@@ -130,7 +134,7 @@ case "$action" in
         export APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$connection_file"
         container_python -m ipykernel_launcher -f "$connection_file"
         ;;
-    install) install_kernel ;;
-    remove) remove_kernel ;;
+    install) install_kernel "$kernels_dir" "$kernel_name" "$display_name" "$kernels_prefix" "$force" ;;
+    remove) remove_kernel "$kernels_dir" "$kernel_name" "$kernels_prefix" ;;
     list) list_kernels ;;
 esac

@@ -21,18 +21,33 @@ venv_python_links() {  # 'name target' of each link in the venv's bin/ ($1)
         fi
     done
 }
+# (with FILES: in the install dir's venv, unpacked, a member of the project could have put links at fixed names)
 keep_venv_python() {  # $1: the venv's bin/, $2: what venv_python_links said before pip ran
-    local name target record package
+    local name target record package new status
     while read -r name target; do
         if [ -z "$name" ] || [ "$(readlink "$1/$name")" = "$target" ]; then
             continue
         fi
-        rm -f "$1/$name"
-        ln -s "$target" "$1/$name"
+        new=$(new_link "$target" "$1" ".$name.")
+        rename_into_place "$new" "$1/$name"
         for record in "$1"/../lib/python*/site-packages/*.dist-info/RECORD; do
-            grep -qF -- "../../../bin/$name," "$record" || continue
-            package=$(sed -n '/^Name: */{s///p;q}' "${record%/RECORD}/METADATA")
-            grep -vF -- "../../../bin/$name," "$record" >"$record.tmp" && mv "$record.tmp" "$record"
+            # (regular files only: in a project's venv, unpacked, a member could have put a FIFO there)
+            if [ ! -f "$record" ] || [ -L "$record" ] || ! grep -qF -- "../../../bin/$name," "$record"; then
+                continue
+            fi
+            package=
+            if [ -f "${record%/RECORD}/METADATA" ] && [ ! -L "${record%/RECORD}/METADATA" ]; then
+                package=$(sed -n '/^Name: */{s///p;q}' "${record%/RECORD}/METADATA")
+            fi
+            new=$(new_private_file "${record%/*}" .RECORD.)
+            status=0
+            grep -vF -- "../../../bin/$name," "$record" >"$new" || status=$?
+            if [ "$status" -gt 1 ]; then  # (1: no line left; 2: the old one stays)
+                rm -f -- "$new"
+                continue
+            fi
+            chmod --reference="$record" -- "$new"
+            rename_into_place "$new" "$record"
             echo "venv-pip: warning: the command $name of ${package:-${record%/RECORD}} was left out: it would" \
                 "replace the virtual environment's own Python" >&2
         done

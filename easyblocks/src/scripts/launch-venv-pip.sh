@@ -1,14 +1,15 @@
-@readable_by_all@
-
 @pip_changes_venv@
 
 @bind_user_software@
 
 @keep_venv_python@
+@readable_by_all@
 @layers@
 @workdir@
+@lock_install_dir@
 
 venv=@venv@
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # The runtime never gets the lock's descriptor (9): its FUSE daemons outlive a killed venv-pip, and would hold the lock
 # for everyone
@@ -34,27 +35,34 @@ like() {  # the new file $2 gets the mode and group of $1, for whoever could rea
     chmod --reference="$1" "$2"
     chgrp --reference="$1" "$2" 2>/dev/null || true
 }
-# The container sees the venv in the form the install dir's state has (STATE), read-only
+# The container sees the venv of the state of the install dir (STATE) read-only: of the form $1, the generation $2
 use_state() {
-    case "$form" in
-        layers) use_layers ;;
-        file) drop_layers; use_for_user_software "$squashfs" image-src=/user-software,ro ;;
-        directory) drop_layers; use_for_user_software "$dir" ;;
+    local others
+    others=$(others_overlays "$root")
+    case "$1" in
+        layers) use_overlays "$others" "$2/$squashfs_name:ro" "$2/$changes_name:ro"; use_for_user_software "" ;;
+        file) use_overlays "$others"; use_for_user_software "$2/$squashfs_name" image-src=/user-software,ro ;;
+        directory) use_overlays "$others"; use_for_user_software "$dir" ;;
         *) die "there is neither $packed nor $dir: reinstall the module with eb" ;;
     esac
 }
 
+umask "$(shared_umask "$root")"
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
 # the venv as it is now, read-only if packed.
 if ! pip_changes_venv "$@"; then
-    use_state
+    use_state "$form" "$generation"
     pip "$@"
 fi
-[ -z "$pip_user" ] || die "--user would install into ~/.local, which $venv does not see; leave --user out"
+! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
-@lock_install_dir@
-wait_for_lock
-read_state  # (as it is now that this run holds the lock)
+wait_for_lock "$root"
+# The state as it is now that this run holds the lock: what this run changes
+generation=$(current_generation "$root")
+form=$(venv_form "$root" "$generation")
+squashfs="$generation/$squashfs_name"
+changes="$generation/$changes_name"
+user_overlays=$(others_overlays "$root")  # (before this run adds its own)
 remove_superseded "$root"
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
@@ -86,7 +94,7 @@ stop_on_signals
 
 if [ "$form" = directory ]; then
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
-    use_state
+    use_state "$form" "$generation"
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
     status=0
     in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
@@ -100,10 +108,11 @@ fi
 [ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
     "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
 
-# The change goes into a new generation, made current by one rename when it is whole (STATE)
+# The change goes into a new generation, made current by one rename when it is whole (STATE). This run's work dir
+# (work) and new generation (new) go when it ends, unless the rename made the new one the venv.
 work=
 new=
-trap 'clean_workdir "$work"; rm -rf -- "$new"' EXIT
+trap 'remove_own_tree "$work"; remove_workdirs_of_this_run "$root"; remove_own_tree "$new"' EXIT
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
@@ -113,49 +122,64 @@ make_new_current() {  # (from the rename on, the new generation is the venv: no 
     new=
     stop_on_signals
 }
-
-# The venv with the layer $1 on top unpacked into $tree, in a fresh work dir on storage with room for it (but the
-# places $2...: pip ran out of space there)
-unpack_in_workdir() {
-    local layer=$1
-    shift
-    make_workdir "$(( $(unpacked_bytes "$squashfs" "$layer") * 11 / 10 + (64 << 20) ))" "$@"
-    tree="$work/tree"
-    in_background unpack_venv "$tree" "$layer" || die "cannot unpack $squashfs with $layer; nothing was changed"
+# The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
+unpack_into() {
+    in_background unpack_venv "$1/tree" "$2" "$3" || die "cannot unpack $2 with $3; nothing was changed"
+}
+# pip with the arguments $3... in a new work dir (work) with room for $2 bytes, in the next place while pip runs out
+# of space; its status. $1 says how: repack (on the whole venv unpacked into $work/tree, where $work/before and
+# $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay on
+# top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
+pip_where_there_is_room() {
+    local how=$1 need=$2 status full=()
+    shift 2
+    while :; do
+        work=$(make_workdir "$root" "$need" "${full[@]}") || exit 1
+        status=0
+        if [ "$how" = repack ]; then
+            unpack_into "$work" "$squashfs" "$changes"
+            use_overlays "$user_overlays"
+            use_for_user_software "$work/tree/user-software"
+            if ! { venv_state "$work/tree" >"$work/before" &&
+                venv_python_links "$work/tree/$venv_bin" >"$work/python-links"; }; then
+                die "cannot write in $work; nothing was changed"
+            fi
+            in_background pip "$@" || status=$?
+        else
+            mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
+            use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$work/overlay"
+            use_for_user_software ""  # (no bind there)
+            in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+        fi
+        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
+            return "$status"
+        fi
+        full+=("${work%/*}")
+        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
+        remove_own_tree "$work"
+    done
+}
+unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
+    echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
 }
 
-# pip on the whole venv, unpacked in $work, packed again into a new generation (with an empty layer, in that form)
+# pip on the whole venv, unpacked in a work dir, packed again into a new generation (with an empty layer, in that form)
 change_by_repacking() {
-    local tree before links status full=()
-    while :; do  # (in the next place while pip runs out of space, as in change_in_layers)
-        unpack_in_workdir "$changes" "${full[@]}"
-        drop_layers
-        use_for_user_software "$tree/user-software"
-        before=$(venv_state "$tree")
-        links=$(venv_python_links "$tree/$venv_bin")
-        status=0
-        in_background pip "$@" || status=$?
-        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
-            break
-        fi
-        full+=("$(workdir_place "$work")")
-        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
-        clean_workdir "$work"
-    done
-    [ "$status" -eq 0 ] || stop_as_pip "$status" "the venv was not changed"
-    keep_venv_python "$tree/$venv_bin" "$links"
+    local status=0
+    pip_where_there_is_room repack "$(unpacked_need "$squashfs" "$changes")" "$@" || status=$?
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed"
+    keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
-    if [ "$(venv_state "$tree")" = "$before" ]; then
+    if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
         echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
-    pack_base "$tree"
+    pack_base "$work/tree"
     make_new_current
     echo "venv-pip: $packed has the change; new jobs use it (no module reload needed), running ones keep the old one."
 }
 pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
-    in_background mksquashfs "$1" "$new_squashfs" "${squash_options[@]}" >/dev/null ||
-        die "mksquashfs failed; the venv was not changed"
+    in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
     # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
     unsquashfs -l "$new_squashfs" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
@@ -171,29 +195,14 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
-    local upper tree limit why status need full=()
-    need=$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))
-    while :; do  # (in the next place while pip runs out of space)
-        make_workdir "$need" "${full[@]}"
-        mkdir "$work/overlay"
-        use_layers "$work/overlay"
-        # pip, then the image's commands for the venv again, in one container
-        status=0
-        in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
-        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
-            break
-        fi
-        full+=("$(workdir_place "$work")")
-        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
-        drop_layers
-        clean_workdir "$work"
-    done
+    local upper tree limit why status=0
+    pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
     why=
     if [ "$status" = @refused_status@ ]; then
         :  # (OVERLAY_PYTHON said why)
     elif [ "$status" -ne 0 ]; then
-        stop_as_pip "$status" "the venv was not changed"
+        stop_as_pip "$status" "$work" "the venv was not changed"
     elif venv_python_changed "$upper/$venv_bin"; then
         why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
     elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ]; then
@@ -201,8 +210,7 @@ change_in_layers() {
     fi
     if [ "$status" -ne 0 ] || [ -n "$why" ]; then
         [ -z "$why" ] || echo "venv-pip: $why"
-        drop_layers
-        clean_workdir "$work"
+        remove_own_tree "$work"
         change_by_repacking "$@"
         return
     fi
@@ -231,10 +239,11 @@ change_in_layers() {
         return
     fi
     # (a fresh work dir: the whole venv may not fit where the changes did)
-    clean_workdir "$work"
-    unpack_in_workdir "$new_changes"
+    remove_own_tree "$work"
+    work=$(make_workdir "$root" "$(unpacked_need "$squashfs" "$new_changes")") || exit 1
+    unpack_into "$work" "$squashfs" "$new_changes"
     rm -f -- "$new_changes"
-    pack_base "$tree"
+    pack_base "$work/tree"
     make_new_current
     echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."

@@ -1,14 +1,21 @@
 
-# The packed venv: $squashfs, and $changes on top of it if this install stacks layers (make-squashfs checks that the
-# runtime can). Both hold user-software/ from the container's root, so that the runtime can stack them as read-only
-# overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY); $changes holds what venv-pip changed since
-# $squashfs was packed, a path it removed as a whiteout (a character device 0,0). Both are files of one generation of
-# the venv (STATE).
-cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
-# (the root of a layer is the container's /)
-squash_options=(-noappend -no-progress -quiet -processors "$cpus"
-    -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@)
+# The packed venv as layers: a SquashFS file, and on top of it, if this install stacks layers (make-squashfs checks
+# that the runtime can), the layer of venv-pip's changes since the SquashFS file was packed, a path it removed as a
+# whiteout (a character device 0,0). Both hold user-software/ from the container's root, so that the runtime can stack
+# them as read-only overlays (the module sets SINGULARITY_OVERLAY and APPTAINER_OVERLAY). Both are files of one
+# generation of the venv (STATE).
 
+squash_processors() {  # how many processors mksquashfs uses: the job's, else the node's
+    echo "${SLURM_CPUS_PER_TASK:-$(nproc)}"
+}
+# The tree $1 packed into the new SquashFS file $2, with the options $3... on top of this project's: what it holds
+# belongs to you, and its root is the container's / (a layer)
+pack_tree() {
+    local tree=$1 file=$2
+    shift 2
+    mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
+        -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
+}
 as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
     sed 's/[][\\*?]/\\&/g'
 }
@@ -63,9 +70,9 @@ apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, w
         unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
     fi
 }
-unpack_venv() {  # $squashfs, with the layer $2 on top if there is one, unpacked into the new directory $1
-    unsquashfs -no-progress -quiet -dest "$1" "$squashfs" >/dev/null || return 1
-    [ ! -f "$2" ] || apply_layer "$2" "$1"
+unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is one, unpacked into the new directory $1
+    unsquashfs -no-progress -quiet -dest "$1" "$2" >/dev/null || return 1
+    [ ! -f "$3" ] || apply_layer "$3" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
 # $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.
@@ -122,26 +129,25 @@ pack_layer() {
         mkdir -p -- "$(dirname -- "$1/$path")"
         printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
     done >"$pseudo"
-    mksquashfs "$1" "$3" "${squash_options[@]}" -pf "$pseudo" >/dev/null
+    pack_tree "$1" "$3" -pf "$pseudo"
 }
 empty_layer() {  # the layer $1 that changes nothing (made from a directory beside it: in a new generation, which
-    local empty  # goes whole if this is killed)
-    empty=$(mktemp -d "${1%/*}/.empty-layer.XXXXXX") &&
-        mksquashfs "$empty" "$1" "${squash_options[@]}" >/dev/null
-    local status=$?
-    rm -rf "$empty"
+    local empty status=0  # goes whole if this is killed)
+    empty=$(new_private_dir "${1%/*}" .empty-layer.) || return 1
+    pack_tree "$empty" "$1" || status=$?
+    remove_own_tree "$empty"
     return "$status"
 }
-# Whether the runtime stacks $squashfs and $changes as overlays on the image $1 (an unprivileged one needs a kernel
-# that mounts overlays in a user namespace); says why not on stdout
+# Whether the runtime stacks the SquashFS file $2 and the layer $3 as overlays on the image $1 (an unprivileged one
+# needs a kernel that mounts overlays in a user namespace); says why not on stdout
 layers_stack() {
-    local runtime output
+    local runtime output stack="$2:ro,$3:ro"
     if ! runtime=$(command -v singularity || command -v apptainer); then
         echo "no singularity or apptainer on PATH"
         return 1
     fi
-    output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$squashfs:ro,$changes:ro" \
-        APPTAINER_OVERLAY="$squashfs:ro,$changes:ro" "$runtime" exec "$1" test -d /user-software/venv 2>&1 9>&-) &&
+    output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$stack" \
+        APPTAINER_OVERLAY="$stack" "$runtime" exec "$1" test -d /user-software/venv 2>&1 9>&-) &&
         return 0
     echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
     return 1

@@ -3,9 +3,12 @@
 @user_software_paths@
 @readable_by_all@
 @layers@
-
 @lock_install_dir_or_stop@
-read_state
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+
+umask "$(shared_umask "$root")"
+lock_or_stop "$root"
+generation=$(current_generation "$root")
 remove_superseded "$root"
 [ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
     "remove it) first"
@@ -14,28 +17,27 @@ command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 # A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
 new=
-trap 'rm -rf -- "$new"' EXIT
+trap 'remove_own_tree "$new"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
 squashfs="$new/$squashfs_name"
 changes="$new/$changes_name"
-share_modes "$dir"
-echo "Packing $dir into $squashfs with $cpus processors..."
+share_modes "$root" "$dir"
+echo "Packing $dir into $squashfs with $(squash_processors) processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
-mksquashfs "$dir" "$squashfs" "${squash_options[@]}" -keep-as-directory >/dev/null ||
-    die "mksquashfs failed; nothing was changed"
+pack_tree "$dir" "$squashfs" -keep-as-directory || die "mksquashfs failed; nothing was changed"
 if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
     die "cannot write $changes; nothing was changed"
 fi
 # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
 # dir is, so that venv-pip keeps it so)
-chmod "$(printf %04o $(( 8#666 & ~8#$(umask) )))" "$squashfs" "$changes"
+chmod "$(umask_mode 666)" "$squashfs" "$changes"
 # The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE): layers
 # where the runtime stacks them, else one SquashFS file that the module binds
 # (the image: the module's, else the install's, in the install dir)
 # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}"); then
+if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}" "$squashfs" "$changes"); then
     rm -f -- "$changes"
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."

@@ -3,9 +3,12 @@
 @user_software_paths@
 @readable_by_all@
 @layers@
-
 @lock_install_dir_or_stop@
-read_state
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+
+umask "$(shared_umask "$root")"
+lock_or_stop "$root"
+generation=$(current_generation "$root")
 remove_superseded "$root"
 [ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
 if [ -e "$dir" ] || [ -L "$dir" ]; then
@@ -14,14 +17,15 @@ fi
 command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
 tmp=
-trap 'rm -rf -- "$tmp"' EXIT
+trap 'remove_own_tree "$tmp"' EXIT
 # (a directory with the record of a generation: if this run is killed, a later change removes it, see STATE)
 tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
-unpack_venv "$tmp/unpacked" "$changes" || die "unsquashfs failed; nothing was changed"
+unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
+    die "unsquashfs failed; nothing was changed"
 mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
 trap - EXIT
-rm -rf -- "$tmp"
-echo "Unpacked $squashfs into $dir."
-[ ! -f "$changes" ] || echo "It includes the changes in $changes."
+remove_own_tree "$tmp"
+echo "Unpacked $generation/$squashfs_name into $dir."
+[ ! -f "$generation/$changes_name" ] || echo "It includes the changes in $generation/$changes_name."
 echo "To install into it, remove the link $packed and reload the module (module load $module):"
 echo "as long as the link exists, the packed venv is what the container sees as /user-software."

@@ -17,7 +17,7 @@ as_venv_pip() {
 
 if pip_changes_venv "$@"; then
     problem=
-    if [ -n "$pip_user" ]; then
+    if pip_wants_user "$@"; then
         problem="--user would install into ~/.local, which $venv does not see."
     elif [ ! -w "$venv/bin" ]; then
         problem="$venv is read-only in the container (packed in user-software.squashfs, or not yours)."

@@ -1,4 +1,4 @@
-# The packed venv's state (README, "How it fits together").
+# The packed venv's state (README, "How it fits together"), with FILES.
 # The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
 # holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
 # The form of the venv is read from there and nowhere else: layers (both files), one SquashFS file, or, with no
@@ -34,9 +34,9 @@ venv_form() {  # layers, file, directory or missing: the venv of the install dir
 # written into it (the record, the SquashFS files) and have them written through.
 new_generation() {
     local generation
-    generation=$(mktemp -d -- "$1/@generation@XXXXXX") || return 1
-    if ! printf '%s %s %s\n' "$(id -un)" "$(hostname)" "$$" >"$generation/@record@"; then
-        rm -rf -- "$generation"
+    generation=$(new_private_dir "$1" @generation@) || return 1
+    if ! run_record >"$generation/@record@"; then
+        remove_own_tree "$generation"
         return 1
     fi
     echo "$generation"
@@ -45,13 +45,9 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
     local link superseded
     superseded=$(current_generation "$1")
     # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
-    chmod "$(printf %04o $(( 8#777 & ~8#$(umask) )))" "$2" || return 1
-    link=$(mktemp -u -- "$1/@link@XXXXXX") || return 1
-    ln -s -- "${2##*/}" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
-    if ! mv -T -- "$link" "$1/@packed@"; then
-        rm -f -- "$link"
-        return 1
-    fi
+    chmod "$(umask_mode 777)" "$2" || return 1
+    link=$(new_link "${2##*/}" "$1" @link@) || return 1
+    rename_into_place "$link" "$1/@packed@" || return 1
     # the clock of its removal starts now (remove_superseded)
     [ -z "$superseded" ] || touch -c -- "$superseded" 2>/dev/null || true
 }
@@ -68,8 +64,9 @@ remove_superseded() {
         case "$entry" in
             "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
-                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ]; then
-                    rm -rf -- "$entry" 2>/dev/null ||
+                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ] &&
+                    [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/@record@")" ]; then
+                    rm -rf --one-file-system -- "$entry" 2>/dev/null ||
                         echo "${0##*/}: warning: cannot remove $entry, an old state of the venv ($(stat -c %U -- \
                             "$entry")'s): remove it when no job runs from it" >&2
                 fi

@@ -1,0 +1,59 @@
+# The runtime's file handling (README, "How it fits together"),
+# for every command that writes where others may write too: a project's install dir, TMPDIR, /dev/shm, /tmp, a Jupyter
+# prefix. A new file or directory gets its name from mktemp (random, made exclusively) in the directory it belongs in,
+# stays private (0600, 0700) until it is whole, and is renamed into place. Nothing is written, chmod-ed or removed
+# through a name that the command did not make: no link is followed, no FIFO opened, and what a killed run left is
+# known by the record the run wrote into it, never by its name. Each function takes what it works on as arguments and
+# prints its result.
+
+new_private_dir() {  # a new directory $1/$2XXXXXX (0700): its path
+    mktemp -d -- "$1/$2XXXXXX"
+}
+new_private_file() {  # a new, empty file $1/$2XXXXXX (0600): its path
+    mktemp -- "$1/$2XXXXXX"
+}
+new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
+    local link
+    link=$(mktemp -u -- "$2/$3XXXXXX") || return 1
+    ln -sT -- "$1" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
+    echo "$link"
+}
+umask_mode() {  # the mode that the umask leaves of the mode $1 (777 for a directory, 666 for a file), as chmod takes it
+    printf '%04o\n' $(( 8#$1 & ~8#$(umask) ))
+}
+# The new file or directory $1 (this run's, from mktemp) renamed to $2; a link or a file at $2 is replaced, never
+# written through. On failure $1 is removed.
+rename_into_place() {
+    mv -fT -- "$1" "$2" && return 0
+    rm -rf -- "$1"
+    return 1
+}
+process_start() {  # the start of process $1 (clock ticks since boot); nothing if it has ended
+    local fields
+    fields=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    read -ra fields <<<"${fields##*) }"
+    echo "${fields[19]}"
+}
+run_record() {  # this run, as a record says it: "user host pid start"
+    echo "$(id -un) $(hostname) $$ $(process_start $$)"
+}
+# Whether the directory $1 is one that an ended run of yours on this host made, by the record $2 it wrote in it: a
+# real directory (not a link) and a regular file, both yours. (Earlier versions wrote "host pid start".)
+left_by_an_ended_run() {
+    local user host pid start
+    [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
+    [ ! -L "$1/$2" ] && [ -f "$1/$2" ] && [ -O "$1/$2" ] || return 1
+    read -r user host pid start <"$1/$2" || return 1
+    if [ -z "$start" ]; then
+        start=$pid pid=$host host=$user user=$(id -un)
+    fi
+    [ "$user" = "$(id -un)" ] && [ "$host" = "$(hostname)" ] && [ "$(process_start "$pid")" != "$start" ]
+}
+# The directory $1 of this run, with all in it: links in it are removed, never followed, nothing on another file
+# system is entered. Not a directory (or nothing at all): nothing is done.
+remove_own_tree() {
+    [ -n "${1:-}" ] && [ ! -L "$1" ] && [ -d "$1" ] || return 0
+    # (a directory of it may lack u+rwx, e.g. an overlay's work directory: $1 itself is not changed)
+    find -P "$1" -xdev -mindepth 1 -type d ! -perm -u=rwx -exec chmod u+rwx {} + 2>/dev/null || true
+    rm -rf --one-file-system -- "$1"
+}
