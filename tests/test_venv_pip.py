@@ -406,6 +406,34 @@ def test_python_m_pip_in_a_packed_venv_installs_nowhere(packed, tmp_path, wheelh
     assert not list(home.rglob('*lumi_later*'))
 
 
+def test_what_a_killed_lock_taker_left_goes_with_the_next_lock(packed):
+    """A run killed between its mktemp and its rename leaves a new lock file or holder record beside the lock: whoever
+    takes the lock next removes those of theirs that are regular files more than 2 minutes old. A fresh one (a run
+    making it now), a link and a FIFO at such names stay, and the link's target is not touched."""
+    inst, idir = packed
+    old, fresh = idir / '.user-software.lock.new.Old123', idir / '.user-software.lock.new.New123'
+    old_record = idir / '.user-software.lock.holder.new.Old123'
+    link, fifo = idir / '.user-software.lock.new.Lnk123', idir / '.user-software.lock.new.Fifo12'
+    target = idir / 'image-python.json'
+    before = target.read_bytes(), target.stat().st_mtime
+    for path in (old, fresh, old_record):
+        path.write_text('')
+    link.symlink_to(target)
+    os.mkfifo(fifo)
+    for path in (old, fresh, old_record, link, fifo):
+        give(path, inst.user)
+    ten_minutes_ago = os.stat(old).st_mtime - 600
+    for path in (old, old_record, link, fifo):
+        os.utime(path, (ten_minutes_ago, ten_minutes_ago), follow_symlinks=False)
+    proc = inst.module_shell('Demo/1.0', 'make-squashfs', check=False)  # (takes the lock, then refuses: packed)
+    assert proc.returncode == 1 and 'already exists' in proc.stderr, proc.stderr
+    assert [path.name for path in (old, fresh, old_record, link, fifo) if os.path.lexists(path)] == \
+        [fresh.name, link.name, fifo.name]
+    assert (target.read_bytes(), target.stat().st_mtime) == before
+    for path in (fresh, link, fifo):
+        path.unlink()
+
+
 def test_make_and_unmake_squashfs_refuse_while_venv_pip_runs(unpacked, tmp_path, wheelhouse):
     """venv-pip holds the install dir's lock while pip runs (here in an unpacked venv): make-squashfs and
     unmake-squashfs stop at once with a clear message."""

@@ -2758,6 +2758,18 @@ note_lock_holder() {
     fi
     rm -f -- "$new"
 }
+# What a run killed between its mktemp and its rename left beside the lock of the install dir $1 (also the install's
+# Python lock): new files of yours, regular and not links, more than @keep_minutes@ minutes old (a run that is making
+# one now is milliseconds from its rename)
+remove_lock_leftovers() {
+    local old
+    for old in "$1/@lock@.new."* "$1/@lock_record@.new."*; do
+        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] &&
+            [ -n "$(find "$old" -maxdepth 0 -mmin +@keep_minutes@ 2>/dev/null)" ]; then
+            rm -f -- "$old"
+        fi
+    done
+}
 # Who holds the lock of the install dir $1, from the record: "lumi-owner's venv-pip on nid001 (process 123)"
 lock_holder() {
     local record="$1/@lock_record@" who host pid what
@@ -2796,6 +2808,7 @@ take_lock() {
         if [ /dev/fd/9 -ef "$root/@lock@" ]; then
             keep_lock_private "$root" "$mode"
             note_lock_holder "$root" "$mode"
+            remove_lock_leftovers "$root"
             return 0
         fi
     done
@@ -4754,7 +4767,7 @@ USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SO
                                     venv_state=VENV_STATE)
 LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
-                                 lock_record=USER_SOFTWARE_LOCK_RECORD)
+                                 lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES))
 LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
                                                             holds_lock=INSTALL_HOLDS_LOCK)
 READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, keeps='0%o' % SHARED_UMASK_KEEPS)

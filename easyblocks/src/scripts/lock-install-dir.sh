@@ -69,6 +69,18 @@ note_lock_holder() {
     fi
     rm -f -- "$new"
 }
+# What a run killed between its mktemp and its rename left beside the lock of the install dir $1 (also the install's
+# Python lock): new files of yours, regular and not links, more than @keep_minutes@ minutes old (a run that is making
+# one now is milliseconds from its rename)
+remove_lock_leftovers() {
+    local old
+    for old in "$1/@lock@.new."* "$1/@lock_record@.new."*; do
+        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] &&
+            [ -n "$(find "$old" -maxdepth 0 -mmin +@keep_minutes@ 2>/dev/null)" ]; then
+            rm -f -- "$old"
+        fi
+    done
+}
 # Who holds the lock of the install dir $1, from the record: "lumi-owner's venv-pip on nid001 (process 123)"
 lock_holder() {
     local record="$1/@lock_record@" who host pid what
@@ -107,6 +119,7 @@ take_lock() {
         if [ /dev/fd/9 -ef "$root/@lock@" ]; then
             keep_lock_private "$root" "$mode"
             note_lock_holder "$root" "$mode"
+            remove_lock_leftovers "$root"
             return 0
         fi
     done
