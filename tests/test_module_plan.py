@@ -115,27 +115,29 @@ class PlanExtended(SingularityContainer):
 '''
 
 
+def module_only(tmp_path, syntax, version, *lines, **env):
+    """eb --module-only (EasyBuild 5) of foo/<version> in this syntax, from an easyconfig with these lines (its
+    easyblock first) and an image in its install dir, with these variables set: (Installation, install dir)."""
+    require_eb('5')
+    inst = Installation(tmp_path, syntax=syntax)
+    ec = inst.write_easyconfig('foo-%s.eb' % version, '\n'.join(lines + (
+        "name = 'foo'", "version = '%s'" % version, "homepage = 'http://example.com'",
+        "description = 'Dummy easyconfig file.'", 'toolchain = SYSTEM', 'sources = []', '')))
+    idir = inst.installdir('foo', version)
+    idir.mkdir(parents=True)
+    (idir / ('foo-%s.sif' % version)).write_text('')  # an image, for the load
+    give(inst.root, inst.user)
+    inst.eb(ec, '--module-only', '--force', env=inst.env(**env))
+    return inst, idir
+
+
 @pytest.mark.parametrize('syntax', SYNTAXES)
 def test_a_step_added_to_the_plan_reaches_the_module(tmp_path, syntax):
     """A subclass adds a step to module_plan: eb writes it into the module of either syntax, and loading sets it."""
-    require_eb('5')
-    inst = Installation(tmp_path, syntax=syntax)
     extended = tmp_path / 'planextended.py'
     extended.write_text(EXTENDED_EASYBLOCK)
-    ec = inst.write_easyconfig('foo-1.3.2.eb', """\
-        easyblock = 'PlanExtended'
-        name = 'foo'
-        version = '1.3.2'
-        homepage = 'http://example.com'
-        description = 'Dummy easyconfig file.'
-        toolchain = SYSTEM
-        sources = []
-        """)
-    idir = inst.installdir('foo', '1.3.2')
-    idir.mkdir(parents=True)
-    (idir / 'foo-1.3.2.sif').write_text('')  # an image, for the load
-    give(inst.root, inst.user)
-    inst.eb(ec, '--module-only', '--force', env=inst.env(EASYBUILD_INCLUDE_EASYBLOCKS='%s,%s' % (EASYBLOCK, extended)))
+    inst, idir = module_only(tmp_path, syntax, '1.3.2', "easyblock = 'PlanExtended'",
+                             EASYBUILD_INCLUDE_EASYBLOCKS='%s,%s' % (EASYBLOCK, extended))
     module = inst.prefix / 'modules' / 'all' / 'foo' / ('1.3.2.lua' if syntax == 'Lua' else '1.3.2')
     call = easyblock.MODULE_STEPS[easyblock.SetRestorable][SYNTAXES.index(syntax)].format(
         name=easyblock.lua_str('PLAN_EXTRA') if syntax == 'Lua' else easyblock.tcl_str('PLAN_EXTRA'),
@@ -159,23 +161,7 @@ def test_every_step_has_a_call_in_both_languages():
 def test_nvidia_asks_the_runtime_for_nv_in_both_syntaxes(tmp_path, syntax):
     """gpu_vendor 'nvidia': the module of either syntax sets SINGULARITY_NV=1 and APPTAINER_NV=1 (the runtime's --nv)
     and gives the user's values back at unload (tests/test_distributed.py starts containers with it)."""
-    require_eb('5')
-    inst = Installation(tmp_path, syntax=syntax)
-    ec = inst.write_easyconfig('foo-1.0.eb', """\
-        easyblock = 'SingularityContainer'
-        name = 'foo'
-        version = '1.0'
-        homepage = 'http://example.com'
-        description = 'Dummy easyconfig file.'
-        toolchain = SYSTEM
-        sources = []
-        gpu_vendor = 'nvidia'
-        """)
-    idir = inst.installdir('foo', '1.0')
-    idir.mkdir(parents=True)
-    (idir / 'foo-1.0.sif').write_text('')  # an image, for the load
-    give(inst.root, inst.user)
-    inst.eb(ec, '--module-only', '--force')
+    inst, idir = module_only(tmp_path, syntax, '1.0', "easyblock = 'SingularityContainer'", "gpu_vendor = 'nvidia'")
     proc = inst.shell('export SINGULARITY_NV=mine\nunset APPTAINER_NV\nmodule load foo/1.0\n'
                       'echo "$SINGULARITY_NV ${APPTAINER_NV-unset}"\nmodule unload foo\n'
                       'echo "$SINGULARITY_NV ${APPTAINER_NV-unset}"')

@@ -109,6 +109,17 @@ def test_what_others_plant_where_venv_pip_works_is_left_alone(packed, tmp_path, 
         assert sorted(tmpdir.iterdir()) == sorted(planted + [own])
 
 
+def venv_pip_in_a_small_tmpdir(inst, tmp_path, kib, args):
+    """venv-pip with these arguments and a TMPDIR of its own, a tmpfs of `kib` KiB: its process, what it left in the
+    TMPDIR, and the TMPDIR."""
+    small = place(tmp_path / 'small', 0o755)
+    run(['mount', '-t', 'tmpfs', '-o', 'size=%dk,mode=1777' % kib, 'tmpfs', str(small)], user=None)
+    try:
+        return venv_pip(inst, small, args), list(small.iterdir()), small
+    finally:
+        run(['umount', str(small)], user=None)
+
+
 @pytest.mark.needs('image-src')
 def test_where_pip_runs_out_of_space_venv_pip_works_in_the_next_place(packed, tmp_path):
     """TMPDIR has the room that venv-pip estimates, but not for what pip installs: venv-pip says so, and works in
@@ -117,13 +128,8 @@ def test_where_pip_runs_out_of_space_venv_pip_works_in_the_next_place(packed, tm
     wheels = tmp_path / 'big-wheels'
     wheels.mkdir()
     write_wheel(wheels, 'lumi-big', modules={'zeros.bin': '\0' * (96 << 20)})
-    small = place(tmp_path / 'small', 0o755)
-    run(['mount', '-t', 'tmpfs', '-o', 'size=72m,mode=1777', 'tmpfs', str(small)], user=None)
-    try:
-        proc = venv_pip(inst, small, 'install --no-index --find-links=%s lumi-big' % wheels)
-        left = list(small.iterdir())
-    finally:
-        run(['umount', str(small)], user=None)
+    proc, left, small = venv_pip_in_a_small_tmpdir(inst, tmp_path, 72 << 10,
+                                                   'install --no-index --find-links=%s lumi-big' % wheels)
     assert 'venv-pip: pip ran out of space in %s; trying the next place\n' % small in proc.stderr
     assert 'has the change' in proc.stdout
     assert not left
@@ -174,14 +180,8 @@ def test_where_pip_runs_out_of_space_in_a_full_repack_venv_pip_works_in_the_next
     wheels = tmp_path / 'big-wheels'
     wheels.mkdir()
     write_wheel(wheels, 'lumi-big-repacked', modules={'zeros.bin': '\0' * (96 << 20)})
-    small = place(tmp_path / 'small', 0o755)
-    run(['mount', '-t', 'tmpfs', '-o', 'size=%dk,mode=1777' % ((need >> 10) + (16 << 10)), 'tmpfs', str(small)],
-        user=None)
-    try:
-        proc = venv_pip(inst, small, 'install --no-index --find-links=%s lumi-big-repacked' % wheels)
-        left = list(small.iterdir())
-    finally:
-        run(['umount', str(small)], user=None)
+    proc, left, small = venv_pip_in_a_small_tmpdir(inst, tmp_path, (need >> 10) + (16 << 10),
+                                                   'install --no-index --find-links=%s lumi-big-repacked' % wheels)
     assert 'venv-pip: pip ran out of space in %s; trying the next place\n' % small in proc.stderr
     assert 'user-software.packed has the change; new jobs use it' in proc.stdout  # (repacked: not a layer)
     assert not left

@@ -2543,17 +2543,26 @@ process_start() {  # the start of process $1 (clock ticks since boot); nothing i
 run_record() {  # this run, as a record says it: "user host pid start"
     echo "$(id -un) $(hostname) $$ $(process_start $$)"
 }
-# Whether the directory $1 is one that an ended run of yours on this host made, by the record $2 it wrote in it: a
-# real directory (not a link) and a regular file, both yours. (Earlier versions wrote "host pid start".)
-left_by_an_ended_run() {
-    local user host pid start
+# The record $2 that a run wrote in the directory $1 it made: printed only if both are yours and real (a directory, a
+# regular file, not links)
+own_record() {
     [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
     [ ! -L "$1/$2" ] && [ -f "$1/$2" ] && [ -O "$1/$2" ] || return 1
-    read -r user host pid start <"$1/$2" || return 1
+    head -c 256 -- "$1/$2"
+}
+# Whether the directory $1 is one that an ended run of yours on this host made, by its own_record $2. (Earlier
+# versions wrote "host pid start".)
+left_by_an_ended_run() {
+    local record user host pid start
+    record=$(own_record "$1" "$2") || return 1
+    read -r user host pid start <<<"$record" || return 1
     if [ -z "$start" ]; then
         start=$pid pid=$host host=$user user=$(id -un)
     fi
     [ "$user" = "$(id -un)" ] && [ "$host" = "$(hostname)" ] && [ "$(process_start "$pid")" != "$start" ]
+}
+older_than() {  # whether the file $1 (not followed if a link) was last changed more than $2 minutes ago
+    [ -n "$(find "$1" -maxdepth 0 -mmin "+$2" 2>/dev/null)" ]
 }
 # The directory $1 of this run, with all in it: links in it are removed, never followed, nothing on another file
 # system is entered. Not a directory (or nothing at all): nothing is done.
@@ -2627,7 +2636,7 @@ remove_superseded() {
     local current entry
     current=$(current_generation "$1")
     for entry in "$1"/@generation@* "$1"/@link@*; do
-        if [ "$entry" = "$current" ] || [ -z "$(find "$entry" -maxdepth 0 -mmin +@keep_minutes@ 2>/dev/null)" ]; then
+        if [ "$entry" = "$current" ] || ! older_than "$entry" @keep_minutes@; then
             continue
         fi
         case "$entry" in
@@ -2693,7 +2702,7 @@ LOCK_INSTALL_DIR_TEMPLATE = r'''
 # others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
 # install), else 0600; in the install dir's group.
 lock_mode() {  # of the install dir $1
-    if (( 8#$(stat -L -c %a "$1") & 8#020 )); then
+    if install_is_group_writable "$1"; then  # (readable-by-all.sh)
         echo 660
     else
         echo 600
@@ -2764,8 +2773,7 @@ note_lock_holder() {
 remove_lock_leftovers() {
     local old
     for old in "$1/@lock@.new."* "$1/@lock_record@.new."*; do
-        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] &&
-            [ -n "$(find "$old" -maxdepth 0 -mmin +@keep_minutes@ 2>/dev/null)" ]; then
+        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] && older_than "$old" @keep_minutes@; then
             rm -f -- "$old"
         fi
     done
@@ -3302,8 +3310,7 @@ remove_workdirs_of_this_run() {
     this=$(run_record)
     while read -r place; do
         for old in "$place/$workdir_prefix"*; do
-            if [ ! -L "$old" ] && [ -O "$old" ] && [ ! -L "$old/$workdir_record" ] && [ -f "$old/$workdir_record" ] &&
-                [ "$(cat -- "$old/$workdir_record" 2>/dev/null)" = "$this" ]; then
+            if [ "$(own_record "$old" "$workdir_record")" = "$this" ]; then
                 remove_own_tree "$old"
             fi
         done

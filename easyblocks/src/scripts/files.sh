@@ -37,17 +37,26 @@ process_start() {  # the start of process $1 (clock ticks since boot); nothing i
 run_record() {  # this run, as a record says it: "user host pid start"
     echo "$(id -un) $(hostname) $$ $(process_start $$)"
 }
-# Whether the directory $1 is one that an ended run of yours on this host made, by the record $2 it wrote in it: a
-# real directory (not a link) and a regular file, both yours. (Earlier versions wrote "host pid start".)
-left_by_an_ended_run() {
-    local user host pid start
+# The record $2 that a run wrote in the directory $1 it made: printed only if both are yours and real (a directory, a
+# regular file, not links)
+own_record() {
     [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
     [ ! -L "$1/$2" ] && [ -f "$1/$2" ] && [ -O "$1/$2" ] || return 1
-    read -r user host pid start <"$1/$2" || return 1
+    head -c 256 -- "$1/$2"
+}
+# Whether the directory $1 is one that an ended run of yours on this host made, by its own_record $2. (Earlier
+# versions wrote "host pid start".)
+left_by_an_ended_run() {
+    local record user host pid start
+    record=$(own_record "$1" "$2") || return 1
+    read -r user host pid start <<<"$record" || return 1
     if [ -z "$start" ]; then
         start=$pid pid=$host host=$user user=$(id -un)
     fi
     [ "$user" = "$(id -un)" ] && [ "$host" = "$(hostname)" ] && [ "$(process_start "$pid")" != "$start" ]
+}
+older_than() {  # whether the file $1 (not followed if a link) was last changed more than $2 minutes ago
+    [ -n "$(find "$1" -maxdepth 0 -mmin "+$2" 2>/dev/null)" ]
 }
 # The directory $1 of this run, with all in it: links in it are removed, never followed, nothing on another file
 # system is entered. Not a directory (or nothing at all): nothing is done.

@@ -4,7 +4,7 @@
 # others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
 # install), else 0600; in the install dir's group.
 lock_mode() {  # of the install dir $1
-    if (( 8#$(stat -L -c %a "$1") & 8#020 )); then
+    if install_is_group_writable "$1"; then  # (readable-by-all.sh)
         echo 660
     else
         echo 600
@@ -75,8 +75,7 @@ note_lock_holder() {
 remove_lock_leftovers() {
     local old
     for old in "$1/@lock@.new."* "$1/@lock_record@.new."*; do
-        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] &&
-            [ -n "$(find "$old" -maxdepth 0 -mmin +@keep_minutes@ 2>/dev/null)" ]; then
+        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] && older_than "$old" @keep_minutes@; then
             rm -f -- "$old"
         fi
     done

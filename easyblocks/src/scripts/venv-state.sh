@@ -58,7 +58,7 @@ remove_superseded() {
     local current entry
     current=$(current_generation "$1")
     for entry in "$1"/@generation@* "$1"/@link@*; do
-        if [ "$entry" = "$current" ] || [ -z "$(find "$entry" -maxdepth 0 -mmin +@keep_minutes@ 2>/dev/null)" ]; then
+        if [ "$entry" = "$current" ] || ! older_than "$entry" @keep_minutes@; then
             continue
         fi
         case "$entry" in

@@ -21,8 +21,7 @@ remove_workdirs_of_this_run() {
     this=$(run_record)
     while read -r place; do
         for old in "$place/$workdir_prefix"*; do
-            if [ ! -L "$old" ] && [ -O "$old" ] && [ ! -L "$old/$workdir_record" ] && [ -f "$old/$workdir_record" ] &&
-                [ "$(cat -- "$old/$workdir_record" 2>/dev/null)" = "$this" ]; then
+            if [ "$(own_record "$old" "$workdir_record")" = "$this" ]; then
                 remove_own_tree "$old"
             fi
         done
