@@ -18,12 +18,16 @@ BENCH_WHEELS := $(TOOLS)/bench-wheels
 
 ROOTFS := $(TOOLS)/rootfs/bookworm
 APPTAINER := $(TOOLS)/apptainer/bin/apptainer
+# The setuid runtime, as LUMI's: its prefix is compiled in (tools/install-apptainer-suid.sh)
+APPTAINER_SUID := $(TOOLS)/apptainer-suid
+# (made again only when its script changes: a fresh clone's new file times must not cost a 15-minute build)
+APPTAINER_SUID_STAMP := $(APPTAINER_SUID)/setup-$(shell sha256sum tools/install-apptainer-suid.sh | cut -c1-16).stamp
 
 EB5 := $(TOOLS)/eb5/system-python.stamp
 EB49 := $(TOOLS)/eb49/system-python.stamp
 setup: $(TOOLS)/apt.stamp $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp \
 	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(KERNEL_WHEELS)/fetched.stamp $(APPTAINER) \
-	$(ROOTFS)/apptainer-layout.stamp users
+	$(APPTAINER_SUID_STAMP) $(ROOTFS)/apptainer-layout.stamp users
 
 # The tests' users (an owner and a member of a project group, an outsider; useradd and groupadd in
 # tools/setup-users.sh) and /dev/fuse open to them: checked on every run, as a device's mode does not survive a reboot
@@ -79,6 +83,13 @@ $(KERNEL_WHEELS)/fetched.stamp: | $(TOOLS)/apt.stamp
 $(APPTAINER): tools/install-apptainer.sh | $(TOOLS)/apt.stamp
 	tools/install-apptainer.sh $(TOOLS)/apptainer
 
+# The runtime as LUMI runs it: Apptainer 1.4.5 built with setuid from Debian's source package (a sid build root,
+# then Go: about 15 minutes on 2 cores, once). As any user but root it mounts the SIF, SquashFS overlays and image-src
+# binds with loop devices and the kernel, and refuses a writable directory overlay, as LUMI's SingularityCE does.
+$(APPTAINER_SUID_STAMP): | $(TOOLS)/apt.stamp
+	tools/install-apptainer-suid.sh $(APPTAINER_SUID)
+	touch $@
+
 # The test images' operating system: a minimal Debian 12 from Debian's packages, with the /.singularity.d layout
 # (environment and action scripts, runscript, labels) that apptainer build gives it; built once (about 30 s).
 $(ROOTFS)/apptainer-layout.stamp: | $(TOOLS)/apt.stamp $(APPTAINER)
@@ -89,27 +100,25 @@ $(ROOTFS)/apptainer-layout.stamp: | $(TOOLS)/apt.stamp $(APPTAINER)
 	rm -rf $(ROOTFS).debian && mv $(ROOTFS).tmp $(ROOTFS) && touch $@
 
 # The suite drives Apptainer, installed above, as 'singularity' (LUMI's name for its runtime) and, where a test says
-# so, as 'apptainer'. With SINGULARITY=/path/to/singularity (or apptainer) it drives that runtime instead: on LUMI,
-# SingularityCE 4.x.
-TEST := LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) LUMI_CT_KERNEL_WHEELS=$(KERNEL_WHEELS) $(PY) -m pytest -ra --durations=20 -p no:cacheprovider
+# so, as 'apptainer'. With SINGULARITY=/path/to/singularity (or apptainer) it drives that runtime instead, alone: on
+# LUMI, SingularityCE 4.x.
 # The tests, the demo and the benchmarks import the easyblock, generate-ec and the test kit (testkit/) as installed:
 # this checkout's, reinstalled before each run (without setuptools' build/, which would keep a module removed since,
 # e.g. an image family that generate-ec would still find)
 INSTALL_THIS := rm -rf build && $(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
-# pytest's temporary files in a directory of this run's own, removed afterwards: in pytest's shared
-# /tmp/pytest-of-<user>, which every new pytest session makes 0700 again, another run on the machine would shut the
-# test users out of this one's files for a moment
-RUN_TESTS = base=$$(mktemp -d /tmp/lumi-ct-tests-XXXXXX) && chmod 755 "$$base" && \
-	{ $(TEST) --basetemp="$$base/pytest" tests; status=$$?; rm -rf "$$base"; exit $$status; }
+# The suite (tools/run-tests.sh): everything with the user-namespace Apptainer, and at the same time, on the other
+# core, every test that starts a container again with the setuid one (LUMI's mode), as users of its own.
+RUN_TESTS = LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) LUMI_CT_KERNEL_WHEELS=$(KERNEL_WHEELS) \
+	tools/run-tests.sh $(PY)
 ifeq ($(SINGULARITY),)
 test: setup
 	$(INSTALL_THIS)
-	LUMI_CT_SINGULARITY=$(TOOLS)/apptainer/bin/singularity; export LUMI_CT_SINGULARITY; $(RUN_TESTS)
+	$(RUN_TESTS) $(TOOLS)/apptainer/bin/singularity $(APPTAINER_SUID)/bin/singularity
 else
 # No root needed here: the Debian packages and the root file system must be there already.
 test: $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp
 	$(INSTALL_THIS)
-	LUMI_CT_SINGULARITY=$(abspath $(SINGULARITY)); export LUMI_CT_SINGULARITY; $(RUN_TESTS)
+	$(RUN_TESTS) $(abspath $(SINGULARITY))
 endif
 
 demo: setup

@@ -45,6 +45,9 @@ CONTAINER_PYTHON_VERSION = _container_python_version()
 # Apptainer that make setup installs, called as singularity (LUMI's name; it reads the SINGULARITY_* names too).
 APPTAINER = TOOLS / 'apptainer' / 'bin' / 'apptainer'
 RUNTIME = os.environ.get('LUMI_CT_SINGULARITY') or str(APPTAINER.parent / 'singularity')
+# The setuid runtime that make setup builds (tools/install-apptainer-suid.sh): LUMI's mode, for make test's second run
+# and the benchmarks
+SETUID_RUNTIME = TOOLS / 'apptainer-suid' / 'bin' / 'singularity'
 
 # What a runtime can do beyond Singularity 3.4.2, the oldest one the tests ran against. A test that needs one of
 # these is marked @pytest.mark.needs(feature) and left out (deselected) with a runtime that lacks it
@@ -72,6 +75,24 @@ def runtime_features():
 
 
 RUNTIME_FEATURES = runtime_features()
+
+
+def runtime_is_setuid():
+    """Whether the runtime starts containers with its setuid starter (as LUMI's SingularityCE does), not in a user
+    namespace: its starter-suid is root's and setuid, and its configuration allows it."""
+    prefix = Path(os.path.realpath(RUNTIME)).parent.parent
+    for name in ('apptainer', 'singularity'):
+        starter, conf = prefix / 'libexec' / name / 'bin' / 'starter-suid', prefix / 'etc' / name / (name + '.conf')
+        try:
+            status = starter.stat()
+            allowed = re.search(r'^allow setuid\s*=\s*yes\s*$', conf.read_text(), re.M)
+        except OSError:
+            continue
+        return bool(status.st_uid == 0 and status.st_mode & 0o4000 and allowed)
+    return False
+
+
+RUNTIME_SETUID = runtime_is_setuid()
 # Installs with pip requirements pack the venv into a SquashFS file only where the runtime can bind it
 SQUASHFS_WORKS = 'image-src' in RUNTIME_FEATURES
 

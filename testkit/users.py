@@ -12,10 +12,14 @@ import os
 import pwd
 from pathlib import Path
 
-OWNER = 'lumi-owner'          # installs and uses the modules; in PROJECT_GROUP
-MEMBER = 'lumi-member'        # another member of PROJECT_GROUP
-OUTSIDER = 'lumi-outsider'    # another user of the same nodes, in no group of the others
-PROJECT_GROUP = 'lumi-project'
+# The set of users: 'lumi' (lumi-owner, ...), or the one LUMI_CT_USERS names. make test runs the suite with each
+# runtime at once, each with a set of its own (tools/setup-users.sh makes 'lumi' and 'lumis'): their homes, caches,
+# port files and processes stay apart.
+USERS = os.environ.get('LUMI_CT_USERS') or 'lumi'
+OWNER = USERS + '-owner'          # installs and uses the modules; in PROJECT_GROUP
+MEMBER = USERS + '-member'        # another member of PROJECT_GROUP
+OUTSIDER = USERS + '-outsider'    # another user of the same nodes, in no group of the others
+PROJECT_GROUP = USERS + '-project'
 TEST_USERS = (OWNER, MEMBER, OUTSIDER)
 
 # Whether commands can be given to the test users (only root can); otherwise they run as whoever runs the tests

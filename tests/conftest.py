@@ -10,10 +10,10 @@ from _pytest.tmpdir import TempPathFactory
 from support import IN_CI, require, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND, make_test_sif
 from testkit.install import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,
-                             TORCH_IN_CONTAINER, TORCH_SITE, Missing, demo_easyconfig, install_demo, install_laif,
-                             write_wheel)
+                             RUNTIME_SETUID, TORCH_IN_CONTAINER, TORCH_SITE, Missing, demo_easyconfig, install_demo,
+                             install_laif, write_wheel)
 from testkit.slurm import SLURM_COMMANDS, SlurmCluster
-from testkit.users import OWNER, give, missing_users, user
+from testkit.users import MEMBER, OUTSIDER, OWNER, give, missing_users, user
 
 
 def _for_the_test_user(mktemp):
@@ -223,7 +223,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    terminalreporter.write_line('container runtime: %s' % RUNTIME)
+    terminalreporter.write_line('container runtime: %s (%s), as the test users %s, %s and %s' % (
+        RUNTIME, 'setuid' if RUNTIME_SETUID else 'user namespace', OWNER, MEMBER, OUTSIDER))
     for lacking, nodeids in sorted(LEFT_OUT.items()):
         terminalreporter.write_line('left out, as %s lacks %s: %d tests' % (
             os.path.basename(RUNTIME), '; '.join(FEATURES[feature] for feature in lacking), len(nodeids)))

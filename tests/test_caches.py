@@ -57,7 +57,7 @@ def modules(request, container_modules):
 
 @pytest.fixture
 def job():
-    """A job id of this test's own: the cache root of the owner on node 0 is /tmp/lumi-owner-caches-<job>-0.
+    """A job id of this test's own: the cache root of the owner on node 0 is /tmp/<owner>-caches-<job>-0.
     Everything made under that name (and its fresh siblings) is removed afterwards."""
     job_id = str(random.randrange(10 ** 8, 10 ** 9))
     yield job_id

@@ -103,7 +103,7 @@ def test_kernel_sees_what_python_sees(kernel_module, tmp_path):
     assert '%s\t%s\t%s\n' % (KERNEL, spec_dir, 'Demo/1.0 (container)') in out
 
     job = {'SLURM_JOB_ID': str(900000 + os.getpid() % 100000), 'SLURM_NODEID': '1'}
-    caches = Path('/tmp/lumi-owner-caches-%s-1' % job['SLURM_JOB_ID'])
+    caches = Path('/tmp/%s-caches-%s-1' % (OWNER, job['SLURM_JOB_ID']))
     runtime_dir = Path(tempfile.mkdtemp(prefix='lumi-ct-jupyter-', dir='/run'))  # not bound by default
     give(runtime_dir, inst.user)
     try:
