@@ -11,7 +11,7 @@ from pathlib import Path
 from harness import (REPO, USER_SOFTWARE, USER_SOFTWARE_PACKED, bench_user, checked, count_entries, figure,
                      measure_io, progress, repeat, rotated, stdlib_sources)
 from generator.easyblock import easyblock
-from testkit.install import local_wheels, write_wheel
+from testkit.install import SETUID_RUNTIME, local_wheels, write_wheel
 from testkit.users import give
 
 USER_SOFTWARE_CHANGES = easyblock.USER_SOFTWARE_CHANGES
@@ -19,6 +19,7 @@ USER_SOFTWARE_CHANGES = easyblock.USER_SOFTWARE_CHANGES
 SQUASHFS_NAME, CHANGES_NAME = easyblock.SQUASHFS_NAME, easyblock.CHANGES_NAME
 GENERATION_PREFIX, GENERATION_RECORD = easyblock.GENERATION_PREFIX, easyblock.GENERATION_RECORD
 NEW_LINK_PREFIX = easyblock.NEW_LINK_PREFIX
+WRITABLE_LAYER_RECORD = easyblock.WRITABLE_LAYER_RECORD
 SMALL = 'bench-small'
 MODULE_CHARS = 4096          # the modules of the venvs' wheels: whole top-level statements of the standard library's
 GOAL_SECONDS, GOAL_RATIO = 2.0, 1.3  # issue 26: on the largest venv, and against the smallest
@@ -195,10 +196,11 @@ class Runner:
         self.said = {}          # {line venv-pip printed on stderr, or its last stdout line: times}
         self.temporary = set()  # what it left in TEMPORARY_PLACES
 
-    def step(self, venv, name, values, key):
+    def step(self, venv, name, values, key, env=None):
         before = temporary_entries()
         script = STEPS[name].format(find=self.find, module=venv.module)
-        data = measure_io(venv.shell(script), self.env, self.ctx.scratch, '%s (%s)' % (key, venv.module))
+        env = env or self.env
+        data = measure_io(venv.shell(script), env, self.ctx.scratch, '%s (%s)' % (key, venv.module))
         values[key], values[key + '_written'] = data['seconds'], data['io'][self.ctx.counter]
         said = data['stderr'].splitlines() + data['stdout'].splitlines()[-1:]
         for line in said:
@@ -208,13 +210,20 @@ class Runner:
         if self.ctx.settings.quick:
             return  # (a container start each: tests/test_bench.py's time is short)
         check = NOT_IMPORTABLE if name == 'uninstall' else IMPORTABLE
-        checked(venv.shell(check), env=self.env, what='%s after %s (%s)' % (check, key, venv.module))
+        checked(venv.shell(check), env=env, what='%s after %s (%s)' % (check, key, venv.module))
 
     def variant(self, venv, variant):
         """One way of adding the package (and of removing it again, but for the manual steps); back as installed."""
         values = {}
         if variant == 'manual':
             self.step(venv, 'manual', values, 'manual')
+        elif variant == 'setuid':
+            # LUMI's runtime: as make-squashfs records it under a setuid runtime, a change's writable layer is an
+            # EXT3 image (such a runtime lets only root use a directory), copied out by a second container start
+            (venv.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
+            env = dict(self.env, PATH=os.pathsep.join([str(SETUID_RUNTIME.parent), self.env['PATH']]))
+            for name in ('install', 'uninstall'):
+                self.step(venv, name, values, 'setuid_%s' % name, env)
         else:
             if variant == 'repack':  # venv-pip repacks the whole venv where there is no layer
                 (venv.idir / USER_SOFTWARE_CHANGES).unlink(missing_ok=True)
@@ -230,7 +239,8 @@ def variants(ctx, venv):
     """The ways to measure (--quick: without the full repack, which the layers' absence makes the only way)."""
     if not venv.layers:
         return ['repack', 'manual']
-    return ['layers', 'manual'] if ctx.settings.quick else ['layers', 'repack', 'manual']
+    layers = ['layers', 'setuid'] if SETUID_RUNTIME.exists() else ['layers']
+    return layers + (['manual'] if ctx.settings.quick else ['repack', 'manual'])
 
 
 def bench_venv_pip(ctx):
@@ -283,6 +293,9 @@ LABELS = [
     ('layers_install', 'venv-pip install, as a layer', 's'),
     ('layers_uninstall', 'venv-pip uninstall, as a layer', 's'),
     ('layers_install_written', 'bytes written: venv-pip install, as a layer', 'bytes'),
+    ('setuid_install', 'venv-pip install, as a layer, setuid runtime (EXT3 image on top)', 's'),
+    ('setuid_uninstall', 'venv-pip uninstall, as a layer, setuid runtime (EXT3 image on top)', 's'),
+    ('setuid_install_written', 'bytes written: venv-pip install, as a layer, setuid runtime', 'bytes'),
     ('layers_uninstall_written', 'bytes written: venv-pip uninstall, as a layer', 'bytes'),
     ('repack_install', 'venv-pip install, full repack (no layer)', 's'),
     ('repack_uninstall', 'venv-pip uninstall, full repack (no layer)', 's'),
@@ -305,7 +318,7 @@ def venv_figures(venv, v, goals):
         if values is None:
             continue
         goal = ('<=', GOAL_SECONDS, 'at most %g s' % GOAL_SECONDS) if goals and key in (
-            'layers_install', 'layers_uninstall') else None
+            'layers_install', 'layers_uninstall', 'setuid_install', 'setuid_uninstall') else None
         figures.append(figure('%d_%s' % (venv.entries, key), '%s entries: %s' % (format(venv.entries, ','), label),
                               unit, values, goal))
     return figures

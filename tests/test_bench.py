@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from support import REPO, require_eb, require_runtime, require_tools
+from testkit.install import SETUID_RUNTIME
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -45,6 +46,10 @@ def test_quick_benchmarks_report_all_figures(tmp_path):
                 assert is_number(fig['goal']['limit']) and isinstance(fig['pass'], bool), where
     for bench in result['benchmarks']:
         assert bench['title'] in proc.stdout
+    # venv-pip under the setuid runtime too (LUMI's mode: an EXT3 image on top), where make setup built one
+    venv_pip = {fig['key'] for fig in result['benchmarks'][BENCHMARKS.index('venv_pip')]['figures']}
+    assert any(key.endswith('_layers_install') for key in venv_pip)
+    assert any(key.endswith('_setuid_install') for key in venv_pip) == SETUID_RUNTIME.exists()
     # The options benchmark (a tiny tree here, no PyPI wheels): each variant's size, and the read through squashfuse
     options = {fig['key'] for fig in result['benchmarks'][-1]['figures']}
     assert {'gzip', 'gzip_bytes', 'gzip_unsquash_shm', 'gzip_unsquash_disk', 'gzip_read', 'zstd_1_read'} <= options

@@ -42,6 +42,10 @@ CASES = [
     ('container_env', {'X': 'pa$$word'}, False),
     ('container_env', {'PREPEND_PATH': '/x'}, False),
     ('container_env', {'VIRTUAL_ENV': '/x'}, False),
+    # refused by SingularityCE and Apptainer in SINGULARITYENV_* (a warning at every start, left unset)
+    ('container_env', {'HOME': '/scratch/home'}, False),
+    ('container_env', {'SINGULARITY_SHELL': '/bin/zsh'}, False),
+    ('container_env', {'SINGULARITY_APPNAME': 'x'}, False),
     ('container_env', {'X': '`id`'}, False),
     ('container_env', {'X': 'back\\slash'}, False),
     ('container_env', {'X': 'line\nrm -rf ~'}, False),

@@ -13,8 +13,9 @@ import pytest
 
 from support import require_other_users, require_runtime, require_tools
 from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, write_distribution
-from testkit.install import (LAIF_MODULE, RUNTIME, SQUASHFS_WORKS, base_env, fake_command, install_demo, install_laif,
-                             run, spawn, local_wheels, slow_step, wait_for, write_wheel)
+from testkit.install import (LAIF_MODULE, RUNTIME, RUNTIME_SETUID, SQUASHFS_WORKS, Installation, base_env,
+                             demo_easyconfig, fake_command, install_demo, install_laif, run, spawn, local_wheels,
+                             slow_step, wait_for, write_wheel)
 from testkit.easyblock import easyblock
 from testkit.users import OUTSIDER, OWNER, give
 
@@ -190,6 +191,98 @@ def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed,
     assert sorted(p.name for p in (site / 'lumi_upgraded').iterdir()) == ['__init__.py', '__pycache__', 'new.py']
     assert [p.name for p in site.glob('lumi_upgraded-*')] == ['lumi_upgraded-2.0.dist-info']
     assert sorted(p.name for p in (site / 'lumi_base').iterdir()) == ['__init__.py']  # none of 1.0's __pycache__
+
+
+WRITABLE_LAYER = easyblock.WRITABLE_LAYER_RECORD
+# The kind of writable layer the runtime allows on top of the layers: the modes differ here, and only here, by
+# design. A setuid runtime (LUMI's) lets only root use a directory as an overlay; in a user namespace, an EXT3 image
+# would need FUSE under the kernel's overlay, which the kernel refuses.
+EXPECTED_KIND = 'image' if RUNTIME_SETUID else 'directory'
+
+
+@pytest.mark.needs('image-src')
+def test_make_squashfs_records_the_writable_layer_that_the_runtime_allows(packed, wheelhouse):
+    """The install's make-squashfs tries which writable layer the runtime stacks on top of the venv's layers and
+    records it in the generation; each change's new generation keeps it."""
+    inst, idir = packed
+    assert (idir / PACKED / WRITABLE_LAYER).read_text() == EXPECTED_KIND + '\n'
+    out = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later' % ' '.join(local_wheels(wheelhouse)))
+    assert out.stderr == ''
+    assert (idir / PACKED / WRITABLE_LAYER).read_text() == EXPECTED_KIND + '\n'
+
+
+@pytest.mark.needs('image-src')
+def test_a_writable_layer_the_runtime_refuses_gives_way_to_the_other_kind(packed, wheelhouse):
+    """An install made with another runtime recorded the other kind (a user-namespace Apptainer: a directory; a
+    setuid one: an EXT3 image): the runtime refuses it, venv-pip says so in one line, makes the change with the kind
+    that works, and records that one."""
+    inst, idir = packed
+    other = 'directory' if RUNTIME_SETUID else 'image'
+    record = idir / PACKED / WRITABLE_LAYER
+    record.write_text(other + '\n')
+    proc = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later\npython -c "import lumi_later"' %
+                             ' '.join(local_wheels(wheelhouse)))
+    said = [line for line in proc.stderr.splitlines() if line.startswith('venv-pip')]
+    assert said == ['venv-pip: the container runtime refuses a writable %s on top of the venv\'s layers (a setuid '
+                    'runtime lets only root use a directory, one in a user namespace takes no EXT3 image): the change '
+                    'gets a writable %s instead' % (other, EXPECTED_KIND)], proc.stderr
+    assert record.read_text() == EXPECTED_KIND + '\n' and packed_files(idir) == LAYERS
+    assert inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-top' % ' '.join(
+        local_wheels(wheelhouse))).stderr == ''
+
+
+# SingularityCE without setuid (its native mode, in a user namespace) mounts the SIF with squashfuse, but no SquashFS
+# overlay and no image-src bind: it leaves them out with only a debug message (SingularityCE's source; it cannot be
+# installed here). This stand-in does the same to the real runtime's variables, then runs it.
+NATIVE_SINGULARITYCE = r"""#!/bin/bash
+unset SINGULARITY_OVERLAY APPTAINER_OVERLAY
+for var in SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
+    IFS=, read -ra entries <<<"${!var:-}"
+    kept=() dropped=
+    for entry in "${entries[@]}"; do
+        case "$entry" in
+            *:image-src=*) dropped=yes ;;
+            ro | rw) [ -n "$dropped" ] || kept+=("$entry") ;;
+            *) dropped= kept+=("$entry") ;;
+        esac
+    done
+    IFS=,
+    export "$var=${kept[*]}"
+    unset IFS
+done
+exec %s "$@"
+"""
+
+
+@pytest.mark.needs('image-src')
+def test_a_runtime_that_mounts_no_squashfs_file_keeps_the_venv_a_directory(tmp_path, demo_sif, wheelhouse):
+    """Where neither form of the packed venv shows up in the container (SingularityCE without setuid), the install's
+    make-squashfs says so once and leaves the venv the directory it was, which the module binds; venv-pip changes
+    it there, and a later make-squashfs by hand says the same and changes nothing."""
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs', 'flock')
+    native = tmp_path / 'native'
+    native.mkdir()
+    (native / 'singularity').write_text(NATIVE_SINGULARITYCE % RUNTIME)
+    (native / 'singularity').chmod(0o755)
+    inst = Installation(tmp_path / 'install')
+    (inst.sources / 'demo.sif').write_bytes(demo_sif.read_bytes())
+    give(inst.sources, inst.user)
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
+        wrapped_commands=['python'], pip_requirements=['lumi-base'], squash_user_software=True,
+        pip_install_options=local_wheels(wheelhouse)))
+    env = inst.env()
+    env['PATH'] = '%s:%s' % (native, env['PATH'])
+    out = inst.eb(ec, '--robot-paths=' + str(ec.parent), env=env).stdout
+    idir = inst.installdir('Demo', '1.0')
+    said = 'neither stacks %s/%s as overlays nor binds it at /user-software' % (idir, SQUASHFS)
+    assert out.count(said) == 1 and 'the venv stays the directory %s/user-software' % idir in out
+    assert (idir / 'user-software').is_dir() and not os.path.lexists(idir / PACKED)
+    shell_env = base_env([str(native)])
+    proc = inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later\npython -c "import lumi_base, lumi_later"'
+                             '\nmake-squashfs' % ' '.join(local_wheels(wheelhouse)), env=shell_env)
+    assert said in proc.stdout and proc.stderr == ''
+    assert (idir / 'user-software').is_dir() and not os.path.lexists(idir / PACKED)
 
 
 @pytest.mark.needs('image-src')

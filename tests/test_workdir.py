@@ -159,6 +159,25 @@ def test_a_container_that_does_not_start_is_not_pip_failing(packed, tmp_path, wh
     assert not list(tmpdir.iterdir())
 
 
+@pytest.mark.needs('image-src')
+def test_a_command_not_found_in_the_container_is_not_a_container_that_did_not_start(packed, tmp_path, wheelhouse):
+    """The runtime's 255 is also its status for a command not found in the container: where the container starts
+    (venv-pip tries it with true), venv-pip says that, not that the work dir is at fault."""
+    inst, idir = packed
+    not_found = fake_command(tmp_path / 'not-found', 'singularity', (
+        'for arg in "$@"; do [ "$arg" != -c ] || { echo \'FATAL: "python": executable file not found\' >&2; '
+        'exit 255; }; done\nexec %s "$@"\n') % RUNTIME)
+    tmpdir = place(tmp_path / 'tmp', 0o1777)
+    proc = venv_pip(inst, tmpdir, 'install %s lumi-top' % ' '.join(local_wheels(wheelhouse)), check=False,
+                    path=[not_found])
+    assert proc.returncode == 255
+    assert proc.stderr.splitlines()[-1] == (
+        "venv-pip: error: the container starts, but the command in it ended with exit code 255, the runtime's "
+        "status for a command it did not find there (the runtime says which above); the venv was not changed")
+    assert 'did not start' not in proc.stderr and 'pip failed' not in proc.stderr
+    assert not list(tmpdir.iterdir())
+
+
 def unpacked_bytes(*squashfs_files):
     """What the files of the SquashFS files take unpacked (as venv-pip estimates it)."""
     total = 0

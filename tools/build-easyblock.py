@@ -104,6 +104,10 @@ of small files are slow to make and read back)."""),
     ('OVERLAY_PYTHON', 'programs/overlay_python.py',
      """\
 Run by venv-pip in the container (python -c): pip on a writable overlay of the packed venv."""),
+    ('EXPORT_UPPER', 'programs/export_upper.py',
+     """\
+Run by venv-pip in a second container (python -c) where the writable layer is an EXT3 image (a setuid runtime): what
+pip changed, copied out of the image."""),
     ('LAUNCH_VENV_PIP', 'scripts/launch-venv-pip.sh',
      """\
 venv-pip: pip against the module's venv, whatever its state. Where the install stacks layers, pip runs on the

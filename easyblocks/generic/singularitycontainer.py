@@ -73,6 +73,9 @@ GENERATION_RECORD = '.generation'
 NEW_LINK_PREFIX = '.user-software.link.'
 # In a generation whose layer changes nothing (after make-squashfs, a merge or a repack)
 EMPTY_LAYER_MARK = '.empty-layer'
+# In a generation of layers: how venv-pip's change gets its writable layer, 'directory' or 'image' (make-squashfs
+# decides by what the runtime allows)
+WRITABLE_LAYER_RECORD = '.writable-layer'
 # A generation no link names any more is removed this long after it was superseded (a container started just
 # before may still be about to open its files)
 KEEP_SUPERSEDED_MINUTES = 2
@@ -603,7 +606,7 @@ class SingularityContainer(EasyBlock):
             return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
                                         image_commands_module=IMAGE_COMMANDS_MODULE,
                                         bind_user_software=BIND_USER_SOFTWARE, keep_venv_python=KEEP_VENV_PYTHON,
-                                        refused_status=OVERLAY_REFUSED_STATUS,
+                                        refused_status=OVERLAY_REFUSED_STATUS, export_upper=EXPORT_UPPER,
                                         overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
                                                                      refused_status=OVERLAY_REFUSED_STATUS))
         if launch == 'runscript':
@@ -696,8 +699,12 @@ class SingularityContainer(EasyBlock):
         # the install holds the lock: make-squashfs must not wait for it
         env = {INSTALL_HOLDS_LOCK: os.path.realpath(self.installdir), LAYERS_IMAGE: self.installed_sif()}
         cmd = ' '.join([sh_str('%s=%s' % item) for item in sorted(env.items())] + [sh_str(make_squashfs)])
-        self.run_checked(cmd, "Packing user-software with make-squashfs")
+        output = self.run_checked(cmd, "Packing user-software with make-squashfs")
         if self.dry_run:
+            return
+        if not os.path.lexists(os.path.join(self.installdir, USER_SOFTWARE_PACKED)):
+            # the runtime can use no SquashFS file at /user-software (make-squashfs says why): the directory stays
+            print_msg(output.strip().splitlines()[-1], log=self.log)
             return
         squashfs = os.path.join(self.installdir, USER_SOFTWARE_SQUASHFS)
         listing = self.run_checked('unsquashfs -l %s' % sh_str(squashfs), "Listing %s" % squashfs)
@@ -860,7 +867,8 @@ class SingularityContainer(EasyBlock):
             "layers that SINGULARITY_OVERLAY puts there, after your own overlays: %s and, on top, %s with "
             "venv-pip's changes since (where the runtime cannot stack overlays, %s alone is bound there), in the "
             "directory that the link %s names, which every change replaces in one step; unpacked (after "
-            "unmake-squashfs), the directory %s is bound there." % (
+            "unmake-squashfs), the directory %s is bound there. The runtime's -o/--overlay replaces "
+            "SINGULARITY_OVERLAY, and so the venv's layers: give your own overlays in SINGULARITY_OVERLAY." % (
                 USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_PACKED,
                 USER_SOFTWARE),
         ] + nvidia + [
@@ -984,11 +992,20 @@ def wrapped_command_problem(value):
     return problem
 
 
+# What SingularityCE and Apptainer refuse to take from SINGULARITYENV_* (with a warning at every container start):
+# the home directory is set with --home, and these two are the runtime's own settings
+RUNTIME_REFUSED_ENV = ('HOME', 'SINGULARITY_SHELL', 'SINGULARITY_APPNAME')
+
+
 def container_env_name_problem(value):
     problem = pattern_problem(ENV_NAME, 'a valid environment variable name')(value)
     if problem is None and value in MODULE_CONTAINER_VARIABLES:
         problem = ("%r is set by the module itself (the virtual environment and /runscripts come first on PATH): "
                    "leave it out" % value)
+    if problem is None and value in RUNTIME_REFUSED_ENV:
+        problem = ("%r is refused by the container runtime in SINGULARITYENV_* (it warns at every start and leaves "
+                   "it unset): leave it out%s" % (value, " (the home directory: the runtime's --home, "
+                                                         "SINGULARITY_HOME)" if value == 'HOME' else ''))
     return problem
 
 
@@ -2661,6 +2678,19 @@ of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of th
     esac
     through_the_link "$1" "$2"
 }
+# How venv-pip's change gets the writable layer on top of the layers of the generation $1, as make-squashfs decided it
+# by what the runtime allows: a directory (an overlay in a user namespace), or an EXT3 image (a setuid runtime lets
+# only root use a directory); a directory where nothing is recorded (installs of earlier versions)
+writable_layer_kind() {
+    local kind=
+    if [ -f "$1/@writable_record@" ] && [ ! -L "$1/@writable_record@" ]; then
+        kind=$(head -c 64 -- "$1/@writable_record@")
+    fi
+    [ "$kind" = image ] && echo image || echo directory
+}
+record_writable_layer_kind() {  # the kind $2 for the new generation $1
+    echo "$2" >"$1/@writable_record@"
+}
 mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a command of the module leaves it out
     : >"$1/@empty_mark@"
 }
@@ -3206,24 +3236,40 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
     [ ! -f "$3" ] || apply_layer "$3" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
-# $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.
+# $3. Its whiteouts: the paths in the file $4 (NUL-terminated), else the character devices in $1. The directories pip
+# removed (listed in $1@record@ by OVERLAY_PYTHON): one that holds nothing else is removed too; one made again hides
+# what the layers below held in it (as an opaque directory does), and so does a directory where the tree has a file or
+# a link, and the other way round.
 apply_upper() {
-    local path
+    local path top=
     if [ -f "$1@record@" ]; then
-        while IFS= read -r path; do
+        while IFS= read -r path; do  # (sorted: a directory before what is in it)
             path=${path#/}
-            if [ -d "$1/$path" ] && [ -z "$(find "$1/$path" ! -type d ! -type c -print -quit)" ]; then
-                rm -rf -- "${1:?}/$path" "${2:?}/$path"
-                echo "$path" >>"$3"
+            if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+                [ -n "$(find "$1/$path" ! -type d ! -type c -print -quit)" ] || rm -rf -- "${1:?}/$path"
+                rm -rf -- "${2:?}/$path"
+                # (what is below a listed directory is hidden with it)
+                if [ -z "$top" ] || [ "${path#"$top"/}" = "$path" ]; then
+                    top=$path
+                    echo "$path" >>"$3"
+                fi
             fi
         done <"$1@record@"
         rm -f "$1@record@"
     fi
     while IFS= read -r -d '' path; do
-        path=${path#"$1"/}
         rm -rf -- "${1:?}/$path" "${2:?}/$path"
         echo "$path" >>"$3"
-    done < <(find "$1" -type c -print0)
+    done < <(if [ -n "${4:-}" ]; then cat -- "$4"; else find "$1" -mindepth 1 -type c -printf '%P\0'; fi)
+    while IFS= read -r -d '' path; do
+        if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+            if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
+                rm -f -- "${2:?}/$path"
+            fi
+        elif [ -d "$2/$path" ] && [ ! -L "$2/$path" ]; then
+            rm -rf -- "${2:?}/$path"
+        fi
+    done < <(find "$1" -mindepth 1 -printf '%P\0')
     cp -a --remove-destination "$1/." "$2/"  # (a link in the tree is replaced, not written through)
 }
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
@@ -3269,19 +3315,54 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
     remove_own_tree "$empty"
     return "$status"
 }
-# Whether the runtime stacks the SquashFS file $2 and the layer $3 as overlays on the image $1 (an unprivileged one
-# needs a kernel that mounts overlays in a user namespace); says why not on stdout
-layers_stack() {
-    local runtime output stack="$2:ro,$3:ro"
-    if ! runtime=$(command -v singularity || command -v apptainer); then
+runtime_on_path() {  # the container runtime, as the module's commands find it
+    command -v singularity || command -v apptainer
+}
+# Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
+# them) and the command $4... succeeds in it; says why not on stdout
+runs_in_container() {
+    local runtime output image=$1 overlays=$2 binds=$3
+    shift 3
+    if ! runtime=$(runtime_on_path); then
         echo "no singularity or apptainer on PATH"
         return 1
     fi
-    output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$stack" \
-        APPTAINER_OVERLAY="$stack" "$runtime" exec "$1" test -d /user-software/venv 2>&1 9>&-) &&
-        return 0
-    echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
+    output=$(SINGULARITY_BINDPATH="$binds" APPTAINER_BINDPATH="$binds" SINGULARITY_OVERLAY="$overlays" \
+        APPTAINER_OVERLAY="$overlays" "$runtime" exec "$image" "$@" 2>&1 9>&-) && return 0
+    echo "${output:-$runtime exec with the overlays $overlays and the binds $binds failed}" | tail -n 1
     return 1
+}
+runs_with_overlays() {  # runs_in_container without binds
+    runs_in_container "$1" "$2" "" "${@:3}"
+}
+# Whether the runtime binds the SquashFS file $2 at /user-software in the image $1 (without setuid, SingularityCE
+# leaves image-src binds out, saying nothing); says why not on stdout
+squashfs_binds() {
+    runs_in_container "$1" "" "$2:/user-software:image-src=/user-software,ro" test -d /user-software/venv
+}
+# Whether the runtime stacks the SquashFS file $2 and the layer $3 as overlays on the image $1 (an unprivileged one
+# needs a kernel that mounts overlays in a user namespace); says why not on stdout
+layers_stack() {
+    runs_with_overlays "$1" "$2:ro,$3:ro" test -d /user-software/venv
+}
+# How a change of the layers $2 and $3 on the image $1 gets its writable layer on top (writable_layer_kind), tried in
+# the work dir $4: a directory where the runtime stacks one (in a user namespace), else an EXT3 image (a setuid runtime
+# lets only root use a directory as an overlay); says why neither on stdout, with status 1
+writable_layer_allowed() {
+    local why probe='mkdir /user-software/.venv-pip-probe && rmdir /user-software/.venv-pip-probe'
+    if ! mkdir "$4/overlay"; then
+        echo "cannot write in $4"
+        return 1
+    fi
+    if why=$(runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay" sh -c "$probe"); then
+        echo directory
+    elif "$(runtime_on_path)" overlay create --sparse --size 64 "$4/overlay.img" >/dev/null 2>&1 9>&- &&
+        runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay.img" sh -c "$probe" >/dev/null; then
+        echo image
+    else
+        echo "$why"
+        return 1
+    fi
 }
 '''
 
@@ -3368,15 +3449,22 @@ ran_out_of_space() {
     [ "${free:-0}" -lt $(( 4 << 20 )) ]
 }
 # Stop with pip's status $1 in a container on the work dir $2, saying what failed and that $3 (what was not changed).
-# 255 is the runtime's own: the container did not start (an overlay or a bind in the work dir did not mount).
+# 255 is the runtime's own when the container does not start (an overlay or a bind in the work dir did not mount),
+# and also its status for a command not found in the container: the command $4... (the same container with `true`)
+# tells which.
 stop_as_pip() {
-    if [ "$1" -eq 255 ]; then
-        echo "${0##*/}: error: the container did not start on the work dir $2 (the runtime says why above);" \
-            "$3. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
+    local status=$1 work=$2 unchanged=$3
+    shift 3
+    if [ "$status" -eq 255 ] && ! "$@" >/dev/null 2>&1 9>&-; then
+        echo "${0##*/}: error: the container did not start on the work dir $work (the runtime says why above);" \
+            "$unchanged. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
+    elif [ "$status" -eq 255 ]; then
+        echo "${0##*/}: error: the container starts, but the command in it ended with exit code 255, the runtime's" \
+            "status for a command it did not find there (the runtime says which above); $unchanged" >&2
     else
-        echo "${0##*/}: error: pip failed (exit code $1); $3" >&2
+        echo "${0##*/}: error: pip failed (exit code $status); $unchanged" >&2
     fi
-    exit "$1"
+    exit "$status"
 }
 '''
 
@@ -3388,9 +3476,11 @@ Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c 
 packed venv's layers as read-only overlays and a writable directory on top, so that the directory gets exactly the
 change. A user namespace's overlay cannot remove a directory of the layers below (the kernel would have to mark a
 directory opaque with an extended attribute a user namespace may not set, and says EIO): a directory emptied this
-way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). The directories
-are written to RECORD, which venv-pip reads and turns into whiteouts when it packs the change; a later run in the
-same overlay reads it back.
+way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). Those
+directories, and every directory that rmdir did remove (an overlay mounted with privileges, as a setuid runtime
+mounts it, removes it and marks a directory made again at its name opaque, which only a privileged reader can see),
+are written to RECORD: venv-pip reads it, and hides whatever the layers below held in them when it packs the
+change; a later run in the same overlay reads it back.
 
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
@@ -3414,6 +3504,7 @@ real_replace = os.replace
 real_rename = os.rename
 real_symlink = os.symlink
 emptied = set()
+removed_dirs = set()  # (by a successful rmdir)
 refused = []
 
 
@@ -3442,7 +3533,9 @@ def removed(path):
 
 def rmdir(path, *, dir_fd=None):
     try:
+        full = full_path(path, dir_fd)  # (before the removal: dir_fd's own directory may be the one removed)
         real_rmdir(path, dir_fd=dir_fd)
+        removed_dirs.add(full)
     except OSError as error:
         full = full_path(path, dir_fd)
         if error.errno not in (errno.EIO, errno.ENOTEMPTY) or not all(
@@ -3569,9 +3662,9 @@ def main(argv):
     finally:
         for name, function in real.items():
             setattr(os, name, function)
-        if emptied:
+        if emptied or removed_dirs:
             with open(RECORD, "w") as record:
-                record.write("".join(path + "\n" for path in sorted(emptied)))
+                record.write("".join(path + "\n" for path in sorted(emptied | removed_dirs)))
     if refused:
         print(refused[0], flush=True)
         return REFUSED_STATUS
@@ -3580,6 +3673,59 @@ def main(argv):
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
+'''
+
+# Run by venv-pip in a second container (python -c) where the writable layer is an EXT3 image (a setuid runtime): what
+# pip changed, copied out of the image.
+EXPORT_UPPER = r'''"""What pip wrote in a writable EXT3 image, copied out (python -c <this> UPPER COPY LIST).
+
+Written by EasyBuild's SingularityContainer easyblock. Under a setuid runtime (LUMI's) the writable layer of a change
+cannot be a directory (only root may use one there): it is an EXT3 image, which the runtime mounts with a loop
+device. Only a container sees into it: venv-pip starts one with the image's upper directory bound read-only at UPPER
+and its work dir bound where it is. This copies what UPPER holds into the new directory COPY: directories, files and
+links with their modes and times, and each whiteout (a character device 0,0, which a user cannot make) as its path
+from UPPER in the new file LIST instead, NUL-terminated. Names are bytes throughout.
+"""
+import os
+import shutil
+import stat
+import sys
+
+
+def copy_entry(source, target, status, whiteouts, path):
+    """The entry source (lstat status) as target; a whiteout to the list instead."""
+    if stat.S_ISDIR(status.st_mode):
+        os.mkdir(target)
+        copy_tree(source, target, whiteouts, path)
+        os.chmod(target, stat.S_IMODE(status.st_mode))
+    elif stat.S_ISLNK(status.st_mode):
+        os.symlink(os.readlink(source), target)
+    elif stat.S_ISREG(status.st_mode):
+        shutil.copy2(source, target, follow_symlinks=False)
+        return
+    elif stat.S_ISCHR(status.st_mode) and status.st_rdev == 0:
+        whiteouts.write(path + b"\0")
+        return
+    else:
+        raise OSError("%s is neither a file, a link, a directory nor a whiteout" % os.fsdecode(path))
+    os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns), follow_symlinks=False)
+
+
+def copy_tree(source, target, whiteouts, path):
+    for name in sorted(os.listdir(source)):
+        entry = os.path.join(source, name)
+        copy_entry(entry, os.path.join(target, name), os.lstat(entry), whiteouts, os.path.join(path, name))
+
+
+def main(upper, copy, whiteouts):
+    os.mkdir(copy)
+    with open(whiteouts, "xb") as listing:
+        copy_tree(os.fsencode(upper), os.fsencode(copy), listing, b"")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
 '''
 
 # venv-pip: pip against the module's venv, whatever its state. Where the install stacks layers, pip runs on the
@@ -3616,6 +3762,37 @@ PYTHON
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
     exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@" 9>&-
 }
+export_python=$(cat <<'PYTHON'
+@export_upper@
+PYTHON
+)
+# The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
+# listed in the new file $3 (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
+# layers by now: the image is mounted once.
+export_upper() {
+    local binds="$1:/venv-pip-upper:image-src=/upper,ro,${2%/*}:${2%/*}"
+    SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
+        APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
+        exec "$runtime" @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3" 9>&-
+}
+# The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image is
+# sparse (it takes what pip writes), as large as the place has room for, up to 16 GiB or four times the packed venv.
+writable_layer() {
+    local mib packed
+    if [ "$2" = directory ]; then
+        mkdir "$1/overlay" && echo "$1/overlay"
+        return
+    fi
+    packed=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
+    mib=$(( $(free_bytes "$1") >> 20 ))
+    mib=$(( mib - 64 < (packed > 16384 ? packed : 16384) ? mib - 64 : (packed > 16384 ? packed : 16384) ))
+    [ "$mib" -ge 64 ] || return 1
+    "$runtime" overlay create --sparse --size "$mib" "$1/overlay.img" >/dev/null 9>&- && echo "$1/overlay.img"
+}
+# Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
+layer_is_full() {
+    [ -f "$1" ] && [ $(( $(stat -c %b "$1") * $(stat -c %B "$1") * 10 )) -ge $(( $(stat -c %s "$1") * 9 )) ]
+}
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
@@ -3649,6 +3826,8 @@ wait_for_lock "$root"
 # The state as it is now that this run holds the lock: what this run changes
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
+writable_kind=$(writable_layer_kind "$generation")
+kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
@@ -3706,6 +3885,9 @@ new=$(new_generation "$root") || die "cannot make a directory in $root; nothing 
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
 make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
+    if [ -f "$new_changes" ] && ! record_writable_layer_kind "$new" "$writable_kind"; then
+        die "cannot write in $new; the venv was not changed"
+    fi
     trap '' HUP INT TERM
     make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
     new=
@@ -3735,18 +3917,49 @@ pip_where_there_is_room() {
             fi
             in_background pip "$@" || status=$?
         else
-            mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
-            use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$work/overlay"
-            use_for_user_software ""  # (no bind there)
-            in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+            pip_on_layers "$@" || status=$?
         fi
-        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
+        if [ "$status" -eq 0 ] || ! { ran_out_of_space "$work" || layer_is_full "$work/overlay.img"; }; then
             return "$status"
         fi
         full+=("${work%/*}")
         echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
         remove_own_tree "$work"
     done
+}
+# pip with the arguments $@ on the packed venv's layers, with a writable layer on top in the work dir (work), then the
+# image's commands: its status; what pip changed is in $work/overlay/upper (and, from an EXT3 image, its whiteouts in
+# $work/whiteouts). The writable layer is of the kind writable_kind; where the runtime refuses it (the install was made
+# with another runtime: a setuid one refuses a directory, one in a user namespace an EXT3 image), the other kind from
+# then on, saying so.
+pip_on_layers() {
+    local writable status=0 other
+    writable=$(writable_layer "$work" "$writable_kind") ||
+        die "cannot make a writable layer ($writable_kind) in $work; nothing was changed"
+    use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
+    use_for_user_software ""  # (no bind there)
+    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+    if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-; then
+        other=image
+        [ "$writable_kind" = directory ] || other=directory
+        echo "venv-pip: the container runtime refuses a writable $writable_kind on top of the venv's layers (a" \
+            "setuid runtime lets only root use a directory, one in a user namespace takes no EXT3 image): the change" \
+            "gets a writable $other instead" >&2
+        kind_refused=$writable_kind writable_kind=$other
+        remove_own_tree "$writable"
+        rm -f -- "$writable"
+        pip_on_layers "$@"
+        return
+    fi
+    if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
+        use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro"
+        mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
+        in_background export_upper "$writable" "$work/overlay/upper" "$work/whiteouts" || status=$?
+        if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then
+            die "cannot copy the change out of $writable (exit code $status); nothing was changed"
+        fi
+    fi
+    return "$status"
 }
 unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
     echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
@@ -3756,7 +3969,7 @@ unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpack
 change_by_repacking() {
     local status=0
     pip_where_there_is_room repack "$(unpacked_need "$squashfs" "$changes")" "$@" || status=$?
-    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed"
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed" "$runtime" exec "$sif" true
     keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
@@ -3784,17 +3997,20 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
-    local upper tree limit why status=0
+    local upper whiteouts tree limit why status=0
     pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
+    whiteouts=
+    [ "$writable_kind" != image ] || whiteouts="$work/whiteouts"
     why=
     if [ "$status" = @refused_status@ ]; then
         :  # (OVERLAY_PYTHON said why)
     elif [ "$status" -ne 0 ]; then
-        stop_as_pip "$status" "$work" "the venv was not changed"
+        stop_as_pip "$status" "$work" "the venv was not changed" "$runtime" exec "$sif" true
     elif venv_python_changed "$upper/$venv_bin"; then
         why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
-    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ]; then
+    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] ||
+        { [ -n "$whiteouts" ] && [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]; }; then
         why="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
     fi
     if [ "$status" -ne 0 ] || [ -n "$why" ]; then
@@ -3803,7 +4019,7 @@ change_in_layers() {
         change_by_repacking "$@"
         return
     fi
-    if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
+    if [ -z "$(find "$upper" ! -type d -print -quit)" ] && { [ -z "$whiteouts" ] || [ ! -s "$whiteouts" ]; }; then
         echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
@@ -3811,7 +4027,7 @@ change_in_layers() {
     mkdir "$tree"
     layer_whiteouts "$changes" >"$work/removed"
     in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
-    if ! apply_upper "$upper" "$tree" "$work/removed" ||
+    if ! apply_upper "$upper" "$tree" "$work/removed" "$whiteouts" ||
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
         die "cannot put the change together in $work; nothing was changed"
     fi
@@ -3856,6 +4072,7 @@ MAKE_SQUASHFS = r'''@header@
 @user_software_paths@
 @readable_by_all@
 @layers@
+@workdir@
 @lock_install_dir_or_stop@
 squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 
@@ -3870,7 +4087,8 @@ command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 # A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
 new=
-trap 'remove_own_tree "$new"' EXIT
+work=
+trap 'remove_own_tree "$new"; remove_own_tree "$work"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
@@ -3887,13 +4105,31 @@ fi
 # dir is, so that venv-pip keeps it so)
 chmod "$(umask_mode 666)" "$squashfs" "$changes"
 # The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE): layers
-# where the runtime stacks them, else one SquashFS file that the module binds
+# where the runtime stacks them and gives a change a writable layer on top (a directory, or an EXT3 image under a
+# setuid runtime: recorded), else one SquashFS file that the module binds
 # (the image: the module's, else the install's, in the install dir)
 # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}" "$squashfs" "$changes"); then
+image="${@image_var@:-${@sif_var@:-$root/@sif_name@}}"
+if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
     rm -f -- "$changes"
+    if ! why_not_bound=$(squashfs_binds "$image" "$squashfs"); then
+        echo "The container runtime neither stacks $packed/$squashfs_name as overlays nor binds it at" \
+            "/user-software ($why_not_bound): the venv stays the directory $dir, which the module binds there."
+        exit 0  # (the new generation goes)
+    fi
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."
+else
+    work=$(make_workdir "$root" $(( 64 << 20 )))
+    if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
+        rm -f -- "$changes"
+        echo "venv-pip will repack the whole venv for each change: the container runtime stacks" \
+            "$packed/$squashfs_name and a layer on top, but gives a change neither a writable directory nor an" \
+            "EXT3 image on top of them ($kind)."
+    elif ! record_writable_layer_kind "$new" "$kind"; then
+        die "cannot write in $new; nothing was changed"
+    fi
+    remove_own_tree "$work"
 fi
 trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
 make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
@@ -4768,7 +5004,7 @@ if __name__ == "__main__":
 
 VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
                            link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
-                           empty_mark=EMPTY_LAYER_MARK,
+                           empty_mark=EMPTY_LAYER_MARK, writable_record=WRITABLE_LAYER_RECORD,
                            us_dir=USER_SOFTWARE, us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME)
 USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
                                     venv_state=VENV_STATE)

@@ -5,9 +5,11 @@ Written by EasyBuild's SingularityContainer easyblock. venv-pip runs `python -c 
 packed venv's layers as read-only overlays and a writable directory on top, so that the directory gets exactly the
 change. A user namespace's overlay cannot remove a directory of the layers below (the kernel would have to mark a
 directory opaque with an extended attribute a user namespace may not set, and says EIO): a directory emptied this
-way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). The directories
-are written to RECORD, which venv-pip reads and turns into whiteouts when it packs the change; a later run in the
-same overlay reads it back.
+way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). Those
+directories, and every directory that rmdir did remove (an overlay mounted with privileges, as a setuid runtime
+mounts it, removes it and marks a directory made again at its name opaque, which only a privileged reader can see),
+are written to RECORD: venv-pip reads it, and hides whatever the layers below held in them when it packs the
+change; a later run in the same overlay reads it back.
 
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
@@ -31,6 +33,7 @@ real_replace = os.replace
 real_rename = os.rename
 real_symlink = os.symlink
 emptied = set()
+removed_dirs = set()  # (by a successful rmdir)
 refused = []
 
 
@@ -59,7 +62,9 @@ def removed(path):
 
 def rmdir(path, *, dir_fd=None):
     try:
+        full = full_path(path, dir_fd)  # (before the removal: dir_fd's own directory may be the one removed)
         real_rmdir(path, dir_fd=dir_fd)
+        removed_dirs.add(full)
     except OSError as error:
         full = full_path(path, dir_fd)
         if error.errno not in (errno.EIO, errno.ENOTEMPTY) or not all(
@@ -186,9 +191,9 @@ def main(argv):
     finally:
         for name, function in real.items():
             setattr(os, name, function)
-        if emptied:
+        if emptied or removed_dirs:
             with open(RECORD, "w") as record:
-                record.write("".join(path + "\n" for path in sorted(emptied)))
+                record.write("".join(path + "\n" for path in sorted(emptied | removed_dirs)))
     if refused:
         print(refused[0], flush=True)
         return REFUSED_STATUS

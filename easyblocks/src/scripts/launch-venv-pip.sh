@@ -27,6 +27,37 @@ PYTHON
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
     exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@" 9>&-
 }
+export_python=$(cat <<'PYTHON'
+@export_upper@
+PYTHON
+)
+# The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
+# listed in the new file $3 (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
+# layers by now: the image is mounted once.
+export_upper() {
+    local binds="$1:/venv-pip-upper:image-src=/upper,ro,${2%/*}:${2%/*}"
+    SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
+        APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
+        exec "$runtime" @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3" 9>&-
+}
+# The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image is
+# sparse (it takes what pip writes), as large as the place has room for, up to 16 GiB or four times the packed venv.
+writable_layer() {
+    local mib packed
+    if [ "$2" = directory ]; then
+        mkdir "$1/overlay" && echo "$1/overlay"
+        return
+    fi
+    packed=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
+    mib=$(( $(free_bytes "$1") >> 20 ))
+    mib=$(( mib - 64 < (packed > 16384 ? packed : 16384) ? mib - 64 : (packed > 16384 ? packed : 16384) ))
+    [ "$mib" -ge 64 ] || return 1
+    "$runtime" overlay create --sparse --size "$mib" "$1/overlay.img" >/dev/null 9>&- && echo "$1/overlay.img"
+}
+# Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
+layer_is_full() {
+    [ -f "$1" ] && [ $(( $(stat -c %b "$1") * $(stat -c %B "$1") * 10 )) -ge $(( $(stat -c %s "$1") * 9 )) ]
+}
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
@@ -60,6 +91,8 @@ wait_for_lock "$root"
 # The state as it is now that this run holds the lock: what this run changes
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
+writable_kind=$(writable_layer_kind "$generation")
+kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
@@ -117,6 +150,9 @@ new=$(new_generation "$root") || die "cannot make a directory in $root; nothing 
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
 make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
+    if [ -f "$new_changes" ] && ! record_writable_layer_kind "$new" "$writable_kind"; then
+        die "cannot write in $new; the venv was not changed"
+    fi
     trap '' HUP INT TERM
     make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
     new=
@@ -146,18 +182,49 @@ pip_where_there_is_room() {
             fi
             in_background pip "$@" || status=$?
         else
-            mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
-            use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$work/overlay"
-            use_for_user_software ""  # (no bind there)
-            in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+            pip_on_layers "$@" || status=$?
         fi
-        if [ "$status" -eq 0 ] || ! ran_out_of_space "$work"; then
+        if [ "$status" -eq 0 ] || ! { ran_out_of_space "$work" || layer_is_full "$work/overlay.img"; }; then
             return "$status"
         fi
         full+=("${work%/*}")
         echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
         remove_own_tree "$work"
     done
+}
+# pip with the arguments $@ on the packed venv's layers, with a writable layer on top in the work dir (work), then the
+# image's commands: its status; what pip changed is in $work/overlay/upper (and, from an EXT3 image, its whiteouts in
+# $work/whiteouts). The writable layer is of the kind writable_kind; where the runtime refuses it (the install was made
+# with another runtime: a setuid one refuses a directory, one in a user namespace an EXT3 image), the other kind from
+# then on, saying so.
+pip_on_layers() {
+    local writable status=0 other
+    writable=$(writable_layer "$work" "$writable_kind") ||
+        die "cannot make a writable layer ($writable_kind) in $work; nothing was changed"
+    use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
+    use_for_user_software ""  # (no bind there)
+    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+    if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-; then
+        other=image
+        [ "$writable_kind" = directory ] || other=directory
+        echo "venv-pip: the container runtime refuses a writable $writable_kind on top of the venv's layers (a" \
+            "setuid runtime lets only root use a directory, one in a user namespace takes no EXT3 image): the change" \
+            "gets a writable $other instead" >&2
+        kind_refused=$writable_kind writable_kind=$other
+        remove_own_tree "$writable"
+        rm -f -- "$writable"
+        pip_on_layers "$@"
+        return
+    fi
+    if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
+        use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro"
+        mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
+        in_background export_upper "$writable" "$work/overlay/upper" "$work/whiteouts" || status=$?
+        if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then
+            die "cannot copy the change out of $writable (exit code $status); nothing was changed"
+        fi
+    fi
+    return "$status"
 }
 unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
     echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
@@ -167,7 +234,7 @@ unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpack
 change_by_repacking() {
     local status=0
     pip_where_there_is_room repack "$(unpacked_need "$squashfs" "$changes")" "$@" || status=$?
-    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed"
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed" "$runtime" exec "$sif" true
     keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
@@ -195,17 +262,20 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
-    local upper tree limit why status=0
+    local upper whiteouts tree limit why status=0
     pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
+    whiteouts=
+    [ "$writable_kind" != image ] || whiteouts="$work/whiteouts"
     why=
     if [ "$status" = @refused_status@ ]; then
         :  # (OVERLAY_PYTHON said why)
     elif [ "$status" -ne 0 ]; then
-        stop_as_pip "$status" "$work" "the venv was not changed"
+        stop_as_pip "$status" "$work" "the venv was not changed" "$runtime" exec "$sif" true
     elif venv_python_changed "$upper/$venv_bin"; then
         why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
-    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ]; then
+    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] ||
+        { [ -n "$whiteouts" ] && [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]; }; then
         why="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
     fi
     if [ "$status" -ne 0 ] || [ -n "$why" ]; then
@@ -214,7 +284,7 @@ change_in_layers() {
         change_by_repacking "$@"
         return
     fi
-    if [ -z "$(find "$upper" ! -type d -print -quit)" ]; then
+    if [ -z "$(find "$upper" ! -type d -print -quit)" ] && { [ -z "$whiteouts" ] || [ ! -s "$whiteouts" ]; }; then
         echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
@@ -222,7 +292,7 @@ change_in_layers() {
     mkdir "$tree"
     layer_whiteouts "$changes" >"$work/removed"
     in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
-    if ! apply_upper "$upper" "$tree" "$work/removed" ||
+    if ! apply_upper "$upper" "$tree" "$work/removed" "$whiteouts" ||
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
         die "cannot put the change together in $work; nothing was changed"
     fi

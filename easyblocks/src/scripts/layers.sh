@@ -75,24 +75,40 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
     [ ! -f "$3" ] || apply_layer "$3" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
-# $3: its whiteouts, and the directories pip emptied (listed in $1@record@ by OVERLAY_PYTHON) that hold nothing else.
+# $3. Its whiteouts: the paths in the file $4 (NUL-terminated), else the character devices in $1. The directories pip
+# removed (listed in $1@record@ by OVERLAY_PYTHON): one that holds nothing else is removed too; one made again hides
+# what the layers below held in it (as an opaque directory does), and so does a directory where the tree has a file or
+# a link, and the other way round.
 apply_upper() {
-    local path
+    local path top=
     if [ -f "$1@record@" ]; then
-        while IFS= read -r path; do
+        while IFS= read -r path; do  # (sorted: a directory before what is in it)
             path=${path#/}
-            if [ -d "$1/$path" ] && [ -z "$(find "$1/$path" ! -type d ! -type c -print -quit)" ]; then
-                rm -rf -- "${1:?}/$path" "${2:?}/$path"
-                echo "$path" >>"$3"
+            if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+                [ -n "$(find "$1/$path" ! -type d ! -type c -print -quit)" ] || rm -rf -- "${1:?}/$path"
+                rm -rf -- "${2:?}/$path"
+                # (what is below a listed directory is hidden with it)
+                if [ -z "$top" ] || [ "${path#"$top"/}" = "$path" ]; then
+                    top=$path
+                    echo "$path" >>"$3"
+                fi
             fi
         done <"$1@record@"
         rm -f "$1@record@"
     fi
     while IFS= read -r -d '' path; do
-        path=${path#"$1"/}
         rm -rf -- "${1:?}/$path" "${2:?}/$path"
         echo "$path" >>"$3"
-    done < <(find "$1" -type c -print0)
+    done < <(if [ -n "${4:-}" ]; then cat -- "$4"; else find "$1" -mindepth 1 -type c -printf '%P\0'; fi)
+    while IFS= read -r -d '' path; do
+        if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+            if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
+                rm -f -- "${2:?}/$path"
+            fi
+        elif [ -d "$2/$path" ] && [ ! -L "$2/$path" ]; then
+            rm -rf -- "${2:?}/$path"
+        fi
+    done < <(find "$1" -mindepth 1 -printf '%P\0')
     cp -a --remove-destination "$1/." "$2/"  # (a link in the tree is replaced, not written through)
 }
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
@@ -138,17 +154,52 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
     remove_own_tree "$empty"
     return "$status"
 }
-# Whether the runtime stacks the SquashFS file $2 and the layer $3 as overlays on the image $1 (an unprivileged one
-# needs a kernel that mounts overlays in a user namespace); says why not on stdout
-layers_stack() {
-    local runtime output stack="$2:ro,$3:ro"
-    if ! runtime=$(command -v singularity || command -v apptainer); then
+runtime_on_path() {  # the container runtime, as the module's commands find it
+    command -v singularity || command -v apptainer
+}
+# Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
+# them) and the command $4... succeeds in it; says why not on stdout
+runs_in_container() {
+    local runtime output image=$1 overlays=$2 binds=$3
+    shift 3
+    if ! runtime=$(runtime_on_path); then
         echo "no singularity or apptainer on PATH"
         return 1
     fi
-    output=$(env -u SINGULARITY_BINDPATH -u APPTAINER_BINDPATH SINGULARITY_OVERLAY="$stack" \
-        APPTAINER_OVERLAY="$stack" "$runtime" exec "$1" test -d /user-software/venv 2>&1 9>&-) &&
-        return 0
-    echo "${output:-$runtime exec with the two layers as overlays did not find /user-software/venv}" | tail -n 1
+    output=$(SINGULARITY_BINDPATH="$binds" APPTAINER_BINDPATH="$binds" SINGULARITY_OVERLAY="$overlays" \
+        APPTAINER_OVERLAY="$overlays" "$runtime" exec "$image" "$@" 2>&1 9>&-) && return 0
+    echo "${output:-$runtime exec with the overlays $overlays and the binds $binds failed}" | tail -n 1
     return 1
+}
+runs_with_overlays() {  # runs_in_container without binds
+    runs_in_container "$1" "$2" "" "${@:3}"
+}
+# Whether the runtime binds the SquashFS file $2 at /user-software in the image $1 (without setuid, SingularityCE
+# leaves image-src binds out, saying nothing); says why not on stdout
+squashfs_binds() {
+    runs_in_container "$1" "" "$2:/user-software:image-src=/user-software,ro" test -d /user-software/venv
+}
+# Whether the runtime stacks the SquashFS file $2 and the layer $3 as overlays on the image $1 (an unprivileged one
+# needs a kernel that mounts overlays in a user namespace); says why not on stdout
+layers_stack() {
+    runs_with_overlays "$1" "$2:ro,$3:ro" test -d /user-software/venv
+}
+# How a change of the layers $2 and $3 on the image $1 gets its writable layer on top (writable_layer_kind), tried in
+# the work dir $4: a directory where the runtime stacks one (in a user namespace), else an EXT3 image (a setuid runtime
+# lets only root use a directory as an overlay); says why neither on stdout, with status 1
+writable_layer_allowed() {
+    local why probe='mkdir /user-software/.venv-pip-probe && rmdir /user-software/.venv-pip-probe'
+    if ! mkdir "$4/overlay"; then
+        echo "cannot write in $4"
+        return 1
+    fi
+    if why=$(runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay" sh -c "$probe"); then
+        echo directory
+    elif "$(runtime_on_path)" overlay create --sparse --size 64 "$4/overlay.img" >/dev/null 2>&1 9>&- &&
+        runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay.img" sh -c "$probe" >/dev/null; then
+        echo image
+    else
+        echo "$why"
+        return 1
+    fi
 }

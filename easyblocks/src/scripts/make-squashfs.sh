@@ -3,6 +3,7 @@
 @user_software_paths@
 @readable_by_all@
 @layers@
+@workdir@
 @lock_install_dir_or_stop@
 squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 
@@ -17,7 +18,8 @@ command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 # A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
 new=
-trap 'remove_own_tree "$new"' EXIT
+work=
+trap 'remove_own_tree "$new"; remove_own_tree "$work"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
@@ -34,13 +36,31 @@ fi
 # dir is, so that venv-pip keeps it so)
 chmod "$(umask_mode 666)" "$squashfs" "$changes"
 # The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE): layers
-# where the runtime stacks them, else one SquashFS file that the module binds
+# where the runtime stacks them and gives a change a writable layer on top (a directory, or an EXT3 image under a
+# setuid runtime: recorded), else one SquashFS file that the module binds
 # (the image: the module's, else the install's, in the install dir)
 # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-if ! why=$(layers_stack "${@image_var@:-${@sif_var@:-$root/@sif_name@}}" "$squashfs" "$changes"); then
+image="${@image_var@:-${@sif_var@:-$root/@sif_name@}}"
+if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
     rm -f -- "$changes"
+    if ! why_not_bound=$(squashfs_binds "$image" "$squashfs"); then
+        echo "The container runtime neither stacks $packed/$squashfs_name as overlays nor binds it at" \
+            "/user-software ($why_not_bound): the venv stays the directory $dir, which the module binds there."
+        exit 0  # (the new generation goes)
+    fi
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."
+else
+    work=$(make_workdir "$root" $(( 64 << 20 )))
+    if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
+        rm -f -- "$changes"
+        echo "venv-pip will repack the whole venv for each change: the container runtime stacks" \
+            "$packed/$squashfs_name and a layer on top, but gives a change neither a writable directory nor an" \
+            "EXT3 image on top of them ($kind)."
+    elif ! record_writable_layer_kind "$new" "$kind"; then
+        die "cannot write in $new; nothing was changed"
+    fi
+    remove_own_tree "$work"
 fi
 trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
 make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"

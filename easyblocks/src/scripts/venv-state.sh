@@ -83,6 +83,19 @@ of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of th
     esac
     through_the_link "$1" "$2"
 }
+# How venv-pip's change gets the writable layer on top of the layers of the generation $1, as make-squashfs decided it
+# by what the runtime allows: a directory (an overlay in a user namespace), or an EXT3 image (a setuid runtime lets
+# only root use a directory); a directory where nothing is recorded (installs of earlier versions)
+writable_layer_kind() {
+    local kind=
+    if [ -f "$1/@writable_record@" ] && [ ! -L "$1/@writable_record@" ]; then
+        kind=$(head -c 64 -- "$1/@writable_record@")
+    fi
+    [ "$kind" = image ] && echo image || echo directory
+}
+record_writable_layer_kind() {  # the kind $2 for the new generation $1
+    echo "$2" >"$1/@writable_record@"
+}
 mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a command of the module leaves it out
     : >"$1/@empty_mark@"
 }

@@ -79,13 +79,20 @@ ran_out_of_space() {
     [ "${free:-0}" -lt $(( 4 << 20 )) ]
 }
 # Stop with pip's status $1 in a container on the work dir $2, saying what failed and that $3 (what was not changed).
-# 255 is the runtime's own: the container did not start (an overlay or a bind in the work dir did not mount).
+# 255 is the runtime's own when the container does not start (an overlay or a bind in the work dir did not mount),
+# and also its status for a command not found in the container: the command $4... (the same container with `true`)
+# tells which.
 stop_as_pip() {
-    if [ "$1" -eq 255 ]; then
-        echo "${0##*/}: error: the container did not start on the work dir $2 (the runtime says why above);" \
-            "$3. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
+    local status=$1 work=$2 unchanged=$3
+    shift 3
+    if [ "$status" -eq 255 ] && ! "$@" >/dev/null 2>&1 9>&-; then
+        echo "${0##*/}: error: the container did not start on the work dir $work (the runtime says why above);" \
+            "$unchanged. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
+    elif [ "$status" -eq 255 ]; then
+        echo "${0##*/}: error: the container starts, but the command in it ended with exit code 255, the runtime's" \
+            "status for a command it did not find there (the runtime says which above); $unchanged" >&2
     else
-        echo "${0##*/}: error: pip failed (exit code $1); $3" >&2
+        echo "${0##*/}: error: pip failed (exit code $status); $unchanged" >&2
     fi
-    exit "$1"
+    exit "$status"
 }
