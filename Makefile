@@ -4,7 +4,7 @@
 TOOLS ?= /opt/lumi-container-tools
 PY := $(TOOLS)/venv/bin/python
 APT_PACKAGES := lmod lua5.3 tcl8.6 squashfs-tools siftool shellcheck python3 python3-venv python3-pip slurm-wlm munge mmdebstrap \
-		patchelf squashfuse fuse2fs gocryptfs iproute2 util-linux mpich openmpi-bin inotify-tools
+		patchelf squashfuse fuse2fs gocryptfs iproute2 util-linux mpich openmpi-bin inotify-tools e2fsprogs
 PYTHON ?= python3
 # The Python of the users' EasyBuild: Debian's, which every user can run (root's python3 may live under /root)
 SYSTEM_PYTHON := /usr/bin/python3
@@ -21,13 +21,14 @@ APPTAINER := $(TOOLS)/apptainer/bin/apptainer
 # The setuid runtime, as LUMI's: its prefix is compiled in (tools/install-apptainer-suid.sh)
 APPTAINER_SUID := $(TOOLS)/apptainer-suid
 # (made again only when its script changes: a fresh clone's new file times must not cost a 15-minute build)
-APPTAINER_SUID_STAMP := $(APPTAINER_SUID)/setup-$(shell sha256sum tools/install-apptainer-suid.sh | cut -c1-16).stamp
+APPTAINER_SUID_STAMP := $(APPTAINER_SUID)/setup-$(shell cat tools/install-apptainer-suid.sh tools/sid-apt.sh | sha256sum | \
+	cut -c1-16).stamp
 
 EB5 := $(TOOLS)/eb5/system-python.stamp
 EB49 := $(TOOLS)/eb49/system-python.stamp
 setup: $(TOOLS)/apt.stamp $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp \
 	$(TOOLS)/torch-$(TORCH_VERSION)/setup.stamp $(KERNEL_WHEELS)/fetched.stamp $(APPTAINER) \
-	$(APPTAINER_SUID_STAMP) $(ROOTFS)/apptainer-layout.stamp users
+	$(ROOTFS)/apptainer-layout.stamp users
 
 # The tests' users (an owner and a member of a project group, an outsider; useradd and groupadd in
 # tools/setup-users.sh) and /dev/fuse open to them: checked on every run, as a device's mode does not survive a reboot
@@ -80,7 +81,7 @@ $(KERNEL_WHEELS)/fetched.stamp: | $(TOOLS)/apt.stamp
 
 # The container runtime of the tests and the demo: Apptainer (1.4.5) from Debian's unstable suite, relocated into
 # $(TOOLS)/apptainer with a glibc of its own (about 10 s); $(TOOLS)/apptainer/bin/singularity is a link to it.
-$(APPTAINER): tools/install-apptainer.sh | $(TOOLS)/apt.stamp
+$(APPTAINER): tools/install-apptainer.sh tools/sid-apt.sh | $(TOOLS)/apt.stamp
 	tools/install-apptainer.sh $(TOOLS)/apptainer
 
 # The runtime as LUMI runs it: Apptainer 1.4.5 built with setuid from Debian's source package (a sid build root,
@@ -111,7 +112,7 @@ INSTALL_THIS := rm -rf build && $(PY) -m pip install -q --no-deps --force-reinst
 RUN_TESTS = LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) LUMI_CT_KERNEL_WHEELS=$(KERNEL_WHEELS) \
 	tools/run-tests.sh $(PY)
 ifeq ($(SINGULARITY),)
-test: setup
+test: setup $(APPTAINER_SUID_STAMP)
 	$(INSTALL_THIS)
 	$(RUN_TESTS) $(TOOLS)/apptainer/bin/singularity $(APPTAINER_SUID)/bin/singularity
 else

@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from support import require_runtime, require_tools
-from testkit.install import CONTAINER_PYTHON_VERSION, base_env, install_demo, local_wheels, spawn
+from testkit.install import CONTAINER_PYTHON_VERSION, RUNTIME_SETUID, base_env, install_demo, local_wheels, spawn
 from testkit.pip_reference import (LINK, REPACK, SNAPSHOT, describe, differences, operation_script, parse_snapshot,
                                    random_operations, snapshot_command, status_of, write_wheels)
 from testkit.users import give
@@ -152,9 +152,16 @@ CASES = {
 }
 
 
+# Where the modes differ: under a setuid runtime (LUMI's) the overlay is mounted with privileges, and turns a file
+# or a link into a directory and back itself; only an overlay in a user namespace cannot (a repack there)
+LAYERS_CAN_UNDER_SETUID = {'D', 'D-link'}
+
+
 @pytest.mark.parametrize('case', sorted(CASES))
 def test_fixed_sequences_equal_plain_pip(sides, case):
     ops, repacks = CASES[case]
+    if RUNTIME_SETUID and case in LAYERS_CAN_UNDER_SETUID:
+        repacks = {}
     run_sequence(sides, ops, 'the case %s of %s' % (case, __file__), repacks)
 
 

@@ -17,19 +17,13 @@ dest=${1:?usage: $0 DEST}
 case "$dest" in /*) ;; *) echo "install-apptainer-suid: DEST must be an absolute path" >&2; exit 2 ;; esac
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo "$(uname -m)-linux-gnu")
 
+# shellcheck source=tools/sid-apt.sh
+source "$(dirname "$0")/sid-apt.sh"
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial"
-# shellcheck disable=SC2016  # apt-get's own $(...) fields
-mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' | awk '$2 !~ /security/ {print $1; exit}')
-[ -n "$mirror" ] || { echo "install-apptainer-suid: no Debian archive in this machine's apt sources" >&2; exit 1; }
-printf 'deb %s sid main\ndeb-src %s sid main\n' "$mirror" "$mirror" >"$work/apt/sources.list"
-# (the registry's sid can be a snapshot whose Release file is past its Valid-Until)
-apt_opts=(-o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache=$work/apt/cache"
-          -o "Dir::Etc::SourceList=$work/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-          -o APT::Sandbox::User=root -o Acquire::Check-Valid-Until=false -o Debug::NoLocking=1)
-apt-get "${apt_opts[@]}" update -qq
-(cd "$work" && apt-get "${apt_opts[@]}" source -qq --download-only apptainer)
+sid_apt "$work/apt" deb-src
+(cd "$work" && apt-get "${sid_apt_options[@]}" source -qq --download-only apptainer)
 dscs=("$work"/apptainer_*.dsc)
 version=$(sed -n 's/^Version: \([^-+~]*\).*/\1/p' "${dscs[0]}")
 # The build root: sid with the source package's Build-Depends (the Go libraries come as golang-*-dev sources, built
@@ -37,7 +31,7 @@ version=$(sed -n 's/^Version: \([^-+~]*\).*/\1/p' "${dscs[0]}")
 deps=$(sed -n 's/^Build-Depends: //p' "${dscs[0]}" | tr ',' '\n' | sed 's/([^)]*)//g; s/\[[^]]*\]//g; s/ //g' |
        grep -v -e '^debhelper' -e '^dh-golang' -e '^$' | paste -sd,)
 mmdebstrap --quiet --aptopt='Acquire::Check-Valid-Until "false"' --variant=buildd \
-    --include="golang-go,libseccomp-dev,pkg-config,$deps" sid "$work/root" "deb $mirror sid main"
+    --include="golang-go,libseccomp-dev,pkg-config,$deps" sid "$work/root" "deb $sid_mirror sid main"
 # A real directory, not a link: mconfig resolves its own path
 src=$work/root/build/gopath/src/github.com/apptainer/apptainer
 mkdir -p "$src"

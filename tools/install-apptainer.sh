@@ -11,21 +11,14 @@
 set -euo pipefail
 
 dest=${1:?usage: $0 DEST}
-arch=$(dpkg --print-architecture)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo "$(uname -m)-linux-gnu")
+# shellcheck source=tools/sid-apt.sh
+source "$(dirname "$0")/sid-apt.sh"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-# The Debian archive this machine already uses, with the sid suite, in apt state of its own
-# shellcheck disable=SC2016  # apt-get's own $(...) fields
-mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' | awk '$2 !~ /security/ {print $1; exit}')
-[ -n "$mirror" ] || { echo "install-apptainer: no Debian archive in this machine's apt sources" >&2; exit 1; }
-echo "deb [arch=$arch] $mirror sid main" > "$work/sources.list"
-apt_opts=(-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o "Dir::Etc::SourceList=$work/sources.list"
-          -o Dir::Etc::SourceParts=/dev/null -o APT::Sandbox::User=root -o Debug::NoLocking=1)
-apt-get "${apt_opts[@]}" update -qq
-(cd "$work" && apt-get "${apt_opts[@]}" download -qq apptainer libc6 libseccomp2 libsqlite3-0)
+sid_apt "$work/apt"
+(cd "$work" && apt-get "${sid_apt_options[@]}" download -qq apptainer libc6 libseccomp2 libsqlite3-0)
 
 rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$dest.tmp"; done

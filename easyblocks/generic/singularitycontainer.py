@@ -3321,15 +3321,15 @@ runtime_on_path() {  # the container runtime, as the module's commands find it
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout
 runs_in_container() {
-    local runtime output image=$1 overlays=$2 binds=$3
+    local runtime output image=$1 stack=$2 binds=$3
     shift 3
     if ! runtime=$(runtime_on_path); then
         echo "no singularity or apptainer on PATH"
         return 1
     fi
-    output=$(SINGULARITY_BINDPATH="$binds" APPTAINER_BINDPATH="$binds" SINGULARITY_OVERLAY="$overlays" \
-        APPTAINER_OVERLAY="$overlays" "$runtime" exec "$image" "$@" 2>&1 9>&-) && return 0
-    echo "${output:-$runtime exec with the overlays $overlays and the binds $binds failed}" | tail -n 1
+    output=$(SINGULARITY_BINDPATH="$binds" APPTAINER_BINDPATH="$binds" SINGULARITY_OVERLAY="$stack" \
+        APPTAINER_OVERLAY="$stack" "$runtime" exec "$image" "$@" 2>&1 9>&-) && return 0
+    echo "${output:-$runtime exec with the overlays $stack and the binds $binds failed}" | tail -n 1
     return 1
 }
 runs_with_overlays() {  # runs_in_container without binds
@@ -3356,7 +3356,7 @@ writable_layer_allowed() {
     fi
     if why=$(runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay" sh -c "$probe"); then
         echo directory
-    elif "$(runtime_on_path)" overlay create --sparse --size 64 "$4/overlay.img" >/dev/null 2>&1 9>&- &&
+    elif TMPDIR=$4 "$(runtime_on_path)" overlay create --sparse --size 64 "$4/overlay.img" >/dev/null 2>&1 9>&- &&
         runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay.img" sh -c "$probe" >/dev/null; then
         echo image
     else
@@ -3494,6 +3494,7 @@ import runpy
 import sys
 
 RECORD = "@record@"
+LAYERS = os.path.dirname(RECORD)  # (what the layers hold: pip's temporary directories elsewhere do not count)
 REFUSED_STATUS = int("@refused_status@")
 real_rmdir = os.rmdir
 real_listdir = os.listdir
@@ -3535,7 +3536,8 @@ def rmdir(path, *, dir_fd=None):
     try:
         full = full_path(path, dir_fd)  # (before the removal: dir_fd's own directory may be the one removed)
         real_rmdir(path, dir_fd=dir_fd)
-        removed_dirs.add(full)
+        if full.startswith(LAYERS + os.sep):
+            removed_dirs.add(full)
     except OSError as error:
         full = full_path(path, dir_fd)
         if error.errno not in (errno.EIO, errno.ENOTEMPTY) or not all(
@@ -3776,18 +3778,18 @@ export_upper() {
         exec "$runtime" @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3" 9>&-
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image is
-# sparse (it takes what pip writes), as large as the place has room for, up to 16 GiB or four times the packed venv.
+# sparse: it takes only what pip writes, and may be larger than the place's room (where that runs out, pip fails as
+# it would in a directory there, and venv-pip goes on in the next place). 16 GiB, or four times the packed venv.
 writable_layer() {
-    local mib packed
+    local mib
     if [ "$2" = directory ]; then
         mkdir "$1/overlay" && echo "$1/overlay"
         return
     fi
-    packed=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
-    mib=$(( $(free_bytes "$1") >> 20 ))
-    mib=$(( mib - 64 < (packed > 16384 ? packed : 16384) ? mib - 64 : (packed > 16384 ? packed : 16384) ))
-    [ "$mib" -ge 64 ] || return 1
-    "$runtime" overlay create --sparse --size "$mib" "$1/overlay.img" >/dev/null 9>&- && echo "$1/overlay.img"
+    mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
+    # (the runtime's temporary directory for mkfs.ext3 in the work dir too, not in a TMPDIR that others share)
+    TMPDIR=$1 "$runtime" overlay create --sparse --size "$(( mib > 16384 ? mib : 16384 ))" "$1/overlay.img" \
+        >/dev/null 9>&- && echo "$1/overlay.img"
 }
 # Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
 layer_is_full() {

@@ -23,6 +23,7 @@ import runpy
 import sys
 
 RECORD = "@record@"
+LAYERS = os.path.dirname(RECORD)  # (what the layers hold: pip's temporary directories elsewhere do not count)
 REFUSED_STATUS = int("@refused_status@")
 real_rmdir = os.rmdir
 real_listdir = os.listdir
@@ -64,7 +65,8 @@ def rmdir(path, *, dir_fd=None):
     try:
         full = full_path(path, dir_fd)  # (before the removal: dir_fd's own directory may be the one removed)
         real_rmdir(path, dir_fd=dir_fd)
-        removed_dirs.add(full)
+        if full.startswith(LAYERS + os.sep):
+            removed_dirs.add(full)
     except OSError as error:
         full = full_path(path, dir_fd)
         if error.errno not in (errno.EIO, errno.ENOTEMPTY) or not all(

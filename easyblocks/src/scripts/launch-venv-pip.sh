@@ -41,18 +41,18 @@ export_upper() {
         exec "$runtime" @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3" 9>&-
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image is
-# sparse (it takes what pip writes), as large as the place has room for, up to 16 GiB or four times the packed venv.
+# sparse: it takes only what pip writes, and may be larger than the place's room (where that runs out, pip fails as
+# it would in a directory there, and venv-pip goes on in the next place). 16 GiB, or four times the packed venv.
 writable_layer() {
-    local mib packed
+    local mib
     if [ "$2" = directory ]; then
         mkdir "$1/overlay" && echo "$1/overlay"
         return
     fi
-    packed=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
-    mib=$(( $(free_bytes "$1") >> 20 ))
-    mib=$(( mib - 64 < (packed > 16384 ? packed : 16384) ? mib - 64 : (packed > 16384 ? packed : 16384) ))
-    [ "$mib" -ge 64 ] || return 1
-    "$runtime" overlay create --sparse --size "$mib" "$1/overlay.img" >/dev/null 9>&- && echo "$1/overlay.img"
+    mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
+    # (the runtime's temporary directory for mkfs.ext3 in the work dir too, not in a TMPDIR that others share)
+    TMPDIR=$1 "$runtime" overlay create --sparse --size "$(( mib > 16384 ? mib : 16384 ))" "$1/overlay.img" \
+        >/dev/null 9>&- && echo "$1/overlay.img"
 }
 # Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
 layer_is_full() {

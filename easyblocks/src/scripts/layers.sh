@@ -160,15 +160,15 @@ runtime_on_path() {  # the container runtime, as the module's commands find it
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout
 runs_in_container() {
-    local runtime output image=$1 overlays=$2 binds=$3
+    local runtime output image=$1 stack=$2 binds=$3
     shift 3
     if ! runtime=$(runtime_on_path); then
         echo "no singularity or apptainer on PATH"
         return 1
     fi
-    output=$(SINGULARITY_BINDPATH="$binds" APPTAINER_BINDPATH="$binds" SINGULARITY_OVERLAY="$overlays" \
-        APPTAINER_OVERLAY="$overlays" "$runtime" exec "$image" "$@" 2>&1 9>&-) && return 0
-    echo "${output:-$runtime exec with the overlays $overlays and the binds $binds failed}" | tail -n 1
+    output=$(SINGULARITY_BINDPATH="$binds" APPTAINER_BINDPATH="$binds" SINGULARITY_OVERLAY="$stack" \
+        APPTAINER_OVERLAY="$stack" "$runtime" exec "$image" "$@" 2>&1 9>&-) && return 0
+    echo "${output:-$runtime exec with the overlays $stack and the binds $binds failed}" | tail -n 1
     return 1
 }
 runs_with_overlays() {  # runs_in_container without binds
@@ -195,7 +195,7 @@ writable_layer_allowed() {
     fi
     if why=$(runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay" sh -c "$probe"); then
         echo directory
-    elif "$(runtime_on_path)" overlay create --sparse --size 64 "$4/overlay.img" >/dev/null 2>&1 9>&- &&
+    elif TMPDIR=$4 "$(runtime_on_path)" overlay create --sparse --size 64 "$4/overlay.img" >/dev/null 2>&1 9>&- &&
         runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay.img" sh -c "$probe" >/dev/null; then
         echo image
     else
