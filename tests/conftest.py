@@ -185,6 +185,8 @@ def demo_install(container_modules):
 def pytest_configure(config):
     config.addinivalue_line('markers', 'runtime: drives the container runtime (run again with a real one)')
     config.addinivalue_line('markers', 'needs(feature): needs a feature of testkit.install.FEATURES from the runtime')
+    config.addinivalue_line('markers', 'once_only(why): run with one runtime only (make test leaves it out of the run '
+                                       'with the setuid runtime): why it checks nothing that differs')
 
 
 @pytest.hookimpl(wrapper=True)
@@ -214,6 +216,11 @@ LEFT_OUT = {}
 ONLY_WITH_EASYBUILD_49 = 'easybuild-4.9'
 
 
+# And the tests marked once_only(why): what they check does not start a container, or is the same under both runtimes
+# past the part another test checks under both (why says which)
+ONCE_ONLY = 'once-only'
+
+
 def easybuild_49_variant(item):
     params = getattr(getattr(item, 'callspec', None), 'params', {})
     return params.get('eb_version') == '4.9'
@@ -227,6 +234,8 @@ def pytest_collection_modifyitems(config, items):
                    if feature not in RUNTIME_FEATURES]
         if RUNTIME_SETUID and easybuild_49_variant(item):
             lacking.append(ONLY_WITH_EASYBUILD_49)
+        elif RUNTIME_SETUID and item.get_closest_marker('once_only'):
+            lacking.append(ONCE_ONLY)
         (left_out if lacking else kept).append(item)
         if lacking:
             LEFT_OUT.setdefault(tuple(lacking), []).append(item.nodeid)
@@ -242,6 +251,10 @@ def pytest_terminal_summary(terminalreporter):
         if lacking == (ONLY_WITH_EASYBUILD_49,):
             terminalreporter.write_line('left out with the setuid runtime, as the run with the other one has them: the '
                                         'EasyBuild 4.9 variants, %d tests' % len(nodeids))
+            continue
+        if lacking == (ONCE_ONLY,):
+            terminalreporter.write_line('left out with the setuid runtime, as the run with the other one has them: %d '
+                                        'tests marked once_only (they say why)' % len(nodeids))
             continue
         terminalreporter.write_line('left out, as %s lacks %s: %d tests' % (
             os.path.basename(RUNTIME), '; '.join(FEATURES.get(feature, feature) for feature in lacking),

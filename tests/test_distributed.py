@@ -121,6 +121,7 @@ def get_master(pytorch, *args, env=None):
     return run(['python3', str(script), *args], check=False, env=env)
 
 
+@pytest.mark.once_only('get-master runs on the host: no container')
 @pytest.mark.parametrize('hostlist,first', HOSTLISTS)
 def test_get_master_parses_slurm_hostlists(pytorch, slurm, hostlist, first):
     assert get_master(pytorch, hostlist).stdout == first + '\n'
@@ -131,6 +132,7 @@ def test_get_master_parses_slurm_hostlists(pytorch, slurm, hostlist, first):
     assert proc.stdout.split()[0] == first, proc.stderr
 
 
+@pytest.mark.once_only('get-master runs on the host: no container')
 def test_get_master_reads_slurm_variables(pytorch):
     env = {'PATH': '/usr/bin:/bin', 'SLURM_NODELIST': 'b[1-2]'}
     assert get_master(pytorch, env=env).stdout == 'b1\n'
@@ -138,6 +140,7 @@ def test_get_master_reads_slurm_variables(pytorch):
     assert get_master(pytorch, env=env).stdout == 'a7\n'
 
 
+@pytest.mark.once_only('get-master runs on the host: no container')
 @pytest.mark.parametrize('args,message', [
     ((), 'no host list: pass one as argument or run in a Slurm job'),
     (('nid[1-2',), "cannot parse host list 'nid[1-2': unbalanced brackets"),
@@ -739,6 +742,7 @@ def squat(*ports):
     return proc
 
 
+@pytest.mark.once_only('master-port runs on the host here: no container')
 def test_master_port_rank_0_picks_a_free_port_that_the_others_read(pytorch):
     """Rank 0 picks a port at random in the range, keeps it in a file only the user can read, in a directory it
     makes private; the other ranks read it; two job steps get their own; another user's port is never chosen."""
@@ -772,6 +776,7 @@ def test_master_port_rank_0_picks_a_free_port_that_the_others_read(pytorch):
                            'SINGULARITYCONTAINER_PORT_RANGE to another range, or MASTER_PORT\n' % (low, low + 1))
 
 
+@pytest.mark.once_only('master-port runs on the host here: no container')
 def test_ranks_waiting_for_a_port_that_never_comes_stop(pytorch):
     """A rank that waits for rank 0's port stops after SINGULARITYCONTAINER_PORT_WAIT seconds with a message that
     says what to do, here through conda-python-distributed in the container; the documented default is 300 s."""
@@ -791,6 +796,7 @@ def test_ranks_waiting_for_a_port_that_never_comes_stop(pytorch):
         inst.installdir('PyTorch', '2.13.0') / 'runscripts' / 'distributed-env').read_text()
 
 
+@pytest.mark.once_only('master-port runs on the host here: no container')
 def test_master_port_directory_must_be_the_users_alone(pytorch, tmp_path):
     """A directory for the port files that is a link, another user's, or writable by others is refused (another user
     could put a port there, or read it); files of earlier jobs older than a week go, and only the user's own files."""

@@ -225,7 +225,7 @@ def test_a_writable_layer_the_runtime_refuses_gives_way_to_the_other_kind(packed
     said = [line for line in proc.stderr.splitlines() if line.startswith('venv-pip')]
     assert said == ['venv-pip: the container runtime refuses a writable %s on top of the venv\'s layers (a setuid '
                     'runtime lets only root use a directory, one in a user namespace takes no EXT3 image): the change '
-                    'gets a writable %s instead' % (other, EXPECTED_KIND)], proc.stderr
+                    'got a writable %s instead' % (other, EXPECTED_KIND)], proc.stderr
     assert record.read_text() == EXPECTED_KIND + '\n' and packed_files(idir) == LAYERS
     assert inst.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-top' % ' '.join(
         local_wheels(wheelhouse))).stderr == ''

@@ -3933,25 +3933,30 @@ pip_where_there_is_room() {
 # image's commands: its status; what pip changed is in $work/overlay/upper (and, from an EXT3 image, its whiteouts in
 # $work/whiteouts). The writable layer is of the kind writable_kind; where the runtime refuses it (the install was made
 # with another runtime: a setuid one refuses a directory, one in a user namespace an EXT3 image), the other kind from
-# then on, saying so.
+# then on, saying so once it worked (where neither starts, the status stays the runtime's 255).
 pip_on_layers() {
-    local writable status=0 other
-    writable=$(writable_layer "$work" "$writable_kind") ||
+    local writable status=0 refused
+    if ! writable=$(writable_layer "$work" "$writable_kind"); then
+        [ -z "$kind_refused" ] || return 255
         die "cannot make a writable layer ($writable_kind) in $work; nothing was changed"
+    fi
     use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
     in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-; then
-        other=image
-        [ "$writable_kind" = directory ] || other=directory
-        echo "venv-pip: the container runtime refuses a writable $writable_kind on top of the venv's layers (a" \
-            "setuid runtime lets only root use a directory, one in a user namespace takes no EXT3 image): the change" \
-            "gets a writable $other instead" >&2
-        kind_refused=$writable_kind writable_kind=$other
+        refused=$writable_kind
+        kind_refused=$refused
+        writable_kind=$([ "$refused" = directory ] && echo image || echo directory)
         remove_own_tree "$writable"
         rm -f -- "$writable"
-        pip_on_layers "$@"
-        return
+        status=0
+        pip_on_layers "$@" || status=$?
+        if [ "$status" -ne 255 ]; then
+            echo "venv-pip: the container runtime refuses a writable $refused on top of the venv's layers (a setuid" \
+                "runtime lets only root use a directory, one in a user namespace takes no EXT3 image): the change" \
+                "got a writable $writable_kind instead" >&2
+        fi
+        return "$status"
     fi
     if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
         use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro"
