@@ -1,9 +1,10 @@
 #!/bin/bash
 # The suite, as make test runs it: everything with the runtime $2 (a user namespace: Apptainer without setuid, as on
-# Dawn and most Apptainer sites), and, where a setuid runtime $3 is given (as LUMI runs SingularityCE), every test
-# that starts a container (marked runtime) again with that one, at the same time on the other core. Each run has
-# users of its own (testkit/users.py: lumi-* and lumis-*), its own pytest directory and its own Slurm cluster, so
-# the two do not meet. The setuid run's output follows the other's; the last line counts both.
+# Dawn and most Apptainer sites); where a setuid runtime $3 is given (as LUMI runs SingularityCE), every test that
+# starts a container (marked runtime) again with that one, at the same time on the other core, and the tests that
+# start none (not marked runtime) go to that run instead, which has less to do. Each run has users of its own
+# (testkit/users.py: lumi-* and lumis-*), its own pytest directory and its own Slurm cluster, so the two do not meet.
+# The setuid run's output follows the other's; the last line counts both.
 #
 #   tools/run-tests.sh PYTHON RUNTIME [SETUID-RUNTIME] [-- PYTEST-ARGS...]
 set -uo pipefail
@@ -29,12 +30,14 @@ run() {  # NAME RUNTIME USERS [PYTEST-ARGS...]: one pytest session, its results 
         --basetemp="$base/$name" --junitxml="$base/$name.xml" "$@"
 }
 
+only=()
 if [ -n "$setuid" ]; then
-    run setuid "$setuid" lumis -m runtime "$@" tests >"$base/setuid.log" 2>&1 &
+    run setuid "$setuid" lumis "$@" tests >"$base/setuid.log" 2>&1 &
     setuid_pid=$!
+    only=(-m runtime)
 fi
 status=0
-run userns "$runtime" lumi "$@" tests || status=$?
+run userns "$runtime" lumi "${only[@]}" "$@" tests || status=$?
 if [ -n "$setuid" ]; then
     setuid_status=0
     wait "$setuid_pid" || setuid_status=$?
@@ -58,7 +61,7 @@ for path in sys.argv[1:]:
         for key in total:
             total[key] += int(suite.get(key, 0))
 failed = total['failures'] + total['errors']
-print('both runtimes: %d passed, %d failed, %d skipped' % (
+print('both: %d passed, %d failed, %d skipped' % (
     total['tests'] - failed - total['skipped'], failed, total['skipped']))
 PYTHON
 fi
