@@ -75,12 +75,13 @@ class Venv:
                 if str(path) != current and (path / GENERATION_RECORD).is_file()]
 
     def left(self):
-        """Entries that a change left in the install dir besides the packed venv, its lock and its old generations
-        (the unpacked venv's included)."""
+        """Entries that a change left in the install dir besides the packed venv, its lock (and the record of its
+        holder) and its old generations (the unpacked venv's included)."""
         current, old = easyblock.current_generation(str(self.idir)), self.old_generations()
         return sum(count_entries(p) + 1 if p.is_dir() and not p.is_symlink() else 1 for p in self.idir.iterdir()
                    if p.name.startswith((USER_SOFTWARE, '.' + USER_SOFTWARE))
-                   and p.name not in (USER_SOFTWARE_PACKED, easyblock.USER_SOFTWARE_LOCK)
+                   and p.name not in (USER_SOFTWARE_PACKED, easyblock.USER_SOFTWARE_LOCK,
+                                      easyblock.USER_SOFTWARE_LOCK_RECORD)
                    and str(p) != current and p not in old)
 
 
