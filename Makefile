@@ -107,8 +107,8 @@ $(ROOTFS)/apptainer-layout.stamp: | $(TOOLS)/apt.stamp $(APPTAINER)
 # this checkout's, reinstalled before each run (without setuptools' build/, which would keep a module removed since,
 # e.g. an image family that generate-ec would still find)
 INSTALL_THIS := rm -rf build && $(PY) -m pip install -q --no-deps --force-reinstall . >/dev/null
-# The suite (tools/run-tests.sh): everything with the user-namespace Apptainer, and at the same time, on the other
-# core, every test that starts a container again with the setuid one (LUMI's mode), as users of its own.
+# The suite (tools/run-tests.sh): the tests that start a container with the user-namespace Apptainer, and at the same
+# time, on the other core, again with the setuid one (LUMI's mode), as users of their own, with the rest.
 RUN_TESTS = LUMI_CT_TOOLS=$(TOOLS) LUMI_CT_TORCH=$(TOOLS)/torch-$(TORCH_VERSION) LUMI_CT_KERNEL_WHEELS=$(KERNEL_WHEELS) \
 	tools/run-tests.sh $(PY)
 ifeq ($(SINGULARITY),)

@@ -45,7 +45,7 @@ CONTAINER_PYTHON_VERSION = _container_python_version()
 # Apptainer that make setup installs, called as singularity (LUMI's name; it reads the SINGULARITY_* names too).
 APPTAINER = TOOLS / 'apptainer' / 'bin' / 'apptainer'
 RUNTIME = os.environ.get('LUMI_CT_SINGULARITY') or str(APPTAINER.parent / 'singularity')
-# The setuid runtime that make setup builds (tools/install-apptainer-suid.sh): LUMI's mode, for make test's second run
+# The setuid runtime that make test builds (tools/install-apptainer-suid.sh): LUMI's mode, for make test's second run
 # and the benchmarks
 SETUID_RUNTIME = TOOLS / 'apptainer-suid' / 'bin' / 'singularity'
 

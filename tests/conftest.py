@@ -210,21 +210,24 @@ def pytest_runtest_call(item):
 LEFT_OUT = {}
 
 
-# The run with the setuid runtime (make test's second run) leaves out the EasyBuild 4.9 variants of the tests that
-# start a container (marked runtime): the scripts and the module's behaviour in the container do not depend on the
-# EasyBuild version (EasyBuild 4.9 writes the same scripts: test_venv_pip.py's
-# test_easybuild_49_writes_the_same_scripts), and the other run has them
-ONLY_WITH_EASYBUILD_49 = 'easybuild-4.9'
+# What the run with the setuid runtime (make test's second run) leaves to the other run, by why: the EasyBuild 4.9
+# variants of the tests that start a container (marked runtime), as the scripts and the module's behaviour in the
+# container do not depend on the EasyBuild version (EasyBuild 4.9 writes the same scripts: test_venv_pip.py's
+# test_easybuild_49_writes_the_same_scripts); and the tests marked once_only(why), which check nothing that starts a
+# container, or nothing that differs under both runtimes past what another test checks under both
+LEFT_TO_THE_OTHER_RUN = {}
 
 
-# And the tests marked once_only(why): what they check does not start a container, or is the same under both runtimes
-# past the part another test checks under both (why says which)
-ONCE_ONLY = 'once-only'
-
-
-def easybuild_49_variant(item):
-    params = getattr(getattr(item, 'callspec', None), 'params', {})
-    return params.get('eb_version') == '4.9'
+def left_to_the_other_run(item):
+    """Why the run with the setuid runtime leaves the test item to the other run, or None."""
+    if not RUNTIME_SETUID:
+        return None
+    if item.get_closest_marker('runtime') and getattr(item, 'callspec', None) and \
+            item.callspec.params.get('eb_version') == '4.9':
+        return 'the EasyBuild 4.9 variants'
+    if item.get_closest_marker('once_only'):
+        return 'the tests marked once_only (they say why)'
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -233,13 +236,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         lacking = [feature for mark in item.iter_markers('needs') for feature in mark.args
                    if feature not in RUNTIME_FEATURES]
-        if RUNTIME_SETUID and item.get_closest_marker('runtime') and easybuild_49_variant(item):
-            lacking.append(ONLY_WITH_EASYBUILD_49)
-        elif RUNTIME_SETUID and item.get_closest_marker('once_only'):
-            lacking.append(ONCE_ONLY)
-        (left_out if lacking else kept).append(item)
+        other_run = left_to_the_other_run(item)
+        (left_out if lacking or other_run else kept).append(item)
         if lacking:
             LEFT_OUT.setdefault(tuple(lacking), []).append(item.nodeid)
+        elif other_run:
+            LEFT_TO_THE_OTHER_RUN.setdefault(other_run, []).append(item.nodeid)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept
@@ -248,17 +250,11 @@ def pytest_collection_modifyitems(config, items):
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line('container runtime: %s (%s), as the test users %s, %s and %s' % (
         RUNTIME, 'setuid' if RUNTIME_SETUID else 'user namespace', OWNER, MEMBER, OUTSIDER))
+    for why, nodeids in sorted(LEFT_TO_THE_OTHER_RUN.items()):
+        terminalreporter.write_line('left out with the setuid runtime, as the run with the other one has them: %s, '
+                                    '%d tests' % (why, len(nodeids)))
     for lacking, nodeids in sorted(LEFT_OUT.items()):
-        if lacking == (ONLY_WITH_EASYBUILD_49,):
-            terminalreporter.write_line('left out with the setuid runtime, as the run with the other one has them: the '
-                                        'EasyBuild 4.9 variants, %d tests' % len(nodeids))
-            continue
-        if lacking == (ONCE_ONLY,):
-            terminalreporter.write_line('left out with the setuid runtime, as the run with the other one has them: %d '
-                                        'tests marked once_only (they say why)' % len(nodeids))
-            continue
         terminalreporter.write_line('left out, as %s lacks %s: %d tests' % (
-            os.path.basename(RUNTIME), '; '.join(FEATURES.get(feature, feature) for feature in lacking),
-            len(nodeids)))
+            os.path.basename(RUNTIME), '; '.join(FEATURES[feature] for feature in lacking), len(nodeids)))
         for nodeid in nodeids:
             terminalreporter.write_line('  ' + nodeid)

@@ -3236,7 +3236,7 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
     [ ! -f "$3" ] || apply_layer "$3" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
-# $3. Its whiteouts: the paths in the file $4 (NUL-terminated), else the character devices in $1. The directories pip
+# $3: its whiteouts, the paths in the file $4 (NUL-terminated; gone from $1 afterwards). The directories pip
 # removed (listed in $1@record@ by OVERLAY_PYTHON): one that holds nothing else is removed too; one made again hides
 # what the layers below held in it (as an opaque directory does), and so does a directory where the tree has a file or
 # a link, and the other way round.
@@ -3260,7 +3260,7 @@ apply_upper() {
     while IFS= read -r -d '' path; do
         rm -rf -- "${1:?}/$path" "${2:?}/$path"
         echo "$path" >>"$3"
-    done < <(if [ -n "${4:-}" ]; then cat -- "$4"; else find "$1" -mindepth 1 -type c -printf '%P\0'; fi)
+    done <"$4"
     while IFS= read -r -d '' path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
@@ -3318,6 +3318,11 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
 runtime_on_path() {  # the container runtime, as the module's commands find it
     command -v singularity || command -v apptainer
 }
+# A new, sparse EXT3 image $1 of $2 MiB for a writable overlay (it takes only what is written); the runtime's temporary
+# directory for mkfs.ext3 beside it, not in a TMPDIR that others share
+ext3_layer() {
+    TMPDIR=${1%/*} "$(runtime_on_path)" overlay create --sparse --size "$2" "$1" >/dev/null 9>&-
+}
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout
 runs_in_container() {
@@ -3356,7 +3361,7 @@ writable_layer_allowed() {
     fi
     if why=$(runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay" sh -c "$probe"); then
         echo directory
-    elif TMPDIR=$4 "$(runtime_on_path)" overlay create --sparse --size 64 "$4/overlay.img" >/dev/null 2>&1 9>&- &&
+    elif ext3_layer "$4/overlay.img" 64 2>/dev/null &&
         runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay.img" sh -c "$probe" >/dev/null; then
         echo image
     else
@@ -3533,13 +3538,12 @@ def removed(path):
 
 
 def rmdir(path, *, dir_fd=None):
+    full = full_path(path, dir_fd)  # (before the removal: dir_fd's own directory may be the one removed)
     try:
-        full = full_path(path, dir_fd)  # (before the removal: dir_fd's own directory may be the one removed)
         real_rmdir(path, dir_fd=dir_fd)
         if full.startswith(LAYERS + os.sep):
             removed_dirs.add(full)
     except OSError as error:
-        full = full_path(path, dir_fd)
         if error.errno not in (errno.EIO, errno.ENOTEMPTY) or not all(
                 removed(os.path.join(full, name)) for name in real_listdir(full)):
             raise
@@ -3777,9 +3781,9 @@ export_upper() {
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
         exec "$runtime" @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3" 9>&-
 }
-# The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image is
-# sparse: it takes only what pip writes, and may be larger than the place's room (where that runs out, pip fails as
-# it would in a directory there, and venv-pip goes on in the next place). 16 GiB, or four times the packed venv.
+# The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
+# be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
+# on in the next place): 16 GiB, or four times the packed venv.
 writable_layer() {
     local mib
     if [ "$2" = directory ]; then
@@ -3787,9 +3791,10 @@ writable_layer() {
         return
     fi
     mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
-    # (the runtime's temporary directory for mkfs.ext3 in the work dir too, not in a TMPDIR that others share)
-    TMPDIR=$1 "$runtime" overlay create --sparse --size "$(( mib > 16384 ? mib : 16384 ))" "$1/overlay.img" \
-        >/dev/null 9>&- && echo "$1/overlay.img"
+    ext3_layer "$1/overlay.img" "$(( mib > 16384 ? mib : 16384 ))" && echo "$1/overlay.img"
+}
+container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
+    "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-
 }
 # Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
 layer_is_full() {
@@ -3930,10 +3935,11 @@ pip_where_there_is_room() {
     done
 }
 # pip with the arguments $@ on the packed venv's layers, with a writable layer on top in the work dir (work), then the
-# image's commands: its status; what pip changed is in $work/overlay/upper (and, from an EXT3 image, its whiteouts in
-# $work/whiteouts). The writable layer is of the kind writable_kind; where the runtime refuses it (the install was made
-# with another runtime: a setuid one refuses a directory, one in a user namespace an EXT3 image), the other kind from
-# then on, saying so once it worked (where neither starts, the status stays the runtime's 255).
+# image's commands: its status; what pip changed is in $work/overlay/upper, and the paths it removed (the whiteouts)
+# are listed in $work/whiteouts, NUL-terminated, whatever the kind. The writable layer is of the kind writable_kind;
+# where the runtime refuses it (the install was made with another runtime: a setuid one refuses a directory, one in a
+# user namespace an EXT3 image), the other kind from then on, saying so once it worked (where neither starts, the
+# status stays the runtime's 255).
 pip_on_layers() {
     local writable status=0 refused
     if ! writable=$(writable_layer "$work" "$writable_kind"); then
@@ -3943,7 +3949,7 @@ pip_on_layers() {
     use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
     in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
-    if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-; then
+    if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
         refused=$writable_kind
         kind_refused=$refused
         writable_kind=$([ "$refused" = directory ] && echo image || echo directory)
@@ -3965,6 +3971,9 @@ pip_on_layers() {
         if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then
             die "cannot copy the change out of $writable (exit code $status); nothing was changed"
         fi
+    elif [ "$status" -eq 0 ] && ! find "$work/overlay/upper" -mindepth 1 -type c -printf '%P\0' >"$work/whiteouts"
+    then
+        die "cannot write in $work; nothing was changed"
     fi
     return "$status"
 }
@@ -3976,7 +3985,7 @@ unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpack
 change_by_repacking() {
     local status=0
     pip_where_there_is_room repack "$(unpacked_need "$squashfs" "$changes")" "$@" || status=$?
-    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed" "$runtime" exec "$sif" true
+    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed" container_starts
     keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
@@ -4007,17 +4016,16 @@ change_in_layers() {
     local upper whiteouts tree limit why status=0
     pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
-    whiteouts=
-    [ "$writable_kind" != image ] || whiteouts="$work/whiteouts"
+    whiteouts="$work/whiteouts"
     why=
     if [ "$status" = @refused_status@ ]; then
         :  # (OVERLAY_PYTHON said why)
     elif [ "$status" -ne 0 ]; then
-        stop_as_pip "$status" "$work" "the venv was not changed" "$runtime" exec "$sif" true
+        stop_as_pip "$status" "$work" "the venv was not changed" container_starts
     elif venv_python_changed "$upper/$venv_bin"; then
         why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
-    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] ||
-        { [ -n "$whiteouts" ] && [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]; }; then
+    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
+    then
         why="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
     fi
     if [ "$status" -ne 0 ] || [ -n "$why" ]; then
@@ -4026,7 +4034,7 @@ change_in_layers() {
         change_by_repacking "$@"
         return
     fi
-    if [ -z "$(find "$upper" ! -type d -print -quit)" ] && { [ -z "$whiteouts" ] || [ ! -s "$whiteouts" ]; }; then
+    if [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ]; then
         echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi

@@ -62,13 +62,12 @@ def removed(path):
 
 
 def rmdir(path, *, dir_fd=None):
+    full = full_path(path, dir_fd)  # (before the removal: dir_fd's own directory may be the one removed)
     try:
-        full = full_path(path, dir_fd)  # (before the removal: dir_fd's own directory may be the one removed)
         real_rmdir(path, dir_fd=dir_fd)
         if full.startswith(LAYERS + os.sep):
             removed_dirs.add(full)
     except OSError as error:
-        full = full_path(path, dir_fd)
         if error.errno not in (errno.EIO, errno.ENOTEMPTY) or not all(
                 removed(os.path.join(full, name)) for name in real_listdir(full)):
             raise

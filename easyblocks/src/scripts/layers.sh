@@ -75,7 +75,7 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
     [ ! -f "$3" ] || apply_layer "$3" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
-# $3. Its whiteouts: the paths in the file $4 (NUL-terminated), else the character devices in $1. The directories pip
+# $3: its whiteouts, the paths in the file $4 (NUL-terminated; gone from $1 afterwards). The directories pip
 # removed (listed in $1@record@ by OVERLAY_PYTHON): one that holds nothing else is removed too; one made again hides
 # what the layers below held in it (as an opaque directory does), and so does a directory where the tree has a file or
 # a link, and the other way round.
@@ -99,7 +99,7 @@ apply_upper() {
     while IFS= read -r -d '' path; do
         rm -rf -- "${1:?}/$path" "${2:?}/$path"
         echo "$path" >>"$3"
-    done < <(if [ -n "${4:-}" ]; then cat -- "$4"; else find "$1" -mindepth 1 -type c -printf '%P\0'; fi)
+    done <"$4"
     while IFS= read -r -d '' path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
@@ -157,6 +157,11 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
 runtime_on_path() {  # the container runtime, as the module's commands find it
     command -v singularity || command -v apptainer
 }
+# A new, sparse EXT3 image $1 of $2 MiB for a writable overlay (it takes only what is written); the runtime's temporary
+# directory for mkfs.ext3 beside it, not in a TMPDIR that others share
+ext3_layer() {
+    TMPDIR=${1%/*} "$(runtime_on_path)" overlay create --sparse --size "$2" "$1" >/dev/null 9>&-
+}
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout
 runs_in_container() {
@@ -195,7 +200,7 @@ writable_layer_allowed() {
     fi
     if why=$(runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay" sh -c "$probe"); then
         echo directory
-    elif TMPDIR=$4 "$(runtime_on_path)" overlay create --sparse --size 64 "$4/overlay.img" >/dev/null 2>&1 9>&- &&
+    elif ext3_layer "$4/overlay.img" 64 2>/dev/null &&
         runs_with_overlays "$1" "$2:ro,$3:ro,$4/overlay.img" sh -c "$probe" >/dev/null; then
         echo image
     else
