@@ -160,11 +160,9 @@ clean-tools:
 	rm -rf $(TOOLS)
 
 # On LUMI: put the easyblock and the easyconfigs where LUMI's EasyBuild-user module finds them, in your own
-# EasyBuild repository ($EBU_USER_PREFIX, by default ~/EasyBuild). Needs nothing but make and install.
+# EasyBuild repository ($EBU_USER_PREFIX, by default ~/EasyBuild), with your umask's modes, saying which easyconfigs
+# of LUMI's the same names shadow (tools/lumi-user-repo.sh). Needs nothing but make, bash and coreutils.
 EBU_USER_PREFIX ?= $(HOME)/EasyBuild
 USER_REPO := $(EBU_USER_PREFIX)/UserRepo/easybuild
 lumi-user-repo:
-	install -D -m 644 easyblocks/generic/singularitycontainer.py $(USER_REPO)/easyblocks/generic/singularitycontainer.py
-	install -d $(USER_REPO)/easyconfigs/p/PyTorch
-	install -m 644 easyconfigs/p/PyTorch/*.eb $(USER_REPO)/easyconfigs/p/PyTorch/
-	@echo "Installed into $(USER_REPO): module load LUMI partition/container EasyBuild-user, then eb <easyconfig>"
+	@tools/lumi-user-repo.sh $(USER_REPO)

@@ -93,6 +93,19 @@ def runtime_is_setuid():
 
 
 RUNTIME_SETUID = runtime_is_setuid()
+
+# LUMI's EasyBuild-user (LUMI-SoftwareStack, modules/EasyBuild-config/25.01.lua) puts
+# easybuild/config/easybuild-production.cfg into EASYBUILD_CONFIGFILES in user mode too: of its [override] values,
+# these touch modes (eb --show-config marks them (F)). It installs software and modules into separate trees under
+# EBU_USER_PREFIX (SW/<stack>/<partition>; modules/LUMI/<version>/partition/<partition>, no module suffix); the
+# partition of the container modules is 'container'.
+LUMI_EASYBUILD_CONFIG = '[override]\numask=002\ngroup-writable-installdir=True\n'
+LUMI_SOFTWARE_TREE = ('SW', 'LUMI-24.03', 'container')
+LUMI_MODULES_TREE = ('modules', 'LUMI', '24.03', 'partition', 'container')
+# The EasyBuild configuration of the shared-install and hostile-directory tests: LUMI's where the runtime is LUMI's
+# (setuid), so that make test runs them under both, each in one of its two sessions; LUMI_CT_EB_SITE=plain|lumi
+# chooses
+EB_SITE = os.environ.get('LUMI_CT_EB_SITE') or ('lumi' if RUNTIME_SETUID else 'plain')
 # Installs with pip requirements pack the venv into a SquashFS file only where the runtime can bind it
 SQUASHFS_WORKS = 'image-src' in RUNTIME_FEATURES
 
@@ -167,7 +180,7 @@ def spawn(cmd, env=None, cwd=None, user=OWNER, **popen_args):
 class Installation:
     """An EasyBuild prefix with sources, where easyconfigs get installed with this project's easyblock."""
 
-    def __init__(self, root, eb_version='5', syntax='Lua', user=OWNER):
+    def __init__(self, root, eb_version='5', syntax='Lua', user=OWNER, site='plain'):
         missing = eb_missing(eb_version)
         if missing:
             raise Missing(missing)
@@ -179,7 +192,21 @@ class Installation:
         self.syntax = syntax
         self.user_name = user
         self.user = user_named(user)
+        self.site = site  # plain EasyBuild, or as LUMI's EasyBuild-user configures it (LUMI_EASYBUILD_CONFIG)
+        if site == 'lumi':
+            (self.root / 'easybuild-production.cfg').write_text(LUMI_EASYBUILD_CONFIG)
         give(self.root, self.user)  # the user's own EasyBuild prefix, as on LUMI
+
+    @property
+    def software_dir(self):
+        return self.prefix.joinpath(*LUMI_SOFTWARE_TREE) if self.site == 'lumi' else self.prefix / 'software'
+
+    @property
+    def modules_dir(self):
+        return self.prefix.joinpath(*LUMI_MODULES_TREE) if self.site == 'lumi' else self.prefix / 'modules' / 'all'
+
+    def module_file(self, name, version):
+        return self.modules_dir / name / (version + ('.lua' if self.syntax == 'Lua' else ''))
 
     def env(self, **extra):
         env = base_env()
@@ -193,6 +220,13 @@ class Installation:
             'EASYBUILD_INCLUDE_EASYBLOCKS': str(EASYBLOCK),
             'EASYBUILD_TMPDIR': str(self.root / 'tmp'),
         })
+        if self.site == 'lumi':
+            env.update({
+                'EASYBUILD_CONFIGFILES': str(self.root / 'easybuild-production.cfg'),
+                'EASYBUILD_INSTALLPATH_SOFTWARE': str(self.software_dir),
+                'EASYBUILD_INSTALLPATH_MODULES': str(self.modules_dir),
+                'EASYBUILD_SUFFIX_MODULES_PATH': '',
+            })
         env.update(extra)
         return env
 
@@ -208,11 +242,11 @@ class Installation:
         return path
 
     def installdir(self, name, version):
-        return self.prefix / 'software' / name / version
+        return self.software_dir / name / version
 
     def shell_command(self, script, pre=''):
         """The command that runs a bash script with Lmod initialised and this prefix's modules on MODULEPATH."""
-        modules = shlex.quote(str(self.prefix / 'modules' / 'all'))
+        modules = shlex.quote(str(self.modules_dir))
         return ['bash', '-c', 'source %s\n%s\nmodule use %s\n%s' % (LMOD_INIT, pre, modules, script)]
 
     def shell(self, script, check=True, env=None, pre='', user=None):

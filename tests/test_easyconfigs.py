@@ -1,14 +1,18 @@
 """The shipped easyconfigs: in sync with their spec, clean for eb --check-style, parsed by eb --dry-run,
 and installed for real from the shipped spec."""
+import os
+import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from support import EASYBLOCK, REPO, generate_ec_command, require_runtime, require_tools
+from support import EASYBLOCK, REPO, generate_ec_command, require_other_users, require_runtime, require_tools
 from testkit.images import make_test_sif
 from testkit.install import CONTAINER_PYTHON_VERSION, SQUASHFS_WORKS, Installation, run, write_wheel
+from testkit.users import MEMBER, OWNER, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -155,6 +159,41 @@ def test_generated_easyconfig_installs_and_works(tmp_path, names):
                      'python -c "import torchmetrics, pytorch_lightning; print(torchmetrics.GENERATED)"\n'
                      'list-packages --format=freeze | grep -i -e deepspeed -e torchmetrics' % suffix).stdout
     assert out.splitlines() == ['%s hsn' % (idir / sif_name), 'True', 'DeepSpeed==0.17.4', 'torchmetrics==1.0']
+
+
+def test_lumi_user_repo_in_a_projects_prefix_is_the_projects(tmp_path):
+    """Under umask 002 in a project's prefix (setgid, group-writable), make lumi-user-repo leaves what it writes for
+    the other members to update (they run it again), and it names each easyconfig on the robot path (LUMI's own, as
+    EasyBuild-user sets EASYBUILD_ROBOT_PATHS) that one of the same name in the repo shadows."""
+    require_other_users()
+    checkout = tmp_path / 'checkout'  # (readable for the test users, as a clone of theirs)
+    for path in [Path('tools/lumi-user-repo.sh'), Path('easyblocks/generic/singularitycontainer.py')] + [
+            ec.relative_to(REPO) for ec in EASYCONFIGS]:
+        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / path, checkout / path)
+    lumis = tmp_path / 'LUMI-EasyBuild-contrib' / 'easyconfigs'
+    (lumis / 'p' / 'PyTorch').mkdir(parents=True)
+    shadowed = EASYCONFIGS[0].name
+    (lumis / 'p' / 'PyTorch' / shadowed).write_text("name = 'PyTorch'\n")
+    (lumis / 'p' / 'PyTorch' / 'PyTorch-0.1-lumis-own.eb').write_text("name = 'PyTorch'\n")
+    prefix = tmp_path / 'project' / 'EasyBuild'
+    prefix.mkdir(parents=True)
+    give(prefix, user(OWNER), group=project_gid())
+    os.chmod(prefix, 0o2775)
+    repo = prefix / 'UserRepo' / 'easybuild'
+    command = ['bash', '-c', 'umask 002; exec tools/lumi-user-repo.sh "$1"', 'lumi-user-repo', str(repo)]
+    env = dict(os.environ, EASYBUILD_ROBOT_PATHS='%s:%s' % (repo / 'easyconfigs', lumis))
+    said = run(command, cwd=checkout, env=env, user=OWNER).stdout
+    assert said.count('shadows') == 1
+    assert '%s shadows %s, which has the same name' % (repo / 'easyconfigs' / 'p' / 'PyTorch' / shadowed,
+                                                       lumis / 'p' / 'PyTorch' / shadowed) in said
+    for top, dirs, files in os.walk(repo):
+        assert stat.S_IMODE(os.stat(top).st_mode) == 0o2775, top
+        for name in files:
+            assert stat.S_IMODE(os.stat(os.path.join(top, name)).st_mode) == 0o664, name
+    run(command, cwd=checkout, env=env, user=MEMBER)  # (install replaces the owner's files in the group's dirs)
+    easyblock = repo / 'easyblocks' / 'generic' / 'singularitycontainer.py'
+    assert easyblock.owner() == MEMBER and easyblock.read_bytes() == EASYBLOCK.read_bytes()
 
 
 def test_lumi_user_repo_target(tmp_path):

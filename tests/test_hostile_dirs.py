@@ -35,12 +35,38 @@ from generator_support import FULL_SBOM, PYTORCH_SPEC, make_image
 from support import require_other_users, require_tools
 from test_generator_shared import IMAGE, RELEASE, SPEC, add_command, generate_ec_as
 from test_shared_install import MODULE, easyconfig, eb, install
-from testkit.install import base_env, fake_command, run, spawn, wait_for, write_wheel
+from testkit.install import (EB_SITE, LUMI_MODULES_TREE, LUMI_SOFTWARE_TREE, base_env, fake_command, run, spawn, wait_for,
+                             write_wheel)
 from testkit.users import MEMBER, OUTSIDER, OWNER, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 TIMEOUT = 180  # seconds any one command may take here; a hang is a failure, not a wait until CI's time limit
+
+def prefix_names():
+    """What the install and a reinstall create in the project's EasyBuild prefix, where the install dir is made (the
+    trees of plain EasyBuild, or LUMI's EasyBuild-user's: EB_SITE)."""
+    software = '/'.join(LUMI_SOFTWARE_TREE) if EB_SITE == 'lumi' else 'software'
+    modules = '/'.join(LUMI_MODULES_TREE) if EB_SITE == 'lumi' else 'modules/all'
+    classes = modules + '/devel' if EB_SITE == 'lumi' else 'modules/devel'  # (the module class link's, EasyBuild's)
+    parents = [software.rsplit('/', i)[0] for i in range(software.count('/') + 1)] + [
+        modules.rsplit('/', i)[0] for i in range(modules.count('/') + 1)] + [classes]
+    names = {parent: 'fixed' for parent in parents}
+    names.update({
+        software + '/Demo/1.0': 'fixed',
+        software + '/Demo/1.0/*': 'inside',
+        # a date: predictable, and taken by another name if it is there (-2, -3, ...)
+        software + '/Demo/1.0.previous-????????-??????*': 'fixed',
+        software + '/Demo/1.0.user-software.packed.backup-????????-??????*': 'fixed',
+        software + '/Demo': 'fixed',
+        modules + '/Demo': 'fixed', modules + '/Demo/1.0.lua': 'fixed',
+        'ebfiles_repo*': 'fixed',
+        # EasyBuild's own: its lock (a directory it makes with mkdir, stopping if it is there), the module class link
+        software + '/.locks': 'fixed', software + '/.locks/*_Demo_1.0.lock': 'fixed',
+        classes + '/Demo': 'fixed', classes + '/Demo/1.0.lua': 'fixed',
+    })
+    return names
+
 
 # What the commands create in the shared places, as fnmatch patterns of the path from the place: 'fixed' names
 # a planter knows; 'random' ones come from mktemp ('??????') or Python's mkstemp ('*'), inside which 'inside' names
@@ -78,20 +104,7 @@ NAMES = {
         'spec.yaml': 'fixed',
         '.spec.yaml.*.tmp-generate-ec': 'random',
     },
-    'prefix': {  # the install and a reinstall: in the project's EasyBuild prefix, where the install dir is made
-        'software/Demo/1.0': 'fixed',
-        'software/Demo/1.0/*': 'inside',
-        # a date: predictable, and taken by another name if it is there (-2, -3, ...)
-        'software/Demo/1.0.previous-????????-??????*': 'fixed',
-        'software/Demo/1.0.user-software.packed.backup-????????-??????*': 'fixed',
-        'modules/all/Demo/1.0.lua': 'fixed',
-        'software': 'fixed', 'software/Demo': 'fixed', 'modules': 'fixed', 'modules/all': 'fixed',
-        'modules/all/Demo': 'fixed',
-        'ebfiles_repo*': 'fixed',
-        # EasyBuild's own: its lock (a directory it makes with mkdir, stopping if it is there), the module class link
-        'software/.locks': 'fixed', 'software/.locks/*_software_Demo_1.0.lock': 'fixed',
-        'modules/devel': 'fixed', 'modules/devel/Demo': 'fixed', 'modules/devel/Demo/1.0.lua': 'fixed',
-    },
+    'prefix': prefix_names(),
 }
 BASHRC = 'export SECRET=only-mine\n'
 
@@ -499,7 +512,8 @@ def test_the_install_and_a_reinstall(project):
     kinds = ['link to dir', 'fifo', 'directory']
     wanted = [('1.0.%s-%s' % (kind, stamp), kinds[i % 3]) for i, stamp in enumerate(stamps)
               for kind in ('previous', 'user-software.packed.backup')]
-    project.plant('prefix', [('software/Demo/' + name, what) for name, what in wanted])
+    demo = os.path.relpath(software, project.inst.prefix)
+    project.plant('prefix', [(demo + '/' + name, what) for name, what in wanted])
     planted = list(project.planted)
     with Recording(project.places('prefix')) as recording:
         proc = eb(project.inst, easyconfig(project.inst), '--rebuild', '--group-writable-installdir', check=False)

@@ -15,7 +15,7 @@ import pytest
 
 from support import require, require_other_users, require_runtime, require_tools
 from testkit.install import KERNEL_WHEELS, base_env, install_demo, local_wheels, run
-from testkit.users import MEMBER, OWNER, give, project_gid, user
+from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -185,7 +185,8 @@ def test_a_name_taken_by_another_kernel(kernel_module, tmp_path):
 def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
     """In a project's prefix (setgid, the project's group) the kernel's directory and kernel.json follow the
     installer's umask, as all else there: under umask 002 another member may replace or remove it, and
-    jupyter-kernel says whose it was; under 022 not, which it says in its own words (not rm's)."""
+    jupyter-kernel says whose it was; under 022 not, which it says in its own words (not rm's), and it installs
+    only where no member can rename the kernel's directory and put theirs in its place."""
     require_other_users()
     inst = kernel_module[0]
     prefix = tmp_path / 'project'
@@ -212,6 +213,26 @@ def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
     assert out.stdout == "Removed %s's kernel %s from %s\n" % (MEMBER, KERNEL, kernels), out.stderr
     assert not spec.exists()
 
+    # Under 022 the kernel is to stay the owner's: not where members can rename it and put theirs in its place (the
+    # kernels dir the 002 install made is the group's, as is the prefix), nor in a kernels dir a member made
+    out = kernel('install', OWNER, '022')
+    assert out.returncode == 1 and out.stderr.splitlines()[-1] == (
+        'jupyter-kernel: error: other users can rename or replace what you make in %s (which the group %s may write '
+        'in, without the sticky bit): they could put a kernel of theirs in the place of this one in %s, although '
+        'your umask (0022) keeps it yours; give a --prefix that only you (and root) can write in, up to /, or use '
+        'umask 002 if your group may change the kernel' % (kernels, PROJECT_GROUP, kernels)), out.stderr
+    assert not spec.exists()
+    theirs = tmp_path / 'theirs'
+    theirs.mkdir()
+    os.chown(theirs, user(OWNER).uid, project_gid())
+    theirs.chmod(0o2775)
+    run(['mkdir', '-p', str(theirs / 'share' / 'jupyter' / 'kernels')], user=MEMBER)
+    out = inst.module_shell(MODULE, 'umask 022\njupyter-kernel install --prefix %s' % theirs, user=OWNER,
+                            check=False, env=jupyter_env(tmp_path / 'unused'))
+    assert out.returncode == 1 and "in %s (which is %s's)" % (theirs / 'share' / 'jupyter' / 'kernels',
+                                                               MEMBER) in out.stderr, out.stderr
+    for path in (prefix, prefix / 'share', prefix / 'share' / 'jupyter', kernels):
+        path.chmod(0o2755)  # (what the owner does for a kernel only they may change)
     assert kernel('install', OWNER, '022').returncode == 0
     assert modes() == [0o755, 0o644]
     before = (spec / 'kernel.json').read_text()

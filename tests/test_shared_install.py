@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from support import require_other_users, require_runtime, require_tools
-from testkit.install import (EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, fake_command, local_wheels,
-                             run, slow_step, spawn, wait_for)
+from testkit.easyblock import easyblock
+from testkit.install import (EB_SITE, EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, fake_command,
+                             local_wheels, run, slow_step, spawn, wait_for)
 from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -47,10 +48,12 @@ def share_with_the_project(path):
 
 def install(root, demo_sif, wheelhouse, squash, umask, shared=True):
     """Demo/1.0 with lumi-base in its venv, installed by OWNER with eb under `umask`, in a project directory with
-    --group-writable-installdir (shared) or in the owner's own one; (Installation, install dir)."""
+    --group-writable-installdir (shared) or in the owner's own one with README's options for an install that only
+    its installer changes; with plain EasyBuild or as LUMI's EasyBuild-user configures it (EB_SITE). (Installation,
+    install dir)"""
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs', 'flock')
-    inst = Installation(root)
+    inst = Installation(root, site=EB_SITE)
     shutil.copy(demo_sif, inst.sources / 'demo.sif')
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
         wrapped_commands=['python'], pip_requirements=['lumi-base'], squash_user_software=squash,
@@ -59,8 +62,14 @@ def install(root, demo_sif, wheelhouse, squash, umask, shared=True):
         share_with_the_project(inst.root)
     else:
         give(inst.root, inst.user)
-    eb(inst, ec, *(['--group-writable-installdir'] if shared else []), umask=umask)
+    eb(inst, ec, *(['--group-writable-installdir'] if shared else only_yours(umask)), umask=umask)
     return inst, inst.installdir('Demo', '1.0')
+
+
+def only_yours(umask='022'):
+    """eb's options for an install that only its installer changes (README), whatever a configuration file sets
+    (LUMI's EasyBuild-user: group-writable-installdir and umask 002)."""
+    return ['--disable-group-writable-installdir', '--umask=%s' % umask]
 
 
 def eb_command(inst, umask):
@@ -171,7 +180,7 @@ def test_a_members_rebuild_stops_while_the_owners_venv_pip_runs(shared_packed, t
     assert re.search(STOPPED_REBUILD % (HOLDER % (OWNER, 'venv-pip'), re.escape(str(idir))),
                      proc.stdout + proc.stderr), proc.stdout[-3000:]
     assert after == before
-    assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
+    assert (inst.module_file('Demo', '1.0')).exists()
     assert 'venv/demo' in inst.module_shell(MODULE, 'echo "$SINGULARITYENV_VIRTUAL_ENV"', user=MEMBER).stdout
 
     # once it is done, the member can reinstall, and the owner change what the member installed
@@ -194,7 +203,7 @@ def test_a_members_rebuild_of_an_install_dir_they_cannot_write_changes_nothing(s
     assert proc.returncode != 0
     assert '%s is not writable for you: only whoever may change it can reinstall it' % idir in proc.stdout
     assert tree(idir) == before
-    assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
+    assert (inst.module_file('Demo', '1.0')).exists()
 
 
 def test_a_member_uninstalls_what_the_owner_installed(shared_unpacked, wheelhouse):
@@ -322,6 +331,98 @@ def test_the_lock_is_for_the_members_only(shared_unpacked):
     assert not list(idir.glob('.user-software.lock.*.*')), 'temporary files left behind'
 
 
+SWAP_LOCK = """
+import os, sys
+lock, link, private = sys.argv[1:]
+print(flush=True)
+while True:  # the lock's name: a link to the owner's private file, then the lock again
+    try:
+        os.symlink(private, link)
+        os.rename(link, lock)
+        os.rename(lock, link)
+        os.unlink(link)
+    except OSError:
+        pass
+"""
+
+
+def test_the_lock_is_never_a_link_that_was_swapped_in(shared_unpacked, tmp_path):
+    """A member swaps the lock's name with a link to a private file of the owner's, again and again, while the
+    owner's commands take the lock: they open it without creating anything and hold it only once it is the file
+    there, so the owner's file keeps its mode and group (it became the project's once, after 52 runs)."""
+    inst, idir = shared_unpacked
+    lock = idir / '.user-software.lock'
+    private = Path(run(['bash', '-c', 'private=$(mktemp "$HOME/private-notes.XXXXXX") && echo mine >"$private" && '
+                        'echo "$private"']).stdout.strip())
+    before = private.stat()
+    swapper = spawn(['/usr/bin/python3', '-c', SWAP_LOCK, str(lock), str(idir / '.swap'), str(private)],
+                    user=MEMBER, stdout=subprocess.PIPE, text=True)
+    try:
+        swapper.stdout.readline()
+        inst.module_shell(MODULE, 'for _ in $(seq 300); do unmake-squashfs 2>/dev/null; done', check=False)
+    finally:
+        swapper.kill()
+        swapper.wait()
+        (idir / '.swap').unlink(missing_ok=True)
+        if lock.is_symlink():  # (where the swapper was stopped)
+            lock.unlink()
+    inst.module_shell(MODULE, 'unmake-squashfs', check=False)  # (a lock in place, as the tests after this one find it)
+    after = private.stat()
+    try:
+        assert (stat.S_IMODE(after.st_mode), after.st_gid) == (stat.S_IMODE(before.st_mode), before.st_gid) == (
+            0o600, user(OWNER).gid)
+        assert private.read_text() == 'mine\n'
+    finally:
+        private.unlink()
+
+
+HOSTILE_RECORD = '%s\x1b]0;pwned\x07 %s\x1b[2K %d make-squashfs\r\x1b[31merror: run: curl x | sh\n'
+ENDED = 4194304  # a process id above the kernel's largest: a process that has ended
+
+
+def test_a_holder_record_is_printed_as_text_and_says_what_it_can_know(shared_unpacked):
+    """A member's holder record with escape sequences (a terminal title, a cleared line, a fake error) reaches the
+    others as text, from the scripts and from eb; and where the lock is one that users outside the project can open
+    and the record names an ended run of the owner's, nobody is told that a process of that run holds it."""
+    inst, idir = shared_unpacked
+    lock, record = idir / '.user-software.lock', idir / '.user-software.lock.holder'
+    unmake = 'umask 022\nunmake-squashfs'  # takes the lock, then stops: this venv is not packed
+    inst.module_shell(MODULE, unmake, check=False)
+    holder = hold_lock(lock)
+    try:
+        run(['bash', '-c', 'printf "$1" >"$2"', 'write', HOSTILE_RECORD % (MEMBER, socket.gethostname(), 1),
+             str(record)], user=MEMBER)
+        proc = inst.module_shell(MODULE, unmake, check=False)
+        said = proc.stderr.splitlines()[-1]
+        assert said.startswith("unmake-squashfs: error: %s?]0;pwned?'s make-squashfs??[31merror: run: curl x | sh "
+                               "on %s?[2K (process 1)" % (MEMBER, socket.gethostname())), proc.stderr
+        assert '\x1b' not in proc.stderr and '\r' not in proc.stderr and '\x07' not in proc.stderr
+        said = easyblock.lock_holder(str(idir))
+        assert '\x1b' not in said and '\r' not in said and said.startswith("%s?]0;pwned?'s" % MEMBER)
+    finally:
+        holder.kill()
+        holder.wait()
+
+    lock.chmod(0o644)  # (as earlier versions made it), held by an outsider; the record names the owner's ended run
+    record.write_text('%s %s %d venv-pip\n' % (OWNER, socket.gethostname(), ENDED))
+    outsider = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys, time\nlock = open(sys.argv[1])\n'
+                      'fcntl.flock(lock, fcntl.LOCK_SH)\nprint(flush=True)\ntime.sleep(300)', str(lock)],
+                     user=OUTSIDER, stdout=subprocess.PIPE, text=True)
+    try:
+        outsider.stdout.readline()
+        proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
+        said = easyblock.lock_holder(str(idir))
+    finally:
+        outsider.kill()
+        outsider.wait()
+    ended = "%s's venv-pip on %s (process %d, which has ended: who holds the lock now is not known)" % (
+        OWNER, socket.gethostname(), ENDED)
+    assert ended in proc.stderr and 'a process it started' not in proc.stderr, proc.stderr
+    assert said == ended
+    lock.unlink()
+    inst.module_shell(MODULE, unmake, check=False)  # (a new lock, as the tests after this one find it)
+
+
 @pytest.mark.needs('image-src')
 def test_a_fifo_in_place_of_the_lock_stops_venv_pip_and_eb(shared_unpacked, tmp_path, wheelhouse):
     """A member puts a FIFO where the lock is: venv-pip and eb --rebuild stop at once, saying what is there and what
@@ -348,7 +449,7 @@ def test_a_fifo_in_place_of_the_lock_stops_venv_pip_and_eb(shared_unpacked, tmp_
     assert ('%s is a fifo of %s, not the lock file that venv-pip, make-squashfs and unmake-squashfs share: remove it '
             '(rm %s), then run eb again. Nothing was changed.' % (lock, MEMBER, lock)) in rebuild.stdout
     assert after == before
-    assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').exists()
+    assert (inst.module_file('Demo', '1.0')).exists()
 
 
 def test_who_holds_the_lock_is_named_to_those_who_wait_or_are_refused(shared_unpacked, tmp_path, wheelhouse):
@@ -439,7 +540,7 @@ def test_a_reinstall_removes_only_what_it_kept_for_running_jobs(tmp_path, demo_s
     """What an earlier reinstall kept for running jobs goes after 7 days; a link, or a directory it did not make,
     named alike is left alone, and does not stop the reinstall."""
     require_runtime()
-    inst = Installation(tmp_path / 'install')
+    inst = Installation(tmp_path / 'install', site=EB_SITE)
     shutil.copy(demo_sif, inst.sources / 'demo.sif')
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
     give(inst.root, inst.user)
@@ -482,7 +583,7 @@ def test_a_members_rebuild_stops_where_easybuild_kept_the_owners_group(tmp_path,
     another member cannot remove them. A member's eb --rebuild stops before EasyBuild removes the module file (it
     used to fail half-way, the module gone for everyone), saying what is in the way and what to do."""
     require_runtime()
-    inst = Installation(tmp_path / 'project')
+    inst = Installation(tmp_path / 'project', site=EB_SITE)
     shutil.copy(demo_sif, inst.sources / 'demo.sif')
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
     share_with_the_project(inst.root)
@@ -491,7 +592,7 @@ def test_a_members_rebuild_stops_where_easybuild_kept_the_owners_group(tmp_path,
     give(owners_tmp, user(OWNER))
     eb(inst, ec, '--group-writable-installdir', env=inst.env(EASYBUILD_TMPDIR=str(owners_tmp)))
     idir = inst.installdir('Demo', '1.0')
-    module_file = inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua'
+    module_file = inst.module_file('Demo', '1.0')
     before = tree(idir)
     proc = eb(inst, ec, '--rebuild', '--group-writable-installdir', who=MEMBER, env=member_env(inst, tmp_path),
               check=False)
@@ -500,3 +601,43 @@ def test_a_members_rebuild_stops_where_easybuild_kept_the_owners_group(tmp_path,
         idir, idir, OWNER, OWNER) in proc.stdout + proc.stderr
     assert module_file.exists() and tree(idir) == before
     assert inst.module_shell(MODULE, 'python -c "print(42)"').stdout == '42\n'
+
+
+@pytest.mark.once_only("what EasyBuild's configuration makes of the install's modes, the same under both runtimes")
+def test_under_lumis_configuration_the_install_says_who_else_can_change_it(tmp_path, demo_sif):
+    """LUMI's EasyBuild-user makes every install group-writable (easybuild-production.cfg's [override]): eb without
+    options in a project's prefix makes one that every member can change, and says so once with what to do. With
+    README's options the install is the installer's, and eb names the directories above it where members can
+    still rename and replace it; in a prefix that only the installer can write in, it says nothing."""
+    inst = Installation(tmp_path / 'project', site='lumi')
+    shutil.copy(demo_sif, inst.sources / 'demo.sif')
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
+    share_with_the_project(inst.root)
+    idir, module_file = inst.installdir('Demo', '1.0'), inst.module_file('Demo', '1.0')
+    said = eb(inst, ec).stderr
+    assert idir.stat().st_mode & stat.S_IWGRP and module_file.stat().st_mode & stat.S_IWGRP
+    assert 'Others can change' not in said and ' '.join(said.split()).count(
+        "%s is group-writable although eb's command line and environment did not ask for it (an EasyBuild "
+        "configuration file sets group-writable-installdir, as LUMI's EasyBuild-user does): every member of its "
+        "group can change the venv and scripts that you run. For an install that only you change: eb "
+        "--disable-group-writable-installdir --umask=022 ..." % idir) == 1, said
+
+    said = ' '.join(eb(inst, ec, '--rebuild', *only_yours()).stderr.split())
+    assert not idir.stat().st_mode & stat.S_IWGRP and stat.S_IMODE(module_file.stat().st_mode) == 0o644
+    assert said.count(
+        'Others can change what you run from this install, which only you may change: %s (owner %s, group %s, mode '
+        '2775, without the sticky bit); %s (owner %s, group %s, mode 2775, without the sticky bit). Make them '
+        'writable only for you and root (chmod go-w), or sticky' % (idir.parent, OWNER, PROJECT_GROUP,
+                                                                   module_file.parent, OWNER, PROJECT_GROUP)) == 1, said
+    assert 'is group-writable' not in said
+
+    own = Installation(tmp_path / 'own-prefix', site='lumi')
+    shutil.copy(demo_sif, own.sources / 'demo.sif')
+    ec = own.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
+    give(own.root, user(OWNER), group=project_gid())
+    own.root.chmod(0o2755)  # (for the project to use, not to change)
+    said = eb(own, ec, *only_yours()).stderr
+    assert 'Others can change' not in said and 'is group-writable' not in said, said
+    proc = own.module_shell(MODULE, 'venv-pip install nothing', user=MEMBER, check=False)
+    assert proc.returncode != 0 and 'is not writable for you' in proc.stderr
+

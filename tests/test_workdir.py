@@ -2,14 +2,18 @@
 finds there of others is left alone and never followed, a setgid place works, and where pip runs out of space it
 works in the next place. One EasyBuild version: the script is the same under both."""
 import os
+import signal
 import socket
 import stat
+import subprocess
+import time
 
 import pytest
 
 from support import require_other_users, require_runtime, require_tools
-from testkit.install import RUNTIME, base_env, fake_command, install_demo, local_wheels, run, write_wheel
-from testkit.users import MEMBER, OUTSIDER, OWNER, give, project_gid, user
+from testkit.install import (RUNTIME, base_env, fake_command, install_demo, local_wheels, run, spawn,
+                             write_wheel)
+from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -47,10 +51,11 @@ def venv_pip(inst, tmpdir, args, check=True, path=()):
 
 @pytest.mark.needs('image-src')
 def test_a_setgid_tmpdir_of_the_project(packed, tmp_path, wheelhouse):
-    """A project's TMPDIR (on LUMI's /scratch) is setgid to the project's group: the overlay in a work dir there
-    used to fail to mount (the group is not mapped in the runtime's user namespace), and venv-pip blamed pip."""
+    """A project's TMPDIR is setgid to the project's group (here with the sticky bit, as venv-pip works only where
+    others cannot rename its work dir): the overlay in a work dir there used to fail to mount (the group is not
+    mapped in the runtime's user namespace), and venv-pip blamed pip."""
     inst, idir = packed
-    tmpdir = place(tmp_path / 'project-tmp', 0o2770, group=project_gid())
+    tmpdir = place(tmp_path / 'project-tmp', 0o3770, group=project_gid())
     out = venv_pip(inst, tmpdir, 'install %s lumi-later' % ' '.join(local_wheels(wheelhouse))).stdout
     assert 'user-software.packed has the change as a layer' in out
     assert not list(tmpdir.iterdir())
@@ -74,9 +79,56 @@ def plant(who, path, kind, target=None, record=None):
     return path
 
 
+def swap_what_appears(directory, tmp_path):
+    """A member's process that watches `directory` (inotify, as a real attacker would) and puts a directory of their
+    own, with a .pth file in it, in the place of each venv-pip work dir that appears there, keeping the original
+    aside: what venv-pip would then write into is the member's."""
+    require_tools('inotifywait')
+    script = (
+        'inotifywait -q -m -e create -e moved_to --format %f "$1" | while IFS= read -r name; do\n'
+        '    case "$name" in venv-pip.*.aside | venv-pip.*.mine) continue ;; venv-pip.*) ;; *) continue ;; esac\n'
+        '    mkdir -m 2777 "$1/$name.mine" && echo "import os" >"$1/$name.mine/members.pth" &&\n'
+        '        mv -T "$1/$name" "$1/$name.aside" && mv -T "$1/$name.mine" "$1/$name" && echo "swapped $name"\n'
+        'done\n')
+    watcher = spawn(['bash', '-c', script, 'swap', str(directory)], user=MEMBER, stdout=subprocess.PIPE, text=True,
+                    start_new_session=True)
+    time.sleep(1)  # (inotifywait is watching)
+    return watcher
+
+
+@pytest.mark.needs('image-src')
+def test_a_tmpdir_where_members_can_rename_is_not_used(packed, tmp_path, wheelhouse):
+    """A project's TMPDIR on LUMI's /scratch (the project's group may write, no sticky bit), and the user's own
+    directory in it: another member can rename what venv-pip makes there and put their own in its place (they did,
+    watching with inotify: their .pth file went into a venv they may not change). venv-pip does not work there, says
+    why in one line, and works in the next place; the member's swaps find nothing to swap."""
+    inst, idir = packed
+    project_tmp = place(tmp_path / 'project-tmp', 0o2770, group=project_gid())
+    own = project_tmp / 'owners'
+    own.mkdir()
+    give(own, user(OWNER))
+    own.chmod(0o700)
+    watcher = swap_what_appears(project_tmp, tmp_path)
+    try:
+        install = 'install %s lumi-many-files' % ' '.join(local_wheels(wheelhouse))
+        for tmpdir, args in [(project_tmp, install), (own, 'uninstall -y lumi-many-files')]:
+            proc = venv_pip(inst, tmpdir, args)
+            assert 'has the change' in proc.stdout
+            assert proc.stderr.count('venv-pip: not working in %s: other users can rename or replace what you make '
+                                     'in %s (which the group %s may write in, without the sticky bit)' % (
+                                         tmpdir, project_tmp, PROJECT_GROUP)) == 1, proc.stderr
+            assert sorted(path.name for path in project_tmp.iterdir()) == ['owners']
+            assert not list(own.iterdir())
+        listing = inst.module_shell(MODULE, 'python -c "import sys; print(sys.path)"; list-packages --format=freeze')
+        assert 'members' not in listing.stdout and 'lumi-base==' in listing.stdout
+    finally:
+        os.killpg(watcher.pid, signal.SIGKILL)
+    assert 'swapped' not in watcher.communicate()[0]
+
+
 @pytest.mark.needs('image-src')
 def test_what_others_plant_where_venv_pip_works_is_left_alone(packed, tmp_path, wheelhouse):
-    """In /dev/shm (sticky, anyone writes) an outsider, in a project's TMPDIR (setgid, group-writable, not sticky) a
+    """In /dev/shm (sticky, anyone writes) an outsider, in a project's TMPDIR (setgid, group-writable, sticky) a
     member, plant links to the victim's files under the names of venv-pip's work dirs (as earlier versions named them
     too, with a process that has ended), a directory of their own with a record of a run in it, a FIFO: venv-pip
     works, the victim's files keep their modes, and what others planted stays. Only what a killed run of the victim
@@ -92,7 +144,7 @@ def test_what_others_plant_where_venv_pip_works_is_left_alone(packed, tmp_path, 
     (victim / 'sub').chmod(0o500)
     before = modes(victim)
     places = {OUTSIDER: place(tmp_path / 'shm', 0o1777),
-              MEMBER: place(tmp_path / 'project-tmp', 0o2775, group=project_gid())}
+              MEMBER: place(tmp_path / 'project-tmp', 0o3775, group=project_gid())}
     for (who, tmpdir), package in zip(places.items(), ['lumi-needs-wheel', 'lumi-top']):
         planted = [plant(who, tmpdir / ('venv-pip.%s.%d.AbC123' % (host, dead)), 'link', victim),
                    plant(who, tmpdir / 'venv-pip.XyZ789', 'link', victim),

@@ -28,6 +28,7 @@ import shlex
 import shutil
 import stat
 import struct
+import sys
 import tempfile
 import time
 from collections import OrderedDict, namedtuple
@@ -834,6 +835,36 @@ class SingularityContainer(EasyBlock):
                                                               build_option('group_writable_installdir')))
         finally:
             os.close(handle)
+        self.say_who_else_can_change_it()
+
+    def say_who_else_can_change_it(self):
+        """Say once, in one line with what to do, where others can change what the installer runs although the
+        installer did not choose it: a group-writable install dir that only a configuration file asked for (LUMI's
+        EasyBuild-user sets group-writable-installdir and umask 002 in easybuild-production.cfg's [override]), or,
+        in an install that only its installer changes, a module file that the group may write or a directory above
+        the install dir or the module file in which others may rename and replace entries."""
+        if build_option('read_only_installdir'):
+            return
+        if build_option('group_writable_installdir'):
+            if not group_writable_chosen():
+                print_warning("%s is group-writable although eb's command line and environment did not ask for it "
+                              "(an EasyBuild configuration file sets group-writable-installdir, as LUMI's "
+                              "EasyBuild-user does): every member of its group can change the venv and scripts that "
+                              "you run. For an install that only you change: eb --disable-group-writable-installdir "
+                              "--umask=022 ..." % self.installdir, silent=build_option('silent'))
+            return
+        found = []
+        if os.path.isfile(self.mod_filepath) and os.stat(self.mod_filepath).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            found.append('the module file %s (%s; eb --umask=022 makes it yours alone)' %
+                         (self.mod_filepath, owner_group_mode(self.mod_filepath)))
+        for above in (os.path.dirname(self.installdir), os.path.dirname(self.mod_filepath)):
+            where = others_can_replace_in(above)
+            if where and where not in found:
+                found.append(where)
+        if found:
+            print_warning("Others can change what you run from this install, which only you may change: %s. Make "
+                          "them writable only for you and root (chmod go-w), or sticky (chmod +t, as eb --sticky-bit "
+                          "makes the directories it creates)" % '; '.join(found), silent=build_option('silent'))
 
     def write_user_software_fingerprints(self):
         """Remember what the user software looks like as installed: a reinstall keeps it only if it changed."""
@@ -1415,6 +1446,32 @@ def owner_group_mode(path):
     return 'owner %s, group %s, mode %04o' % (owner, group, stat.S_IMODE(info.st_mode))
 
 
+def group_writable_chosen():
+    """Whether the installer asked for a group-writable install dir on eb's command line (optparse takes an
+    unambiguous start of an option) or in its environment, rather than through a configuration file."""
+    if os.environ.get('EASYBUILD_GROUP_WRITABLE_INSTALLDIR'):
+        return True
+    option = '--group-writable-installdir'
+    return any(len(arg.split('=')[0]) > len('--group-') and option.startswith(arg.split('=')[0])
+               for arg in sys.argv[1:])
+
+
+def others_can_replace_in(directory):
+    """The first directory from `directory` (resolved) up to / in which users other than this one and root can
+    rename or replace entries (another user's, or writable for the group or for all without the sticky bit), with
+    why; '' where there is none. (As the scripts' others_can_replace_in.)"""
+    path = os.path.realpath(directory)
+    while True:
+        info = os.stat(path)
+        if info.st_uid not in (0, os.getuid()):
+            return '%s (%s)' % (path, owner_group_mode(path))
+        if not info.st_mode & stat.S_ISVTX and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return '%s (%s, without the sticky bit)' % (path, owner_group_mode(path))
+        if path == '/':
+            return ''
+        path = os.path.dirname(path)
+
+
 def lock_mode(directory, group_writable=False):
     """The mode of the lock of the install dir `directory`: 0660 where it is the group's (a project's shared install),
     else 0600. Nobody else may open it: flock works on a descriptor opened read-only, so a lock that others can read
@@ -1556,16 +1613,28 @@ def lock_holder(directory):
     if handle is not None:
         try:
             if stat.S_ISREG(os.fstat(handle).st_mode):
-                words = os.read(handle, 256).decode('utf-8', 'replace').split()
+                # (its first line, in four fields as the scripts' read takes them: the last is the rest of the line)
+                line = os.read(handle, 256).decode('utf-8', 'replace').split('\n')[0].strip(' \t')
+                words = re.split('[ \t]+', line, maxsplit=3)
         finally:
             os.close(handle)
     if len(words) != 4:
         return 'Another venv-pip, make-squashfs, unmake-squashfs or eb reinstall'
-    who, host, pid, what = words
+    who, host, pid, what = [printable(word) for word in words]
     ended = ''
+    if not pid.isdigit():
+        return 'Another venv-pip, make-squashfs, unmake-squashfs or eb reinstall'
     if host == os.uname()[1] and not os.path.isdir('/proc/%s' % pid):
-        ended = ', which has ended: a process it started holds the lock'
+        if lock_hint(os.path.join(directory, USER_SOFTWARE_LOCK)):  # (anyone may hold a lock that others can open)
+            ended = ', which has ended: who holds the lock now is not known'
+        else:
+            ended = ', which has ended: a process it started holds the lock'
     return "%s's %s on %s (process %s%s)" % (who, what, host, pid, ended)
+
+
+def printable(text):
+    """text with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote."""
+    return ''.join(char if char.isprintable() else '?' for char in text)
 
 
 def same_file(handle, path):
@@ -2428,6 +2497,22 @@ no_others_link_below_prefix() {
     done
 }
 
+# Stop where other users could rename or replace the kernel made in the kernels dir $1 (or in what of it is to be
+# made) although your umask keeps it yours: under umask 002 the group's members may (you chose it), under 022 nobody
+kernels_dir_keeps_yours() {
+    local dir=$1 trust='' why
+    until [ -e "$dir" ]; do
+        dir=${dir%/*}
+        dir=${dir:-/}
+    done
+    (( 8#$(umask) & 8#020 )) || trust=group
+    if why=$(others_can_replace_in "$dir" "$trust"); then
+        die "other users can rename or replace what you make in $why: they could put a kernel of theirs in the" \
+            "place of this one in $1, although your umask ($(umask)) keeps it yours; give a --prefix that only you" \
+            "(and root) can write in, up to /, or use umask 002 if your group may change the kernel"
+    fi
+}
+
 kernel_json() {  # with the display name $1
     printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
@@ -2463,6 +2548,7 @@ except ImportError as error:
     fi
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
     no_others_link_below_prefix "$prefix"
+    kernels_dir_keeps_yours "$kernels_dir"
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
     new=$(new_private_dir "$kernels_dir" ".$kernel_name.new.") || die "cannot write in $kernels_dir"
     kernel_json "$display_name" >"$new/kernel.json"
@@ -2497,7 +2583,8 @@ list_kernels() {  # where Jupyter finds kernels: JUPYTER_PATH, the user's data d
             spec=${spec%/}
             is_ours "$spec" || continue
             name=$(sed -n 's/^  "display_name": "\(.*\)",$/\1/p' "$spec/kernel.json" | sed 's/\\"/"/g; s/\\\\/\\/g')
-            printf '%s\t%s\t%s\n' "${spec##*/}" "$spec" "$name"
+            # (another member's kernel: its name and display name are printed as text, not as what they say)
+            printf '%s\t%s\t%s\n' "$(printable "${spec##*/}")" "$(printable "$spec")" "$(printable "$name")"
         done
     done
 }
@@ -2540,6 +2627,44 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
     link=$(mktemp -u -- "$2/$3XXXXXX") || return 1
     ln -sT -- "$1" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
     echo "$link"
+}
+# Whether users other than you and root can rename or replace what you make in the directory $1: prints the first
+# directory from $1 up to / that lets them (another user's, or writable for the group or for all without the sticky
+# bit, as a project's directory on /scratch is), and how; prints nothing and fails where nobody can. $2 "group": the
+# group's members may, as you chose (umask 002): only a directory that all may write in counts. $1 is taken as it
+# resolves (realpath), which is what the caller should use from then on.
+others_can_replace_in() {
+    local dir me dirs=() uid mode group i=0
+    dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
+    me=$(id -u)
+    while dirs+=("$dir") && [ "$dir" != / ]; do
+        dir=${dir%/*}
+        dir=${dir:-/}
+    done
+    # (one stat for all, whose output holds no names: each line is the directory of the same index)
+    while read -r uid mode group; do
+        dir=${dirs[i]}
+        i=$((i + 1))
+        if [ "${2:-}" != group ] && [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
+            echo "$dir (which is $(stat -c %U -- "$dir")'s)"
+        elif (( 8#$mode & 8#1000 )); then
+            continue  # sticky: only a name's owner, the directory's and root may rename it
+        elif (( 8#$mode & 8#002 )); then
+            echo "$dir (which all users may write in)"
+        elif [ "${2:-}" != group ] && (( 8#$mode & 8#020 )); then
+            echo "$dir (which the group $group may write in, without the sticky bit)"
+        else
+            continue
+        fi
+        return 0
+    done < <(stat -c '%u %a %G' -- "${dirs[@]}")
+    return 1
+}
+
+# The text $1 with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote
+printable() {
+    local text=$1
+    echo "${text//[![:print:]]/?}"
 }
 umask_mode() {  # the mode that the umask leaves of the mode $1 (777 for a directory, 666 for a file), as chmod takes it
     printf '%04o\n' $(( 8#$1 & ~8#$(umask) ))
@@ -2763,7 +2888,9 @@ open_lock() {
         die "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock file" \
             "that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
     fi
-    { exec 9<>"$lock"; } 2>/dev/null || { exec 9<"$lock"; } 2>/dev/null ||
+    # read-only, never made by the open (flock takes a read-only descriptor): a link put there since the check is
+    # only read through, and take_lock holds it only once it is the file there, which no link is
+    { exec 9<"$lock"; } 2>/dev/null ||
         die "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
 }
 # The lock (descriptor 9) of the install dir $1 gets its mode $2 and group from its owner. One that others could open
@@ -2812,10 +2939,15 @@ remove_lock_leftovers() {
 lock_holder() {
     local record="$1/@lock_record@" who host pid what
     if [ -f "$record" ] && [ ! -L "$record" ] &&
-        read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ]; then
-        echo -n "$who's $what on $host (process $pid"
+        read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
+        [[ $pid =~ ^[0-9]+$ ]]; then
+        echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $(printable "$pid")"
         if [ "$host" = "$(hostname)" ] && [ -z "$(process_start "$pid")" ]; then
-            echo -n ", which has ended: a process it started holds the lock"
+            if [ -n "$(lock_hint "$1")" ]; then  # (anyone may hold a lock that others can open)
+                echo -n ", which has ended: who holds the lock now is not known"
+            else
+                echo -n ", which has ended: a process it started holds the lock"
+            fi
         fi
         echo ")"
     else
@@ -2831,7 +2963,7 @@ lock_hint() {
     fi
 }
 # The lock of the install dir $1 on descriptor 9, with flock's options $2... (-n: return 1 at once if it is taken).
-# It counts when it is the file that is there now (a reinstall replaces it with the install dir).
+# It counts when it is the file that is there now, not a link to one (a reinstall replaces it with the install dir).
 take_lock() {
     local root=$1 mode
     shift
@@ -2843,7 +2975,8 @@ take_lock() {
         [ -f /dev/fd/9 ] ||
             die "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
         flock "$@" 9 || return 1
-        if [ /dev/fd/9 -ef "$root/@lock@" ]; then
+        # (the name's own inode, in one lstat: a link there, or swapped in and out between two checks, is not it)
+        if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/@lock@" 2>/dev/null)" ]; then
             keep_lock_private "$root" "$mode"
             note_lock_holder "$root" "$mode"
             remove_lock_leftovers "$root"
@@ -3414,12 +3547,28 @@ new_workdir() {  # a new work dir in the place $1: its path
 free_bytes() {  # what is free where the path $1 is
     df -B1 --output=avail "$1" 2>/dev/null | tail -n 1
 }
-# The places venv-pip works in, in order: $TMPDIR, /dev/shm, /tmp (node-local), then beside the install dir
-workdir_places() {
+# The places venv-pip works in, in order: $TMPDIR, /dev/shm, /tmp (node-local), as they resolve, where you may write
+# and nobody else can rename or replace what you make (not a project's TMPDIR on /scratch, which has no sticky bit:
+# a member could swap your work dir for theirs); then beside the install dir
+workdir_candidates() {
     local place
     for place in "${TMPDIR:-}" /dev/shm /tmp; do
         [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ] || echo "$place"
     done
+}
+workdir_places() {
+    local place
+    while read -r place; do
+        others_can_replace_in "$place" >/dev/null || realpath -e -- "$place"
+    done < <(workdir_candidates)
+}
+say_where_others_can_replace() {  # the candidates that are not places, and why (once a run, before make_workdir)
+    local place why
+    while read -r place; do
+        if why=$(others_can_replace_in "$place"); then
+            echo "${0##*/}: not working in $place: other users can rename or replace what you make in $why" >&2
+        fi
+    done < <(workdir_candidates)
 }
 # A new work dir with room for $2 bytes (its path): in the first of workdir_places with room that is none of $3...
 # (places where pip ran out of space), else in the install dir $1, saying so. Removes what ended runs left there.
@@ -3889,6 +4038,7 @@ work=
 new=
 trap 'remove_own_tree "$work"; remove_workdirs_of_this_run "$root"; remove_own_tree "$new"' EXIT
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+say_where_others_can_replace
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
 make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
@@ -4135,6 +4285,7 @@ if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."
 else
+    say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || die "cannot make a work directory; nothing was changed"
     if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
         rm -f -- "$changes"

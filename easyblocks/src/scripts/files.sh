@@ -18,6 +18,44 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
     ln -sT -- "$1" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
     echo "$link"
 }
+# Whether users other than you and root can rename or replace what you make in the directory $1: prints the first
+# directory from $1 up to / that lets them (another user's, or writable for the group or for all without the sticky
+# bit, as a project's directory on /scratch is), and how; prints nothing and fails where nobody can. $2 "group": the
+# group's members may, as you chose (umask 002): only a directory that all may write in counts. $1 is taken as it
+# resolves (realpath), which is what the caller should use from then on.
+others_can_replace_in() {
+    local dir me dirs=() uid mode group i=0
+    dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
+    me=$(id -u)
+    while dirs+=("$dir") && [ "$dir" != / ]; do
+        dir=${dir%/*}
+        dir=${dir:-/}
+    done
+    # (one stat for all, whose output holds no names: each line is the directory of the same index)
+    while read -r uid mode group; do
+        dir=${dirs[i]}
+        i=$((i + 1))
+        if [ "${2:-}" != group ] && [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
+            echo "$dir (which is $(stat -c %U -- "$dir")'s)"
+        elif (( 8#$mode & 8#1000 )); then
+            continue  # sticky: only a name's owner, the directory's and root may rename it
+        elif (( 8#$mode & 8#002 )); then
+            echo "$dir (which all users may write in)"
+        elif [ "${2:-}" != group ] && (( 8#$mode & 8#020 )); then
+            echo "$dir (which the group $group may write in, without the sticky bit)"
+        else
+            continue
+        fi
+        return 0
+    done < <(stat -c '%u %a %G' -- "${dirs[@]}")
+    return 1
+}
+
+# The text $1 with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote
+printable() {
+    local text=$1
+    echo "${text//[![:print:]]/?}"
+}
 umask_mode() {  # the mode that the umask leaves of the mode $1 (777 for a directory, 666 for a file), as chmod takes it
     printf '%04o\n' $(( 8#$1 & ~8#$(umask) ))
 }

@@ -49,6 +49,22 @@ no_others_link_below_prefix() {
     done
 }
 
+# Stop where other users could rename or replace the kernel made in the kernels dir $1 (or in what of it is to be
+# made) although your umask keeps it yours: under umask 002 the group's members may (you chose it), under 022 nobody
+kernels_dir_keeps_yours() {
+    local dir=$1 trust='' why
+    until [ -e "$dir" ]; do
+        dir=${dir%/*}
+        dir=${dir:-/}
+    done
+    (( 8#$(umask) & 8#020 )) || trust=group
+    if why=$(others_can_replace_in "$dir" "$trust"); then
+        die "other users can rename or replace what you make in $why: they could put a kernel of theirs in the" \
+            "place of this one in $1, although your umask ($(umask)) keeps it yours; give a --prefix that only you" \
+            "(and root) can write in, up to /, or use umask 002 if your group may change the kernel"
+    fi
+}
+
 kernel_json() {  # with the display name $1
     printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
@@ -84,6 +100,7 @@ except ImportError as error:
     fi
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
     no_others_link_below_prefix "$prefix"
+    kernels_dir_keeps_yours "$kernels_dir"
     mkdir -p "$kernels_dir" || die "cannot create $kernels_dir"
     new=$(new_private_dir "$kernels_dir" ".$kernel_name.new.") || die "cannot write in $kernels_dir"
     kernel_json "$display_name" >"$new/kernel.json"
@@ -118,7 +135,8 @@ list_kernels() {  # where Jupyter finds kernels: JUPYTER_PATH, the user's data d
             spec=${spec%/}
             is_ours "$spec" || continue
             name=$(sed -n 's/^  "display_name": "\(.*\)",$/\1/p' "$spec/kernel.json" | sed 's/\\"/"/g; s/\\\\/\\/g')
-            printf '%s\t%s\t%s\n' "${spec##*/}" "$spec" "$name"
+            # (another member's kernel: its name and display name are printed as text, not as what they say)
+            printf '%s\t%s\t%s\n' "$(printable "${spec##*/}")" "$(printable "$spec")" "$(printable "$name")"
         done
     done
 }

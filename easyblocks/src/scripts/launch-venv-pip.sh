@@ -148,6 +148,7 @@ work=
 new=
 trap 'remove_own_tree "$work"; remove_workdirs_of_this_run "$root"; remove_own_tree "$new"' EXIT
 new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+say_where_others_can_replace
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
 make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)

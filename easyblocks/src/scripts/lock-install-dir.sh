@@ -35,7 +35,9 @@ open_lock() {
         die "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock file" \
             "that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
     fi
-    { exec 9<>"$lock"; } 2>/dev/null || { exec 9<"$lock"; } 2>/dev/null ||
+    # read-only, never made by the open (flock takes a read-only descriptor): a link put there since the check is
+    # only read through, and take_lock holds it only once it is the file there, which no link is
+    { exec 9<"$lock"; } 2>/dev/null ||
         die "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
 }
 # The lock (descriptor 9) of the install dir $1 gets its mode $2 and group from its owner. One that others could open
@@ -84,10 +86,15 @@ remove_lock_leftovers() {
 lock_holder() {
     local record="$1/@lock_record@" who host pid what
     if [ -f "$record" ] && [ ! -L "$record" ] &&
-        read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ]; then
-        echo -n "$who's $what on $host (process $pid"
+        read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
+        [[ $pid =~ ^[0-9]+$ ]]; then
+        echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $(printable "$pid")"
         if [ "$host" = "$(hostname)" ] && [ -z "$(process_start "$pid")" ]; then
-            echo -n ", which has ended: a process it started holds the lock"
+            if [ -n "$(lock_hint "$1")" ]; then  # (anyone may hold a lock that others can open)
+                echo -n ", which has ended: who holds the lock now is not known"
+            else
+                echo -n ", which has ended: a process it started holds the lock"
+            fi
         fi
         echo ")"
     else
@@ -103,7 +110,7 @@ lock_hint() {
     fi
 }
 # The lock of the install dir $1 on descriptor 9, with flock's options $2... (-n: return 1 at once if it is taken).
-# It counts when it is the file that is there now (a reinstall replaces it with the install dir).
+# It counts when it is the file that is there now, not a link to one (a reinstall replaces it with the install dir).
 take_lock() {
     local root=$1 mode
     shift
@@ -115,7 +122,8 @@ take_lock() {
         [ -f /dev/fd/9 ] ||
             die "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
         flock "$@" 9 || return 1
-        if [ /dev/fd/9 -ef "$root/@lock@" ]; then
+        # (the name's own inode, in one lstat: a link there, or swapped in and out between two checks, is not it)
+        if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/@lock@" 2>/dev/null)" ]; then
             keep_lock_private "$root" "$mode"
             note_lock_holder "$root" "$mode"
             remove_lock_leftovers "$root"

@@ -51,6 +51,7 @@ if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
     echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."
 else
+    say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || die "cannot make a work directory; nothing was changed"
     if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
         rm -f -- "$changes"

@@ -39,12 +39,28 @@ new_workdir() {  # a new work dir in the place $1: its path
 free_bytes() {  # what is free where the path $1 is
     df -B1 --output=avail "$1" 2>/dev/null | tail -n 1
 }
-# The places venv-pip works in, in order: $TMPDIR, /dev/shm, /tmp (node-local), then beside the install dir
-workdir_places() {
+# The places venv-pip works in, in order: $TMPDIR, /dev/shm, /tmp (node-local), as they resolve, where you may write
+# and nobody else can rename or replace what you make (not a project's TMPDIR on /scratch, which has no sticky bit:
+# a member could swap your work dir for theirs); then beside the install dir
+workdir_candidates() {
     local place
     for place in "${TMPDIR:-}" /dev/shm /tmp; do
         [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ] || echo "$place"
     done
+}
+workdir_places() {
+    local place
+    while read -r place; do
+        others_can_replace_in "$place" >/dev/null || realpath -e -- "$place"
+    done < <(workdir_candidates)
+}
+say_where_others_can_replace() {  # the candidates that are not places, and why (once a run, before make_workdir)
+    local place why
+    while read -r place; do
+        if why=$(others_can_replace_in "$place"); then
+            echo "${0##*/}: not working in $place: other users can rename or replace what you make in $why" >&2
+        fi
+    done < <(workdir_candidates)
 }
 # A new work dir with room for $2 bytes (its path): in the first of workdir_places with room that is none of $3...
 # (places where pip ran out of space), else in the install dir $1, saying so. Removes what ended runs left there.
