@@ -14,7 +14,9 @@ install -m "$file_mode" -- easyconfigs/p/PyTorch/*.eb "$repo/easyconfigs/p/PyTor
 
 IFS=: read -ra dirs <<<"$robot_paths"
 for dir in "${dirs[@]}"; do
-    [ -n "$dir" ] && [ -d "$dir/p/PyTorch" ] && [ ! "$dir" -ef "$repo/easyconfigs" ] || continue
+    if [ -z "$dir" ] || [ ! -d "$dir/p/PyTorch" ] || [ "$dir" -ef "$repo/easyconfigs" ]; then
+        continue
+    fi
     for easyconfig in easyconfigs/p/PyTorch/*.eb; do
         theirs=$dir/p/PyTorch/${easyconfig##*/}
         if [ -f "$theirs" ]; then
