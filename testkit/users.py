@@ -13,8 +13,8 @@ import pwd
 from pathlib import Path
 
 # The set of users: 'lumi' (lumi-owner, ...), or the one LUMI_CT_USERS names. make test runs the suite with each
-# runtime at once, in three sessions, each with a set of its own (tools/setup-users.sh makes 'lumi', 'lumiu' and
-# 'lumis'): their homes, caches, port files and processes stay apart.
+# runtime at once, each with a set of its own (tools/setup-users.sh makes 'lumi' and 'lumis'): their homes, caches,
+# port files and processes stay apart.
 USERS = os.environ.get('LUMI_CT_USERS') or 'lumi'
 OWNER = USERS + '-owner'          # installs and uses the modules; in PROJECT_GROUP
 MEMBER = USERS + '-member'        # another member of PROJECT_GROUP

@@ -35,13 +35,14 @@ from generator_support import FULL_SBOM, PYTORCH_SPEC, make_image
 from support import require_other_users, require_tools
 from test_generator_shared import IMAGE, RELEASE, SPEC, add_command, generate_ec_as
 from test_shared_install import MODULE, easyconfig, eb, install
-from testkit.install import (EB_SITE, LUMI_MODULES_TREE, LUMI_SOFTWARE_TREE, base_env, fake_command, run, spawn, wait_for,
-                             write_wheel)
+from testkit.install import (EB_SITE, LUMI_MODULES_TREE, LUMI_SOFTWARE_TREE, base_env, fake_command, run, spawn,
+                             wait_for, write_wheel)
 from testkit.users import MEMBER, OUTSIDER, OWNER, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 TIMEOUT = 180  # seconds any one command may take here; a hang is a failure, not a wait until CI's time limit
+
 
 def prefix_names():
     """What the install and a reinstall create in the project's EasyBuild prefix, where the install dir is made (the

@@ -180,6 +180,11 @@ def test_a_name_taken_by_another_kernel(kernel_module, tmp_path):
     inst.module_shell(MODULE, 'jupyter-kernel install --name mine', env=jupyter_env(data))  # its own: replaced
     spec = json.loads((theirs / 'kernel.json').read_text())
     assert spec['argv'][0].endswith('/bin/jupyter-kernel') and spec['display_name'] == 'Demo/1.0 (container)'
+    # another member's edit, with what a terminal acts on (a title, a cleared line): listed as text
+    text = (theirs / 'kernel.json').read_text()
+    (theirs / 'kernel.json').write_text(text.replace('"Demo/1.0 (container)"', '"Demo\x1b]0;pwned\x07\x1b[2K\rok"'))
+    out = inst.module_shell(MODULE, 'jupyter-kernel list', env=jupyter_env(data)).stdout
+    assert out.endswith('mine\t%s\tDemo?]0;pwned??[2K?ok\n' % theirs), out
 
 
 def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
@@ -229,8 +234,8 @@ def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
     run(['mkdir', '-p', str(theirs / 'share' / 'jupyter' / 'kernels')], user=MEMBER)
     out = inst.module_shell(MODULE, 'umask 022\njupyter-kernel install --prefix %s' % theirs, user=OWNER,
                             check=False, env=jupyter_env(tmp_path / 'unused'))
-    assert out.returncode == 1 and "in %s (which is %s's)" % (theirs / 'share' / 'jupyter' / 'kernels',
-                                                               MEMBER) in out.stderr, out.stderr
+    theirs_kernels = theirs / 'share' / 'jupyter' / 'kernels'
+    assert out.returncode == 1 and "in %s (which is %s's)" % (theirs_kernels, MEMBER) in out.stderr, out.stderr
     for path in (prefix, prefix / 'share', prefix / 'share' / 'jupyter', kernels):
         path.chmod(0o2755)  # (what the owner does for a kernel only they may change)
     assert kernel('install', OWNER, '022').returncode == 0

@@ -608,7 +608,8 @@ def test_under_lumis_configuration_the_install_says_who_else_can_change_it(tmp_p
     """LUMI's EasyBuild-user makes every install group-writable (easybuild-production.cfg's [override]): eb without
     options in a project's prefix makes one that every member can change, and says so once with what to do. With
     README's options the install is the installer's, and eb names the directories above it where members can
-    still rename and replace it; in a prefix that only the installer can write in, it says nothing."""
+    still rename and replace it; in a prefix that only the installer can write in, or in their own group, which is
+    theirs alone (a user's private group, as on LUMI), it says nothing."""
     inst = Installation(tmp_path / 'project', site='lumi')
     shutil.copy(demo_sif, inst.sources / 'demo.sif')
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
@@ -627,9 +628,15 @@ def test_under_lumis_configuration_the_install_says_who_else_can_change_it(tmp_p
     assert said.count(
         'Others can change what you run from this install, which only you may change: %s (owner %s, group %s, mode '
         '2775, without the sticky bit); %s (owner %s, group %s, mode 2775, without the sticky bit). Make them '
-        'writable only for you and root (chmod go-w), or sticky' % (idir.parent, OWNER, PROJECT_GROUP,
-                                                                   module_file.parent, OWNER, PROJECT_GROUP)) == 1, said
+        'writable only for you and root (chmod go-w), or sticky' % (
+            idir.parent, OWNER, PROJECT_GROUP, module_file.parent, OWNER, PROJECT_GROUP)) == 1, said
     assert 'is group-writable' not in said
+
+    mine = Installation(tmp_path / 'my-prefix', site='lumi')  # (in the installer's own group, which is theirs alone)
+    shutil.copy(demo_sif, mine.sources / 'demo.sif')
+    said = eb(mine, mine.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))).stderr
+    assert mine.installdir('Demo', '1.0').stat().st_mode & stat.S_IWGRP
+    assert 'Others can change' not in said and 'is group-writable' not in said, said
 
     own = Installation(tmp_path / 'own-prefix', site='lumi')
     shutil.copy(demo_sif, own.sources / 'demo.sif')
@@ -640,4 +647,3 @@ def test_under_lumis_configuration_the_install_says_who_else_can_change_it(tmp_p
     assert 'Others can change' not in said and 'is group-writable' not in said, said
     proc = own.module_shell(MODULE, 'venv-pip install nothing', user=MEMBER, check=False)
     assert proc.returncode != 0 and 'is not writable for you' in proc.stderr
-

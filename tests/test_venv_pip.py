@@ -824,3 +824,33 @@ def test_an_image_command_with_a_space_in_its_name(odd_commands, wheelhouse):
     assert json.loads(out.stdout) == ['/user-software/venv/demo', 'main']
     listed = manifest.read_text().splitlines()
     assert 'my tool' in listed and 'my' not in listed
+
+
+HELP_COMMANDS = ['start-shell', 'venv-pip', 'list-packages', 'make-squashfs', 'unmake-squashfs', 'jupyter-kernel']
+
+
+@pytest.mark.needs('image-src')
+def test_commands_answer_help_and_refuse_arguments_they_do_not_take(packed):
+    """-h and --help of every command of the module say how to use it (their own usage, not bash's or pip's, which
+    name commands that do not exist outside the container), and change nothing; make-squashfs and unmake-squashfs,
+    which take no arguments, stop at one before anything is done (unmake-squashfs --help used to unpack the venv)."""
+    inst, idir = packed
+    before = sorted(str(path.relative_to(idir)) for path in idir.rglob('*'))
+    runs = [(command, option) for command in HELP_COMMANDS for option in ('--help', '-h')]
+    runs += [('make-squashfs', '--force'), ('unmake-squashfs', 'here')]
+    script = ''.join('echo "== %s %s"; %s %s; echo "status $?"\n' % (run * 2) for run in runs)
+    proc = inst.module_shell('Demo/1.0', script, check=False)
+    assert proc.stdout.count("== ") == len(runs), proc.stdout
+    for answer in proc.stdout.split("== ")[1:]:
+        command, option = answer.split('\n')[0].split()
+        said, status = answer.split('\n', 1)[1].rsplit('status ', 1)
+        if option in ('--help', '-h'):
+            assert (said.startswith('usage: %s' % command), status) == (True, '0\n'), (command, option, said)
+        else:
+            assert (said, status) == ('', '1\n'), (command, option, said)
+    assert proc.stderr.splitlines()[-2:] == [
+        "make-squashfs: error: make-squashfs takes no arguments, '--force' was given (usage: make-squashfs; -h says "
+        "more)",
+        "unmake-squashfs: error: unmake-squashfs takes no arguments, 'here' was given (usage: unmake-squashfs; -h "
+        "says more)"], proc.stderr
+    assert sorted(str(path.relative_to(idir)) for path in idir.rglob('*')) == before

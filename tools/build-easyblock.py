@@ -44,6 +44,10 @@ start-shell, list-packages and the wrappers: start the container with the module
     ('LAUNCH_COMMAND_WITH_INIT', 'scripts/launch-command-with-init.sh',
      """\
 Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv."""),
+    ('COMMAND_HELP', 'scripts/command-help.sh',
+     """\
+The answer to -h and --help of the commands whose arguments go to another program (the prelude of their LAUNCHER:
+COMMAND_USAGES)."""),
     ('JUPYTER_KERNEL_ARGS', 'scripts/jupyter-kernel-args.sh',
      """\
 jupyter-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel loads it)."""),

@@ -3,12 +3,12 @@
 #   lumi-owner     installs and uses the modules; a member of the project group
 #   lumi-member    another member of the project group (a shared project install)
 #   lumi-outsider  another user of the same nodes, in no group of theirs
-#   lumiu-* and lumis-* (groups lumiu-project, lumis-project): the same for the other two sessions that make test runs
-#   beside the first (tools/run-tests.sh; testkit/users.py): the rest of the container tests, and the setuid runtime's
+#   lumis-owner, lumis-member, lumis-outsider (group lumis-project): the same for the run of the suite with the
+#   setuid runtime, which make test runs beside the other one (testkit/users.py)
 # Also what an unprivileged Apptainer needs on this machine: /dev/fuse open to users (0600 here, 0666 on most
 # machines), for squashfuse_ll in the user namespace.
 set -euo pipefail
-for set in lumi lumiu lumis; do
+for set in lumi lumis; do
     group=$set-project
     getent group "$group" >/dev/null || groupadd "$group"
     for user in "$set-owner" "$set-member" "$set-outsider"; do

@@ -572,12 +572,15 @@ class SingularityContainer(EasyBlock):
         }
         if script.launch:
             values['launch'] = self.launch_code(name, script.launch)
-            values['prelude'] = self.launch_prelude(script.launch)
+            values['prelude'] = self.launch_prelude(name, script.launch)
         return fill_script_template(script.template, **values)
 
-    def launch_prelude(self, launch):
-        """What a launcher does before it needs the module loaded: jupyter-kernel reads its arguments, and loads
-        the module itself when Jupyter starts the kernel without it (see JUPYTER_KERNEL_ARGS)."""
+    def launch_prelude(self, name, launch):
+        """What a launcher does before it needs the module loaded: the commands of COMMAND_USAGES answer -h and
+        --help; jupyter-kernel reads its arguments, and loads the module itself when Jupyter starts the kernel
+        without it (see JUPYTER_KERNEL_ARGS)."""
+        if name in COMMAND_USAGES:
+            return fill_template(COMMAND_HELP, usage=' '.join(sh_str(line) for line in COMMAND_USAGES[name]))
         if launch != 'jupyter-kernel':
             return ''
         modules_dir = self.module_generator.get_modules_path()
@@ -846,7 +849,7 @@ class SingularityContainer(EasyBlock):
         if build_option('read_only_installdir'):
             return
         if build_option('group_writable_installdir'):
-            if not group_writable_chosen():
+            if not group_writable_chosen() and not group_is_only_yours(os.stat(self.installdir).st_gid):
                 print_warning("%s is group-writable although eb's command line and environment did not ask for it "
                               "(an EasyBuild configuration file sets group-writable-installdir, as LUMI's "
                               "EasyBuild-user does): every member of its group can change the venv and scripts that "
@@ -854,7 +857,9 @@ class SingularityContainer(EasyBlock):
                               "--umask=022 ..." % self.installdir, silent=build_option('silent'))
             return
         found = []
-        if os.path.isfile(self.mod_filepath) and os.stat(self.mod_filepath).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        module_file = os.stat(self.mod_filepath) if os.path.isfile(self.mod_filepath) else None
+        if module_file and (module_file.st_mode & stat.S_IWOTH or (
+                module_file.st_mode & stat.S_IWGRP and not group_is_only_yours(module_file.st_gid))):
             found.append('the module file %s (%s; eb --umask=022 makes it yours alone)' %
                          (self.mod_filepath, owner_group_mode(self.mod_filepath)))
         for above in (os.path.dirname(self.installdir), os.path.dirname(self.mod_filepath)):
@@ -1456,16 +1461,29 @@ def group_writable_chosen():
                for arg in sys.argv[1:])
 
 
+def group_is_only_yours(gid):
+    """Whether the group gid is this user's primary group and lists no other member (a user's private group)."""
+    if gid != os.getgid():
+        return False
+    try:
+        members = grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return True
+    return not [member for member in members if member != pwd.getpwuid(os.getuid()).pw_name]
+
+
 def others_can_replace_in(directory):
     """The first directory from `directory` (resolved) up to / in which users other than this one and root can
-    rename or replace entries (another user's, or writable for the group or for all without the sticky bit), with
-    why; '' where there is none. (As the scripts' others_can_replace_in.)"""
+    rename or replace entries (another user's, or writable for the group, unless group_is_only_yours, or for all,
+    without the sticky bit), with why; '' where there is none. (As the scripts' others_can_replace_in.)"""
     path = os.path.realpath(directory)
     while True:
         info = os.stat(path)
         if info.st_uid not in (0, os.getuid()):
             return '%s (%s)' % (path, owner_group_mode(path))
-        if not info.st_mode & stat.S_ISVTX and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        group_writes = info.st_mode & stat.S_IWGRP and not group_is_only_yours(info.st_gid)
+        others_write = info.st_mode & stat.S_IWOTH or group_writes
+        if others_write and not info.st_mode & stat.S_ISVTX:
             return '%s (%s, without the sticky bit)' % (path, owner_group_mode(path))
         if path == '/':
             return ''
@@ -2301,6 +2319,20 @@ die() {
     echo "@name@: error: $*" >&2
     exit 1
 }
+# For a command that takes no arguments: -h or --help says what it does, any other argument stops it before anything
+# is done
+no_arguments() {
+    case "${1:-}" in
+        -h | --help)
+            echo "usage: @name@ (@purpose@)"
+            exit 0
+            ;;
+        *)
+            [ "$#" -eq 0 ] ||
+                die "@name@ takes no arguments, '$(printable "$1")' was given (usage: @name@; -h says more)"
+            ;;
+    esac
+}
 @files@
 '''
 
@@ -2354,6 +2386,18 @@ LAUNCH_COMMAND = r'''exec "$runtime" @entry@ "$sif" @command@ "$@"'''
 # Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv.
 LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
     /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"'''
+
+# The answer to -h and --help of the commands whose arguments go to another program (the prelude of their LAUNCHER:
+# COMMAND_USAGES).
+COMMAND_HELP = r'''# -h or --help as the first argument: what this command does and takes, before anything is started
+case "${1:-}" in
+    -h | --help)
+        printf '%s\n' @usage@
+        exit 0
+        ;;
+    *) ;;
+esac
+'''
 
 # jupyter-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel loads it).
 JUPYTER_KERNEL_ARGS = r'''# jupyter-kernel: its arguments, all checked before anything is started or written
@@ -2630,11 +2674,12 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
 }
 # Whether users other than you and root can rename or replace what you make in the directory $1: prints the first
 # directory from $1 up to / that lets them (another user's, or writable for the group or for all without the sticky
-# bit, as a project's directory on /scratch is), and how; prints nothing and fails where nobody can. $2 "group": the
+# bit, as a project's directory on /scratch is), and how; prints nothing and fails where nobody can. A group counts
+# unless it is your own primary group with no other members (a user's private group, as on LUMI). $2 "group": the
 # group's members may, as you chose (umask 002): only a directory that all may write in counts. $1 is taken as it
 # resolves (realpath), which is what the caller should use from then on.
 others_can_replace_in() {
-    local dir me dirs=() uid mode group i=0
+    local dir me dirs=() uid mode gid group i=0
     dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
     me=$(id -u)
     while dirs+=("$dir") && [ "$dir" != / ]; do
@@ -2642,7 +2687,7 @@ others_can_replace_in() {
         dir=${dir:-/}
     done
     # (one stat for all, whose output holds no names: each line is the directory of the same index)
-    while read -r uid mode group; do
+    while read -r uid mode gid group; do
         dir=${dirs[i]}
         i=$((i + 1))
         if [ "${2:-}" != group ] && [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
@@ -2651,16 +2696,22 @@ others_can_replace_in() {
             continue  # sticky: only a name's owner, the directory's and root may rename it
         elif (( 8#$mode & 8#002 )); then
             echo "$dir (which all users may write in)"
-        elif [ "${2:-}" != group ] && (( 8#$mode & 8#020 )); then
+        elif [ "${2:-}" != group ] && (( 8#$mode & 8#020 )) && ! group_is_only_yours "$gid"; then
             echo "$dir (which the group $group may write in, without the sticky bit)"
         else
             continue
         fi
         return 0
-    done < <(stat -c '%u %a %G' -- "${dirs[@]}")
+    done < <(stat -c '%u %a %g %G' -- "${dirs[@]}")
     return 1
 }
-
+# Whether the group $1 (a number) is your primary group and lists no other member (getent's fourth field)
+group_is_only_yours() {
+    local members
+    [ "$1" = "$(id -g)" ] || return 1
+    members=$(getent group "$1" | cut -d: -f4)
+    [ -z "$members" ] || [ "$members" = "$(id -un)" ]
+}
 # The text $1 with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote
 printable() {
     local text=$1
@@ -4233,6 +4284,7 @@ fi
 '''
 
 MAKE_SQUASHFS = r'''@header@
+no_arguments "$@"
 
 @user_software_paths@
 @readable_by_all@
@@ -4307,6 +4359,7 @@ echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS fi
 '''
 
 UNMAKE_SQUASHFS = r'''@header@
+no_arguments "$@"
 
 @user_software_paths@
 @readable_by_all@
@@ -5216,6 +5269,18 @@ VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 # A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
 # parses bash), its template, how a launcher starts the container (see launch_code; None: not a launcher) and the
 # parameter that must be True for an installation to get it (None: every installation).
+# What -h and --help print for the commands whose other arguments go to bash or pip (COMMAND_HELP)
+COMMAND_USAGES = {
+    'start-shell': ["usage: start-shell [bash's arguments]",
+                    "bash in the container, with the image's environment prepared and the virtual environment "
+                    "active: an interactive shell without arguments, else bash with them (start-shell -c 'pip list')"],
+    'venv-pip': ["usage: venv-pip <pip command> [pip's options]",
+                 "pip on the module's virtual environment, packed or not, run in the container: a command that "
+                 "changes it (install, uninstall, ...) makes a new state of it, which new jobs use; venv-pip "
+                 "<command> --help prints pip's help on a command (venv-pip install --help)"],
+    'list-packages': ["usage: list-packages [pip list's options, such as --format=freeze or --outdated]",
+                      "the Python packages in the container, the image's and the virtual environment's (pip list)"],
+}
 Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
 
 SCRIPTS = [

@@ -20,11 +20,12 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
 }
 # Whether users other than you and root can rename or replace what you make in the directory $1: prints the first
 # directory from $1 up to / that lets them (another user's, or writable for the group or for all without the sticky
-# bit, as a project's directory on /scratch is), and how; prints nothing and fails where nobody can. $2 "group": the
+# bit, as a project's directory on /scratch is), and how; prints nothing and fails where nobody can. A group counts
+# unless it is your own primary group with no other members (a user's private group, as on LUMI). $2 "group": the
 # group's members may, as you chose (umask 002): only a directory that all may write in counts. $1 is taken as it
 # resolves (realpath), which is what the caller should use from then on.
 others_can_replace_in() {
-    local dir me dirs=() uid mode group i=0
+    local dir me dirs=() uid mode gid group i=0
     dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
     me=$(id -u)
     while dirs+=("$dir") && [ "$dir" != / ]; do
@@ -32,7 +33,7 @@ others_can_replace_in() {
         dir=${dir:-/}
     done
     # (one stat for all, whose output holds no names: each line is the directory of the same index)
-    while read -r uid mode group; do
+    while read -r uid mode gid group; do
         dir=${dirs[i]}
         i=$((i + 1))
         if [ "${2:-}" != group ] && [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
@@ -41,16 +42,22 @@ others_can_replace_in() {
             continue  # sticky: only a name's owner, the directory's and root may rename it
         elif (( 8#$mode & 8#002 )); then
             echo "$dir (which all users may write in)"
-        elif [ "${2:-}" != group ] && (( 8#$mode & 8#020 )); then
+        elif [ "${2:-}" != group ] && (( 8#$mode & 8#020 )) && ! group_is_only_yours "$gid"; then
             echo "$dir (which the group $group may write in, without the sticky bit)"
         else
             continue
         fi
         return 0
-    done < <(stat -c '%u %a %G' -- "${dirs[@]}")
+    done < <(stat -c '%u %a %g %G' -- "${dirs[@]}")
     return 1
 }
-
+# Whether the group $1 (a number) is your primary group and lists no other member (getent's fourth field)
+group_is_only_yours() {
+    local members
+    [ "$1" = "$(id -g)" ] || return 1
+    members=$(getent group "$1" | cut -d: -f4)
+    [ -z "$members" ] || [ "$members" = "$(id -un)" ]
+}
 # The text $1 with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote
 printable() {
     local text=$1

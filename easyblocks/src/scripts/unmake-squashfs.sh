@@ -1,4 +1,5 @@
 @header@
+no_arguments "$@"
 
 @user_software_paths@
 @readable_by_all@

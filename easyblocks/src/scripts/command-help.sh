@@ -1,0 +1,8 @@
+# -h or --help as the first argument: what this command does and takes, before anything is started
+case "${1:-}" in
+    -h | --help)
+        printf '%s\n' @usage@
+        exit 0
+        ;;
+    *) ;;
+esac
