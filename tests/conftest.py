@@ -185,8 +185,9 @@ def demo_install(container_modules):
 def pytest_configure(config):
     config.addinivalue_line('markers', 'runtime: drives the container runtime (run again with a real one)')
     config.addinivalue_line('markers', 'needs(feature): needs a feature of testkit.install.FEATURES from the runtime')
-    config.addinivalue_line('markers', 'once_only(why): run with one runtime only (make test leaves it out of the run '
-                                       'with the setuid runtime): why it checks nothing that differs')
+    config.addinivalue_line('markers', 'once_only(why, in_setuid_run=False): run with one runtime only (make test '
+                                       'leaves it out of the run with the setuid runtime, or with in_setuid_run out of '
+                                       'the other): why it checks nothing that differs')
 
 
 @pytest.hookimpl(wrapper=True)
@@ -218,14 +219,22 @@ LEFT_OUT = {}
 LEFT_TO_THE_OTHER_RUN = {}
 
 
+# The tests marked once_only(in_setuid_run=True) go the other way, where make test runs both (tools/run-tests.sh sets
+# LUMI_CT_PAIRED), so that the two runs take about as long
+PAIRED = bool(os.environ.get('LUMI_CT_PAIRED'))
+
+
 def left_to_the_other_run(item):
-    """Why the run with the setuid runtime leaves the test item to the other run, or None."""
+    """Why the run with the setuid runtime (or, for once_only(in_setuid_run=True), the other) leaves the test item to
+    the other run, or None."""
+    once_only = item.get_closest_marker('once_only')
+    in_setuid_run = bool(once_only and once_only.kwargs.get('in_setuid_run'))
     if not RUNTIME_SETUID:
-        return None
+        return 'the tests marked once_only for the setuid run' if PAIRED and in_setuid_run else None
     if item.get_closest_marker('runtime') and getattr(item, 'callspec', None) and \
             item.callspec.params.get('eb_version') == '4.9':
         return 'the EasyBuild 4.9 variants'
-    if item.get_closest_marker('once_only'):
+    if once_only and not in_setuid_run:
         return 'the tests marked once_only (they say why)'
     return None
 
@@ -251,8 +260,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line('container runtime: %s (%s), as the test users %s, %s and %s' % (
         RUNTIME, 'setuid' if RUNTIME_SETUID else 'user namespace', OWNER, MEMBER, OUTSIDER))
     for why, nodeids in sorted(LEFT_TO_THE_OTHER_RUN.items()):
-        terminalreporter.write_line('left out with the setuid runtime, as the run with the other one has them: %s, '
-                                    '%d tests' % (why, len(nodeids)))
+        terminalreporter.write_line('left out, as the run with the other runtime has them: %s, %d tests' % (
+            why, len(nodeids)))
     for lacking, nodeids in sorted(LEFT_OUT.items()):
         terminalreporter.write_line('left out, as %s lacks %s: %d tests' % (
             os.path.basename(RUNTIME), '; '.join(FEATURES[feature] for feature in lacking), len(nodeids)))

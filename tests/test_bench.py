@@ -13,8 +13,8 @@ from support import REPO, require_eb, require_runtime, require_tools
 from testkit.install import SETUID_RUNTIME
 
 pytestmark = [pytest.mark.runtime,  # drives the container runtime: make test runs it with a real one too
-              pytest.mark.once_only('the quick benchmarks run once: they measure venv-pip under the setuid runtime '
-                                    'as well, whichever runtime runs the tests')]
+              pytest.mark.once_only('the quick benchmarks run once: they measure venv-pip under both runtimes, '
+                                    'whichever runtime runs the tests', in_setuid_run=True)]
 
 RUNNER = REPO / 'benchmarks' / 'run.py'
 BENCHMARKS = ['install', 'squash', 'venv_pip', 'wrapper', 'container_start', 'module_load',

@@ -26,7 +26,7 @@ trap 'rm -rf "$base"' EXIT
 run() {  # NAME RUNTIME USERS [PYTEST-ARGS...]: one pytest session, its results also in $base/NAME.xml
     local name=$1 runtime=$2 users=$3
     shift 3
-    LUMI_CT_SINGULARITY=$runtime LUMI_CT_USERS=$users "$python" -m pytest -ra --durations=20 -p no:cacheprovider \
+    LUMI_CT_SINGULARITY=$runtime LUMI_CT_USERS=$users LUMI_CT_PAIRED=$setuid "$python" -m pytest -ra --durations=20 -p no:cacheprovider \
         --basetemp="$base/$name" --junitxml="$base/$name.xml" "$@"
 }
 
