@@ -2,6 +2,8 @@
 ``<file>:<line>: <path>: <message>`` (Issue), explicitly duplicated keys, and a guard against alias bombs (aliases of
 aliases, or an alias inside its own anchor), refused before anything is expanded."""
 
+import os
+import stat
 from dataclasses import dataclass
 from typing import Optional
 
@@ -172,15 +174,35 @@ class LoadError(Exception):
         self.issue = issue
 
 
+MAX_SPEC_BYTES = 16 << 20  # far more than any spec: what is larger (/dev/zero, an image given by mistake) is not one
+
+
+def _file_kind(mode):
+    """What a file of this mode is, in words."""
+    kinds = [(stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISCHR, 'a character device'),
+             (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket')]
+    return next((words for test, words in kinds if test(mode)), 'not a regular file')
+
+
 def load_yaml(path):
     """Safe-load ``path``; return (data, SourceMap). Raise LoadError for unreadable files or invalid YAML."""
     try:
-        with open(path, 'rb') as handle:
-            raw = handle.read()
+        # (without waiting: a FIFO would wait for a writer for ever; checked to be a file before it is read)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(descriptor)
+            raise LoadError(Issue(path, 0, '', 'not a spec file: a spec is a regular file of YAML, this is %s'
+                                  % _file_kind(mode)))
+        with os.fdopen(descriptor, 'rb') as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
         raise LoadError(Issue(path, 0, '', 'no such spec file')) from None
     except OSError as err:
         raise LoadError(Issue(path, 0, '', 'cannot read spec file: %s' % (err.strerror or err))) from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise LoadError(Issue(path, 0, '', 'not a spec file: larger than %d MiB (a spec has a few KiB of YAML)'
+                              % (MAX_SPEC_BYTES >> 20)))
     try:
         text = raw.decode('utf-8')
     except UnicodeDecodeError as err:

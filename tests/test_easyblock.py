@@ -90,6 +90,9 @@ def test_module_contract(container_modules, eb_version, syntax):
     assert 'what it changed becomes the layer on top' in ' '.join(help_text.split())
     assert 'packs it again' not in help_text and 'binds the host file systems, /runscripts and' not in help_text
     assert 'venv-pip install ipykernel, then jupyter-kernel install' in ' '.join(help_text.split())
+    # the defaults it sets (the RCCL settings of LUMI's easyconfigs), which the user's own export overrides
+    assert 'where you have not set them yourself (your own export wins, before or after the load): DEMO_DEFAULT=%s.' \
+        % ' '.join(LITERAL_DEFAULT.split()) in ' '.join(help_text.split())
 
 
 def test_wrappers_pass_arguments_and_status(demo_install):

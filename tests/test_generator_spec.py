@@ -347,6 +347,28 @@ def test_missing_spec_file(tmp_path, monkeypatch, capsys):
     assert not os.path.exists('out')
 
 
+def test_a_spec_that_is_not_a_file_is_refused_at_once(tmp_path, monkeypatch, capsys):
+    """A FIFO (no writer: reading it would wait for ever), a device that never ends (/dev/zero: read until memory ran
+    out), a directory, and a file far larger than a spec: each stops generate-ec with what it is, before anything is
+    written, within seconds."""
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo('fifo.yaml')
+    os.mkdir('dir.yaml')
+    with open('huge.yaml', 'wb') as handle:
+        handle.truncate(17 << 20)
+    cases = [('fifo.yaml', 'a FIFO'), ('/dev/zero', 'a character device'), ('dir.yaml', 'a directory')]
+    for path, kind in cases:
+        start = time.monotonic()
+        code, _, err = generate_ec([path, '-o', 'out'], capsys)
+        assert (code, err.splitlines()[0]) == (
+            2, '%s: not a spec file: a spec is a regular file of YAML, this is %s' % (path, kind))
+        assert time.monotonic() - start < 10
+    code, _, err = generate_ec(['huge.yaml', '-o', 'out'], capsys)
+    assert (code, err.splitlines()[0]) == (
+        2, 'huge.yaml: not a spec file: larger than 16 MiB (a spec has a few KiB of YAML)')
+    assert not os.path.exists('out')
+
+
 def test_empty_and_scalar_spec(tmp_path, monkeypatch, capsys):
     for text, kind in (('', 'null (an empty value)'), ('just a string\n', 'a string'), ('- a\n', 'a list')):
         code, _, err = run_spec(tmp_path, monkeypatch, capsys, text)

@@ -133,6 +133,8 @@ BAD_ARGUMENTS = [
     ('frobnicate', "unknown command 'frobnicate'"),
     ('install --name Demo', "kernel name 'Demo' may only have lower-case letters, digits, '.', '_' and '-'"),
     ('install --name a/b', "kernel name 'a/b' may only have"),
+    ('install --name ..', "kernel name '..' is a directory's own name, not a kernel's"),
+    ('remove --name .', "kernel name '.' is a directory's own name, not a kernel's"),
     ('install --name', '--name needs a value'),
     ('install --user --prefix /tmp/x', 'give one of --user and --prefix'),
     ('install --display-name ""', 'the display name must be one line of text, not empty'),

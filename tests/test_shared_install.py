@@ -232,6 +232,16 @@ def test_a_members_make_squashfs_is_the_groups(shared_unpacked):
         packed.unlink()  # the venv unpacked again, as the other tests of the fixture expect
 
 
+def outsider_holds(lock):
+    """A process of the outsider's that holds the lock file (readable for all, as earlier versions made it) shared,
+    until it is killed."""
+    outsider = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys, time\nlock = open(sys.argv[1])\n'
+                      'fcntl.flock(lock, fcntl.LOCK_SH)\nprint(flush=True)\ntime.sleep(300)', str(lock)],
+                     user=OUTSIDER, stdout=subprocess.PIPE, text=True)
+    outsider.stdout.readline()
+    return outsider
+
+
 def hold_lock(path):
     """A process of the owner's that holds the lock on the file at path until it is killed."""
     holder = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys, time\nhandle = open(sys.argv[1], "a")\n'
@@ -310,11 +320,8 @@ def test_the_lock_is_for_the_members_only(shared_unpacked):
     assert lock_state(lock) == (0o660, MEMBER, PROJECT_GROUP)
     # an outsider holds a lock of an earlier version: the members are told what to do
     lock.chmod(0o644)
-    outsider = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys, time\nlock = open(sys.argv[1])\n'
-                      'fcntl.flock(lock, fcntl.LOCK_SH)\nprint(flush=True)\ntime.sleep(300)', str(lock)],
-                     user=OUTSIDER, stdout=subprocess.PIPE, text=True)
+    outsider = outsider_holds(lock)
     try:
-        outsider.stdout.readline()
         proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
     finally:
         outsider.kill()
@@ -405,11 +412,8 @@ def test_a_holder_record_is_printed_as_text_and_says_what_it_can_know(shared_unp
 
     lock.chmod(0o644)  # (as earlier versions made it), held by an outsider; the record names the owner's ended run
     record.write_text('%s %s %d venv-pip\n' % (OWNER, socket.gethostname(), ENDED))
-    outsider = spawn(['/usr/bin/python3', '-c', 'import fcntl, sys, time\nlock = open(sys.argv[1])\n'
-                      'fcntl.flock(lock, fcntl.LOCK_SH)\nprint(flush=True)\ntime.sleep(300)', str(lock)],
-                     user=OUTSIDER, stdout=subprocess.PIPE, text=True)
+    outsider = outsider_holds(lock)
     try:
-        outsider.stdout.readline()
         proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
         said = easyblock.lock_holder(str(idir))
     finally:

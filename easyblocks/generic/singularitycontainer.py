@@ -888,6 +888,9 @@ class SingularityContainer(EasyBlock):
                     if script.path.startswith('bin/')]
         runscripts = ['  %s: %s' % (os.path.basename(script.path), script.purpose) for script in scripts
                       if script.path.startswith('runscripts/')]
+        settings = ', '.join('%s=%s' % item for item in self.cfg['container_env_defaults'].items())
+        defaults = ["Defaults in the container, where you have not set them yourself (your own export wins, before "
+                    "or after the load): %s." % settings] if settings else []
         nvidia = ["%s=1 make the runtime bind NVIDIA's driver libraries (--nv)." % '=1 and '.join(
             NVIDIA_RUNTIME_VARIABLES)] if self.cfg['gpu_vendor'] == 'nvidia' else []
         return '\n'.join([
@@ -899,15 +902,16 @@ class SingularityContainer(EasyBlock):
             "SINGULARITYENV_PREPEND_PATH, SINGULARITYENV_VIRTUAL_ENV and SINGULARITYENV_* set up the environment "
             "in the container, with the virtual environment %s active (APPTAINER_BINDPATH, APPTAINER_OVERLAY and "
             "APPTAINERENV_* get the same values)." % self.container_venv,
-            "The virtual environment is /user-software in the container. Packed (as installed), it is SquashFS "
-            "layers that SINGULARITY_OVERLAY puts there, after your own overlays: %s and, on top, %s with "
+            "The virtual environment is /user-software in the container. When packed (by the install or "
+            "make-squashfs), it is SquashFS layers that SINGULARITY_OVERLAY puts there, after your own overlays: %s "
+            "and, on top, %s with "
             "venv-pip's changes since (where the runtime cannot stack overlays, %s alone is bound there), in the "
             "directory that the link %s names, which every change replaces in one step; unpacked (after "
             "unmake-squashfs), the directory %s is bound there. The runtime's -o/--overlay replaces "
             "SINGULARITY_OVERLAY, and so the venv's layers: give your own overlays in SINGULARITY_OVERLAY." % (
                 USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_PACKED,
                 USER_SOFTWARE),
-        ] + nvidia + [
+        ] + defaults + nvidia + [
             "",
             "Commands outside the container (in $CONTAINERROOT/bin):",
         ] + commands + ["", "Run scripts in the container (in /runscripts):"] + runscripts + [
@@ -2459,6 +2463,10 @@ done
 # Jupyter's own rule for kernel names (it lower-cases what it is given: a name is taken as written here)
 [[ $kernel_name =~ ^[a-z0-9._-]+$ ]] ||
     bad_usage "kernel name '$kernel_name' may only have lower-case letters, digits, '.', '_' and '-'"
+case "$kernel_name" in
+    . | ..) bad_usage "kernel name '$kernel_name' is a directory's own name, not a kernel's: give another --name" ;;
+    *) ;;
+esac
 if [ -z "$display_name" ] || [[ $display_name == *[[:cntrl:]]* ]]; then
     bad_usage "the display name must be one line of text, not empty"
 fi

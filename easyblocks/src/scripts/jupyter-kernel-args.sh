@@ -57,6 +57,10 @@ done
 # Jupyter's own rule for kernel names (it lower-cases what it is given: a name is taken as written here)
 [[ $kernel_name =~ ^[a-z0-9._-]+$ ]] ||
     bad_usage "kernel name '$kernel_name' may only have lower-case letters, digits, '.', '_' and '-'"
+case "$kernel_name" in
+    . | ..) bad_usage "kernel name '$kernel_name' is a directory's own name, not a kernel's: give another --name" ;;
+    *) ;;
+esac
 if [ -z "$display_name" ] || [[ $display_name == *[[:cntrl:]]* ]]; then
     bad_usage "the display name must be one line of text, not empty"
 fi
