@@ -857,9 +857,7 @@ class SingularityContainer(EasyBlock):
                               "--umask=022 ..." % self.installdir, silent=build_option('silent'))
             return
         found = []
-        module_file = os.stat(self.mod_filepath) if os.path.isfile(self.mod_filepath) else None
-        if module_file and (module_file.st_mode & stat.S_IWOTH or (
-                module_file.st_mode & stat.S_IWGRP and not group_is_only_yours(module_file.st_gid))):
+        if os.path.isfile(self.mod_filepath) and others_may_write(os.stat(self.mod_filepath)):
             found.append('the module file %s (%s; eb --umask=022 makes it yours alone)' %
                          (self.mod_filepath, owner_group_mode(self.mod_filepath)))
         for above in (os.path.dirname(self.installdir), os.path.dirname(self.mod_filepath)):
@@ -1460,9 +1458,8 @@ def group_writable_chosen():
     unambiguous start of an option) or in its environment, rather than through a configuration file."""
     if os.environ.get('EASYBUILD_GROUP_WRITABLE_INSTALLDIR'):
         return True
-    option = '--group-writable-installdir'
-    return any(len(arg.split('=')[0]) > len('--group-') and option.startswith(arg.split('=')[0])
-               for arg in sys.argv[1:])
+    given = [arg.split('=')[0] for arg in sys.argv[1:]]
+    return any(len(name) > len('--group-') and '--group-writable-installdir'.startswith(name) for name in given)
 
 
 def group_is_only_yours(gid):
@@ -1476,18 +1473,22 @@ def group_is_only_yours(gid):
     return not [member for member in members if member != pwd.getpwuid(os.getuid()).pw_name]
 
 
+def others_may_write(info):
+    """Whether the file of the stat result info is writable for users other than this one: for all, or for a group
+    that is not group_is_only_yours."""
+    return bool(info.st_mode & stat.S_IWOTH or (info.st_mode & stat.S_IWGRP and not group_is_only_yours(info.st_gid)))
+
+
 def others_can_replace_in(directory):
     """The first directory from `directory` (resolved) up to / in which users other than this one and root can
-    rename or replace entries (another user's, or writable for the group, unless group_is_only_yours, or for all,
-    without the sticky bit), with why; '' where there is none. (As the scripts' others_can_replace_in.)"""
+    rename or replace entries (another user's, or one others_may_write without the sticky bit), with why; '' where
+    there is none. (As the scripts' others_can_replace_in.)"""
     path = os.path.realpath(directory)
     while True:
         info = os.stat(path)
         if info.st_uid not in (0, os.getuid()):
             return '%s (%s)' % (path, owner_group_mode(path))
-        group_writes = info.st_mode & stat.S_IWGRP and not group_is_only_yours(info.st_gid)
-        others_write = info.st_mode & stat.S_IWOTH or group_writes
-        if others_write and not info.st_mode & stat.S_ISVTX:
+        if others_may_write(info) and not info.st_mode & stat.S_ISVTX:
             return '%s (%s, without the sticky bit)' % (path, owner_group_mode(path))
         if path == '/':
             return ''
@@ -3000,7 +3001,7 @@ lock_holder() {
     if [ -f "$record" ] && [ ! -L "$record" ] &&
         read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
         [[ $pid =~ ^[0-9]+$ ]]; then
-        echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $(printable "$pid")"
+        echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $pid"
         if [ "$host" = "$(hostname)" ] && [ -z "$(process_start "$pid")" ]; then
             if [ -n "$(lock_hint "$1")" ]; then  # (anyone may hold a lock that others can open)
                 echo -n ", which has ended: who holds the lock now is not known"

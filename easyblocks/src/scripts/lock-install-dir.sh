@@ -88,7 +88,7 @@ lock_holder() {
     if [ -f "$record" ] && [ ! -L "$record" ] &&
         read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
         [[ $pid =~ ^[0-9]+$ ]]; then
-        echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $(printable "$pid")"
+        echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $pid"
         if [ "$host" = "$(hostname)" ] && [ -z "$(process_start "$pid")" ]; then
             if [ -n "$(lock_hint "$1")" ]; then  # (anyone may hold a lock that others can open)
                 echo -n ", which has ended: who holds the lock now is not known"
