@@ -102,6 +102,26 @@ def test_both_syntaxes_from_one_plan_leave_the_same_environment(tmp_path):
         assert shots[syntax]['after'] == shots[syntax]['before'], syntax
 
 
+@pytest.mark.parametrize('before, users', [
+    ('export APPTAINER_OVERLAY= SINGULARITY_OVERLAY=/tmp/s.img:ro\n', '/tmp/s.img:ro'),  # set but empty: as unset
+    ('export SINGULARITY_OVERLAY=/tmp/s.img:ro APPTAINER_OVERLAY=/tmp/a.img:ro\n', '/tmp/a.img:ro,/tmp/s.img:ro'),
+    ('export SINGULARITY_OVERLAY=/tmp/s.img:ro APPTAINER_OVERLAY=/tmp/s.img:ro\n', '/tmp/s.img:ro'),
+    ('export SINGULARITY_OVERLAY= APPTAINER_OVERLAY=\n', ''),
+])
+def test_the_users_overlays_are_kept_under_either_name_as_the_binds_are(tmp_path, before, users):
+    """Both syntaxes keep the user's overlays under either name (both when they differ, an empty one as unset),
+    before the packed venv's layers, and give both names the list."""
+    require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
+    shots = load_both(tmp_path, small_plan(tmp_path), before=before)
+    assert shots['Lua']['loaded'] == shots['Tcl']['loaded']
+    packed = tmp_path / 'layers' / easyblock.USER_SOFTWARE_PACKED
+    layers = '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (packed, packed)
+    loaded = shots['Lua']['loaded']
+    assert loaded['SINGULARITY_OVERLAY'] == loaded['APPTAINER_OVERLAY'] == (users + ',' if users else '') + layers
+    for syntax in SYNTAXES:
+        assert shots[syntax]['after'] == shots[syntax]['before'], syntax
+
+
 EXTENDED_EASYBLOCK = '''\
 """SingularityContainer with one more step in its module's plan."""
 from easybuild.easyblocks.generic.singularitycontainer import SetRestorable, SingularityContainer

@@ -1957,28 +1957,29 @@ local function user_software_bind(installdir, squashfs, changes, directory, mod_
                     "image's own. Reinstall the module (eb --rebuild), or put the file back.")
     end
 end
+-- The user's own list of binds or overlays, under either name (both when they differ; empty counts as unset): both
+-- names get the same list, so that Apptainer (which reads its own first) and SingularityCE (which reads only
+-- SINGULARITY_*) see the same.
+local function users_list(apptainer_name, singularity_name)
+    local list = user_value(apptainer_name) or ""
+    local singularity_list = user_value(singularity_name) or ""
+    if list == "" then
+        return singularity_list
+    elseif singularity_list ~= "" and singularity_list ~= list then
+        return list .. "," .. singularity_list
+    end
+    return list
+end
 -- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
 -- SquashFS file and the changes on top of it, read-only), if both are there
 local function set_overlays(installdir, squashfs, changes)
-    local overlays = user_value("APPTAINER_OVERLAY") or user_value("SINGULARITY_OVERLAY") or ""
+    local overlays = users_list("APPTAINER_OVERLAY", "SINGULARITY_OVERLAY")
     local base, top = pathJoin(installdir, squashfs), pathJoin(installdir, changes)
     if isFile(base) and isFile(top) then
         overlays = (overlays == "" and "" or (overlays .. ",")) .. base .. ":ro," .. top .. ":ro"
     end
     restorable_env("SINGULARITY_OVERLAY", overlays)
     restorable_env("APPTAINER_OVERLAY", overlays)
-end
--- The user's own binds, under either name (both when they differ): both names get the same list, so that
--- Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
-local function user_binds()
-    local binds = user_value("APPTAINER_BINDPATH") or ""
-    local singularity_binds = user_value("SINGULARITY_BINDPATH") or ""
-    if binds == "" then
-        return singularity_binds
-    elseif singularity_binds ~= "" and singularity_binds ~= binds then
-        return binds .. "," .. singularity_binds
-    end
-    return binds
 end
 local function bind_destination(bind)  -- of src[:dst[:opts]]
     local source, target = bind:match("^([^:]*):?([^:]*)")
@@ -1987,7 +1988,7 @@ end
 -- The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
 -- the module goes where one of the user's goes: the runtime would say so at every start.
 local function set_binds(kept, always, user_software)
-    local mine = user_binds()
+    local mine = users_list("APPTAINER_BINDPATH", "SINGULARITY_BINDPATH")
     local taken = {}
     for entry in mine:gmatch("[^,]+") do
         if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
@@ -2194,13 +2195,23 @@ proc user_software_bind {installdir squashfs changes directory mod_name} {
     }
     return ""
 }
+# The user's own list of binds or overlays, under either name (both when they differ; empty counts as unset): both
+# names get the same list, so that Apptainer (which reads its own first) and SingularityCE (which reads only
+# SINGULARITY_*) see the same.
+proc users_list {apptainer_name singularity_name} {
+    set list [user_value $apptainer_name]
+    set singularity_list [user_value $singularity_name]
+    if { $list eq "" } {
+        return $singularity_list
+    } elseif { $singularity_list ne "" && $singularity_list ne $list } {
+        return "$list,$singularity_list"
+    }
+    return $list
+}
 # SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
 # SquashFS file and the changes on top of it, read-only), if both are there
 proc set_overlays {installdir squashfs changes} {
-    set overlays [user_value APPTAINER_OVERLAY]
-    if { $overlays eq "" } {
-        set overlays [user_value SINGULARITY_OVERLAY]
-    }
+    set overlays [users_list APPTAINER_OVERLAY SINGULARITY_OVERLAY]
     set base [file join $installdir $squashfs]
     set top [file join $installdir $changes]
     if { [file isfile $base] && [file isfile $top] } {
@@ -2209,18 +2220,6 @@ proc set_overlays {installdir squashfs changes} {
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays
 }
-# The user's own binds, under either name (both when they differ): both names get the same list, so that
-# Apptainer (which reads both) and SingularityCE (which reads SINGULARITY_BINDPATH) bind the same.
-proc user_binds {} {
-    set binds [user_value APPTAINER_BINDPATH]
-    set singularity_binds [user_value SINGULARITY_BINDPATH]
-    if { $binds eq "" } {
-        return $singularity_binds
-    } elseif { $singularity_binds ne "" && $singularity_binds ne $binds } {
-        return "$binds,$singularity_binds"
-    }
-    return $binds
-}
 proc bind_destination {bind} {
     set fields [split $bind :]
     return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
@@ -2228,7 +2227,7 @@ proc bind_destination {bind} {
 # The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
 # the module goes where one of the user's goes: the runtime would say so at every start.
 proc set_binds {kept always user_software} {
-    set mine [user_binds]
+    set mine [users_list APPTAINER_BINDPATH SINGULARITY_BINDPATH]
     set taken {}
     foreach entry [split $mine ,] {
         if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
