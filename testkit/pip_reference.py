@@ -19,9 +19,13 @@ from pathlib import Path
 # bytes, which neither the wheel nor mksquashfs compresses
 BIG_BYTES = 17 << 20
 
-# The odd names a package may hold: a space, unsquashfs's pattern characters, unicode, quotes, a backslash, and a
-# leading dash (an option to a command that takes it as an argument)
-ODD_NAMES = ['a b.txt', '[x]*?.txt', 'ünïcode ☃.txt', 'q\'uo"te.txt', 'back\\slash.txt', '-dash.txt']
+# The odd names a package may hold: a space, unsquashfs's pattern characters, unicode, quotes, a backslash, a
+# leading dash (an option to a command that takes it as an argument); what a listing meant for people shows as
+# something else: an arrow (a link's target), a leading or a trailing blank, a tab, control characters, the
+# separator of unsquashfs's lists. Beside the directories x and d (ODD_DIRECTORIES).
+ODD_NAMES = ['a b.txt', '[x]*?.txt', 'ünïcode ☃.txt', 'q\'uo"te.txt', 'back\\slash.txt', '-dash.txt', 'x -> y.txt',
+             'd ', ' lead.txt', 'ta\tb.txt', 'tail\t', '\x01\x1b[0m\x7f.txt', ';', 'd -> x', 'c 0 0.txt', 'x\\']
+ODD_DIRECTORIES = ['x', 'd', 'dir with space']
 # A newline in a name: a wheel may hold one (pip installs it)
 NEWLINE_NAME = 'new\nline.txt'
 
@@ -55,9 +59,11 @@ def versions():
         },
         # odd names, some of them dropped by 2.0
         'oddnames': {
-            '1.0': {'oddnames/' + name: name + '\n' for name in ODD_NAMES + ['dir with space/x.txt']},
+            '1.0': {'oddnames/' + name: name + '\n' for name in ODD_NAMES},
             '2.0': {'oddnames/' + name: 'two\n' for name in ODD_NAMES[::2]},
         },
+        # directories beside those names, of another distribution: a change of oddnames leaves them as they are
+        'oddsiblings': {'1.0': {'oddnames/%s/in.txt' % name: name + '\n' for name in ODD_DIRECTORIES}},
         'newline': {
             '1.0': {'newline/' + NEWLINE_NAME: 'one\n', 'newline/keep.txt': ''},
             '2.0': {'newline/keep.txt': 'two\n'},

@@ -540,6 +540,41 @@ def test_mpi_launchers_in_a_batch_job(pytorch, slurm, mpi):
     check_torchrun_lines(torchrun, slurm, name)
 
 
+BATCH_STEP_JOB = '''\
+#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --output={out}
+source {lmod_init}
+module use {modules}
+module load PyTorch/2.13.0
+cd {root}
+echo "== no launcher"
+MASTER_PORT=29999 singularity exec "$SIFPYTORCH" conda-python-distributed -c pass && echo "RAN AS A RANK"
+echo "== your own settings"
+for rank in 0 1; do
+    RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=29999 \\
+        singularity exec "$SIFPYTORCH" conda-python-distributed -c {show} &
+done
+wait
+'''
+
+
+def test_the_batch_steps_own_slurm_variables_are_no_launch(pytorch, slurm):
+    """In a batch script, the batch step's own SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, and the job's
+    SLURM_TASKS_PER_NODE, are there without srun (issue 39 C: a run script started without a launcher ran as rank 0
+    of 4, and waited for ranks that never came; two started with the user's own settings both became rank 0): a
+    run script refuses as it does outside Slurm, and the user's own settings count."""
+    inst, root = pytorch
+    show = shlex.quote(SHOW_RANK).replace('{', '{{').replace('}', '}}')
+    out = run_batch_job(inst, root, slurm, 'batch-step', BATCH_STEP_JOB.replace('{show}', show))
+    alone, own = out.split('== your own settings\n')
+    assert alone.splitlines()[1:] == LAUNCHER_REFUSAL, alone
+    assert sorted((env['RANK'], env['LOCAL_RANK'], env['WORLD_SIZE']) for env in seen(own)) == [
+        ('0', '0', '2'), ('1', '1', '2')], own
+    assert len(re.findall(r'^Rank \d on \S+ \(your own settings\): ', own, re.M)) == 2, own
+
+
 # The launchers' variables, set by hand for the cheap tests below (one container start runs many ranks): each
 # launcher's own for rank R of N, local rank L of M, among the variables of a Slurm step that describe another task
 # (an MPI's daemon), which must not count

@@ -427,6 +427,57 @@ def test_a_holder_record_is_printed_as_text_and_says_what_it_can_know(shared_unp
     inst.module_shell(MODULE, unmake, check=False)  # (a new lock, as the tests after this one find it)
 
 
+def test_what_a_members_killed_run_left_is_named_to_the_others(shared_unpacked):
+    """A member's run killed before its new generation became current leaves it private to them (issue 40 F: the
+    next change by another member skipped it without a word, as it could not look inside): it says whose it is and
+    that only they can remove it, once, and goes on."""
+    inst, idir = shared_unpacked
+    leftover = Path(run(['bash', '-c', 'd=$(mktemp -d "$1/.user-software.packed.XXXXXX") && echo "$d"', 'left',
+                         str(idir)], user=MEMBER).stdout.strip())
+    old = leftover.stat().st_mtime - 60 * easyblock.KEEP_SUPERSEDED_MINUTES - 1
+    os.utime(leftover, (old, old))
+    try:
+        said = inst.module_shell(MODULE, 'umask 022\nunmake-squashfs', check=False).stderr
+        assert said.count('unmake-squashfs: warning: %s is what a killed venv-pip, make-squashfs or unmake-squashfs '
+                          'of %s left, private to them: only they can remove it (rm -rf %s)\n'
+                          % (leftover, MEMBER, leftover)) == 1, said
+        assert leftover.is_dir()
+    finally:
+        run(['rm', '-rf', str(leftover)], user=MEMBER)
+
+
+def test_the_one_refused_names_the_new_holder_who_writes_its_record_just_after(shared_unpacked):
+    """One who takes the lock writes its record just after (issue 40 G: the one refused, or waiting, in between was
+    told the previous holder's name, and of a process it started that held the lock): a record naming a process that
+    has ended is read again for a moment; where no new one comes, the words say that the holder is not known."""
+    inst, idir = shared_unpacked
+    lock, record = idir / '.user-software.lock', idir / '.user-software.lock.holder'
+    unmake = 'umask 022\nunmake-squashfs'  # takes the lock, then stops: this venv is not packed
+    inst.module_shell(MODULE, unmake, check=False)
+    host, ended_record = socket.gethostname(), '%s %s %d venv-pip\n' % (MEMBER, socket.gethostname(), ENDED)
+    holder = hold_lock(lock)
+    try:
+        new_holder = "%s's venv-pip on %s (process %d)" % (OWNER, host, holder.pid)
+        for ask in ('unmake-squashfs', 'eb'):
+            record.write_text(ended_record)
+            later = spawn(['bash', '-c', 'sleep 0.3 && printf "%s\n" "$1" >"$2.new" && mv "$2.new" "$2"', 'write',
+                           '%s %s %d venv-pip' % (OWNER, host, holder.pid), str(record)], user=None)
+            if ask == 'eb':
+                said = easyblock.lock_holder(str(idir))
+            else:
+                said = inst.module_shell(MODULE, unmake, check=False, user=MEMBER).stderr
+            later.wait()
+            assert new_holder in said and 'ended' not in said, (ask, said)
+        record.write_text(ended_record)
+        said = inst.module_shell(MODULE, unmake, check=False, user=MEMBER).stderr
+        assert "(process %d, which has ended: who holds the lock now is not known) is changing" % ENDED in said, said
+        assert easyblock.lock_holder(str(idir)).endswith('(process %d, which has ended: who holds the lock now is '
+                                                         'not known)' % ENDED)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.needs('image-src')
 def test_a_fifo_in_place_of_the_lock_stops_venv_pip_and_eb(shared_unpacked, tmp_path, wheelhouse):
     """A member puts a FIFO where the lock is: venv-pip and eb --rebuild stop at once, saying what is there and what
@@ -603,6 +654,19 @@ def test_a_members_rebuild_stops_where_easybuild_kept_the_owners_group(tmp_path,
     assert proc.returncode != 0
     assert 'Cannot reinstall %s: EasyBuild removes it first, and %s/easybuild/reprod (owner %s, group %s' % (
         idir, idir, OWNER, OWNER) in proc.stdout + proc.stderr
+    assert module_file.exists() and tree(idir) == before
+    assert inst.module_shell(MODULE, 'python -c "print(42)"').stdout == '42\n'
+    # what a member's killed venv-pip left (its new generation, 0700 until the switch) stops the owner's rebuild
+    # before anything is removed: one it cannot list used to pass the check (issue 40 D), and the rebuild failed
+    # half-way
+    leftover = run(['bash', '-c', 'umask 002 && d=$(mktemp -d "$1/.user-software.packed.XXXXXX") && '
+                    'touch "$d/user-software.squashfs" && echo "$d"', 'leftover', str(idir)],
+                   user=MEMBER).stdout.strip()
+    before = tree(idir)
+    proc = eb(inst, ec, '--rebuild', '--group-writable-installdir', check=False)
+    assert proc.returncode != 0
+    assert 'Cannot reinstall %s: EasyBuild removes it first, and %s (owner %s, group ' % (
+        idir, leftover, MEMBER) in proc.stdout + proc.stderr
     assert module_file.exists() and tree(idir) == before
     assert inst.module_shell(MODULE, 'python -c "print(42)"').stdout == '42\n'
 

@@ -43,6 +43,10 @@ case " $* " in
         exec 8>&-
         printf '%s {name} %s\n' "$step" "$(printf '%s ' "$@" | tr '\n' ' ')" >>{log}
         if [ "$step" = "$(cat {kill_at} 2>/dev/null)" ]; then
+            if [ -e {kill_at}.pause ]; then  # (test_crash stops the file system here, then ends the run)
+                : >{kill_at}.reached
+                sleep 600
+            fi
             if [ {name} = singularity ]; then  # while it runs: once it has mounted the venv
                 {real} "$@" &
                 for _ in $(seq 200); do
@@ -84,11 +88,17 @@ class Shims:
             (self.bin / name).chmod(0o755)
         directory.chmod(0o777)  # (the test user counts here)
 
-    def arm(self, step):
-        """Count from 0, and kill at `step` (None: never)."""
-        for path in (self.counter, self.log):
+    def arm(self, step, pause=False):
+        """Count from 0, and kill at `step` (None: never); pause: wait there instead, until killed."""
+        for path in (self.counter, self.log, self.kill_at.with_suffix('.reached'), self.kill_at.with_suffix('.pause')):
             path.unlink(missing_ok=True)
         self.kill_at.write_text('%s\n' % (step or ''))
+        if pause:
+            self.kill_at.with_suffix('.pause').write_text('')
+
+    def reached(self):
+        """Whether the run has paused at the step (arm(pause=True))."""
+        return self.kill_at.with_suffix('.reached').exists()
 
     def steps(self):
         return self.log.read_text().splitlines() if self.log.exists() else []

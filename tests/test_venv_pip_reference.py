@@ -125,7 +125,9 @@ def run_sequence(sides, ops, replay, repacks=None):
 # directories left after an uninstall; F, the commands python-tool and tool-python taken for the venv's Python (no
 # repack); D, a file or a link (made by hand) turned into a directory and back, which the overlay cannot (a repack).
 # Then odd names across merges (big) and a repack: a name with a newline, which the layer cannot list, makes venv-pip
-# repack (pip installs it, and cannot remove it: it stays, in both).
+# repack (pip installs it, and cannot remove it: it stays, in both). What issue 40 found: B, a file named 'x -> y.txt'
+# or 'd ' beside another distribution's directory x or d, which a listing parsed as text took for the directory (the
+# repack removed it); C, a name with a tab, whose whiteout mksquashfs refused.
 SITE = '/user-software/venv/demo/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 CASES = {
     'C-E-F': ([['install', 'pkgtree==1.0', 'minor==1.0', 'tool==1.0'], ['install', 'pkgtree==2.0', 'minor==1.1'],
@@ -144,8 +146,9 @@ CASES = {
     # (a directory of the SquashFS file that the layer has as a file: a merge, unmake-squashfs unpack it)
     'D-merged': ([['install', 'linky==2.0'], ['install', 'big==1.0'], ['uninstall', '-y', 'linky'],
                   ['install', 'linky==1.0'], REPACK], {}),
-    'odd-names-and-merges': ([['install', 'oddnames==1.0', 'newline==1.0', 'pkgtree==1.0'], ['install', 'big==1.0'],
-                              ['install', 'oddnames==2.0', 'pkgtree==2.0'], REPACK, ['install', 'newline==2.0'],
+    'odd-names-and-merges': ([['install', 'oddnames==1.0', 'oddsiblings==1.0', 'newline==1.0', 'pkgtree==1.0'],
+                              ['install', 'big==1.0'], ['install', 'oddnames==2.0', 'pkgtree==2.0'], REPACK,
+                              ['install', 'newline==2.0'],
                               ['-r', ['pkgtree==3.0', 'top==1.0']], ['uninstall', '-y', 'big', 'oddnames']],
                              {1: "a name with a newline, which the layer's lists cannot hold: repacking the whole "
                                  "venv"}),

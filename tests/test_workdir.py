@@ -192,6 +192,26 @@ def test_where_pip_runs_out_of_space_venv_pip_works_in_the_next_place(packed, tm
 
 
 @pytest.mark.needs('image-src')
+def test_where_putting_a_layered_change_together_runs_out_of_space_venv_pip_works_in_the_next_place(packed, tmp_path):
+    """TMPDIR has room for what pip installs, not for that and the earlier layer unpacked beside it, which the new
+    layer holds too (issue 40 E: venv-pip stopped, "cannot unpack ...; nothing was changed", and its copy of pip's
+    output took that room twice): it works in the next place, as where pip runs out of space."""
+    inst, idir = packed
+    wheels = tmp_path / 'wheels'
+    wheels.mkdir()
+    write_wheel(wheels, 'lumi-earlier', modules={'data.txt': os.urandom(6 << 20).hex()})  # 12 MiB, a layer still
+    venv_pip(inst, place(tmp_path / 'tmp', 0o1777), 'install --no-index --find-links=%s lumi-earlier' % wheels)
+    earlier = unpacked_bytes(idir / 'user-software.packed' / 'user-software.changes.squashfs')
+    need = earlier * 2 + (64 << 20)  # (what venv-pip estimates a layered change needs)
+    write_wheel(wheels, 'lumi-zeros', modules={'zeros.bin': '\0' * (need + (4 << 20))})
+    proc, left, small = venv_pip_in_a_small_tmpdir(inst, tmp_path, (need >> 10) + (8 << 10),
+                                                   'install --no-index --find-links=%s lumi-zeros' % wheels)
+    assert (' ran out of space in %s; trying the next place\n' % small) in proc.stderr
+    assert 'has the change as a layer' in proc.stdout and not left
+    assert inst.module_shell(MODULE, 'python -c "import lumi_earlier, lumi_zeros"').returncode == 0
+
+
+@pytest.mark.needs('image-src')
 def test_a_container_that_does_not_start_is_not_pip_failing(packed, tmp_path, wheelhouse):
     """The runtime cannot mount the overlay in the work dir (its exit code 255): venv-pip says that, where, and that
     TMPDIR chooses the place; not that pip failed."""

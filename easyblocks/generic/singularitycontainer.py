@@ -309,20 +309,27 @@ class SingularityContainer(EasyBlock):
             raise EasyBuildError("%s is not writable for you: only whoever may change it can reinstall it (a "
                                  "project's shared install: eb --group-writable-installdir, see the README). Nothing "
                                  "was changed.", self.installdir)
-        if not build_option('module_only'):
-            self.check_removable()
+        # (the lock first: a run that holds it has a new state that only it can read, and it is the reason to wait)
         self.user_software_lock = self.take_user_software_lock(wait=False)
+        if not build_option('module_only'):
+            try:
+                self.check_removable()
+            except EasyBuildError:
+                os.close(self.user_software_lock)
+                self.user_software_lock = None
+                raise
 
     def check_removable(self):
         """EasyBuild removes the install dir before it installs again, after it removed the module file: stop before
-        either if some directory in it is not writable for this user (in a project's shared install, one that
-        EasyBuild made at the end of another member's install, such as easybuild/reprod, in their own group)."""
-        for top, dirs, _ in os.walk(self.installdir):
-            if not os.access(top, os.W_OK | os.X_OK):
-                raise EasyBuildError("Cannot reinstall %s: EasyBuild removes it first, and %s (%s) is not writable for "
-                                     "you. Nothing was changed. Its owner can make it the project's: chgrp -R <project "
-                                     "group> %s && chmod -R g+w %s", self.installdir, top, owner_group_mode(top),
-                                     self.installdir, self.installdir)
+        either if some directory in it cannot be listed or is not writable for this user (in a project's shared
+        install, one that EasyBuild made at the end of another member's install, such as easybuild/reprod, in their
+        own group; or what another member's killed venv-pip left, private to them)."""
+        def cannot_list(error):
+            raise not_removable(self.installdir, error.filename, 'cannot be listed')
+
+        for top, _, _ in os.walk(self.installdir, onerror=cannot_list):
+            if not os.access(top, os.R_OK | os.W_OK | os.X_OK):
+                raise not_removable(self.installdir, top, 'is not writable')
 
     def take_user_software_lock(self, wait):
         """The descriptor of the install dir's lock file, locked: when it is the file that is there now (a
@@ -1439,6 +1446,14 @@ def installer_container_settings():
                   key in ('SINGULARITY_BIND', 'APPTAINER_BIND', 'SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'))
 
 
+def not_removable(installdir, directory, why):
+    """The error of a reinstall that stops because EasyBuild could not remove the directory in its install dir."""
+    return EasyBuildError("Cannot reinstall %s: EasyBuild removes it first, and %s (%s) %s for you. Nothing was "
+                          "changed. Its owner can remove it, if it is what a killed venv-pip, make-squashfs or "
+                          "unmake-squashfs left, or make it the project's: chgrp -R <project group> %s && chmod -R "
+                          "g+rwX %s", installdir, directory, owner_group_mode(directory), why, installdir, installdir)
+
+
 def owner_group_mode(path):
     """'owner NAME, group NAME, mode 0NNN' of path, with numbers for names the system does not know."""
     info = os.stat(path)
@@ -1626,33 +1641,35 @@ def lock_hint(path):
 
 def lock_holder(directory):
     """Who holds the lock of the install dir `directory`, from the record its holder wrote: "lumi-owner's venv-pip on
-    nid001 (process 123)"."""
-    path = os.path.join(directory, USER_SOFTWARE_LOCK_RECORD)
+    nid001 (process 123)". One who takes the lock writes its record just after: a record that names a process that
+    has ended here is read again for up to a second before it is taken for the last word."""
+    for tries_left in range(9, -1, -1):
+        words = lock_record_words(os.path.join(directory, USER_SOFTWARE_LOCK_RECORD))
+        if len(words) != 4 or not words[2].isdigit():
+            return 'Another venv-pip, make-squashfs, unmake-squashfs or eb reinstall'
+        who, host, pid, what = [printable(word) for word in words]
+        ended = host == os.uname()[1] and not os.path.isdir('/proc/%s' % pid)
+        if not ended or not tries_left:
+            break
+        time.sleep(0.1)
+    ended = ', which has ended: who holds the lock now is not known' if ended else ''
+    return "%s's %s on %s (process %s%s)" % (who, what, host, pid, ended)
+
+
+def lock_record_words(path):
+    """The lock holder's record at path in its four fields, as the scripts' read takes them (the last is the rest of
+    its first line); none if it is not a regular file."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        handle = None
-    words = []
-    if handle is not None:
-        try:
-            if stat.S_ISREG(os.fstat(handle).st_mode):
-                # (its first line, in four fields as the scripts' read takes them: the last is the rest of the line)
-                line = os.read(handle, 256).decode('utf-8', 'replace').split('\n')[0].strip(' \t')
-                words = re.split('[ \t]+', line, maxsplit=3)
-        finally:
-            os.close(handle)
-    if len(words) != 4:
-        return 'Another venv-pip, make-squashfs, unmake-squashfs or eb reinstall'
-    who, host, pid, what = [printable(word) for word in words]
-    ended = ''
-    if not pid.isdigit():
-        return 'Another venv-pip, make-squashfs, unmake-squashfs or eb reinstall'
-    if host == os.uname()[1] and not os.path.isdir('/proc/%s' % pid):
-        if lock_hint(os.path.join(directory, USER_SOFTWARE_LOCK)):  # (anyone may hold a lock that others can open)
-            ended = ', which has ended: who holds the lock now is not known'
-        else:
-            ended = ', which has ended: a process it started holds the lock'
-    return "%s's %s on %s (process %s%s)" % (who, what, host, pid, ended)
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return []
+        line = os.read(handle, 256).decode('utf-8', 'replace').split('\n')[0].strip(' \t')
+        return re.split('[ \t]+', line, maxsplit=3)
+    finally:
+        os.close(handle)
 
 
 def printable(text):
@@ -2362,6 +2379,7 @@ export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
 @user_software_paths@
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
+stop_if_not_whole "$root" "$generation"  # (the runtime would only say "image format not recognized")
 if [ "$form" = missing ]; then
     echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
         "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
@@ -2787,6 +2805,9 @@ VENV_STATE_TEMPLATE = r'''# The packed venv's state (README, "How it fits togeth
 # leaves the old state or the new one, and a container started through the module's commands gets both files of one
 # state (pinned_entries). What no link names is removed @keep_minutes@ minutes after it was superseded, by whoever
 # changes the venv next: a container that resolved the link just before still finds its files.
+# A node may crash at any moment, with what was written still in its memory (a Lustre client's, or an ext4 that has
+# not written its data back): the new generation's files and directory are on disk before the rename, and the rename
+# is before the command says it is done. An earlier state is removed only while the current one's files are whole.
 
 current_generation() {  # the generation the link of the install dir $1 names (a path), or nothing
     local name
@@ -2826,7 +2847,14 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
     # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
     chmod "$(umask_mode 777)" "$2" || return 1
     link=$(new_link "${2##*/}" "$1" @link@) || return 1
+    # on disk before the link names them: the generation's files, its directory, and its entry and the new link's
+    if ! find "$2" -mindepth 1 -maxdepth 1 -type f -exec sync -- {} + || ! sync -- "$2" "$1"; then
+        rm -f -- "$link"
+        return 1
+    fi
     rename_into_place "$link" "$1/@packed@" || return 1
+    # (and the rename: the change is made even if this flush fails, which it then says)
+    sync -- "$1" || true
     # the clock of its removal starts now (remove_superseded)
     [ -z "$superseded" ] || touch -c -- "$superseded" 2>/dev/null || true
 }
@@ -2840,9 +2868,17 @@ remove_superseded() {
         if [ "$entry" = "$current" ] || ! older_than "$entry" @keep_minutes@; then
             continue
         fi
+        # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
+        [ -z "$current" ] || generation_whole "$current" || return 0
         case "$entry" in
             "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
+                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ ! -O "$entry" ] && [ ! -x "$entry" ]; then
+                    # (a generation is private to its maker until it is made current: one that never was)
+                    echo "${0##*/}: warning: $entry is what a killed venv-pip, make-squashfs or unmake-squashfs of" \
+                        "$(stat -c %U -- "$entry") left, private to them: only they can remove it (rm -rf $entry)" >&2
+                    continue
+                fi
                 if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ] &&
                     [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/@record@")" ]; then
                     rm -rf --one-file-system -- "$entry" 2>/dev/null ||
@@ -2852,6 +2888,35 @@ remove_superseded() {
                 ;;
         esac
     done
+}
+# Whether the file $1 is a whole SquashFS file, as far as a glance tells: its magic, and as long as its superblock
+# says it is (a node that crashed before it wrote the file back leaves it empty or short)
+squashfs_whole() {
+    local used
+    [ "$(head -c 4 -- "$1" 2>/dev/null)" = hsqs ] || return 1
+    used=$(od -An -j 40 -N 8 -t u8 -- "$1") || return 1
+    [ "$(stat -c %s -- "$1")" -ge "${used//[^0-9]/}" ]
+}
+generation_whole() {  # whether the SquashFS files of the generation $1 are whole (squashfs_whole)
+    local file
+    for file in "$1/@us_squashfs@" "$1/@us_changes@"; do
+        [ ! -e "$file" ] || squashfs_whole "$file" || return 1
+    done
+}
+# Stop if the packed venv's current state, the generation $2 of the install dir $1, is not whole: say which earlier
+# state the link can name instead
+stop_if_not_whole() {
+    local earlier way=
+    [ -n "$2" ] && ! generation_whole "$2" || return 0
+    # (the latest superseded one: make_current touched it)
+    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\n' |
+        sort -rn | head -n 1)
+    if [ -n "$earlier" ]; then
+        way="make the link name the state before it (ln -sfnT ${earlier#* } $1/@packed@, then check with"
+        way+=" list-packages), or "
+    fi
+    die "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
+        "before they were written?): ${way}reinstall the module (eb --rebuild)"
 }
 through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
     [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/@packed@" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
@@ -2994,24 +3059,26 @@ remove_lock_leftovers() {
         fi
     done
 }
-# Who holds the lock of the install dir $1, from the record: "lumi-owner's venv-pip on nid001 (process 123)"
+# Who holds the lock of the install dir $1, from the record: "lumi-owner's venv-pip on nid001 (process 123)". One who
+# takes the lock writes its record just after: a record that names a process that has ended here is read again for
+# up to a second before it is taken for the last word.
 lock_holder() {
-    local record="$1/@lock_record@" who host pid what
-    if [ -f "$record" ] && [ ! -L "$record" ] &&
-        read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
-        [[ $pid =~ ^[0-9]+$ ]]; then
-        echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $pid"
-        if [ "$host" = "$(hostname)" ] && [ -z "$(process_start "$pid")" ]; then
-            if [ -n "$(lock_hint "$1")" ]; then  # (anyone may hold a lock that others can open)
-                echo -n ", which has ended: who holds the lock now is not known"
-            else
-                echo -n ", which has ended: a process it started holds the lock"
-            fi
+    local record="$1/@lock_record@" who host pid what tries=10
+    while :; do
+        if ! { [ -f "$record" ] && [ ! -L "$record" ] &&
+            read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
+            [[ $pid =~ ^[0-9]+$ ]]; }; then
+            echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
+            return
         fi
-        echo ")"
-    else
-        echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
-    fi
+        if [ "$host" != "$(hostname)" ] || [ -n "$(process_start "$pid")" ] || (( --tries == 0 )); then
+            break
+        fi
+        sleep 0.1
+    done
+    echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $pid"
+    [ "$tries" -gt 0 ] || echo -n ", which has ended: who holds the lock now is not known"
+    echo ")"
 }
 # A lock of the install dir $1 that others can open (as earlier versions made it) may be held by anyone: what to do
 lock_hint() {
@@ -3369,18 +3436,46 @@ pack_tree() {
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
         -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
 }
-as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
-    sed 's/[][\\*?]/\\&/g'
+# The path $1 as an unsquashfs pattern that matches it only (its wildcards escaped; and ';', which ends -ex's list)
+as_pattern() {
+    local path=${1//\\/\\\\}
+    path=${path//\*/\\*}
+    path=${path//\?/\\?}
+    path=${path//\[/\\[}
+    path=${path//]/\\]}
+    printf '%s' "${path//;/\\;}"
 }
-# What follows an entry's type in unsquashfs -lls, up to its path
-listed_entry='[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/'
-layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
-    unsquashfs -lls "$1" | sed -n "s|^c$listed_entry||p"
+# Each entry of the SquashFS file $1 (below the patterns $2..., and the directories above them) as "<type> <path>",
+# NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
+# a name with a newline over several lines (only the first has the root), and a link as "path -> target", with the
+# target's length as its size: taken apart by these, never by blanks, any name comes back as it is.
+squashfs_entries() {
+    local root
+    root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || return 1
+    unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" '
+        function flush(   at, fields, path) {
+            at = index(entry, " " root "/")
+            if (at) {
+                path = substr(entry, at + length(root) + 2)
+                if (substr(entry, 1, 1) == "l") {
+                    split(substr(entry, 1, at - 1), fields, " +")
+                    path = substr(path, 1, length(path) - fields[3] - 4)
+                }
+                printf "%s %s%c", substr(entry, 1, 1), path, 0
+            }
+            entry = ""
+        }
+        index($0, root) { flush(); entry = $0; next }
+        entry != "" { entry = entry "\n" $0 }
+        END { flush() }'
 }
-unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
+layer_whiteouts() {  # the whiteouts of the layer $1, each a path from the container's root, NUL-terminated
+    squashfs_entries "$1" | LC_ALL=C awk 'BEGIN { RS = "\0" } /^c / { printf "%s%c", substr($0, 3), 0 }'
+}
+unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked (a name with a newline may count twice)
     local file
     for file in "$@"; do
-        [ ! -f "$file" ] || unsquashfs -lls "$file"
+        [ ! -f "$file" ] || unsquashfs -lln "$file"
     done | awk '$1 ~ /^-/ { bytes += $3 } END { print bytes + 0 }'
 }
 under_non_directory() {  # whether the path $2 of the tree $1 is below a file or a link of it (which hides it)
@@ -3396,29 +3491,29 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
 # Where the layer $1 has a directory and the tree $2 a file or a link, or the other way round, the tree's goes (in the
 # overlay, the layer's hides it; unsquashfs cannot write one over the other)
 remove_other_types() {
-    local kind path
-    while IFS=' ' read -r kind path; do
-        path=${path%% -> *}  # (a link's target)
-        if [ "$kind" = d ]; then
+    local entry path
+    while IFS= read -r -d '' entry; do
+        path=${entry:2}
+        if [ "${entry:0:1}" = d ]; then
             if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
                 rm -f -- "${2:?}/$path"
             fi
         elif [ -d "$2/$path" ] && [ ! -L "$2/$path" ]; then
             rm -rf -- "${2:?}/$path"
         fi
-    done < <(unsquashfs -lls "$1" | sed -n "s|^\\(.\\)$listed_entry|\\1 |p")
+    done < <(squashfs_entries "$1")
 }
 apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
-    local whiteouts path
-    whiteouts=$(layer_whiteouts "$1") || return 1
-    while IFS= read -r path; do
-        [ -z "$path" ] || rm -rf -- "${2:?}/$path"
-    done <<<"$whiteouts"
-    [ -z "$(ls -A "$2")" ] || remove_other_types "$1" "$2" || return 1
-    # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
-    if [ -n "$whiteouts" ]; then
-        unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts" | as_pattern) "$1" \
-            >/dev/null
+    local path excluded=()
+    while IFS= read -r -d '' path; do
+        rm -rf -- "${2:?}/$path"
+        excluded+=("$(as_pattern "$path")")
+    done < <(layer_whiteouts "$1")
+    [ -z "$(find "$2" -mindepth 1 -print -quit)" ] || remove_other_types "$1" "$2" || return 1
+    # (without root, unsquashfs cannot make the whiteouts' devices: they are left out, named as arguments, which
+    # keep every byte of a name)
+    if [ "${#excluded[@]}" -gt 0 ]; then
+        unsquashfs -f -no-progress -quiet -d "$2" -ex "${excluded[@]}" \; "$1" >/dev/null
     else
         unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
     fi
@@ -3428,14 +3523,14 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
     [ ! -f "$3" ] || apply_layer "$3" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
-# $3: its whiteouts, the paths in the file $4 (NUL-terminated; gone from $1 afterwards). The directories pip
-# removed (listed in $1@record@ by OVERLAY_PYTHON): one that holds nothing else is removed too; one made again hides
-# what the layers below held in it (as an opaque directory does), and so does a directory where the tree has a file or
-# a link, and the other way round.
+# $3 (NUL-terminated paths): its whiteouts, the paths in the file $4 (NUL-terminated; gone from $1 afterwards). The
+# directories pip removed (listed in $1@record@ by OVERLAY_PYTHON, NUL-terminated): one that holds nothing else is
+# removed too; one made again hides what the layers below held in it (as an opaque directory does), and so does a
+# directory where the tree has a file or a link, and the other way round.
 apply_upper() {
     local path top=
     if [ -f "$1@record@" ]; then
-        while IFS= read -r path; do  # (sorted: a directory before what is in it)
+        while IFS= read -r -d '' path; do  # (sorted: a directory before what is in it)
             path=${path#/}
             if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
                 [ -n "$(find "$1/$path" ! -type d ! -type c -print -quit)" ] || rm -rf -- "${1:?}/$path"
@@ -3443,7 +3538,7 @@ apply_upper() {
                 # (what is below a listed directory is hidden with it)
                 if [ -z "$top" ] || [ "${path#"$top"/}" = "$path" ]; then
                     top=$path
-                    echo "$path" >>"$3"
+                    printf '%s\0' "$path" >>"$3"
                 fi
             fi
         done <"$1@record@"
@@ -3451,7 +3546,7 @@ apply_upper() {
     fi
     while IFS= read -r -d '' path; do
         rm -rf -- "${1:?}/$path" "${2:?}/$path"
-        echo "$path" >>"$3"
+        printf '%s\0' "$path" >>"$3"
     done <"$4"
     while IFS= read -r -d '' path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
@@ -3462,27 +3557,39 @@ apply_upper() {
             rm -rf -- "${2:?}/$path"
         fi
     done < <(find "$1" -mindepth 1 -printf '%P\0')
-    cp -a --remove-destination "$1/." "$2/"  # (a link in the tree is replaced, not written through)
+    # (hard links, not a second copy of pip's output: both are in the work dir; a link in the tree is replaced, not
+    # written through)
+    cp -a --link --remove-destination "$1/." "$2/"
 }
-# A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
-# of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list $2
+# A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2, NUL-terminated paths)
+# is new: nothing of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list
 hide_below_new_directories() {
-    local path entry listed
-    listed=$(LC_ALL=C sort -u "$2")
-    while IFS= read -r path; do
+    local path entry
+    LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
+    while IFS= read -r -d '' path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
-            unsquashfs -l "$3" "$(printf '%s\n' "$path" | as_pattern)" | sed -n "s|^squashfs-root/||p" |
-                while IFS= read -r entry; do
+            while IFS= read -r -d '' entry; do
+                entry=${entry:2}
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ] &&
                     ! under_non_directory "$1" "$entry"; then
-                    echo "$entry"
+                    printf '%s\0' "$entry"
                 fi
-            done
+            done < <(squashfs_entries "$3" "$(as_pattern "$path")")
         fi
-    done <<<"$listed" >>"$2"
+    done <"$2.sorted" >>"$2"
+    rm -f -- "$2.sorted"
 }
-in_squashfs() {  # the paths on stdin (a line each) that the SquashFS file $1 holds
-    LC_ALL=C awk 'NR == FNR { sub(/^squashfs-root\//, ""); held[$0] = 1; next } $0 in held' <(unsquashfs -l "$1") -
+in_squashfs() {  # the paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came
+    LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
+                  $0 in held { printf "%s%c", $0, 0 }' <(squashfs_entries "$1") -
+}
+# A path as a pseudo file's definition names it: a blank, a tab, a quote and a backslash escaped (it cannot hold a
+# newline: venv-pip repacks where a whiteout would need one)
+pseudo_name() {
+    local name=${1//\\/\\\\}
+    name=${name//\"/\\\"}
+    name=${name// /\\ }
+    printf '%s' "${name//$'\t'/\\$'\t'}"
 }
 # Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
 # lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds
@@ -3490,13 +3597,13 @@ in_squashfs() {  # the paths on stdin (a line each) that the SquashFS file $1 ho
 # entry that cannot be opened.
 pack_layer() {
     local pseudo="$1.whiteouts" path
-    LC_ALL=C sort -u "$2" | while IFS= read -r path; do
-        [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || echo "$path"
-    done | in_squashfs "$4" | awk '{ n = split($0, part, "/"); above = ""
+    LC_ALL=C sort -zu "$2" | while IFS= read -r -d '' path; do
+        [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || printf '%s\0' "$path"
+    done | in_squashfs "$4" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
                  for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
-                 gone[$0] = 1; print }' | while IFS= read -r path; do
+                 gone[$0] = 1; printf "%s%c", $0, 0 }' | while IFS= read -r -d '' path; do
         mkdir -p -- "$(dirname -- "$1/$path")"
-        printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
+        printf '%s c 0 %s %s 0 0\n' "$(pseudo_name "$path")" "$(id -u)" "$(id -g)"
     done >"$pseudo"
     pack_tree "$1" "$3" -pf "$pseudo"
 }
@@ -3692,8 +3799,8 @@ directory opaque with an extended attribute a user namespace may not set, and sa
 way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). Those
 directories, and every directory that rmdir did remove (an overlay mounted with privileges, as a setuid runtime
 mounts it, removes it and marks a directory made again at its name opaque, which only a privileged reader can see),
-are written to RECORD: venv-pip reads it, and hides whatever the layers below held in them when it packs the
-change; a later run in the same overlay reads it back.
+are written to RECORD (NUL-terminated: a name may hold any other byte): venv-pip reads it, and hides whatever the
+layers below held in them when it packs the change; a later run in the same overlay reads it back.
 
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
@@ -3859,8 +3966,8 @@ def main(argv):
     if args[:1] == ["--then"]:
         then, args = args[1], args[2:]
     if os.path.isfile(RECORD):
-        with open(RECORD) as record:
-            emptied.update(line.rstrip("\n") for line in record if line.strip())
+        with open(RECORD, encoding="utf-8", errors="surrogateescape") as record:
+            emptied.update(path for path in record.read().split("\0") if path)
     replaced = {"rmdir": rmdir, "listdir": listdir, "scandir": Scandir, "mkdir": mkdir, "unlink": unlink,
                 "remove": unlink, "replace": replace, "rename": rename, "symlink": symlink}
     real = {name: getattr(os, name) for name in replaced}
@@ -3877,8 +3984,8 @@ def main(argv):
         for name, function in real.items():
             setattr(os, name, function)
         if emptied or removed_dirs:
-            with open(RECORD, "w") as record:
-                record.write("".join(path + "\n" for path in sorted(emptied | removed_dirs)))
+            with open(RECORD, "w", encoding="utf-8", errors="surrogateescape") as record:
+                record.write("".join(path + "\0" for path in sorted(emptied | removed_dirs)))
     if refused:
         print(refused[0], flush=True)
         return REFUSED_STATUS
@@ -4046,6 +4153,7 @@ kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
+stop_if_not_whole "$root" "$generation"
 remove_superseded "$root"
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
@@ -4117,11 +4225,12 @@ unpack_into() {
 # of space; its status. $1 says how: repack (on the whole venv unpacked into $work/tree, where $work/before and
 # $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay on
 # top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
+full_places=()  # (where this run ran out of space: not tried again)
 pip_where_there_is_room() {
-    local how=$1 need=$2 status full=()
+    local how=$1 need=$2 status
     shift 2
     while :; do
-        work=$(make_workdir "$root" "$need" "${full[@]}") || exit 1
+        work=$(make_workdir "$root" "$need" "${full_places[@]}") || exit 1
         status=0
         if [ "$how" = repack ]; then
             unpack_into "$work" "$squashfs" "$changes"
@@ -4138,8 +4247,8 @@ pip_where_there_is_room() {
         if [ "$status" -eq 0 ] || ! { ran_out_of_space "$work" || layer_is_full "$work/overlay.img"; }; then
             return "$status"
         fi
-        full+=("${work%/*}")
-        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
+        full_places+=("${work%/*}")
+        echo "venv-pip: pip ran out of space in ${full_places[-1]}; trying the next place" >&2
         remove_own_tree "$work"
     done
 }
@@ -4207,8 +4316,9 @@ change_by_repacking() {
 }
 pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
     in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
-    # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
-    unsquashfs -l "$new_squashfs" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
+    squashfs_entries "$new_squashfs" "$(as_pattern "$venv_bin/python")" |
+        want="$venv_bin/python" LC_ALL=C awk 'BEGIN { RS = "\0" } substr($0, 3) == ENVIRON["want"] { found = 1 }
+                                             END { exit !found }' ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
     like "$squashfs" "$new_squashfs"
     if [ "$form" = layers ]; then
@@ -4248,12 +4358,22 @@ change_in_layers() {
         exit 0
     fi
     tree="$work/tree"
-    mkdir "$tree"
-    layer_whiteouts "$changes" >"$work/removed"
-    in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
+    if ! { mkdir "$tree" && layer_whiteouts "$changes" >"$work/removed" &&
+        in_background apply_layer "$changes" "$tree"; }; then
+        again_where_there_is_room "cannot unpack $changes into $work; nothing was changed" "$@"
+        return
+    fi
     if ! apply_upper "$upper" "$tree" "$work/removed" "$whiteouts" ||
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
-        die "cannot put the change together in $work; nothing was changed"
+        again_where_there_is_room "cannot put the change together in $work; nothing was changed" "$@"
+        return
+    fi
+    if [ -n "$(tr -cd '\n' <"$work/removed" | head -c 1)" ]; then
+        # (what the layer must hide below a new directory: a name of the SquashFS file's)
+        echo "venv-pip: a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+        remove_own_tree "$work"
+        change_by_repacking "$@"
+        return
     fi
     in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" ||
         die "mksquashfs failed; nothing was changed"
@@ -4276,6 +4396,18 @@ change_in_layers() {
     make_new_current
     echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
+}
+
+# A step that puts the change together in the work dir failed: where that was for want of space there, the whole
+# change (pip $@) again in the next place, as when pip runs out of it; else stop, saying $1
+again_where_there_is_room() {
+    local why=$1
+    shift
+    ran_out_of_space "$work" || die "$why"
+    full_places+=("${work%/*}")
+    echo "venv-pip: putting the change together ran out of space in ${full_places[-1]}; trying the next place" >&2
+    remove_own_tree "$work"
+    change_in_layers "$@"
 }
 
 if [ "$form" = layers ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
@@ -4378,6 +4510,7 @@ squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generat
 umask "$(shared_umask "$root")"
 lock_or_stop "$root"
 generation=$(current_generation "$root")
+stop_if_not_whole "$root" "$generation"
 remove_superseded "$root"
 [ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
 if [ -e "$dir" ] || [ -L "$dir" ]; then
@@ -4391,7 +4524,10 @@ trap 'remove_own_tree "$tmp"' EXIT
 tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
 unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
     die "unsquashfs failed; nothing was changed"
+# (on disk before it has its name: a crash leaves no $dir with empty files)
+sync -f -- "$tmp/unpacked" || die "cannot write the unpacked venv to disk; nothing was changed"
 mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
+sync -- "$root" || true
 trap - EXIT
 remove_own_tree "$tmp"
 echo "Unpacked $generation/$squashfs_name into $dir."
@@ -4471,9 +4607,11 @@ die() {
     exit 1
 }
 
-# The number of tasks on this node, from Slurm's compressed list such as '2(x3),1'; nothing without a list.
+# The number of tasks of this job step on this node, from Slurm's compressed list such as '2(x3),1'; nothing without
+# one. Only srun sets the step's: a batch script has the job's SLURM_TASKS_PER_NODE, and the batch step's own
+# SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, none of which is a launch of ranks.
 slurm_tasks_on_this_node() {
-    local list="${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-}}" node="${SLURM_NODEID:-0}" item count repeat
+    local list="${SLURM_STEP_TASKS_PER_NODE:-}" node="${SLURM_NODEID:-0}" item count repeat
     local IFS=,
     for item in $list; do
         count="${item%(*}"

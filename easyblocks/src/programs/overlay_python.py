@@ -8,8 +8,8 @@ directory opaque with an extended attribute a user namespace may not set, and sa
 way stays, and from then on looks removed to this Python (listings leave it out, rmdir succeeds). Those
 directories, and every directory that rmdir did remove (an overlay mounted with privileges, as a setuid runtime
 mounts it, removes it and marks a directory made again at its name opaque, which only a privileged reader can see),
-are written to RECORD: venv-pip reads it, and hides whatever the layers below held in them when it packs the
-change; a later run in the same overlay reads it back.
+are written to RECORD (NUL-terminated: a name may hold any other byte): venv-pip reads it, and hides whatever the
+layers below held in them when it packs the change; a later run in the same overlay reads it back.
 
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
@@ -175,8 +175,8 @@ def main(argv):
     if args[:1] == ["--then"]:
         then, args = args[1], args[2:]
     if os.path.isfile(RECORD):
-        with open(RECORD) as record:
-            emptied.update(line.rstrip("\n") for line in record if line.strip())
+        with open(RECORD, encoding="utf-8", errors="surrogateescape") as record:
+            emptied.update(path for path in record.read().split("\0") if path)
     replaced = {"rmdir": rmdir, "listdir": listdir, "scandir": Scandir, "mkdir": mkdir, "unlink": unlink,
                 "remove": unlink, "replace": replace, "rename": rename, "symlink": symlink}
     real = {name: getattr(os, name) for name in replaced}
@@ -193,8 +193,8 @@ def main(argv):
         for name, function in real.items():
             setattr(os, name, function)
         if emptied or removed_dirs:
-            with open(RECORD, "w") as record:
-                record.write("".join(path + "\n" for path in sorted(emptied | removed_dirs)))
+            with open(RECORD, "w", encoding="utf-8", errors="surrogateescape") as record:
+                record.write("".join(path + "\0" for path in sorted(emptied | removed_dirs)))
     if refused:
         print(refused[0], flush=True)
         return REFUSED_STATUS

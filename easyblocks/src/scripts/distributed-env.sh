@@ -28,9 +28,11 @@ die() {
     exit 1
 }
 
-# The number of tasks on this node, from Slurm's compressed list such as '2(x3),1'; nothing without a list.
+# The number of tasks of this job step on this node, from Slurm's compressed list such as '2(x3),1'; nothing without
+# one. Only srun sets the step's: a batch script has the job's SLURM_TASKS_PER_NODE, and the batch step's own
+# SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, none of which is a launch of ranks.
 slurm_tasks_on_this_node() {
-    local list="${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-}}" node="${SLURM_NODEID:-0}" item count repeat
+    local list="${SLURM_STEP_TASKS_PER_NODE:-}" node="${SLURM_NODEID:-0}" item count repeat
     local IFS=,
     for item in $list; do
         count="${item%(*}"

@@ -97,6 +97,7 @@ kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
+stop_if_not_whole "$root" "$generation"
 remove_superseded "$root"
 
 # The long steps run in the background and are waited for: bash runs a trap only when the foreground command
@@ -168,11 +169,12 @@ unpack_into() {
 # of space; its status. $1 says how: repack (on the whole venv unpacked into $work/tree, where $work/before and
 # $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay on
 # top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
+full_places=()  # (where this run ran out of space: not tried again)
 pip_where_there_is_room() {
-    local how=$1 need=$2 status full=()
+    local how=$1 need=$2 status
     shift 2
     while :; do
-        work=$(make_workdir "$root" "$need" "${full[@]}") || exit 1
+        work=$(make_workdir "$root" "$need" "${full_places[@]}") || exit 1
         status=0
         if [ "$how" = repack ]; then
             unpack_into "$work" "$squashfs" "$changes"
@@ -189,8 +191,8 @@ pip_where_there_is_room() {
         if [ "$status" -eq 0 ] || ! { ran_out_of_space "$work" || layer_is_full "$work/overlay.img"; }; then
             return "$status"
         fi
-        full+=("${work%/*}")
-        echo "venv-pip: pip ran out of space in ${full[-1]}; trying the next place" >&2
+        full_places+=("${work%/*}")
+        echo "venv-pip: pip ran out of space in ${full_places[-1]}; trying the next place" >&2
         remove_own_tree "$work"
     done
 }
@@ -258,8 +260,9 @@ change_by_repacking() {
 }
 pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
     in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
-    # (grep reads the whole listing: with -q it would stop early, and pipefail would count unsquashfs's SIGPIPE)
-    unsquashfs -l "$new_squashfs" | grep -x "squashfs-root/$venv_bin/python" >/dev/null ||
+    squashfs_entries "$new_squashfs" "$(as_pattern "$venv_bin/python")" |
+        want="$venv_bin/python" LC_ALL=C awk 'BEGIN { RS = "\0" } substr($0, 3) == ENVIRON["want"] { found = 1 }
+                                             END { exit !found }' ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
     like "$squashfs" "$new_squashfs"
     if [ "$form" = layers ]; then
@@ -299,12 +302,22 @@ change_in_layers() {
         exit 0
     fi
     tree="$work/tree"
-    mkdir "$tree"
-    layer_whiteouts "$changes" >"$work/removed"
-    in_background apply_layer "$changes" "$tree" || die "cannot unpack $changes; nothing was changed"
+    if ! { mkdir "$tree" && layer_whiteouts "$changes" >"$work/removed" &&
+        in_background apply_layer "$changes" "$tree"; }; then
+        again_where_there_is_room "cannot unpack $changes into $work; nothing was changed" "$@"
+        return
+    fi
     if ! apply_upper "$upper" "$tree" "$work/removed" "$whiteouts" ||
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
-        die "cannot put the change together in $work; nothing was changed"
+        again_where_there_is_room "cannot put the change together in $work; nothing was changed" "$@"
+        return
+    fi
+    if [ -n "$(tr -cd '\n' <"$work/removed" | head -c 1)" ]; then
+        # (what the layer must hide below a new directory: a name of the SquashFS file's)
+        echo "venv-pip: a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+        remove_own_tree "$work"
+        change_by_repacking "$@"
+        return
     fi
     in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" ||
         die "mksquashfs failed; nothing was changed"
@@ -327,6 +340,18 @@ change_in_layers() {
     make_new_current
     echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
+}
+
+# A step that puts the change together in the work dir failed: where that was for want of space there, the whole
+# change (pip $@) again in the next place, as when pip runs out of it; else stop, saying $1
+again_where_there_is_room() {
+    local why=$1
+    shift
+    ran_out_of_space "$work" || die "$why"
+    full_places+=("${work%/*}")
+    echo "venv-pip: putting the change together ran out of space in ${full_places[-1]}; trying the next place" >&2
+    remove_own_tree "$work"
+    change_in_layers "$@"
 }
 
 if [ "$form" = layers ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then

@@ -16,18 +16,46 @@ pack_tree() {
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
         -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
 }
-as_pattern() {  # the paths on stdin, a line each, as unsquashfs's patterns that match each path only
-    sed 's/[][\\*?]/\\&/g'
+# The path $1 as an unsquashfs pattern that matches it only (its wildcards escaped; and ';', which ends -ex's list)
+as_pattern() {
+    local path=${1//\\/\\\\}
+    path=${path//\*/\\*}
+    path=${path//\?/\\?}
+    path=${path//\[/\\[}
+    path=${path//]/\\]}
+    printf '%s' "${path//;/\\;}"
 }
-# What follows an entry's type in unsquashfs -lls, up to its path
-listed_entry='[^ ]* .* [0-9-]\{10\} [0-9:]\{5\} squashfs-root/'
-layer_whiteouts() {  # the whiteouts of the layer $1, a path from the container's root a line
-    unsquashfs -lls "$1" | sed -n "s|^c$listed_entry||p"
+# Each entry of the SquashFS file $1 (below the patterns $2..., and the directories above them) as "<type> <path>",
+# NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
+# a name with a newline over several lines (only the first has the root), and a link as "path -> target", with the
+# target's length as its size: taken apart by these, never by blanks, any name comes back as it is.
+squashfs_entries() {
+    local root
+    root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || return 1
+    unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" '
+        function flush(   at, fields, path) {
+            at = index(entry, " " root "/")
+            if (at) {
+                path = substr(entry, at + length(root) + 2)
+                if (substr(entry, 1, 1) == "l") {
+                    split(substr(entry, 1, at - 1), fields, " +")
+                    path = substr(path, 1, length(path) - fields[3] - 4)
+                }
+                printf "%s %s%c", substr(entry, 1, 1), path, 0
+            }
+            entry = ""
+        }
+        index($0, root) { flush(); entry = $0; next }
+        entry != "" { entry = entry "\n" $0 }
+        END { flush() }'
 }
-unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked
+layer_whiteouts() {  # the whiteouts of the layer $1, each a path from the container's root, NUL-terminated
+    squashfs_entries "$1" | LC_ALL=C awk 'BEGIN { RS = "\0" } /^c / { printf "%s%c", substr($0, 3), 0 }'
+}
+unpacked_bytes() {  # what the files of the SquashFS files $@ take unpacked (a name with a newline may count twice)
     local file
     for file in "$@"; do
-        [ ! -f "$file" ] || unsquashfs -lls "$file"
+        [ ! -f "$file" ] || unsquashfs -lln "$file"
     done | awk '$1 ~ /^-/ { bytes += $3 } END { print bytes + 0 }'
 }
 under_non_directory() {  # whether the path $2 of the tree $1 is below a file or a link of it (which hides it)
@@ -43,29 +71,29 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
 # Where the layer $1 has a directory and the tree $2 a file or a link, or the other way round, the tree's goes (in the
 # overlay, the layer's hides it; unsquashfs cannot write one over the other)
 remove_other_types() {
-    local kind path
-    while IFS=' ' read -r kind path; do
-        path=${path%% -> *}  # (a link's target)
-        if [ "$kind" = d ]; then
+    local entry path
+    while IFS= read -r -d '' entry; do
+        path=${entry:2}
+        if [ "${entry:0:1}" = d ]; then
             if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
                 rm -f -- "${2:?}/$path"
             fi
         elif [ -d "$2/$path" ] && [ ! -L "$2/$path" ]; then
             rm -rf -- "${2:?}/$path"
         fi
-    done < <(unsquashfs -lls "$1" | sed -n "s|^\\(.\\)$listed_entry|\\1 |p")
+    done < <(squashfs_entries "$1")
 }
 apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
-    local whiteouts path
-    whiteouts=$(layer_whiteouts "$1") || return 1
-    while IFS= read -r path; do
-        [ -z "$path" ] || rm -rf -- "${2:?}/$path"
-    done <<<"$whiteouts"
-    [ -z "$(ls -A "$2")" ] || remove_other_types "$1" "$2" || return 1
-    # (without root, unsquashfs cannot make the whiteouts' devices: they are left out)
-    if [ -n "$whiteouts" ]; then
-        unsquashfs -f -no-progress -quiet -d "$2" -exclude-file <(printf '%s\n' "$whiteouts" | as_pattern) "$1" \
-            >/dev/null
+    local path excluded=()
+    while IFS= read -r -d '' path; do
+        rm -rf -- "${2:?}/$path"
+        excluded+=("$(as_pattern "$path")")
+    done < <(layer_whiteouts "$1")
+    [ -z "$(find "$2" -mindepth 1 -print -quit)" ] || remove_other_types "$1" "$2" || return 1
+    # (without root, unsquashfs cannot make the whiteouts' devices: they are left out, named as arguments, which
+    # keep every byte of a name)
+    if [ "${#excluded[@]}" -gt 0 ]; then
+        unsquashfs -f -no-progress -quiet -d "$2" -ex "${excluded[@]}" \; "$1" >/dev/null
     else
         unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
     fi
@@ -75,14 +103,14 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
     [ ! -f "$3" ] || apply_layer "$3" "$1"
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
-# $3: its whiteouts, the paths in the file $4 (NUL-terminated; gone from $1 afterwards). The directories pip
-# removed (listed in $1@record@ by OVERLAY_PYTHON): one that holds nothing else is removed too; one made again hides
-# what the layers below held in it (as an opaque directory does), and so does a directory where the tree has a file or
-# a link, and the other way round.
+# $3 (NUL-terminated paths): its whiteouts, the paths in the file $4 (NUL-terminated; gone from $1 afterwards). The
+# directories pip removed (listed in $1@record@ by OVERLAY_PYTHON, NUL-terminated): one that holds nothing else is
+# removed too; one made again hides what the layers below held in it (as an opaque directory does), and so does a
+# directory where the tree has a file or a link, and the other way round.
 apply_upper() {
     local path top=
     if [ -f "$1@record@" ]; then
-        while IFS= read -r path; do  # (sorted: a directory before what is in it)
+        while IFS= read -r -d '' path; do  # (sorted: a directory before what is in it)
             path=${path#/}
             if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
                 [ -n "$(find "$1/$path" ! -type d ! -type c -print -quit)" ] || rm -rf -- "${1:?}/$path"
@@ -90,7 +118,7 @@ apply_upper() {
                 # (what is below a listed directory is hidden with it)
                 if [ -z "$top" ] || [ "${path#"$top"/}" = "$path" ]; then
                     top=$path
-                    echo "$path" >>"$3"
+                    printf '%s\0' "$path" >>"$3"
                 fi
             fi
         done <"$1@record@"
@@ -98,7 +126,7 @@ apply_upper() {
     fi
     while IFS= read -r -d '' path; do
         rm -rf -- "${1:?}/$path" "${2:?}/$path"
-        echo "$path" >>"$3"
+        printf '%s\0' "$path" >>"$3"
     done <"$4"
     while IFS= read -r -d '' path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
@@ -109,27 +137,39 @@ apply_upper() {
             rm -rf -- "${2:?}/$path"
         fi
     done < <(find "$1" -mindepth 1 -printf '%P\0')
-    cp -a --remove-destination "$1/." "$2/"  # (a link in the tree is replaced, not written through)
+    # (hard links, not a second copy of pip's output: both are in the work dir; a link in the tree is replaced, not
+    # written through)
+    cp -a --link --remove-destination "$1/." "$2/"
 }
-# A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2) is new: nothing
-# of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list $2
+# A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2, NUL-terminated paths)
+# is new: nothing of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list
 hide_below_new_directories() {
-    local path entry listed
-    listed=$(LC_ALL=C sort -u "$2")
-    while IFS= read -r path; do
+    local path entry
+    LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
+    while IFS= read -r -d '' path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
-            unsquashfs -l "$3" "$(printf '%s\n' "$path" | as_pattern)" | sed -n "s|^squashfs-root/||p" |
-                while IFS= read -r entry; do
+            while IFS= read -r -d '' entry; do
+                entry=${entry:2}
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ] &&
                     ! under_non_directory "$1" "$entry"; then
-                    echo "$entry"
+                    printf '%s\0' "$entry"
                 fi
-            done
+            done < <(squashfs_entries "$3" "$(as_pattern "$path")")
         fi
-    done <<<"$listed" >>"$2"
+    done <"$2.sorted" >>"$2"
+    rm -f -- "$2.sorted"
 }
-in_squashfs() {  # the paths on stdin (a line each) that the SquashFS file $1 holds
-    LC_ALL=C awk 'NR == FNR { sub(/^squashfs-root\//, ""); held[$0] = 1; next } $0 in held' <(unsquashfs -l "$1") -
+in_squashfs() {  # the paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came
+    LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
+                  $0 in held { printf "%s%c", $0, 0 }' <(squashfs_entries "$1") -
+}
+# A path as a pseudo file's definition names it: a blank, a tab, a quote and a backslash escaped (it cannot hold a
+# newline: venv-pip repacks where a whiteout would need one)
+pseudo_name() {
+    local name=${1//\\/\\\\}
+    name=${name//\"/\\\"}
+    name=${name// /\\ }
+    printf '%s' "${name//$'\t'/\\$'\t'}"
 }
 # Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
 # lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds
@@ -137,13 +177,13 @@ in_squashfs() {  # the paths on stdin (a line each) that the SquashFS file $1 ho
 # entry that cannot be opened.
 pack_layer() {
     local pseudo="$1.whiteouts" path
-    LC_ALL=C sort -u "$2" | while IFS= read -r path; do
-        [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || echo "$path"
-    done | in_squashfs "$4" | awk '{ n = split($0, part, "/"); above = ""
+    LC_ALL=C sort -zu "$2" | while IFS= read -r -d '' path; do
+        [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || printf '%s\0' "$path"
+    done | in_squashfs "$4" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
                  for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
-                 gone[$0] = 1; print }' | while IFS= read -r path; do
+                 gone[$0] = 1; printf "%s%c", $0, 0 }' | while IFS= read -r -d '' path; do
         mkdir -p -- "$(dirname -- "$1/$path")"
-        printf '%s c 0 %s %s 0 0\n' "$(printf '%s' "$path" | sed 's/[\\" ]/\\&/g')" "$(id -u)" "$(id -g)"
+        printf '%s c 0 %s %s 0 0\n' "$(pseudo_name "$path")" "$(id -u)" "$(id -g)"
     done >"$pseudo"
     pack_tree "$1" "$3" -pf "$pseudo"
 }

@@ -82,24 +82,26 @@ remove_lock_leftovers() {
         fi
     done
 }
-# Who holds the lock of the install dir $1, from the record: "lumi-owner's venv-pip on nid001 (process 123)"
+# Who holds the lock of the install dir $1, from the record: "lumi-owner's venv-pip on nid001 (process 123)". One who
+# takes the lock writes its record just after: a record that names a process that has ended here is read again for
+# up to a second before it is taken for the last word.
 lock_holder() {
-    local record="$1/@lock_record@" who host pid what
-    if [ -f "$record" ] && [ ! -L "$record" ] &&
-        read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
-        [[ $pid =~ ^[0-9]+$ ]]; then
-        echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $pid"
-        if [ "$host" = "$(hostname)" ] && [ -z "$(process_start "$pid")" ]; then
-            if [ -n "$(lock_hint "$1")" ]; then  # (anyone may hold a lock that others can open)
-                echo -n ", which has ended: who holds the lock now is not known"
-            else
-                echo -n ", which has ended: a process it started holds the lock"
-            fi
+    local record="$1/@lock_record@" who host pid what tries=10
+    while :; do
+        if ! { [ -f "$record" ] && [ ! -L "$record" ] &&
+            read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
+            [[ $pid =~ ^[0-9]+$ ]]; }; then
+            echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
+            return
         fi
-        echo ")"
-    else
-        echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
-    fi
+        if [ "$host" != "$(hostname)" ] || [ -n "$(process_start "$pid")" ] || (( --tries == 0 )); then
+            break
+        fi
+        sleep 0.1
+    done
+    echo -n "$(printable "$who")'s $(printable "$what") on $(printable "$host") (process $pid"
+    [ "$tries" -gt 0 ] || echo -n ", which has ended: who holds the lock now is not known"
+    echo ")"
 }
 # A lock of the install dir $1 that others can open (as earlier versions made it) may be held by anyone: what to do
 lock_hint() {

@@ -10,6 +10,7 @@ squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generat
 umask "$(shared_umask "$root")"
 lock_or_stop "$root"
 generation=$(current_generation "$root")
+stop_if_not_whole "$root" "$generation"
 remove_superseded "$root"
 [ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
 if [ -e "$dir" ] || [ -L "$dir" ]; then
@@ -23,7 +24,10 @@ trap 'remove_own_tree "$tmp"' EXIT
 tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
 unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
     die "unsquashfs failed; nothing was changed"
+# (on disk before it has its name: a crash leaves no $dir with empty files)
+sync -f -- "$tmp/unpacked" || die "cannot write the unpacked venv to disk; nothing was changed"
 mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
+sync -- "$root" || true
 trap - EXIT
 remove_own_tree "$tmp"
 echo "Unpacked $generation/$squashfs_name into $dir."

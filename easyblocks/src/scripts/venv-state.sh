@@ -8,6 +8,9 @@
 # leaves the old state or the new one, and a container started through the module's commands gets both files of one
 # state (pinned_entries). What no link names is removed @keep_minutes@ minutes after it was superseded, by whoever
 # changes the venv next: a container that resolved the link just before still finds its files.
+# A node may crash at any moment, with what was written still in its memory (a Lustre client's, or an ext4 that has
+# not written its data back): the new generation's files and directory are on disk before the rename, and the rename
+# is before the command says it is done. An earlier state is removed only while the current one's files are whole.
 
 current_generation() {  # the generation the link of the install dir $1 names (a path), or nothing
     local name
@@ -47,7 +50,14 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
     # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
     chmod "$(umask_mode 777)" "$2" || return 1
     link=$(new_link "${2##*/}" "$1" @link@) || return 1
+    # on disk before the link names them: the generation's files, its directory, and its entry and the new link's
+    if ! find "$2" -mindepth 1 -maxdepth 1 -type f -exec sync -- {} + || ! sync -- "$2" "$1"; then
+        rm -f -- "$link"
+        return 1
+    fi
     rename_into_place "$link" "$1/@packed@" || return 1
+    # (and the rename: the change is made even if this flush fails, which it then says)
+    sync -- "$1" || true
     # the clock of its removal starts now (remove_superseded)
     [ -z "$superseded" ] || touch -c -- "$superseded" 2>/dev/null || true
 }
@@ -61,9 +71,17 @@ remove_superseded() {
         if [ "$entry" = "$current" ] || ! older_than "$entry" @keep_minutes@; then
             continue
         fi
+        # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
+        [ -z "$current" ] || generation_whole "$current" || return 0
         case "$entry" in
             "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
+                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ ! -O "$entry" ] && [ ! -x "$entry" ]; then
+                    # (a generation is private to its maker until it is made current: one that never was)
+                    echo "${0##*/}: warning: $entry is what a killed venv-pip, make-squashfs or unmake-squashfs of" \
+                        "$(stat -c %U -- "$entry") left, private to them: only they can remove it (rm -rf $entry)" >&2
+                    continue
+                fi
                 if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ] &&
                     [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/@record@")" ]; then
                     rm -rf --one-file-system -- "$entry" 2>/dev/null ||
@@ -73,6 +91,35 @@ remove_superseded() {
                 ;;
         esac
     done
+}
+# Whether the file $1 is a whole SquashFS file, as far as a glance tells: its magic, and as long as its superblock
+# says it is (a node that crashed before it wrote the file back leaves it empty or short)
+squashfs_whole() {
+    local used
+    [ "$(head -c 4 -- "$1" 2>/dev/null)" = hsqs ] || return 1
+    used=$(od -An -j 40 -N 8 -t u8 -- "$1") || return 1
+    [ "$(stat -c %s -- "$1")" -ge "${used//[^0-9]/}" ]
+}
+generation_whole() {  # whether the SquashFS files of the generation $1 are whole (squashfs_whole)
+    local file
+    for file in "$1/@us_squashfs@" "$1/@us_changes@"; do
+        [ ! -e "$file" ] || squashfs_whole "$file" || return 1
+    done
+}
+# Stop if the packed venv's current state, the generation $2 of the install dir $1, is not whole: say which earlier
+# state the link can name instead
+stop_if_not_whole() {
+    local earlier way=
+    [ -n "$2" ] && ! generation_whole "$2" || return 0
+    # (the latest superseded one: make_current touched it)
+    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\n' |
+        sort -rn | head -n 1)
+    if [ -n "$earlier" ]; then
+        way="make the link name the state before it (ln -sfnT ${earlier#* } $1/@packed@, then check with"
+        way+=" list-packages), or "
+    fi
+    die "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
+        "before they were written?): ${way}reinstall the module (eb --rebuild)"
 }
 through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
     [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/@packed@" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
