@@ -25,6 +25,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -62,12 +63,19 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
+GresTypes=gpu
 ReturnToService=2
 SchedulerType=sched/backfill
 {node_lines}
 PartitionName=test Nodes={nodes} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
-NODE_LINE = 'NodeName={node} NodeAddr={addr} NodeHostname={node} CPUs={cpus} State=UNKNOWN'
+NODE_LINE = 'NodeName={node} NodeAddr={addr} NodeHostname={node} CPUs={cpus} Gres=gpu:{gpus} State=UNKNOWN'
+# Each node's GPUs, declared as a GPU site declares them (gres.conf, the GPU environment flags on by default): for a job
+# step with --gres=gpu:N, Slurm sets SLURM_GPUS_ON_NODE and the vendors' variables (ROCR_VISIBLE_DEVICES,
+# CUDA_VISIBLE_DEVICES, ZE_AFFINITY_MASK, GPU_DEVICE_ORDINAL) to the GPUs' indexes. Slurm sets those only for
+# character devices: the stand-ins are device files of the kind of /dev/null, /dev/zero, /dev/full and /dev/random.
+GPUS_PER_NODE = 4
+GPU_DEVICES = [(1, 3), (1, 5), (1, 7), (1, 8)]
 
 # A node's slurmd: its network namespace, then mount and UTS namespaces of its own with the cluster's hosts file
 # and the node's name. Not `ip netns exec`: it remounts /sys, where slurmd 22.05 then finds no /sys/fs/cgroup.
@@ -241,11 +249,17 @@ class SlurmCluster:
             path.mkdir()
             path.chmod(0o755)  # as /var/spool/slurmd: the job steps (the test user) start the job scripts in it
         _write_readable(self.root / 'plugstack.conf', '')
+        gpus = self.root / 'gpus'
+        gpus.mkdir()
+        gpus.chmod(0o755)
+        for index, (major, minor) in enumerate(GPU_DEVICES[:GPUS_PER_NODE]):
+            os.mknod(gpus / ('gpu%d' % index), 0o600 | stat.S_IFCHR, os.makedev(major, minor))
+        _write_readable(self.root / 'gres.conf', 'Name=gpu File=%s/gpu[0-%d]\n' % (gpus, GPUS_PER_NODE - 1))
         _write_readable(self.conf, SLURM_CONF.format(
             # Job ids differ from those of other test clusters here: the jobs' caches in /tmp are named by them.
             first_job_id=random.randrange(1000, 10 ** 6), submit_host=self.submit_host, host_addr=self.host_addr,
             ctld_port=_free_port(), root=self.root, nodes=','.join(self.nodes),
-            node_lines='\n'.join(NODE_LINE.format(node=node, addr=self.addrs[node], cpus=self.cpus)
+            node_lines='\n'.join(NODE_LINE.format(node=node, addr=self.addrs[node], cpus=self.cpus, gpus=GPUS_PER_NODE)
                                  for node in self.nodes)))
 
     def _daemon(self, name, args, user=None):

@@ -355,10 +355,13 @@ def test_distributed_environment_defaults(pytorch, slurm):
 
 
 def test_distributed_environment_keeps_user_choices(pytorch, slurm, tmp_path):
-    """The user's MASTER_PORT wins (no rank waits for rank 0's choice: it makes none, nor a directory for it)."""
+    """The user's MASTER_PORT wins (no rank waits for rank 0's choice: it makes none, nor a directory for it), and
+    so do the user's devices (given to the container: on nodes whose GPUs it manages, Slurm unsets the vendors'
+    variables for a job step without GPUs, as here)."""
     fakebin = fake_command(tmp_path / 'fakebin', 'rocm-smi', 'echo "rocm-smi ran on rank $SLURM_PROCID"\n')
     ranks, out = srun_show_env(pytorch, slurm, setup=(
-        'export MASTER_PORT=23456 ROCR_VISIBLE_DEVICES=4,5 NCCL_SOCKET_IFNAME=lo MIOPEN_USER_DB_PATH=%s/miopen\n'
+        'export MASTER_PORT=23456 SINGULARITYENV_ROCR_VISIBLE_DEVICES=4,5 NCCL_SOCKET_IFNAME=lo '
+        'MIOPEN_USER_DB_PATH=%s/miopen\n'
         'export SINGULARITYCONTAINER_PORT_DIR=%s/no-ports SINGULARITYENV_APPEND_PATH=%s' % (tmp_path, tmp_path,
                                                                                             fakebin)))
     assert sorted(ranks) == [0, 1, 2, 3], out
@@ -657,6 +660,16 @@ DEVICES = [
                                                                                              [0, 1, 2, 3] * 2]),
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0.0,0.1 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE', [
         'ZE_AFFINITY_MASK', ['0.0', '0.1'] * 4]),
+    # Slurm's value for --gres=gpu:4, one number per GPU of the node, names GPUs: under FLAT each is 2 devices
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3 SLURM_GPUS_ON_NODE=4', ['ZE_AFFINITY_MASK',
+                                                                              list(range(8))]),
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=2,3 SLURM_GPUS_ON_NODE=2', ['ZE_AFFINITY_MASK', [4, 5, 6, 7] * 2]),
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3 SLURM_GPUS_ON_NODE=4 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE',
+     ['ZE_AFFINITY_MASK', [0, 1, 2, 3] * 2]),
+    # (yours: without a GPU count, or as Dawn's setup_mpi.sh rewrites Slurm's, a device each)
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3', ['ZE_AFFINITY_MASK', [0, 1, 2, 3] * 2]),
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3,4,5,6,7 SLURM_GPUS_ON_NODE=4', ['ZE_AFFINITY_MASK',
+                                                                                      list(range(8))]),
     ('Demo/1.0-nvidia', 'export CUDA_VISIBLE_DEVICES=0,1,2,3', ['CUDA_VISIBLE_DEVICES', [0, 1, 2, 3] * 2]),
     ('Demo/1.0-nvidia', 'export SLURM_GPUS_ON_NODE=2', ['CUDA_VISIBLE_DEVICES', [0, 1] * 4]),
     ('Demo/1.0-none', 'export SLURM_GPUS_ON_NODE=2 ROCR_VISIBLE_DEVICES=', [None, [None] * 8]),
@@ -683,6 +696,8 @@ def test_each_local_rank_gets_its_device_by_vendor(pytorch, vendors, module, set
     ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4', 8,
      'SLURM_GPUS_ON_NODE x 2 stacks (ZE_FLAT_DEVICE_HIERARCHY=FLAT)'),
     ('Demo/1.0-intel', 'export SLURM_GPUS_ON_NODE=4 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE', 4, 'SLURM_GPUS_ON_NODE'),
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3 SLURM_GPUS_ON_NODE=4', 8,
+     "Slurm's GPUs ZE_AFFINITY_MASK=0,1,2,3 x 2 stacks (ZE_FLAT_DEVICE_HIERARCHY=FLAT)"),
     ('Demo/1.0-nvidia', 'export CUDA_VISIBLE_DEVICES=0,1,2', 3, 'CUDA_VISIBLE_DEVICES'),
     ('Demo/1.0-none', 'export SLURM_GPUS_ON_NODE=4', 1, 'no GPUs in the job'),
 ])
@@ -695,6 +710,28 @@ def test_torchrun_counts_the_devices_by_vendor(vendors, module, setting, count, 
     assert 'torchrun with %d processes per node (%s) unless' % (count, source) in proc.stdout, proc.stdout
     assert re.search(r'^TORCHRUN --nnodes=2 --nproc-per-node=%d --rdzv-backend=c10d --rdzv-endpoint=localhost:29999 '
                      r'--rdzv-id=0\.29999 train\.py --epochs=1$' % count, proc.stdout, re.M), proc.stdout
+
+
+def test_slurms_gpus_are_each_two_devices_under_flat(vendors, slurm):
+    """--gres=gpu:4 on nodes that declare their GPUs as Dawn's do: Slurm itself sets ZE_AFFINITY_MASK=0,1,2,3
+    (SLURM_GPUS_ON_NODE=4), its four GPUs, which under FLAT (Level Zero's default, README's Dawn script) are two
+    devices each (issue 39 A: the 8 ranks of a node shared stacks 0-3, two to a stack, GPUs 2 and 3 idle; torchrun-
+    distributed started 4 processes): the node has the 8 devices 0-7, one a local rank, torchrun 8 processes per
+    node."""
+    inst, root = vendors
+    env = slurm.env(inst.env())
+    # (2 ranks a node: the test nodes have 2 CPUs, and Slurm allocates no more tasks with GPUs)
+    proc = inst.shell('module load Demo/1.0-intel\nsrun -N2 --ntasks-per-node=2 --gres=gpu:4 singularity exec "$SIF" '
+                      'conda-python-distributed -c %s' % shlex.quote(SHOW_RANK), env=env)
+    assert sorted((rank['LOCAL_RANK'], rank['ZE_AFFINITY_MASK']) for rank in seen(proc.stdout)) == [
+        ('0', '0'), ('0', '0'), ('1', '1'), ('1', '1')], proc.stdout
+    assert proc.stdout.count("GPU ZE_AFFINITY_MASK=") == 4, proc.stdout
+    proc = inst.shell('module load Demo/1.0-intel\nexport SINGULARITYENV_PYTHONPATH=%s\nsrun -N2 --ntasks-per-node=1 '
+                      '--gres=gpu:4 singularity exec "$SIF" torchrun-distributed train.py' % (root / 'fake-torch'),
+                      env=env)
+    assert proc.stdout.count("torchrun with 8 processes per node (Slurm's GPUs ZE_AFFINITY_MASK=0,1,2,3 x 2 stacks "
+                             "(ZE_FLAT_DEVICE_HIERARCHY=FLAT))") == 2, proc.stdout
+    assert proc.stdout.count('TORCHRUN --nnodes=2 --nproc-per-node=8 ') == 2, proc.stdout
 
 
 def test_device_line_once_per_node_where_the_vendor_tool_is(vendors, tmp_path):

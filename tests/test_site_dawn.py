@@ -130,9 +130,11 @@ README_SRUN = re.compile(r'^A job script, one task per GPU stack.*?started by `s
 README_MPIEXEC = re.compile(r"^The same with the host's MPI launching the ranks.*?then\n\n```bash\n(.*?)```",
                             re.M | re.S)
 # What only this machine forces on the job scripts, given on sbatch's command line (which wins over #SBATCH): the
-# test cluster's partition, 2 x 2 tasks on its 2-CPU nodes, no GPUs to ask for (no GRES), no account
-SBATCH_HERE = ['--partition=test', '--ntasks-per-node=2', '--cpus-per-task=1', '--gres=none', '--account=',
-               '--time=00:10:00']
+# test cluster's partition, 2 x 2 tasks on its 2-CPU nodes, no account. README's --gres=gpu:4 stays: the test nodes
+# declare 4 GPUs each (testkit/slurm.py), and Slurm sets ZE_AFFINITY_MASK for them as Dawn's Slurm does.
+# (Slurm sets every vendor's variable to them: the test nodes' gres.conf keeps its default flags)
+SLURMS_GPUS = '0,1,2,3'
+SBATCH_HERE = ['--partition=test', '--ntasks-per-node=2', '--cpus-per-task=1', '--account=', '--time=00:10:00']
 # Dawn's default environment and its oneCCL module, stand-ins: here no Intel MPI or oneCCL, and no apptainer in the
 # system's PATH, which a login shell (#!/bin/bash -l) resets on Debian
 SITE_MODULES = {
@@ -240,8 +242,8 @@ def test_readme_job_script_on_two_nodes(dawn_install, dawn_jobs, slurm, launcher
     """README's Dawn job script, as README gives it, in both forms (srun; hydra's mpiexec, MPICH's for Intel's),
     submitted with sbatch on the 2-node test Slurm with 2 tasks per node, apptainer the only runtime on PATH: each
     rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, the job's first node as MASTER_ADDR, one MASTER_PORT,
-    its GPU stack in ZE_AFFINITY_MASK (1 GPU on the node by SLURM_GPUS_ON_NODE, the fake count: 2 stacks under
-    FLAT), oneCCL's defaults, the oneCCL module's settings and the bound libraries' path, and a gloo all_reduce
+    its GPU stack in ZE_AFFINITY_MASK (Slurm's ZE_AFFINITY_MASK=0,1,2,3 for README's --gres=gpu:4: the node's 4
+    GPUs, 8 stacks under FLAT), oneCCL's defaults, the oneCCL module's settings and the bound libraries' path, and a gloo all_reduce
     across the 4 ranks adds up."""
     inst, _, _ = dawn_install
     submit_env, root, jobs = dawn_jobs
@@ -266,7 +268,7 @@ def test_readme_job_script_on_two_nodes(dawn_install, dawn_jobs, slurm, launcher
         assert seen == dict(
             RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE='4', LOCAL_WORLD_SIZE='2', MASTER_ADDR=slurm.master,
             MASTER_PORT=port, ZE_AFFINITY_MASK=str(local), ZE_FLAT_DEVICE_HIERARCHY='FLAT',
-            ROCR_VISIBLE_DEVICES=None, CUDA_VISIBLE_DEVICES=None, CCL_ROOT='%s/ccl/2021.15' % dawn.BINDS[-1],
+            ROCR_VISIBLE_DEVICES=SLURMS_GPUS, CUDA_VISIBLE_DEVICES=SLURMS_GPUS, CCL_ROOT='%s/ccl/2021.15' % dawn.BINDS[-1],
             LD_LIBRARY_PATH='/usr/lib64/libibverbs:/usr/lib64:/.singularity.d/libs', host=slurm.nodes[node],
             sum=10.0, epochs=2, **dict(zip(CCL, ('ofi', 'sockets', '0')))), out
     name = 'srun' if launcher == 'srun' else 'mpiexec (hydra)'

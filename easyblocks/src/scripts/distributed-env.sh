@@ -113,22 +113,46 @@ case "$gpu_vendor" in
     *) device_variable="" device_tools=() ;;
 esac
 
-# The devices of this node that the job's processes share, comma-separated, then where that came from: the entries of
-# the vendor's variable (set by Slurm or you), else SLURM_GPUS_ON_NODE GPUs, where an Intel GPU is one device under
-# ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE and $SINGULARITYCONTAINER_STACKS_PER_GPU (default 2: a Data Center GPU Max 1550)
-# under FLAT, Level Zero's default. Nothing when there are no GPUs, or nothing tells.
+# The devices of this node that the job's processes share, comma-separated, then where that came from. One rule per
+# vendor:
+#   vendor  variable              a value set (by Slurm or you)                  no value: SLURM_GPUS_ON_NODE=N
+#   amd     ROCR_VISIBLE_DEVICES  its entries                                    0..N-1
+#   nvidia  CUDA_VISIBLE_DEVICES  its entries                                    0..N-1
+#   intel   ZE_AFFINITY_MASK      FLAT: Slurm's list of the N GPUs (N numbers)   FLAT: 0..N*S-1 (S stacks per GPU,
+#                                 is S stacks per GPU, G*S..G*S+S-1; any other   each a device)
+#                                 value (Dawn's 0..N*S-1, say), its entries;
+#                                 COMPOSITE: its entries                         COMPOSITE: 0..N-1
+# FLAT or COMPOSITE is ZE_FLAT_DEVICE_HIERARCHY (Level Zero's default: FLAT); S is $SINGULARITYCONTAINER_STACKS_PER_GPU
+# (default 2: a Data Center GPU Max 1550, as Dawn's). Slurm's value names GPUs, which under FLAT are not devices:
+# taken as they are, 8 ranks of a node with 4 GPUs would share stacks 0-3 (Dawn's own scripts rewrite it for this).
+# Nothing when there are no GPUs, or nothing tells.
 stacks_per_gpu="${SINGULARITYCONTAINER_STACKS_PER_GPU:-2}"
 [[ "$stacks_per_gpu" =~ ^[1-9][0-9]*$ ]] ||
     die "SINGULARITYCONTAINER_STACKS_PER_GPU=$stacks_per_gpu is not a number of stacks (of devices) per Intel GPU"
+stacks_of_gpus() {  # the devices of the comma-separated GPUs $1 under FLAT
+    local gpu stack stacks=()
+    local IFS=,
+    for gpu in $1; do
+        for ((stack = 0; stack < stacks_per_gpu; stack++)); do
+            stacks+=($((gpu * stacks_per_gpu + stack)))
+        done
+    done
+    echo "${stacks[*]}"
+}
 node_devices() {
-    local gpus="${SLURM_GPUS_ON_NODE:-}"
+    local gpus="${SLURM_GPUS_ON_NODE:-}" flat=
+    [ "$gpu_vendor" != intel ] || [ "${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" != FLAT ] || flat=yes
     if [ -z "$device_variable" ]; then
         return
+    elif [ -n "$flat" ] && [[ "${ZE_AFFINITY_MASK:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] && [[ "$gpus" =~ ^[1-9][0-9]*$ ]] &&
+        [ "$(tr -cd , <<<"$ZE_AFFINITY_MASK" | wc -c)" -eq "$((gpus - 1))" ]; then
+        echo "$(stacks_of_gpus "$ZE_AFFINITY_MASK") Slurm's GPUs ZE_AFFINITY_MASK=$ZE_AFFINITY_MASK x" \
+            "$stacks_per_gpu stacks (ZE_FLAT_DEVICE_HIERARCHY=FLAT)"
     elif [ -n "${!device_variable:-}" ]; then
         echo "${!device_variable} $device_variable"
     elif [[ ! "$gpus" =~ ^[1-9][0-9]*$ ]]; then
         return
-    elif [ "$gpu_vendor" = intel ] && [ "${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" = FLAT ]; then
+    elif [ -n "$flat" ]; then
         echo "$(seq -s, 0 $((gpus * stacks_per_gpu - 1))) SLURM_GPUS_ON_NODE x $stacks_per_gpu stacks" \
             "(ZE_FLAT_DEVICE_HIERARCHY=FLAT)"
     else
