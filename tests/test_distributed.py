@@ -661,15 +661,14 @@ DEVICES = [
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0.0,0.1 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE', [
         'ZE_AFFINITY_MASK', ['0.0', '0.1'] * 4]),
     # Slurm's value for --gres=gpu:4, one number per GPU of the node, names GPUs: under FLAT each is 2 devices
-    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3 SLURM_GPUS_ON_NODE=4', ['ZE_AFFINITY_MASK',
-                                                                              list(range(8))]),
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3 SLURM_GPUS_ON_NODE=4', ['ZE_AFFINITY_MASK', list(range(8))]),
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=2,3 SLURM_GPUS_ON_NODE=2', ['ZE_AFFINITY_MASK', [4, 5, 6, 7] * 2]),
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3 SLURM_GPUS_ON_NODE=4 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE',
      ['ZE_AFFINITY_MASK', [0, 1, 2, 3] * 2]),
     # (yours: without a GPU count, or as Dawn's setup_mpi.sh rewrites Slurm's, a device each)
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3', ['ZE_AFFINITY_MASK', [0, 1, 2, 3] * 2]),
-    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3,4,5,6,7 SLURM_GPUS_ON_NODE=4', ['ZE_AFFINITY_MASK',
-                                                                                      list(range(8))]),
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3,4,5,6,7 SLURM_GPUS_ON_NODE=4',
+     ['ZE_AFFINITY_MASK', list(range(8))]),
     ('Demo/1.0-nvidia', 'export CUDA_VISIBLE_DEVICES=0,1,2,3', ['CUDA_VISIBLE_DEVICES', [0, 1, 2, 3] * 2]),
     ('Demo/1.0-nvidia', 'export SLURM_GPUS_ON_NODE=2', ['CUDA_VISIBLE_DEVICES', [0, 1] * 4]),
     ('Demo/1.0-none', 'export SLURM_GPUS_ON_NODE=2 ROCR_VISIBLE_DEVICES=', [None, [None] * 8]),

@@ -243,8 +243,8 @@ def test_readme_job_script_on_two_nodes(dawn_install, dawn_jobs, slurm, launcher
     submitted with sbatch on the 2-node test Slurm with 2 tasks per node, apptainer the only runtime on PATH: each
     rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, the job's first node as MASTER_ADDR, one MASTER_PORT,
     its GPU stack in ZE_AFFINITY_MASK (Slurm's ZE_AFFINITY_MASK=0,1,2,3 for README's --gres=gpu:4: the node's 4
-    GPUs, 8 stacks under FLAT), oneCCL's defaults, the oneCCL module's settings and the bound libraries' path, and a gloo all_reduce
-    across the 4 ranks adds up."""
+    GPUs, 8 stacks under FLAT), oneCCL's defaults, the oneCCL module's settings and the bound libraries' path, and
+    a gloo all_reduce across the 4 ranks adds up."""
     inst, _, _ = dawn_install
     submit_env, root, jobs = dawn_jobs
     env = slurm.env(submit_env)
@@ -268,7 +268,8 @@ def test_readme_job_script_on_two_nodes(dawn_install, dawn_jobs, slurm, launcher
         assert seen == dict(
             RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE='4', LOCAL_WORLD_SIZE='2', MASTER_ADDR=slurm.master,
             MASTER_PORT=port, ZE_AFFINITY_MASK=str(local), ZE_FLAT_DEVICE_HIERARCHY='FLAT',
-            ROCR_VISIBLE_DEVICES=SLURMS_GPUS, CUDA_VISIBLE_DEVICES=SLURMS_GPUS, CCL_ROOT='%s/ccl/2021.15' % dawn.BINDS[-1],
+            ROCR_VISIBLE_DEVICES=SLURMS_GPUS, CUDA_VISIBLE_DEVICES=SLURMS_GPUS,
+            CCL_ROOT='%s/ccl/2021.15' % dawn.BINDS[-1],
             LD_LIBRARY_PATH='/usr/lib64/libibverbs:/usr/lib64:/.singularity.d/libs', host=slurm.nodes[node],
             sum=10.0, epochs=2, **dict(zip(CCL, ('ofi', 'sockets', '0')))), out
     name = 'srun' if launcher == 'srun' else 'mpiexec (hydra)'
