@@ -2379,7 +2379,7 @@ export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
 @user_software_paths@
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
-stop_if_not_whole "$root" "$generation"  # (the runtime would only say "image format not recognized")
+stop_if_not_whole "$root" "$generation" quick  # (the runtime would only say "image format not recognized")
 if [ "$form" = missing ]; then
     echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
         "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
@@ -2890,24 +2890,28 @@ remove_superseded() {
     done
 }
 # Whether the file $1 is a whole SquashFS file, as far as a glance tells: its magic, and as long as its superblock
-# says it is (a node that crashed before it wrote the file back leaves it empty or short)
+# says it is (a node that crashed before it wrote the file back leaves it empty or short); $2 "quick": its magic only
+# (no process started: a wrapper checks at every start)
 squashfs_whole() {
-    local used
-    [ "$(head -c 4 -- "$1" 2>/dev/null)" = hsqs ] || return 1
+    local magic='' used
+    [ -f "$1" ] || return 1  # (reading a FIFO would wait)
+    { read -r -n 4 magic <"$1"; } 2>/dev/null
+    [ "$magic" = hsqs ] || return 1
+    [ "${2:-}" != quick ] || return 0
     used=$(od -An -j 40 -N 8 -t u8 -- "$1") || return 1
     [ "$(stat -c %s -- "$1")" -ge "${used//[^0-9]/}" ]
 }
-generation_whole() {  # whether the SquashFS files of the generation $1 are whole (squashfs_whole)
+generation_whole() {  # whether the SquashFS files of the generation $1 are whole (squashfs_whole, $2 as there)
     local file
     for file in "$1/@us_squashfs@" "$1/@us_changes@"; do
-        [ ! -e "$file" ] || squashfs_whole "$file" || return 1
+        [ ! -e "$file" ] || squashfs_whole "$file" "${2:-}" || return 1
     done
 }
-# Stop if the packed venv's current state, the generation $2 of the install dir $1, is not whole: say which earlier
-# state the link can name instead
+# Stop if the packed venv's current state, the generation $2 of the install dir $1, is not whole ($3 as for
+# squashfs_whole): say which earlier state the link can name instead
 stop_if_not_whole() {
     local earlier way=
-    [ -n "$2" ] && ! generation_whole "$2" || return 0
+    [ -n "$2" ] && ! generation_whole "$2" "${3:-}" || return 0
     # (the latest superseded one: make_current touched it)
     earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\n' |
         sort -rn | head -n 1)
@@ -3436,14 +3440,15 @@ pack_tree() {
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
         -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
 }
-# The path $1 as an unsquashfs pattern that matches it only (its wildcards escaped; and ';', which ends -ex's list)
-as_pattern() {
-    local path=${1//\\/\\\\}
-    path=${path//\*/\\*}
-    path=${path//\?/\\?}
-    path=${path//\[/\\[}
-    path=${path//]/\\]}
-    printf '%s' "${path//;/\\;}"
+# The path $1 as an unsquashfs pattern that matches it only (its wildcards escaped; and ';', which ends -ex's list),
+# into the variable pattern (no subshell: it runs once per path of a change)
+pattern_of() {
+    pattern=${1//\\/\\\\}
+    pattern=${pattern//\*/\\*}
+    pattern=${pattern//\?/\\?}
+    pattern=${pattern//\[/\\[}
+    pattern=${pattern//]/\\]}
+    pattern=${pattern//;/\\;}
 }
 # Each entry of the SquashFS file $1 (below the patterns $2..., and the directories above them) as "<type> <path>",
 # NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
@@ -3504,10 +3509,11 @@ remove_other_types() {
     done < <(squashfs_entries "$1")
 }
 apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
-    local path excluded=()
+    local path pattern excluded=()
     while IFS= read -r -d '' path; do
         rm -rf -- "${2:?}/$path"
-        excluded+=("$(as_pattern "$path")")
+        pattern_of "$path"
+        excluded+=("$pattern")
     done < <(layer_whiteouts "$1")
     [ -z "$(find "$2" -mindepth 1 -print -quit)" ] || remove_other_types "$1" "$2" || return 1
     # (without root, unsquashfs cannot make the whiteouts' devices: they are left out, named as arguments, which
@@ -3564,24 +3570,36 @@ apply_upper() {
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2, NUL-terminated paths)
 # is new: nothing of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list
 hide_below_new_directories() {
-    local path entry
+    local path entry pattern
     LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
     while IFS= read -r -d '' path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+            pattern_of "$path"
             while IFS= read -r -d '' entry; do
                 entry=${entry:2}
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ] &&
                     ! under_non_directory "$1" "$entry"; then
                     printf '%s\0' "$entry"
                 fi
-            done < <(squashfs_entries "$3" "$(as_pattern "$path")")
+            done < <(squashfs_entries "$3" "$pattern")
         fi
     done <"$2.sorted" >>"$2"
     rm -f -- "$2.sorted"
 }
-in_squashfs() {  # the paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came
-    LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
-                  $0 in held { printf "%s%c", $0, 0 }' <(squashfs_entries "$1") -
+# The paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came: of a listing of those paths only
+# (the whole file's, 60,000 entries and more, takes a second), unless they are very many
+in_squashfs() {
+    local path pattern paths=() patterns=()
+    while IFS= read -r -d '' path; do
+        paths+=("$path")
+        pattern_of "$path"
+        patterns+=("$pattern")
+    done
+    [ "${#paths[@]}" -gt 0 ] || return 0
+    [ "${#paths[@]}" -le 4096 ] || patterns=()
+    printf '%s\0' "${paths[@]}" | LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
+                                                $0 in held { printf "%s%c", $0, 0 }' \
+        <(squashfs_entries "$1" "${patterns[@]}") -
 }
 # A path as a pseudo file's definition names it: a blank, a tab, a quote and a backslash escaped (it cannot hold a
 # newline: venv-pip repacks where a whiteout would need one)
@@ -4315,8 +4333,10 @@ change_by_repacking() {
     echo "venv-pip: $packed has the change; new jobs use it (no module reload needed), running ones keep the old one."
 }
 pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
+    local pattern
     in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
-    squashfs_entries "$new_squashfs" "$(as_pattern "$venv_bin/python")" |
+    pattern_of "$venv_bin/python"
+    squashfs_entries "$new_squashfs" "$pattern" |
         want="$venv_bin/python" LC_ALL=C awk 'BEGIN { RS = "\0" } substr($0, 3) == ENVIRON["want"] { found = 1 }
                                              END { exit !found }' ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"

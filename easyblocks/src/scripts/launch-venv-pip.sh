@@ -259,8 +259,10 @@ change_by_repacking() {
     echo "venv-pip: $packed has the change; new jobs use it (no module reload needed), running ones keep the old one."
 }
 pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
+    local pattern
     in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
-    squashfs_entries "$new_squashfs" "$(as_pattern "$venv_bin/python")" |
+    pattern_of "$venv_bin/python"
+    squashfs_entries "$new_squashfs" "$pattern" |
         want="$venv_bin/python" LC_ALL=C awk 'BEGIN { RS = "\0" } substr($0, 3) == ENVIRON["want"] { found = 1 }
                                              END { exit !found }' ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"

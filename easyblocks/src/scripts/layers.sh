@@ -16,14 +16,15 @@ pack_tree() {
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
         -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
 }
-# The path $1 as an unsquashfs pattern that matches it only (its wildcards escaped; and ';', which ends -ex's list)
-as_pattern() {
-    local path=${1//\\/\\\\}
-    path=${path//\*/\\*}
-    path=${path//\?/\\?}
-    path=${path//\[/\\[}
-    path=${path//]/\\]}
-    printf '%s' "${path//;/\\;}"
+# The path $1 as an unsquashfs pattern that matches it only (its wildcards escaped; and ';', which ends -ex's list),
+# into the variable pattern (no subshell: it runs once per path of a change)
+pattern_of() {
+    pattern=${1//\\/\\\\}
+    pattern=${pattern//\*/\\*}
+    pattern=${pattern//\?/\\?}
+    pattern=${pattern//\[/\\[}
+    pattern=${pattern//]/\\]}
+    pattern=${pattern//;/\\;}
 }
 # Each entry of the SquashFS file $1 (below the patterns $2..., and the directories above them) as "<type> <path>",
 # NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
@@ -84,10 +85,11 @@ remove_other_types() {
     done < <(squashfs_entries "$1")
 }
 apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
-    local path excluded=()
+    local path pattern excluded=()
     while IFS= read -r -d '' path; do
         rm -rf -- "${2:?}/$path"
-        excluded+=("$(as_pattern "$path")")
+        pattern_of "$path"
+        excluded+=("$pattern")
     done < <(layer_whiteouts "$1")
     [ -z "$(find "$2" -mindepth 1 -print -quit)" ] || remove_other_types "$1" "$2" || return 1
     # (without root, unsquashfs cannot make the whiteouts' devices: they are left out, named as arguments, which
@@ -144,24 +146,36 @@ apply_upper() {
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2, NUL-terminated paths)
 # is new: nothing of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list
 hide_below_new_directories() {
-    local path entry
+    local path entry pattern
     LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
     while IFS= read -r -d '' path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
+            pattern_of "$path"
             while IFS= read -r -d '' entry; do
                 entry=${entry:2}
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ] &&
                     ! under_non_directory "$1" "$entry"; then
                     printf '%s\0' "$entry"
                 fi
-            done < <(squashfs_entries "$3" "$(as_pattern "$path")")
+            done < <(squashfs_entries "$3" "$pattern")
         fi
     done <"$2.sorted" >>"$2"
     rm -f -- "$2.sorted"
 }
-in_squashfs() {  # the paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came
-    LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
-                  $0 in held { printf "%s%c", $0, 0 }' <(squashfs_entries "$1") -
+# The paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came: of a listing of those paths only
+# (the whole file's, 60,000 entries and more, takes a second), unless they are very many
+in_squashfs() {
+    local path pattern paths=() patterns=()
+    while IFS= read -r -d '' path; do
+        paths+=("$path")
+        pattern_of "$path"
+        patterns+=("$pattern")
+    done
+    [ "${#paths[@]}" -gt 0 ] || return 0
+    [ "${#paths[@]}" -le 4096 ] || patterns=()
+    printf '%s\0' "${paths[@]}" | LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
+                                                $0 in held { printf "%s%c", $0, 0 }' \
+        <(squashfs_entries "$1" "${patterns[@]}") -
 }
 # A path as a pseudo file's definition names it: a blank, a tab, a quote and a backslash escaped (it cannot hold a
 # newline: venv-pip repacks where a whiteout would need one)

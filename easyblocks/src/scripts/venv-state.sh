@@ -93,24 +93,28 @@ remove_superseded() {
     done
 }
 # Whether the file $1 is a whole SquashFS file, as far as a glance tells: its magic, and as long as its superblock
-# says it is (a node that crashed before it wrote the file back leaves it empty or short)
+# says it is (a node that crashed before it wrote the file back leaves it empty or short); $2 "quick": its magic only
+# (no process started: a wrapper checks at every start)
 squashfs_whole() {
-    local used
-    [ "$(head -c 4 -- "$1" 2>/dev/null)" = hsqs ] || return 1
+    local magic='' used
+    [ -f "$1" ] || return 1  # (reading a FIFO would wait)
+    { read -r -n 4 magic <"$1"; } 2>/dev/null
+    [ "$magic" = hsqs ] || return 1
+    [ "${2:-}" != quick ] || return 0
     used=$(od -An -j 40 -N 8 -t u8 -- "$1") || return 1
     [ "$(stat -c %s -- "$1")" -ge "${used//[^0-9]/}" ]
 }
-generation_whole() {  # whether the SquashFS files of the generation $1 are whole (squashfs_whole)
+generation_whole() {  # whether the SquashFS files of the generation $1 are whole (squashfs_whole, $2 as there)
     local file
     for file in "$1/@us_squashfs@" "$1/@us_changes@"; do
-        [ ! -e "$file" ] || squashfs_whole "$file" || return 1
+        [ ! -e "$file" ] || squashfs_whole "$file" "${2:-}" || return 1
     done
 }
-# Stop if the packed venv's current state, the generation $2 of the install dir $1, is not whole: say which earlier
-# state the link can name instead
+# Stop if the packed venv's current state, the generation $2 of the install dir $1, is not whole ($3 as for
+# squashfs_whole): say which earlier state the link can name instead
 stop_if_not_whole() {
     local earlier way=
-    [ -n "$2" ] && ! generation_whole "$2" || return 0
+    [ -n "$2" ] && ! generation_whole "$2" "${3:-}" || return 0
     # (the latest superseded one: make_current touched it)
     earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\n' |
         sort -rn | head -n 1)
