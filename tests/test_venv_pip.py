@@ -8,6 +8,8 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -683,6 +685,31 @@ def test_the_module_names_the_state_through_the_link_and_its_commands_pin_it(pac
     generation = (idir / PACKED).resolve()
     pinned = '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (generation, generation)
     assert second.splitlines() == [through.split(',', 1)[1], pinned, pinned]
+
+
+@pytest.mark.needs('image-src')
+def test_a_requirements_file_the_container_does_not_see_is_named(packed, wheelhouse):
+    """pip runs in the container: a requirements file on a host path that the runtime does not bind is missing there
+    (issue 39 L: pip said so, with no word of why): after pip's own error, venv-pip names the file and says how to
+    bind it; bound as it says, the same command works."""
+    inst, idir = packed
+    unbound = Path(tempfile.mkdtemp(prefix='lumi-ct-unbound-', dir='/srv'))
+    try:
+        (unbound / 'requirements.txt').write_text('lumi-later\n')
+        give(unbound, inst.user)
+        install = 'venv-pip install %s -r %s' % (' '.join(local_wheels(wheelhouse)), unbound / 'requirements.txt')
+        proc = inst.module_shell('Demo/1.0', install, check=False)
+        assert proc.returncode != 0
+        assert ("venv-pip: pip runs in the container, which does not see %s/requirements.txt: it sees the host's "
+                "paths that the runtime binds (your home, the current directory, /tmp, and SINGULARITY_BINDPATH's). "
+                "Bind it (export SINGULARITY_BINDPATH=%s,$SINGULARITY_BINDPATH APPTAINER_BINDPATH=%s,"
+                "$APPTAINER_BINDPATH) and run venv-pip again\n" % (unbound, unbound, unbound)) in proc.stderr, \
+            proc.stderr
+        proc = inst.module_shell('Demo/1.0', 'export SINGULARITY_BINDPATH=%s,$SINGULARITY_BINDPATH '
+                                 'APPTAINER_BINDPATH=%s,$APPTAINER_BINDPATH\n%s' % (unbound, unbound, install))
+        assert 'has the change' in proc.stdout and 'does not see' not in proc.stderr
+    finally:
+        shutil.rmtree(unbound)
 
 
 @pytest.mark.needs('image-src')

@@ -4126,6 +4126,39 @@ writable_layer() {
     mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
     ext3_layer "$1/overlay.img" "$(( mib > 16384 ? mib : 16384 ))" && echo "$1/overlay.img"
 }
+# pip failed: a file or directory that it was given (a requirements or constraints file, --find-links, a wheel or a
+# project) and that exists here but not in the container, where pip runs and sees only what the runtime binds, is
+# named, with what to do (one container start, after a failure only)
+say_paths_the_container_lacks() {
+    local arg value='' paths=() missing path dir
+    for arg in "$@"; do
+        if [ -n "$value" ]; then
+            value=''
+        else
+            case "$arg" in
+                -r | -c | -f | -e | --requirement | --constraint | --find-links | --editable) value=yes && continue ;;
+                --*=*) arg=${arg#*=} ;;
+                -[rcfe]?*) arg=${arg:2} ;;
+                -*) continue ;;
+            esac
+        fi
+        if [ -e "$arg" ]; then
+            paths+=("$arg")
+        fi
+    done
+    [ "${#paths[@]}" -gt 0 ] || return 0
+    # shellcheck disable=SC2016  # (expanded in the container)
+    missing=$("$runtime" exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
+        "${paths[@]}" 2>/dev/null 9>&-) || return 0
+    while IFS= read -r path; do
+        [ -n "$path" ] || continue
+        dir=$(dirname -- "$path")
+        echo "venv-pip: pip runs in the container, which does not see $path: it sees the host's paths that the" \
+            "runtime binds (your home, the current directory, /tmp, and SINGULARITY_BINDPATH's). Bind it (export" \
+            "SINGULARITY_BINDPATH=$dir,\$SINGULARITY_BINDPATH APPTAINER_BINDPATH=$dir,\$APPTAINER_BINDPATH) and" \
+            "run venv-pip again" >&2
+    done <<<"$missing"
+}
 container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
     "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-
 }
@@ -4321,7 +4354,10 @@ unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpack
 change_by_repacking() {
     local status=0
     pip_where_there_is_room repack "$(unpacked_need "$squashfs" "$changes")" "$@" || status=$?
-    [ "$status" -eq 0 ] || stop_as_pip "$status" "$work" "the venv was not changed" container_starts
+    if [ "$status" -ne 0 ]; then
+        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
+        stop_as_pip "$status" "$work" "the venv was not changed" container_starts
+    fi
     keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
@@ -4360,6 +4396,7 @@ change_in_layers() {
     if [ "$status" = @refused_status@ ]; then
         :  # (OVERLAY_PYTHON said why)
     elif [ "$status" -ne 0 ]; then
+        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
         stop_as_pip "$status" "$work" "the venv was not changed" container_starts
     elif venv_python_changed "$upper/$venv_bin"; then
         why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
