@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import struct
-import subprocess
 import time
 import traceback
 
@@ -24,9 +23,9 @@ import pytest
 
 from support import require_runtime, require_tools
 from test_venv_pip import PACKED, fresh, generations, install
-from test_venv_pip_faults import Shims, age_leftovers, fuse_daemons, kill_leftover_daemons, state, switch_or_name
-from testkit.install import base_env, local_wheels, run, spawn
-from testkit.users import give
+from test_venv_pip_faults import (Shims, age_leftovers, fuse_daemons, kill_leftover_daemons, run_killed,
+                                  start_with_shims, state, switch_or_name)
+from testkit.install import local_wheels, run
 
 pytestmark = pytest.mark.needs('image-src')
 
@@ -76,6 +75,13 @@ class Ext4:
         finally:
             os.close(fd)
 
+    def mount_again(self, daemons):
+        """After a crash: unmounted (the FUSE daemons that its containers left, not those before, killed first) and
+        mounted again, its journal replayed."""
+        kill_leftover_daemons(daemons)
+        self.unmount()
+        self.mount()
+
     def unmount(self):
         for _ in range(50):
             if run(['umount', str(self.idir)], user=None, check=False).returncode == 0:
@@ -85,22 +91,11 @@ class Ext4:
         raise AssertionError('cannot unmount %s' % self.idir)
 
 
-def start(inst, shims, script, tmp_path):
-    """The script after module load, in a new process group, with the shims first on PATH."""
-    work = tmp_path / 'work'
-    work.mkdir(exist_ok=True)
-    give(work, inst.user)
-    env = base_env([str(shims.bin)])
-    env['TMPDIR'] = str(work)
-    return spawn(inst.shell_command('module load Demo/1.0\n' + script), env=env, stdout=subprocess.PIPE,
-                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
 def crash_during(fs, inst, shims, script, tmp_path, step, delay):
     """Run the script, stopped at `step` (the shim waits there), and crash the file system `delay` seconds later;
-    then end what is left of the run and mount the file system again."""
+    then end what is left of the run."""
     shims.arm(step, pause=True)
-    proc = start(inst, shims, script, tmp_path)
+    proc = start_with_shims(inst, shims, script, tmp_path)
     for _ in range(600):
         if shims.reached() or proc.poll() is not None:
             break
@@ -150,17 +145,13 @@ def crash_at_three_points(crash_install, tmp_path, wheelhouse):
     fs = Ext4(tmp_path / 'fs.img', idir)
     try:
         # the change, whole, and a crash 3 s after venv-pip says it is made
-        shims.arm(None)
-        proc = start(inst, shims, script, tmp_path)
-        out = proc.communicate(timeout=300)[0]
-        assert proc.returncode == 0, out
+        status, out = run_killed(inst, shims, script, None, tmp_path)
+        assert status == 0, out
         new, steps = state(idir), shims.steps()
         assert new != old
         time.sleep(WRITTEN_BACK_AFTER)
         fs.crash()
-        kill_leftover_daemons(daemons)
-        fs.unmount()
-        fs.mount()
+        fs.mount_again(daemons)
         assert state(idir) == new, 'a crash after venv-pip returned lost its change'
         switch = next(i for i, line in enumerate(steps, 1) if switch_or_name(line) == 'switch')
         for step, delay, expected in [(switch, 0, [old]), (switch + 1, WRITTEN_BACK_AFTER, [old, new])]:
@@ -168,16 +159,12 @@ def crash_at_three_points(crash_install, tmp_path, wheelhouse):
             fresh(crash_install)
             fs = Ext4(tmp_path / 'fs.img', idir)
             crash_during(fs, inst, shims, script, tmp_path, step, delay)
-            kill_leftover_daemons(daemons)
-            fs.unmount()
-            fs.mount()
+            fs.mount_again(daemons)
             assert state(idir) in expected, 'a crash at %s' % steps[step - 1]
         # the next change works at once
         age_leftovers(idir)
-        shims.arm(None)
-        proc = start(inst, shims, script, tmp_path)
-        out = proc.communicate(timeout=300)[0]
-        assert proc.returncode == 0 and 'waiting' not in out, out
+        status, out = run_killed(inst, shims, script, None, tmp_path)
+        assert status == 0 and 'waiting' not in out, out
         assert state(idir) == new
     finally:
         kill_leftover_daemons(daemons)

@@ -62,6 +62,12 @@ def small_plan(root):
     ]
 
 
+def packed_layers(root):
+    """The overlays of small_plan's packed venv, as the module names them: through its link."""
+    packed = root / 'layers' / easyblock.USER_SOFTWARE_PACKED
+    return '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (packed, packed)
+
+
 def load_both(tmp_path, plan, before=USER_ENV):
     """Each syntax's module written from plan, loaded and unloaded by Lmod: {syntax: {snapshot: environment}}."""
     shots = {}
@@ -91,9 +97,7 @@ def test_both_syntaxes_from_one_plan_leave_the_same_environment(tmp_path):
     ours = '%s,%s/afile:/afile,%s/alink:/alink,/usr/bin:/always,%s/user-software:/user-software' % ((tmp_path,) * 4)
     assert loaded['SINGULARITY_BINDPATH'] == loaded['APPTAINER_BINDPATH'] == '/tmp:/mine,' + ours
     # the user's overlay first, then the packed venv's layers, through its link
-    packed = tmp_path / 'layers' / easyblock.USER_SOFTWARE_PACKED
-    layers = '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (packed, packed)
-    assert loaded['SINGULARITY_OVERLAY'] == loaded['APPTAINER_OVERLAY'] == '/tmp/mine.img:ro,' + layers
+    assert loaded['SINGULARITY_OVERLAY'] == loaded['APPTAINER_OVERLAY'] == '/tmp/mine.img:ro,' + packed_layers(tmp_path)
     assert loaded['SINGULARITYENV_PREPEND_PATH'] == loaded['APPTAINERENV_PREPEND_PATH'] == '/runscripts'
     assert loaded['APPTAINERENV_VIRTUAL_ENV'] == '/user-software/venv/plan'
     assert (loaded['PLAN_DEFAULT'], loaded['PLAN_DEFAULT_MINE']) == ('module', 'theirs')
@@ -114,10 +118,9 @@ def test_the_users_overlays_are_kept_under_either_name_as_the_binds_are(tmp_path
     require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
     shots = load_both(tmp_path, small_plan(tmp_path), before=before)
     assert shots['Lua']['loaded'] == shots['Tcl']['loaded']
-    packed = tmp_path / 'layers' / easyblock.USER_SOFTWARE_PACKED
-    layers = '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (packed, packed)
     loaded = shots['Lua']['loaded']
-    assert loaded['SINGULARITY_OVERLAY'] == loaded['APPTAINER_OVERLAY'] == (users + ',' if users else '') + layers
+    assert loaded['SINGULARITY_OVERLAY'] == loaded['APPTAINER_OVERLAY'] == (users + ',' if users else '') + \
+        packed_layers(tmp_path)
     for syntax in SYNTAXES:
         assert shots[syntax]['after'] == shots[syntax]['before'], syntax
 

@@ -151,17 +151,21 @@ def kill_leftover_daemons(before):
             pass
 
 
-def run_killed(inst, shims, script, step, tmp_path):
-    """Run the script (after module load) in a new process group, with the shims first on PATH, killing at `step`;
-    return (exit status, its output)."""
-    shims.arm(step)
+def start_with_shims(inst, shims, script, tmp_path):
+    """Start the script (after module load) in a new process group, with the shims first on PATH, as armed."""
     work = tmp_path / 'work'  # venv-pip's node-local storage: what a killed run leaves there goes with the test
     work.mkdir(exist_ok=True)
     give(work, inst.user)
     env = base_env([str(shims.bin)])
     env['TMPDIR'] = str(work)
-    proc = spawn(inst.shell_command('module load Demo/1.0\n' + script), env=env, stdout=subprocess.PIPE,
+    return spawn(inst.shell_command('module load Demo/1.0\n' + script), env=env, stdout=subprocess.PIPE,
                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def run_killed(inst, shims, script, step, tmp_path):
+    """Run the script as start_with_shims does, killing at `step`; return (exit status, its output)."""
+    shims.arm(step)
+    proc = start_with_shims(inst, shims, script, tmp_path)
     out, _ = proc.communicate(timeout=300)
     return proc.returncode, out
 

@@ -85,6 +85,12 @@ say_paths_the_container_lacks() {
             "run venv-pip again" >&2
     done <<<"$missing"
 }
+pip_failed() {  # pip (with the arguments $2...) ended with the status $1: say why, and stop with it
+    local status=$1
+    shift
+    [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
+    stop_as_pip "$status" "$work" "the venv was not changed" container_starts
+}
 container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
     "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-
 }
@@ -203,6 +209,11 @@ unpack_into() {
 # $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay on
 # top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
 full_places=()  # (where this run ran out of space: not tried again)
+next_place() {  # $1 (pip, or putting the change together) ran out of space in the work dir: on to the next place
+    full_places+=("${work%/*}")
+    echo "venv-pip: $1 ran out of space in ${full_places[-1]}; trying the next place" >&2
+    remove_own_tree "$work"
+}
 pip_where_there_is_room() {
     local how=$1 need=$2 status
     shift 2
@@ -224,9 +235,7 @@ pip_where_there_is_room() {
         if [ "$status" -eq 0 ] || ! { ran_out_of_space "$work" || layer_is_full "$work/overlay.img"; }; then
             return "$status"
         fi
-        full_places+=("${work%/*}")
-        echo "venv-pip: pip ran out of space in ${full_places[-1]}; trying the next place" >&2
-        remove_own_tree "$work"
+        next_place pip
     done
 }
 # pip with the arguments $@ on the packed venv's layers, with a writable layer on top in the work dir (work), then the
@@ -280,10 +289,7 @@ unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpack
 change_by_repacking() {
     local status=0
     pip_where_there_is_room repack "$(unpacked_need "$squashfs" "$changes")" "$@" || status=$?
-    if [ "$status" -ne 0 ]; then
-        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
-        stop_as_pip "$status" "$work" "the venv was not changed" container_starts
-    fi
+    [ "$status" -eq 0 ] || pip_failed "$status" "$@"
     keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
@@ -295,12 +301,8 @@ change_by_repacking() {
     echo "venv-pip: $packed has the change; new jobs use it (no module reload needed), running ones keep the old one."
 }
 pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
-    local pattern
     in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
-    pattern_of "$venv_bin/python"
-    squashfs_entries "$new_squashfs" "$pattern" |
-        want="$venv_bin/python" LC_ALL=C awk 'BEGIN { RS = "\0" } substr($0, 3) == ENVIRON["want"] { found = 1 }
-                                             END { exit !found }' ||
+    [ -n "$(printf '%s\0' "$venv_bin/python" | in_squashfs "$new_squashfs" | tr -d '\0')" ] ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
     like "$squashfs" "$new_squashfs"
     if [ "$form" = layers ]; then
@@ -311,6 +313,12 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
     fi
 }
 
+newline_in_a_name="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+repack_instead() {  # the change (pip $2...) on the whole venv instead of as a layer, saying why ($1) if it says
+    [ -z "$1" ] || echo "venv-pip: $1"
+    remove_own_tree "$work"
+    change_by_repacking "${@:2}"
+}
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
 # the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
 change_in_layers() {
@@ -322,18 +330,15 @@ change_in_layers() {
     if [ "$status" = @refused_status@ ]; then
         :  # (OVERLAY_PYTHON said why)
     elif [ "$status" -ne 0 ]; then
-        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
-        stop_as_pip "$status" "$work" "the venv was not changed" container_starts
+        pip_failed "$status" "$@"
     elif venv_python_changed "$upper/$venv_bin"; then
         why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
     elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
     then
-        why="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+        why=$newline_in_a_name
     fi
     if [ "$status" -ne 0 ] || [ -n "$why" ]; then
-        [ -z "$why" ] || echo "venv-pip: $why"
-        remove_own_tree "$work"
-        change_by_repacking "$@"
+        repack_instead "$why" "$@"
         return
     fi
     if [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ]; then
@@ -353,9 +358,7 @@ change_in_layers() {
     fi
     if [ -n "$(tr -cd '\n' <"$work/removed" | head -c 1)" ]; then
         # (what the layer must hide below a new directory: a name of the SquashFS file's)
-        echo "venv-pip: a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
-        remove_own_tree "$work"
-        change_by_repacking "$@"
+        repack_instead "$newline_in_a_name" "$@"
         return
     fi
     in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" ||
@@ -387,9 +390,7 @@ again_where_there_is_room() {
     local why=$1
     shift
     ran_out_of_space "$work" || die "$why"
-    full_places+=("${work%/*}")
-    echo "venv-pip: putting the change together ran out of space in ${full_places[-1]}; trying the next place" >&2
-    remove_own_tree "$work"
+    next_place "putting the change together"
     change_in_layers "$@"
 }
 
