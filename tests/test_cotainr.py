@@ -104,7 +104,7 @@ def test_jupyter_kernel(cotainr, tmp_path):
     require(importlib.util.find_spec('jupyter_client'), 'jupyter_client in the tests\' venv (make setup)')
     inst, idir, _ = cotainr
     data = tmp_path / 'jupyter'
-    inst.module_shell(MODULE, 'jupyter-kernel install', env=jupyter_env(data))
+    inst.module_shell(MODULE, 'jupyter-container-kernel install', env=jupyter_env(data))
     probe = ('import json, os, sys, cotainr_base, cotainr_upgrade; print(json.dumps([sys.prefix, '
              'cotainr_base.VERSION, cotainr_upgrade.VERSION, os.environ.get("CONDA_DEFAULT_ENV")]))')
     runtime_dir = tmp_path / 'runtime'

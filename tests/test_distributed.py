@@ -180,6 +180,14 @@ def test_distributed_outside_a_launcher_fails_clearly(pytorch):
         assert 'Rank' not in proc.stdout
 
 
+# Where the ranks share no name for the port's file: MPICH's hydra outside Slurm, or a Slurm job without a step
+NO_PORT_NAME = (
+    "conda-python-distributed: error: MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only "
+    "under a name that they share: a Slurm job step's (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE), or "
+    "outside Slurm the launch's (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which mpiexec (hydra) does "
+    "not give: set it to a free port on x (mpiexec -genv MASTER_PORT <port>, mpirun -x MASTER_PORT=<port>)")
+
+
 def test_distributed_stops_without_master(pytorch):
     """A node list get-master cannot read, no Slurm job to take the master from, a rank that is no rank: a clear
     error, not a job with empty settings."""
@@ -195,9 +203,8 @@ def test_distributed_stops_without_master(pytorch):
             ('PMI_RANK=2 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x',
              ['conda-python-distributed: error: PMI_RANK=2 is not below PMI_SIZE=2']),
             ('PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x SLURM_JOB_ID=7',
-             ['conda-python-distributed: error: MASTER_PORT is not set, and rank 0 can pass its choice to the other '
-              'ranks only in a Slurm job step (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free '
-              'port on x'])]:
+             [NO_PORT_NAME]),
+            ('PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x', [NO_PORT_NAME])]:
         proc = inst.shell('module load PyTorch/2.13.0\n%s %s' % (setting, run_it), check=False)
         assert proc.returncode == 1 and 'started' not in proc.stdout, setting
         for message in messages:
@@ -916,6 +923,21 @@ def test_bad_settings_of_the_port_and_the_devices_are_named(pytorch, vendors):
     assert proc.returncode == 1 and 'SEEN' not in proc.stdout
     assert ('conda-python-distributed: error: SINGULARITYCONTAINER_STACKS_PER_GPU=two is not a number of stacks (of '
             'devices) per Intel GPU') in proc.stderr
+
+
+def test_mpirun_outside_slurm_shares_the_port_by_its_launch(pytorch):
+    """Open MPI's mpirun on a host without Slurm, no MASTER_PORT: rank 0's choice reaches the other rank through the
+    file named by the master's host and mpirun's PMIx namespace, which every rank of the launch has."""
+    inst, root = pytorch
+    require_tools('mpirun.openmpi')
+    ports = root / 'ports-mpirun'
+    proc = inst.shell('module load PyTorch/2.13.0\nexport SINGULARITYCONTAINER_PORT_DIR=%s\nmpirun.openmpi '
+                      '--oversubscribe -n 2 -x MASTER_ADDR=localhost singularity exec "$SIF" conda-python-distributed '
+                      '-c pass' % ports)
+    found = re.findall(r'^Rank (\d) on .*\(mpirun \(Open MPI\)\).*, master localhost:(\d+)$', proc.stdout, re.M)
+    assert sorted(rank for rank, _ in found) == ['0', '1'] and found[0][1] == found[1][1], proc.stdout
+    [port_file] = ports.iterdir()
+    assert port_file.name.startswith('mpi.localhost.') and port_file.read_text() == found[0][1] + '\n'
 
 
 def test_ranks_of_an_mpi_share_the_port_by_its_pmix_namespace(pytorch):

@@ -1,4 +1,5 @@
 """The SingularityContainer easyblock with real EasyBuild (5.x and 4.9.4), real Lmod and real SIF images."""
+import ast
 import hashlib
 import json
 import os
@@ -82,14 +83,14 @@ def test_module_contract(container_modules, eb_version, syntax):
 
     help_text = inst.shell('module help Demo/1.0 2>&1').stdout
     for word in ['SIFDEMO', 'CONTAINERROOT', 'RUNSCRIPTS', 'SINGULARITY_BINDPATH', 'start-shell', 'make-squashfs',
-                 'unmake-squashfs', 'conda-python-distributed', 'jupyter-kernel']:
+                 'unmake-squashfs', 'conda-python-distributed', 'jupyter-container-kernel']:
         assert word in help_text
     assert 'To add or remove packages: venv-pip install <package>' in ' '.join(help_text.split())
     # the packed venv as the module has it now: overlays, not one bind, and venv-pip changes a layer
     assert 'SquashFS layers that SINGULARITY_OVERLAY puts there' in ' '.join(help_text.split())
     assert 'what it changed becomes the layer on top' in ' '.join(help_text.split())
     assert 'packs it again' not in help_text and 'binds the host file systems, /runscripts and' not in help_text
-    assert 'venv-pip install ipykernel, then jupyter-kernel install' in ' '.join(help_text.split())
+    assert 'venv-pip install ipykernel, then jupyter-container-kernel install' in ' '.join(help_text.split())
     # the defaults it sets (the RCCL settings of LUMI's easyconfigs), which the user's own export overrides
     assert 'where you have not set them yourself (your own export wins, before or after the load): DEMO_DEFAULT=%s.' \
         % ' '.join(LITERAL_DEFAULT.split()) in ' '.join(help_text.split())
@@ -541,7 +542,9 @@ def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_s
 
 
 def test_thousands_of_requirements_reach_the_check_on_stdin():
-    """The sanity check's command line stays short however many requirements there are; each name once."""
+    """The sanity check's command line stays short however many requirements there are (EasyBuild 4.9 shows the
+    first 300 characters of a failure: the command, then its output), and is the same for every easyconfig; the
+    program goes in on stdin with the checks in it, each requirement's name once."""
     from generator.easyblock import easyblock
 
     class Easyconfig:
@@ -549,23 +552,44 @@ def test_thousands_of_requirements_reach_the_check_on_stdin():
                'pip_requirements': ['pkg%d >= 1.0  # %d' % (i, i) for i in range(20000)] + ['pkg1', 'PKG1']}
 
     cmd = easyblock.SingularityContainer.container_check_command(Easyconfig())
-    assert len(cmd) < 4096
-    checks_file = shlex.split(cmd)[-1]
-    with open(checks_file) as handle:
-        checks = json.load(handle)
-    os.unlink(checks_file)
+    words = shlex.split(cmd)
+    program_file = words[-1]
+    assert words[-5:-1] == ['start-shell', '-c', 'python -', '<'] and len(' '.join(words[-5:])) < 120
+    with open(program_file) as handle:
+        program = ast.parse(handle.read())
+    os.unlink(program_file)
+    set_checks = [node for node in program.body if isinstance(node, ast.Assign) and node.targets[0].id == 'CHECKS']
+    checks = json.loads(ast.literal_eval(set_checks[0].value))
     assert checks['requirements'] == ['pkg%d' % i for i in range(20000)]
     assert checks == dict(checks, python='3.12', components={'torch': '2.9.1'})
+
+
+@pytest.mark.once_only('what EasyBuild shows of a failed check does not depend on the runtime')
+def test_a_failed_container_check_shows_its_reason_on_screen(tmp_path, demo_sif):
+    """EasyBuild 4.9 (LUMI/24.03's) prints the first 300 characters of a failed sanity check: the command, then
+    what it printed. The reason is in them, and no line of the check's program is on screen."""
+    require_runtime()
+    inst = Installation(tmp_path / 'i', eb_version='4.9')
+    (inst.sources / 'demo.sif').write_bytes(demo_sif.read_bytes())
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_components={'lumi-missing': '1.0'},
+                                                              squash_user_software=False))
+    proc = inst.eb(ec, check=False)
+    assert proc.returncode != 0
+    failure = [line for line in proc.stdout.splitlines() if 'build failed (first 300 chars)' in line]
+    assert len(failure) == 1 and 'lumi-missing is not installed' in failure[0], proc.stdout
+    assert 'importlib' not in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize('syntax', ['Lua', 'Tcl'])
 def test_the_binds_a_module_keeps(tmp_path, demo_sif, syntax):
     """Lua and Tcl keep the same binds: those whose source is a directory or a regular file, also through a link;
     not a link to nothing, a FIFO, a device or a missing path. None whose destination one of the user's own binds
-    has already: the runtime would say so at every start."""
+    has already: the runtime would say so at every start. A library's soname bound at its own path brings the
+    versioned file it names: the provider that libibverbs loads from its bound directory is a link to that file
+    (rdma-core's layout, as on Dawn), and resolves in the container."""
     require_runtime()
     paths = tmp_path / 'binds'
-    kept = ['dir', 'file', 'link-to-dir', 'link-to-file']
+    kept = ['dir', 'file', 'link-to-dir', 'link-to-file', 'lib64/libibverbs', 'lib64/libmlx5.so.1']
     left_out = ['dangling', 'fifo', 'missing']
     binds = ['/tmp'] + [str(paths / name) for name in kept + left_out] + [
         '/dev/null', '%s:/data:ro' % (paths / 'dir'), '%s:/mnt/users' % (paths / 'dir')]
@@ -577,14 +601,20 @@ def test_the_binds_a_module_keeps(tmp_path, demo_sif, syntax):
     (paths / 'link-to-file').symlink_to(paths / 'file')
     (paths / 'dangling').symlink_to(paths / 'missing')
     os.mkfifo(paths / 'fifo')
+    lib64 = paths / 'lib64'
+    (lib64 / 'libibverbs').mkdir(parents=True)
+    (lib64 / 'libmlx5.so.1.25.58.0').write_text('mlx5 driver\n')
+    (lib64 / 'libmlx5.so.1').symlink_to('libmlx5.so.1.25.58.0')
+    (lib64 / 'libibverbs' / 'libmlx5-rdmav34.so').symlink_to('../libmlx5.so.1.25.58.0')
     users = '/tmp,%s:/mnt/users:ro' % (paths / 'file')
     for variable in ('SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'):
         out = inst.shell('export %s=%s\nmodule load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
-                         'singularity exec "$SIF" true' % (variable, users))
-        assert out.stdout.split(',') == users.split(',') + [str(paths / name) for name in kept] + [
-            '%s:/data:ro' % (paths / 'dir'), '%s/runscripts:/runscripts' % idir,
-            '%s/user-software:/user-software\n' % idir]
-        assert out.stderr == ''
+                         'singularity exec "$SIF" cat %s' % (variable, users, lib64 / 'libibverbs/libmlx5-rdmav34.so'))
+        binds, provider = out.stdout.splitlines()
+        assert binds.split(',') == users.split(',') + [str(paths / name) for name in kept] + [
+            str(lib64 / 'libmlx5.so.1.25.58.0'), '%s:/data:ro' % (paths / 'dir'), '%s/runscripts:/runscripts' % idir,
+            '%s/user-software:/user-software' % idir]
+        assert (provider, out.stderr) == ('mlx5 driver', '')
 
 
 def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):

@@ -294,7 +294,8 @@ def project(tmp_path_factory, demo_sif, wheelhouse):
     root = tmp_path_factory.mktemp('hostile')
     wheels = root / 'wheels'
     shutil.copytree(wheelhouse, wheels)
-    # jupyter-kernel install checks only that ipykernel imports: a stand-in (the real one is test_jupyter_kernel's)
+    # jupyter-container-kernel install checks only that ipykernel imports: a stand-in (the real one is
+    # test_jupyter_kernel's)
     write_wheel(wheels, 'ipykernel', code='', modules={'kernelapp.py': ''})
     installed = root / 'project'
     (installed / 'prefix').mkdir(parents=True)
@@ -409,8 +410,8 @@ def test_a_new_directory_is_the_commands_own_until_it_is_whole(project, tmp_path
     """A new generation of the packed venv, and a new kernel's directory, are group-writable in a project's install
     or prefix (the umask's mode: the next member's change removes a superseded generation). Made so at once, a
     member who saw it appear could plant links at the names the command then writes into it (.generation, the
-    SquashFS files, kernel.json): venv-pip's mksquashfs and chmod, and jupyter-kernel's kernel.json, wrote through
-    them into the victim's ~/.bashrc. They stay private (mktemp's 0700) until they are whole."""
+    SquashFS files, kernel.json): venv-pip's mksquashfs and chmod, and jupyter-container-kernel's kernel.json, wrote
+    through them into the victim's ~/.bashrc. They stay private (mktemp's 0700) until they are whole."""
     project, _ = project
     planted, proc = plant_inside_while_it_is_made(
         project, tmp_path / 'venv-pip', 'venv-pip install --no-index --find-links=%s lumi-later' % project.wheels,
@@ -420,9 +421,9 @@ def test_a_new_directory_is_the_commands_own_until_it_is_whole(project, tmp_path
     assert proc.returncode == 0, proc.stderr
     kernels = project.prefix / 'race' / 'share' / 'jupyter' / 'kernels'
     planted, proc = plant_inside_while_it_is_made(
-        project, tmp_path / 'kernel', 'jupyter-kernel install --prefix %s' % kernels.parent.parent.parent,
+        project, tmp_path / 'kernel', 'jupyter-container-kernel install --prefix %s' % kernels.parent.parent.parent,
         kernels, '.demo-1.0.new.??????', ['kernel.json'])
-    project.check(proc, 'jupyter-kernel with plants in its new directory (%s)' % ', '.join(planted))
+    project.check(proc, 'jupyter-container-kernel with plants in its new directory (%s)' % ', '.join(planted))
     assert proc.returncode == 0, proc.stderr
 
 
@@ -464,7 +465,7 @@ def test_unmake_and_make_squashfs(project):
 
 @pytest.mark.needs('image-src')
 def test_jupyter_kernel_install_and_remove_in_a_project(project):
-    """jupyter-kernel install, then remove, with --prefix in the project's directory: the member plants at
+    """jupyter-container-kernel install, then remove, with --prefix in the project's directory: the member plants at
     share/jupyter/kernels and what is in it (each run but the last finds no share/ there; the last finds the
     kernels directory without the kernel)."""
     project, _ = project
@@ -474,7 +475,8 @@ def test_jupyter_kernel_install_and_remove_in_a_project(project):
     def reset(turn):
         remove(kernels / 'demo-1.0' if turn == 3 else prefix / 'share')
     record_and_plant(project, ['Jupyter prefix'], lambda: project.command(
-        'jupyter-kernel install --prefix %s && jupyter-kernel remove --prefix %s' % (prefix, prefix)),
+        'jupyter-container-kernel install --prefix %s && jupyter-container-kernel remove --prefix %s'
+        % (prefix, prefix)),
         rounds=4, reset=reset)
 
 

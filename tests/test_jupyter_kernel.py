@@ -1,6 +1,7 @@
-"""jupyter-kernel: a Jupyter kernel of the module's venv, started by a real Jupyter client (jupyter_client's
+"""jupyter-container-kernel: a Jupyter kernel of the module's venv, started by a real Jupyter client (jupyter_client's
 KernelManager) without the module loaded, as a Jupyter server of LUMI's web interface or in a job starts it. As the
 unprivileged user lumi-owner; one install of the demo module for the whole file, one kernel start."""
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -20,6 +21,7 @@ from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, project_gid, user
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 MODULE = 'Demo/1.0'
+ERROR = 'jupyter-container-kernel: error: '
 KERNEL = 'demo-1.0'  # the default name, from the module's full name
 DEFAULT = ('DEMO_KERNEL_DEFAULT', 'from the easyconfig')  # a container_env_defaults value
 CACHES = ['MIOPEN_USER_DB_PATH', 'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR']
@@ -56,7 +58,7 @@ CLIENT = textwrap.dedent('''\
 
 @pytest.fixture(scope='module')
 def kernel_module(tmp_path_factory, demo_sif, wheelhouse):
-    """Demo/1.0 without ipykernel, what jupyter-kernel install said then, and the same module after the user's
+    """Demo/1.0 without ipykernel, what jupyter-container-kernel install said then, and the same module after the user's
     venv-pip install ipykernel lumi-later: (Installation, install dir, (its
     output, the data dir it was given))."""
     require_runtime()
@@ -67,7 +69,7 @@ def kernel_module(tmp_path_factory, demo_sif, wheelhouse):
     inst, idir = install_demo(root / 'install', demo_sif, pip_requirements=['lumi-base'],
                               pip_install_options=local_wheels(wheelhouse), container_env_defaults=dict([DEFAULT]))
     refused = root / 'refused'
-    refusal = inst.module_shell(MODULE, 'jupyter-kernel install', check=False, env=jupyter_env(refused))
+    refusal = inst.module_shell(MODULE, 'jupyter-container-kernel install', check=False, env=jupyter_env(refused))
     wheels = shutil.copytree(KERNEL_WHEELS, root / 'kernel-wheels')  # where the container sees it (/tmp)
     inst.module_shell(MODULE, 'venv-pip install -q --no-index --find-links=%s --find-links=%s ipykernel lumi-later'
                       % (wheels, wheelhouse))
@@ -84,8 +86,9 @@ def test_refuses_without_ipykernel(kernel_module):
     refusal, data = kernel_module[2]
     assert refusal.returncode == 1
     assert refusal.stderr.strip().splitlines()[-1] == (
-        "jupyter-kernel: error: the container's Python cannot import ipykernel (No module named 'ipykernel'): "
-        "install it into the module's venv with 'venv-pip install ipykernel', then run jupyter-kernel install again")
+        "jupyter-container-kernel: error: the container's Python cannot import ipykernel (No module named "
+        "'ipykernel'): install it into the module's venv with 'venv-pip install ipykernel', then run "
+        "jupyter-container-kernel install again")
     assert not data.exists()
 
 
@@ -95,10 +98,11 @@ def test_kernel_sees_what_python_sees(kernel_module, tmp_path):
     that is neither the home nor /tmp; the kernel sees what python sees after module load there."""
     inst, idir, _ = kernel_module
     data = tmp_path / 'jupyter'
-    out = inst.module_shell(MODULE, 'jupyter-kernel install\njupyter-kernel list', env=jupyter_env(data)).stdout
+    out = inst.module_shell(MODULE, 'jupyter-container-kernel install\njupyter-container-kernel list',
+                            env=jupyter_env(data)).stdout
     spec_dir = data / 'kernels' / KERNEL
     spec = json.loads((spec_dir / 'kernel.json').read_text())
-    assert spec['argv'] == [str(idir / 'bin' / 'jupyter-kernel'), 'start', '-f', '{connection_file}']
+    assert spec['argv'] == [str(idir / 'bin' / 'jupyter-container-kernel'), 'start', '-f', '{connection_file}']
     assert spec['display_name'] == 'Demo/1.0 (container)' and spec['language'] == 'python'
     assert '%s\t%s\t%s\n' % (KERNEL, spec_dir, 'Demo/1.0 (container)') in out
 
@@ -123,8 +127,23 @@ def test_kernel_sees_what_python_sees(kernel_module, tmp_path):
     assert seen['env']['SINGULARITYCONTAINER_CACHE_ROOT'] == str(caches)
     assert seen['env']['TRITON_CACHE_DIR'] == str(caches / 'triton')
 
-    out = inst.module_shell(MODULE, 'jupyter-kernel remove\njupyter-kernel list', env=jupyter_env(data)).stdout
+    out = inst.module_shell(MODULE, 'jupyter-container-kernel remove\njupyter-container-kernel list',
+                            env=jupyter_env(data)).stdout
     assert not spec_dir.exists() and KERNEL not in out.replace('Removed kernel %s' % KERNEL, '')
+
+
+def test_no_command_of_the_module_is_one_of_jupyters(kernel_module):
+    """The module's command was once jupyter-kernel, the name of jupyter_client's own: a Jupyter venv activated after
+    the load (first on PATH) ran jupyter_client's, which started a python3 kernel. No command of the module has the
+    name of one of Jupyter's, and Jupyter's dispatch of a subcommand (jupyter container-kernel) finds the module's."""
+    inst, idir, _ = kernel_module
+    jupyters = {entry.name for entry in importlib.metadata.entry_points(group='console_scripts')
+                if entry.name.startswith('jupyter')}
+    assert 'jupyter-kernel' in jupyters
+    assert not jupyters & set(os.listdir(idir / 'bin'))
+    jupyter_venv = Path(sys.executable).parent
+    out = inst.module_shell(MODULE, 'PATH=%s:$PATH jupyter container-kernel -h' % shlex.quote(str(jupyter_venv)))
+    assert out.stdout.startswith('usage: jupyter-container-kernel install [--name N]'), out.stdout
 
 
 # Bad arguments: each stops with one line naming the problem, before anything is started or written
@@ -138,21 +157,21 @@ BAD_ARGUMENTS = [
     ('install --name', '--name needs a value'),
     ('install --user --prefix /tmp/x', 'give one of --user and --prefix'),
     ('install --display-name ""', 'the display name must be one line of text, not empty'),
-    ('install --bogus', "'--bogus' is not an option of jupyter-kernel install"),
-    ('remove --force', "'--force' is not an option of jupyter-kernel remove"),
-    ('list --name x', "'--name' is not an option of jupyter-kernel list"),
-    ('start', 'usage: jupyter-kernel start -f CONNECTION_FILE'),
+    ('install --bogus', "'--bogus' is not an option of jupyter-container-kernel install"),
+    ('remove --force', "'--force' is not an option of jupyter-container-kernel remove"),
+    ('list --name x', "'--name' is not an option of jupyter-container-kernel list"),
+    ('start', 'usage: jupyter-container-kernel start -f CONNECTION_FILE'),
 ]
 
 
 def test_bad_arguments(kernel_module, tmp_path):
     inst = kernel_module[0]
     data = tmp_path / 'jupyter'
-    script = ''.join('jupyter-kernel %s 2>&1 || echo "exit $?"\n' % args for args, _ in BAD_ARGUMENTS)
+    script = ''.join('jupyter-container-kernel %s 2>&1 || echo "exit $?"\n' % args for args, _ in BAD_ARGUMENTS)
     lines = inst.module_shell(MODULE, script, env=jupyter_env(data)).stdout.splitlines()
     assert len(lines) == 2 * len(BAD_ARGUMENTS), lines
     for (args, problem), said, status in zip(BAD_ARGUMENTS, lines[::2], lines[1::2]):
-        assert said.startswith('jupyter-kernel: error: ') and problem in said and status == 'exit 1', (args, said)
+        assert said.startswith(ERROR) and problem in said and status == 'exit 1', (args, said)
     assert not data.exists()
 
 
@@ -166,34 +185,35 @@ def test_a_name_taken_by_another_kernel(kernel_module, tmp_path):
                                         ' "display_name": "Python 3", "language": "python"}\n')
     give(data, inst.user)
     before = (theirs / 'kernel.json').read_text()
-    out = inst.module_shell(MODULE, 'jupyter-kernel install --name mine || echo "exit $?"\n'
-                            'jupyter-kernel remove --name mine || echo "exit $?"\n', env=jupyter_env(data))
+    out = inst.module_shell(MODULE, 'jupyter-container-kernel install --name mine || echo "exit $?"\n'
+                            'jupyter-container-kernel remove --name mine || echo "exit $?"\n', env=jupyter_env(data))
     assert out.stderr.splitlines() == [
-        'jupyter-kernel: error: a kernel named mine is in %s already, not this module\'s: give another --name, '
-        'or --force to replace it' % (data / 'kernels'),
-        "jupyter-kernel: error: the kernel mine in %s is not this module's: remove it with 'jupyter kernelspec "
-        "remove mine' if you mean it" % (data / 'kernels')]
+        ERROR + 'a kernel named mine is in %s already, not this module\'s: give another --name, or --force to '
+        'replace it' % (data / 'kernels'),
+        ERROR + "the kernel mine in %s is not this module's: remove it with 'jupyter kernelspec remove mine' if you "
+        "mean it" % (data / 'kernels')]
     assert out.stdout == 'exit 1\nexit 1\n' and (theirs / 'kernel.json').read_text() == before
     display = 'Mine: "quoted" \\ and $HOME'
-    out = inst.module_shell(MODULE, 'jupyter-kernel install --name mine --force --display-name %s\n'
-                            'jupyter-kernel list' % shlex.quote(display), env=jupyter_env(data)).stdout
+    out = inst.module_shell(MODULE, 'jupyter-container-kernel install --name mine --force --display-name %s\n'
+                            'jupyter-container-kernel list' % shlex.quote(display), env=jupyter_env(data)).stdout
     assert json.loads((theirs / 'kernel.json').read_text())['display_name'] == display
     assert out.endswith('mine\t%s\t%s\n' % (theirs, display))
-    inst.module_shell(MODULE, 'jupyter-kernel install --name mine', env=jupyter_env(data))  # its own: replaced
+    # its own: replaced
+    inst.module_shell(MODULE, 'jupyter-container-kernel install --name mine', env=jupyter_env(data))
     spec = json.loads((theirs / 'kernel.json').read_text())
-    assert spec['argv'][0].endswith('/bin/jupyter-kernel') and spec['display_name'] == 'Demo/1.0 (container)'
+    assert spec['argv'][0].endswith('/bin/jupyter-container-kernel') and spec['display_name'] == 'Demo/1.0 (container)'
     # another member's edit, with what a terminal acts on (a title, a cleared line): listed as text
     text = (theirs / 'kernel.json').read_text()
     (theirs / 'kernel.json').write_text(text.replace('"Demo/1.0 (container)"', '"Demo\x1b]0;pwned\x07\x1b[2K\rok"'))
-    out = inst.module_shell(MODULE, 'jupyter-kernel list', env=jupyter_env(data)).stdout
+    out = inst.module_shell(MODULE, 'jupyter-container-kernel list', env=jupyter_env(data)).stdout
     assert out.endswith('mine\t%s\tDemo?]0;pwned??[2K?ok\n' % theirs), out
 
 
 def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
     """In a project's prefix (setgid, the project's group) the kernel's directory and kernel.json follow the
     installer's umask, as all else there: under umask 002 another member may replace or remove it, and
-    jupyter-kernel says whose it was; under 022 not, which it says in its own words (not rm's), and it installs
-    only where no member can rename the kernel's directory and put theirs in its place."""
+    jupyter-container-kernel says whose it was; under 022 not, which it says in its own words (not rm's), and it
+    installs only where no member can rename the kernel's directory and put theirs in its place."""
     require_other_users()
     inst = kernel_module[0]
     prefix = tmp_path / 'project'
@@ -204,7 +224,7 @@ def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
     spec = kernels / KERNEL
 
     def kernel(action, who, umask):
-        return inst.module_shell(MODULE, 'umask %s\njupyter-kernel %s --prefix %s' % (umask, action, prefix),
+        return inst.module_shell(MODULE, 'umask %s\njupyter-container-kernel %s --prefix %s' % (umask, action, prefix),
                                  user=who, check=False, env=jupyter_env(tmp_path / 'unused'))
 
     def modes():
@@ -224,7 +244,7 @@ def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
     # kernels dir the 002 install made is the group's, as is the prefix), nor in a kernels dir a member made
     out = kernel('install', OWNER, '022')
     assert out.returncode == 1 and out.stderr.splitlines()[-1] == (
-        'jupyter-kernel: error: other users can rename or replace what you make in %s (which the group %s may write '
+        ERROR + 'other users can rename or replace what you make in %s (which the group %s may write '
         'in, without the sticky bit): they could put a kernel of theirs in the place of this one in %s, although '
         'your umask (0022) keeps it yours; give a --prefix that only you (and root) can write in, up to /, or use '
         'umask 002 if your group may change the kernel' % (kernels, PROJECT_GROUP, kernels)), out.stderr
@@ -234,7 +254,7 @@ def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
     os.chown(theirs, user(OWNER).uid, project_gid())
     theirs.chmod(0o2775)
     run(['mkdir', '-p', str(theirs / 'share' / 'jupyter' / 'kernels')], user=MEMBER)
-    out = inst.module_shell(MODULE, 'umask 022\njupyter-kernel install --prefix %s' % theirs, user=OWNER,
+    out = inst.module_shell(MODULE, 'umask 022\njupyter-container-kernel install --prefix %s' % theirs, user=OWNER,
                             check=False, env=jupyter_env(tmp_path / 'unused'))
     theirs_kernels = theirs / 'share' / 'jupyter' / 'kernels'
     assert out.returncode == 1 and "in %s (which is %s's)" % (theirs_kernels, MEMBER) in out.stderr, out.stderr
@@ -246,6 +266,6 @@ def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
     for action, verb in [('install', 'replace'), ('remove', 'remove')]:
         out = kernel(action, MEMBER, '002')
         assert (out.returncode, out.stderr.splitlines()[-1]) == (1, (
-            "jupyter-kernel: error: the kernel %s in %s is %s's: you cannot %s it (they made it writable only for "
+            ERROR + "the kernel %s in %s is %s's: you cannot %s it (they made it writable only for "
             "themselves); ask them to, or give another --name" % (KERNEL, kernels, OWNER, verb)))
     assert spec.owner() == OWNER and (spec / 'kernel.json').read_text() == before

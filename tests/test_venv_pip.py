@@ -347,7 +347,7 @@ def test_easybuild_49_writes_the_same_scripts(packed_install, tmp_path, demo_sif
     inst, idir, _ = packed_install
     inst49, idir49, _ = install(tmp_path, demo_sif, wheelhouse, '4.9', squash=True)
     for script in sorted((idir / 'bin').iterdir()):
-        if script.name != 'jupyter-kernel':  # (it names the module's directory)
+        if script.name != 'jupyter-container-kernel':  # (it names the module's directory)
             assert (idir49 / 'bin' / script.name).read_text() == script.read_text(), script.name
     out = inst49.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later\npython -c "import lumi_later"'
                               % ' '.join(local_wheels(wheelhouse)))
@@ -853,31 +853,39 @@ def test_an_image_command_with_a_space_in_its_name(odd_commands, wheelhouse):
     assert 'my tool' in listed and 'my' not in listed
 
 
-HELP_COMMANDS = ['start-shell', 'venv-pip', 'list-packages', 'make-squashfs', 'unmake-squashfs', 'jupyter-kernel']
+HELP_COMMANDS = ['start-shell', 'venv-pip', 'list-packages', 'make-squashfs', 'unmake-squashfs',
+                 'jupyter-container-kernel']
 
 
 @pytest.mark.needs('image-src')
 def test_commands_answer_help_and_refuse_arguments_they_do_not_take(packed):
     """-h and --help of every command of the module say how to use it (their own usage, not bash's or pip's, which
-    name commands that do not exist outside the container), and change nothing; make-squashfs and unmake-squashfs,
-    which take no arguments, stop at one before anything is done (unmake-squashfs --help used to unpack the venv)."""
+    name commands that do not exist outside the container: what it does, its options, where it works, what it never
+    touches), and change nothing; make-squashfs and unmake-squashfs, which take no arguments, stop at one before
+    anything is done (unmake-squashfs --help used to unpack the venv), venv-pip without a pip command before it
+    starts a container (pip's own help named 'python -m pip')."""
     inst, idir = packed
     before = sorted(str(path.relative_to(idir)) for path in idir.rglob('*'))
     runs = [(command, option) for command in HELP_COMMANDS for option in ('--help', '-h')]
-    runs += [('make-squashfs', '--force'), ('unmake-squashfs', 'here')]
-    script = ''.join('echo "== %s %s"; %s %s; echo "status $?"\n' % (run * 2) for run in runs)
+    runs += [('jupyter-container-kernel', 'install --help'), ('jupyter-container-kernel', 'remove -h')]
+    runs += [('make-squashfs', '--force'), ('unmake-squashfs', 'here'), ('venv-pip', '')]
+    script = ''.join('echo "== %s|%s"; %s %s; echo "status $?"\n' % (run * 2) for run in runs)
     proc = inst.module_shell('Demo/1.0', script, check=False)
     assert proc.stdout.count("== ") == len(runs), proc.stdout
     for answer in proc.stdout.split("== ")[1:]:
-        command, option = answer.split('\n')[0].split()
+        command, option = answer.split('\n')[0].split('|')
         said, status = answer.split('\n', 1)[1].rsplit('status ', 1)
-        if option in ('--help', '-h'):
+        if option.endswith(('--help', '-h')):
+            # what it does, its options, where it works, what it never touches
             assert (said.startswith('usage: %s' % command), status) == (True, '0\n'), (command, option, said)
+            assert '\noptions:\n' in said and '\nwhere: ' in said and '\nnever touches: ' in said, said
         else:
             assert (said, status) == ('', '1\n'), (command, option, said)
-    assert proc.stderr.splitlines()[-2:] == [
+    assert proc.stderr.splitlines()[-3:] == [
         "make-squashfs: error: make-squashfs takes no arguments, '--force' was given (usage: make-squashfs; -h says "
         "more)",
         "unmake-squashfs: error: unmake-squashfs takes no arguments, 'here' was given (usage: unmake-squashfs; -h "
-        "says more)"], proc.stderr
+        "says more)",
+        "venv-pip: error: no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says "
+        "more)"], proc.stderr
     assert sorted(str(path.relative_to(idir)) for path in idir.rglob('*')) == before

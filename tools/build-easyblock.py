@@ -47,11 +47,12 @@ Images that need an initialisation (e.g. conda activation) run the command throu
     ('COMMAND_HELP', 'scripts/command-help.sh',
      """\
 The answer to -h and --help of the commands whose arguments go to another program (the prelude of their LAUNCHER:
-COMMAND_USAGES)."""),
-    ('JUPYTER_KERNEL_ARGS', 'scripts/jupyter-kernel-args.sh',
+COMMAND_HELPS)."""),
+    ('JUPYTER_KERNEL_ARGS', 'scripts/jupyter-container-kernel-args.sh',
      """\
-jupyter-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel loads it)."""),
-    ('JUPYTER_KERNEL', 'scripts/jupyter-kernel.sh', ''),
+jupyter-container-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel
+loads it)."""),
+    ('JUPYTER_KERNEL', 'scripts/jupyter-container-kernel.sh', ''),
     ('FILES', 'scripts/files.sh',
      """\
 FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;

@@ -30,6 +30,7 @@ import stat
 import struct
 import sys
 import tempfile
+import textwrap
 import time
 from collections import OrderedDict, namedtuple
 
@@ -240,6 +241,8 @@ class SingularityContainer(EasyBlock):
                 binds.append(bind)
             else:
                 self.log.info("Not binding %s during the installation: its source does not exist here", bind)
+            if bind == source and os.path.isfile(source):
+                binds.extend(target for target in link_targets(source) if target not in binds)
         return binds + [self.runscripts_bind()]
 
     def prepend_path(self):
@@ -566,6 +569,8 @@ class SingularityContainer(EasyBlock):
         name = os.path.basename(script.path)
         values = {
             'header': fill_template(SCRIPT_HEADER, name=name, purpose=script.purpose, module=self.full_mod_name,
+                                    help=help_words(name) if name in COMMAND_HELPS else sh_str(
+                                        'usage: %s (%s)' % (name, script.purpose)),
                                     module_word=sh_str(self.full_mod_name), files=FILES),
             'module': self.full_mod_name,
             'venv': self.container_venv,
@@ -582,15 +587,16 @@ class SingularityContainer(EasyBlock):
         return fill_script_template(script.template, **values)
 
     def launch_prelude(self, name, launch):
-        """What a launcher does before it needs the module loaded: the commands of COMMAND_USAGES answer -h and
-        --help; jupyter-kernel reads its arguments, and loads the module itself when Jupyter starts the kernel
+        """What a launcher does before it needs the module loaded: the commands of COMMAND_HELPS answer -h and
+        --help; jupyter-container-kernel reads its arguments, and loads the module itself when Jupyter starts the kernel
         without it (see JUPYTER_KERNEL_ARGS)."""
-        if name in COMMAND_USAGES:
-            return fill_template(COMMAND_HELP, usage=' '.join(sh_str(line) for line in COMMAND_USAGES[name]))
-        if launch != 'jupyter-kernel':
+        if name in COMMAND_HELPS and launch != 'jupyter-container-kernel':
+            return fill_template(COMMAND_HELP, help=help_words(name))
+        if launch != 'jupyter-container-kernel':
             return ''
         modules_dir = self.module_generator.get_modules_path()
-        return fill_template(JUPYTER_KERNEL_ARGS, kernel_name=sh_str(kernel_name(self.full_mod_name)),
+        return fill_template(JUPYTER_KERNEL_ARGS, help=help_words(name),
+                             kernel_name=sh_str(kernel_name(self.full_mod_name)),
                              display_name=sh_str('%s (container)' % self.full_mod_name),
                              lmod_cmd=sh_str(os.environ.get('LMOD_CMD', '')), modules_dir=sh_str(modules_dir))
 
@@ -605,7 +611,7 @@ class SingularityContainer(EasyBlock):
     def launch_code(self, name, launch):
         """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
         says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself),
-        'jupyter-kernel' or 'command' (the command <name>, after container_init)."""
+        'jupyter-container-kernel' or 'command' (the command <name>, after container_init)."""
         entry = self.cfg['container_entry']
         if launch == 'shell':
             return fill_template(LAUNCH_START_SHELL, entry=entry)
@@ -621,7 +627,7 @@ class SingularityContainer(EasyBlock):
                                                                      refused_status=OVERLAY_REFUSED_STATUS))
         if launch == 'runscript':
             return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
-        if launch == 'jupyter-kernel':
+        if launch == 'jupyter-container-kernel':
             # the venv's Python, started as the wrapper of the command python would start it
             python = self.launch_code('%s/bin/python' % self.container_venv, 'command')
             return fill_template(JUPYTER_KERNEL, container_python=python,
@@ -801,17 +807,21 @@ class SingularityContainer(EasyBlock):
 
     def container_check_command(self):
         """Shell command checking in the container: the Python version, the components, the requirements. The
-        checks go in on stdin: thousands of requirement names do not fit on a command line."""
+        program and its checks go in on stdin: thousands of requirement names do not fit on a command line, and
+        EasyBuild shows the command and then its output in 300 characters (4.9), or the command twice (5)."""
         checks = {
             'python': self.cfg['container_python_version'] or '',
             'components': dict(self.cfg['container_components']),
             'requirements': requirement_names(self.cfg['pip_requirements']),
         }
-        handle, path = tempfile.mkstemp(prefix='container-checks-', suffix='.json')
-        with os.fdopen(handle, 'w') as checks_file:
-            json.dump(checks, checks_file)
-        return '%s start-shell -c %s check %s < %s' % (installer_independent_env(), sh_str('python -c "$1"'),
-                                                       sh_str(CONTAINER_CHECK_SCRIPT), sh_str(path))
+        unset_checks = '\nCHECKS = None '
+        if unset_checks not in CONTAINER_CHECK_SCRIPT:
+            raise EasyBuildError("The container check program has no line 'CHECKS = None' for its checks")
+        program = CONTAINER_CHECK_SCRIPT.replace(unset_checks, '\nCHECKS = %r ' % json.dumps(checks), 1)
+        handle, path = tempfile.mkstemp(prefix='container-check-', suffix='.py')
+        with os.fdopen(handle, 'w') as program_file:
+            program_file.write(program)
+        return '%s start-shell -c %s < %s' % (installer_independent_env(), sh_str('python -'), sh_str(path))
 
     # module: the help, the fingerprints of the user software, the load-time logic
 
@@ -935,8 +945,8 @@ class SingularityContainer(EasyBlock):
             "large); an unpacked one pip changes in place. New jobs see the change, no reload needed.",
             "",
             "A Jupyter kernel of the container's Python with the virtual environment: venv-pip install ipykernel, "
-            "then jupyter-kernel install (--name, --display-name, --prefix; remove, list). Any Jupyter you run finds "
-            "it, and the kernel loads this module itself when Jupyter was started without it.",
+            "then jupyter-container-kernel install (--name, --display-name, --prefix; remove, list). Any Jupyter you "
+            "run finds it, and the kernel loads this module itself when Jupyter was started without it.",
         ])
 
     def make_module_extra(self, *args, **kwargs):
@@ -1227,7 +1237,8 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
     Parameter('container_bind', [],
               "Host paths bound in the container (SINGULARITY_BINDPATH), each 'path' or 'src:dst[:opts]': a site's "
               "file systems and the host libraries its images use (generate-ec's families give LUMI's and Dawn's); "
-              "the module binds those whose source is a directory or a file on the node where it is loaded",
+              "the module binds those whose source is a directory or a file on the node where it is loaded; a link "
+              "bound at its own path (a library's soname) brings the files it links to, at their own paths",
               ListOf(bind_problem, unique=True),
               "a list of absolute host paths or 'src:dst[:opts]' with absolute paths, one bind per entry, each once"),
     Parameter('container_env', {},
@@ -1686,6 +1697,18 @@ def same_file(handle, path):
     return (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino)
 
 
+def link_targets(path):
+    """The paths a link names, each link of the way (at most 8), as the module binds them with a bind of the link at
+    its own path (keep_binds: a library's soname brings the versioned file that the host's other links name)."""
+    targets = []
+    for _ in range(8):
+        if not os.path.islink(path):
+            break
+        path = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+        targets.append(path)
+    return targets
+
+
 def installer_independent_env():
     """An env command line start that keeps the installer's Python, pip and container settings out of the container
     (the runtime passes the host's environment in and binds their home): what the install writes must not depend on
@@ -1947,12 +1970,43 @@ end
 -- Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
 -- runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
 -- said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+-- A bind of a link at its own path (a library's soname) binds the file it names too, each link of the way at its own
+-- path: the host's other links to that file (libibverbs' providers) resolve in the container as on the host.
+local function normal_path(path)  -- without "." and ".." (a link's target is relative to the link's directory)
+    local parts = {}
+    for part in path:gmatch("[^/]+") do
+        if part == ".." then
+            parts[#parts] = nil
+        elseif part ~= "." then
+            parts[#parts + 1] = part
+        end
+    end
+    return "/" .. table.concat(parts, "/")
+end
+local function link_targets(path)
+    local targets = {}
+    for _ = 1, 8 do
+        local target = lfs.symlinkattributes(path, "target")
+        if lfs.symlinkattributes(path, "mode") ~= "link" or not target then
+            break
+        end
+        path = normal_path(target:sub(1, 1) == "/" and target or (path:match("^(.*)/") .. "/" .. target))
+        targets[#targets + 1] = path
+    end
+    return targets
+end
 local function keep_binds(binds)  -- those whose source is a directory or a regular file, through links too
     local kept = {}
     for _, bind in ipairs(binds) do
-        local mode = lfs.attributes(bind:match("^[^:]*"), "mode")
+        local source = bind:match("^[^:]*")
+        local mode = lfs.attributes(source, "mode")
         if mode == "directory" or mode == "file" then
             kept[#kept + 1] = bind
+        end
+        if mode == "file" and source == bind then
+            for _, target in ipairs(link_targets(source)) do
+                kept[#kept + 1] = target
+            end
         end
     end
     return kept
@@ -2016,6 +2070,7 @@ local function set_binds(kept, always, user_software)
         for _, bind in ipairs(list) do
             if not taken[bind_destination(bind)] then
                 binds[#binds + 1] = bind
+                taken[bind_destination(bind)] = true
             end
         end
     end
@@ -2184,12 +2239,39 @@ proc find_image {sif sif_name central_dir central_subdir central_default mod_nam
 # Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
 # runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
 # said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+# A bind of a link at its own path (a library's soname) binds the file it names too, each link of the way at its own
+# path: the host's other links to that file (libibverbs' providers) resolve in the container as on the host.
+proc normal_path {path} {
+    set parts {}
+    foreach part [split $path /] {
+        if { $part eq ".." } {
+            set parts [lrange $parts 0 end-1]
+        } elseif { $part ne "." && $part ne "" } {
+            lappend parts $part
+        }
+    }
+    return "/[join $parts /]"
+}
+proc link_targets {path} {
+    set targets {}
+    for {set hop 0} {$hop < 8} {incr hop} {
+        if { [catch {file readlink $path} target] } {
+            break
+        }
+        set path [normal_path [expr {[string index $target 0] eq "/" ? $target : "[file dirname $path]/$target"}]]
+        lappend targets $path
+    }
+    return $targets
+}
 proc keep_binds {binds} {
     set kept {}
     foreach bind $binds {
         set source [lindex [split $bind :] 0]
         if { [file isdirectory $source] || [file isfile $source] } {
             lappend kept $bind
+        }
+        if { [file isfile $source] && $source eq $bind } {
+            set kept [concat $kept [link_targets $source]]
         }
     }
     return $kept
@@ -2254,6 +2336,7 @@ proc set_binds {kept always user_software} {
     foreach bind [concat $kept $always [expr {$user_software eq "" ? {} : [list $user_software]}]] {
         if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
             lappend binds $bind
+            lappend taken [bind_destination $bind]
         }
     }
     set binds [join $binds ,]
@@ -2344,7 +2427,7 @@ die() {
 no_arguments() {
     case "${1:-}" in
         -h | --help)
-            echo "usage: @name@ (@purpose@)"
+            printf '%s\n' @help@
             exit 0
             ;;
         *)
@@ -2409,21 +2492,22 @@ LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
     /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"'''
 
 # The answer to -h and --help of the commands whose arguments go to another program (the prelude of their LAUNCHER:
-# COMMAND_USAGES).
+# COMMAND_HELPS).
 COMMAND_HELP = r'''# -h or --help as the first argument: what this command does and takes, before anything is started
 case "${1:-}" in
     -h | --help)
-        printf '%s\n' @usage@
+        printf '%s\n' @help@
         exit 0
         ;;
     *) ;;
 esac
 '''
 
-# jupyter-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel loads it).
-JUPYTER_KERNEL_ARGS = r'''# jupyter-kernel: its arguments, all checked before anything is started or written
-usage='jupyter-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force],'\
-' jupyter-kernel remove [--name N] [--user | --prefix P], jupyter-kernel list'
+# jupyter-container-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel
+# loads it).
+JUPYTER_KERNEL_ARGS = r'''# jupyter-container-kernel: its arguments, all checked before anything is started or written
+usage='jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force],'\
+' jupyter-container-kernel remove [--name N] [--user | --prefix P], jupyter-container-kernel list'
 bad_usage() {
     die "$* (usage: $usage)"
 }
@@ -2439,7 +2523,7 @@ case "$action" in
     install | remove | list) ;;
     start) ;;  # what kernel.json runs
     -h | --help | help)
-        echo "usage: $usage"
+        printf '%s\n' @help@
         exit 0
         ;;
     '') bad_usage "no command given" ;;
@@ -2473,7 +2557,11 @@ while [ "$#" -gt 0 ] && [ "$action" != start ]; do
             kernels_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels
             ;;
         'install --force') force=yes ;;
-        *) bad_usage "'$option' is not an option of jupyter-kernel $action" ;;
+        *' -h' | *' --help')
+            printf '%s\n' @help@
+            exit 0
+            ;;
+        *) bad_usage "'$option' is not an option of jupyter-container-kernel $action" ;;
     esac
     shift
 done
@@ -2490,7 +2578,7 @@ fi
 kernels_dir=${kernels_dir:-${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels}
 if [ "$action" = start ]; then
     if [ "$#" -ne 2 ] || [ "$1" != -f ]; then
-        die "usage: jupyter-kernel start -f CONNECTION_FILE (what kernel.json runs)"
+        die "usage: jupyter-container-kernel start -f CONNECTION_FILE (what kernel.json runs)"
     fi
     connection_file=$2
     case "$connection_file" in /*) ;; *) connection_file=$PWD/$connection_file ;; esac
@@ -2515,7 +2603,7 @@ if [ "$action" = start ]; then
 fi
 '''
 
-JUPYTER_KERNEL = r'''# jupyter-kernel: a kernelspec (Jupyter's layout: <kernels dir>/<name>/kernel.json)
+JUPYTER_KERNEL = r'''# jupyter-container-kernel: a kernelspec (Jupyter's layout: <kernels dir>/<name>/kernel.json)
 # whose kernel is the venv's Python in the container, started by this script as the other
 # commands start the container
 launcher_json=@launcher_json@  # this script's path, as a JSON string
@@ -2552,16 +2640,17 @@ removable_or_stop() {
 }
 
 # In a shared prefix $1 (--prefix; nothing: none) another member may have put a link at share, share/jupyter or
-# share/jupyter/kernels, to a directory of yours: jupyter-kernel would make and remove kernels there. Stop at a link
-# that is not your own.
+# share/jupyter/kernels, to a directory of yours: jupyter-container-kernel would make and remove kernels there. Stop at
+# a link that is not your own.
 no_others_link_below_prefix() {
     local path=$1 part
     [ -n "$path" ] || return 0
     for part in share jupyter kernels; do
         path=$path/$part
         if [ -L "$path" ] && [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
-            die "$path is a link of $(stat -c %U -- "$path")'s (to $(readlink -- "$path")): jupyter-kernel does not" \
-                "write through another user's link; remove it, or give another --prefix"
+            die "$path is a link of $(stat -c %U -- "$path")'s (to $(readlink -- "$path")):" \
+                "jupyter-container-kernel does not write through another user's link; remove it, or give another" \
+                "--prefix"
         fi
     done
 }
@@ -2613,7 +2702,7 @@ except ImportError as error:
     said=$(container_python -c "$check") || status=$?
     if [ "$status" = 3 ]; then
         die "the container's Python cannot import ipykernel ($said): install it into the module's venv with" \
-            "'venv-pip install ipykernel', then run jupyter-kernel install again"
+            "'venv-pip install ipykernel', then run jupyter-container-kernel install again"
     fi
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
     no_others_link_below_prefix "$prefix"
@@ -2635,7 +2724,8 @@ except ImportError as error:
 remove_kernel() {  # the kernel $2 in the kernels dir $1 (in the prefix $3, or none)
     local kernels_dir=$1 kernel_name=$2 dir=$1/$2 theirs
     no_others_link_below_prefix "$3"
-    [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
+    [ -e "$dir" ] ||
+        die "there is no kernel named $kernel_name in $kernels_dir (jupyter-container-kernel list shows them)"
     is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
         "'jupyter kernelspec remove $kernel_name' if you mean it"
     removable_or_stop "$dir" remove
@@ -4191,6 +4281,7 @@ use_state() {
     esac
 }
 
+[ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
 umask "$(shared_umask "$root")"
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
 # the venv as it is now, read-only if packed.
@@ -4656,8 +4747,9 @@ RUNSCRIPT_DISTRIBUTED_ENV = r'''# shellcheck shell=bash
 # can read, in a directory of yours that all the job's nodes see; they wait for it a bounded time, then stop with a
 # message. See master-port for the directory ($SINGULARITYCONTAINER_PORT_DIR, default ~/.singularitycontainer-ports),
 # the wait ($SINGULARITYCONTAINER_PORT_WAIT, default 300 s) and the ports ($SINGULARITYCONTAINER_PORT_RANGE, default
-# 10000-31999). The file is the job step's: in a Slurm job only (its job id, and its step or the MPI's PMIx
-# namespace); elsewhere, set MASTER_PORT.
+# 10000-31999). The file is the job step's: in a Slurm job, its job id and its step or the MPI's PMIx namespace;
+# outside Slurm, the master's host and the launch's name (Open MPI's mpirun has one, MPICH's mpiexec none: there,
+# set MASTER_PORT).
 
 die() {
     echo "${0##*/}: error: $*" >&2
@@ -4816,17 +4908,25 @@ if [ -z "${MASTER_ADDR:-}" ]; then
 fi
 export MASTER_ADDR
 
-# The job step's name for master-port's file: the Slurm job, its requeues, and the step (or the PMIx namespace, which
-# all ranks of an MPI share while its daemons run in a step of their own), in letters, digits and '._-'
+# The job step's name for master-port's file, in letters, digits and '._-': in a Slurm job, the job, its requeues, and
+# the step (or the PMIx namespace, which all ranks of an MPI share while its daemons run in a step of their own);
+# outside Slurm, the name of the launch that the launcher gives all its ranks (Open MPI's mpirun: PMIX_NAMESPACE, from
+# its host and process id; a hydra that sets PMI_KVSNAME) on the master's host. MPICH's hydra gives none.
 job_step() {
-    local step="${PMIX_NAMESPACE:-${SLURM_STEP_ID:-}}"
-    [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$step" ] &&
-        echo "${SLURM_JOB_ID//[^A-Za-z0-9._-]/_}.${SLURM_RESTART_COUNT:-0}.${step//[^A-Za-z0-9._-]/_}"
+    local step="${PMIX_NAMESPACE:-${SLURM_STEP_ID:-}}" launch="${PMIX_NAMESPACE:-${PMI_KVSNAME:-}}"
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        [ -n "$step" ] &&
+            echo "${SLURM_JOB_ID//[^A-Za-z0-9._-]/_}.${SLURM_RESTART_COUNT:-0}.${step//[^A-Za-z0-9._-]/_}"
+    else
+        [ -n "$launch" ] && echo "mpi.${MASTER_ADDR//[^A-Za-z0-9._-]/_}.${launch//[^A-Za-z0-9._-]/_}"
+    fi
 }
 if [ -z "${MASTER_PORT:-}" ]; then
     step_name=$(job_step) ||
-        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only in a Slurm job step" \
-            "(SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free port on $MASTER_ADDR"
+        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only under a name that they" \
+            "share: a Slurm job step's (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE), or outside Slurm the" \
+            "launch's (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which $launcher_name does not give:" \
+            "set it to a free port on $MASTER_ADDR (mpiexec -genv MASTER_PORT <port>, mpirun -x MASTER_PORT=<port>)"
     MASTER_PORT=$(/runscripts/master-port "$RANK" "$step_name") || exit 1
 fi
 export MASTER_PORT
@@ -5403,12 +5503,16 @@ exec "$(dirname "$0")/python" -m pip "$@"
 # matches '2.9.1+rocm6.4.4'.
 CONTAINER_CHECK_SCRIPT = r'''"""The sanity check in the container.
 
-Checks the Python version, the components and the requirements given as JSON on stdin. Run as python -c by the
-easyblock; prints what is wrong (exit status 1), else that the checks passed."""
+Checks the Python version, the components and the requirements given as JSON: in CHECKS, where the easyblock puts
+them when it gives this program to python on stdin (a short command line for EasyBuild to show), else on stdin.
+Prints what is wrong (exit status 1), else that the checks passed."""
 import importlib.metadata
+import io
 import json
 import subprocess
 import sys
+
+CHECKS = None  # (the checks as JSON text: the easyblock's container_check_command sets it)
 
 
 def problems(checks):
@@ -5440,7 +5544,7 @@ def main(stdin):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.stdin))
+    sys.exit(main(io.StringIO(CHECKS) if CHECKS is not None else sys.stdin))
 '''
 # END GENERATED by tools/build-easyblock.py
 
@@ -5496,18 +5600,99 @@ VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 # A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
 # parses bash), its template, how a launcher starts the container (see launch_code; None: not a launcher) and the
 # parameter that must be True for an installation to get it (None: every installation).
-# What -h and --help print for the commands whose other arguments go to bash or pip (COMMAND_HELP)
-COMMAND_USAGES = {
-    'start-shell': ["usage: start-shell [bash's arguments]",
-                    "bash in the container, with the image's environment prepared and the virtual environment "
-                    "active: an interactive shell without arguments, else bash with them (start-shell -c 'pip list')"],
-    'venv-pip': ["usage: venv-pip <pip command> [pip's options]",
-                 "pip on the module's virtual environment, packed or not, run in the container: a command that "
-                 "changes it (install, uninstall, ...) makes a new state of it, which new jobs use; venv-pip "
-                 "<command> --help prints pip's help on a command (venv-pip install --help)"],
-    'list-packages': ["usage: list-packages [pip list's options, such as --format=freeze or --outdated]",
-                      "the Python packages in the container, the image's and the virtual environment's (pip list)"],
+# What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose
+# other arguments go to bash or pip, no_arguments for make-squashfs and unmake-squashfs, JUPYTER_KERNEL_ARGS): what it
+# does, its options, where it works and what it never touches.
+CommandHelp = namedtuple('CommandHelp', 'usage does options where untouched')
+COMMAND_HELPS = {
+    'start-shell': CommandHelp(
+        "start-shell [bash's arguments]",
+        "bash in the container, with the image's environment prepared and the virtual environment active: an "
+        "interactive shell without arguments, else bash with them (start-shell -c 'pip list').",
+        [('-h, --help', 'this text'), ('...', "every other argument is bash's")],
+        "with the module loaded, on a login node or in a job (srun start-shell -c ...).",
+        "the install: the venv is read-only in the container (venv-pip changes it)."),
+    'venv-pip': CommandHelp(
+        "venv-pip <pip command> [pip's options and arguments]",
+        "pip on the module's virtual environment, run in the container by the venv's Python. What it adds to pip: "
+        "a command that changes the venv (install, uninstall, ...) makes a new state of it and switches to it in one "
+        "rename, so that running jobs keep the state they started with and a failed or killed change leaves the old "
+        "one; a packed venv gets the change as a SquashFS layer on top (merged or repacked when needed, and said "
+        "so); one change at a time per install (another waits for the lock); what it adds is readable by everyone "
+        "who may read the install; a file or directory pip was given that the container does not see is named, "
+        "with the bind that shows it.",
+        [('-h, --help', 'this text'), ('<command> --help', "pip's help on a command (venv-pip install --help)"),
+         ('...', "everything else goes to pip as given (-q, -r requirements.txt, --upgrade, --no-deps, ...)")],
+        "with the module loaded, on a login node or in a job; a change by the user who installed the module, or in "
+        "a project's shared install by the members of its group.",
+        "the image and its own packages (an upgrade goes into the venv, on top of them), other modules' venvs, "
+        "~/.local (no user site)."),
+    'list-packages': CommandHelp(
+        "list-packages [pip list's options]",
+        "the Python packages in the container, the image's and the virtual environment's (pip list).",
+        [('-h, --help', 'this text'), ('...', "every other option is pip list's (--format=freeze, --outdated, ...)")],
+        "with the module loaded, on a login node or in a job.",
+        "the venv and the install: it only reads them."),
+    'make-squashfs': CommandHelp(
+        "make-squashfs",
+        "packs the unpacked virtual environment, user-software/ in the install dir, into SquashFS files "
+        "(user-software.packed), which the module then gives the container as /user-software: a few large files "
+        "instead of the venv's thousands, for fast starts on a parallel file system. It tries the container runtime "
+        "first and says how venv-pip will change the packed venv (a layer per change, or a repack), or that the "
+        "runtime can use only the directory. The packed venv takes effect in one rename; reload the module.",
+        [('-h, --help', 'this text; it takes no other arguments')],
+        "wherever the install dir is writable to you (a login node will do); the module need not be loaded.",
+        "user-software/ (it only reads it: remove it once packed), the image, a packed venv that exists (it stops "
+        "instead)."),
+    'unmake-squashfs': CommandHelp(
+        "unmake-squashfs",
+        "unpacks the packed venv (user-software.packed, with every venv-pip change) into user-software/ in the "
+        "install dir. To install into that directory, remove the link user-software.packed and reload the module; "
+        "make-squashfs packs it again.",
+        [('-h, --help', 'this text; it takes no other arguments')],
+        "wherever the install dir is writable to you, without a container; the module need not be loaded.",
+        "the packed venv (as long as the link user-software.packed exists, it is what the container sees), a "
+        "user-software/ that exists (it stops instead)."),
+    'jupyter-container-kernel': CommandHelp(
+        "jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force]\n"
+        "jupyter-container-kernel remove [--name N] [--user | --prefix P]\njupyter-container-kernel list",
+        "makes the module's Python a Jupyter kernel: the container's Python with the virtual environment, as python "
+        "has it after the load. install writes a kernelspec into your Jupyter data directory, where every Jupyter "
+        "you start finds it; remove removes it; list shows this module's kernels. Jupyter starts the kernel with "
+        "jupyter-container-kernel start -f CONNECTION_FILE, loading the module itself if it is not loaded.",
+        [('--name N', "the kernel's name: lower-case letters, digits, '.', '_' and '-' (default: the module's name)"),
+         ('--display-name D', "what Jupyter shows (default: '<module> (container)')"),
+         ('--user', '$JUPYTER_DATA_DIR/kernels, else ~/.local/share/jupyter/kernels (the default)'),
+         ('--prefix P', 'P/share/jupyter/kernels instead, for the Jupyter installed in P'),
+         ('--force', "replace a kernel of that name that is not this module's"),
+         ('-h, --help', 'this text')],
+        "with the module loaded, on a login node (LUMI's web interface then shows the kernel) or in a job.",
+        "the venv (install only checks that ipykernel imports: venv-pip install ipykernel adds it), kernels of "
+        "other names, and of other modules unless --force."),
 }
+
+
+def command_help(name):
+    """The lines -h and --help print for a command of COMMAND_HELPS, wrapped for a terminal."""
+    entry = COMMAND_HELPS[name]
+
+    def wrap(text, first='', rest='  '):
+        return textwrap.wrap(text, 100, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False)
+
+    usages = entry.usage.split('\n')
+    lines = ['usage: ' + usages[0]] + ['       ' + usage for usage in usages[1:]] + ['']
+    lines += wrap(entry.does, rest='') + ['', 'options:']
+    width = max(len(option) for option, _ in entry.options) + 2
+    for option, meaning in entry.options:
+        lines += wrap(meaning, '  ' + option.ljust(width), ' ' * (width + 2))
+    return lines + [''] + wrap('where: ' + entry.where) + wrap('never touches: ' + entry.untouched)
+
+
+def help_words(name):
+    """command_help's lines as shell words for printf '%s\\n'."""
+    return ' '.join(sh_str(line) for line in command_help(name))
+
+
 Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
 
 SCRIPTS = [
@@ -5519,8 +5704,8 @@ SCRIPTS = [
            UNMAKE_SQUASHFS, None, None),
     Script('bin/venv-pip', 'pip against the virtual environment, packed or not: venv-pip install torchmetrics', 'bash',
            LAUNCHER, 'venv-pip', None),
-    Script('bin/jupyter-kernel', 'a Jupyter kernel of the container\'s Python with the virtual environment: '
-           'jupyter-kernel install (or remove, list)', 'bash', LAUNCHER, 'jupyter-kernel', None),
+    Script('bin/jupyter-container-kernel', 'a Jupyter kernel of the container\'s Python with the virtual environment: '
+           'jupyter-container-kernel install (or remove, list)', 'bash', LAUNCHER, 'jupyter-container-kernel', None),
     Script('runscripts/init-conda-venv', 'prepare the image\'s Python and activate the virtual environment (source it)',
            'bash', RUNSCRIPT_INIT, None, None),
     Script('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE, None,

@@ -27,8 +27,9 @@ IPEX = Platform('ipex', 'Intel Extension for PyTorch',
 IMAGE = 'intel/intel-extension-for-pytorch:%s-xpu'
 
 # The host's fabric (InfiniBand verbs, Mellanox, EFA, PSM2, RDMA CM, UCX) and NUMA libraries, and the oneAPI tree of
-# the host's oneCCL and MPI, bound at the same paths. libmlx5 by its soname: a bind follows the host's link to the
-# versioned file, so a driver update does not change the list. The module binds only those that exist on the node.
+# the host's oneCCL and MPI, bound at the same paths. libmlx5 by its soname, so that a driver update does not change
+# the list: the module binds the versioned file that the soname links to as well (as Dawn binds it), which the mlx5
+# provider in libibverbs/ links to. The module binds only those that exist on the node.
 BINDS = ['/etc/libibverbs.d', '/usr/lib64/libibverbs', '/usr/lib64/libibverbs.so.1', '/usr/lib64/libefa.so.1',
          '/usr/lib64/libmlx5.so.1', '/usr/lib64/libnl-3.so.200', '/usr/lib64/libnl-route-3.so.200',
          '/usr/lib64/libnuma.so.1', '/usr/lib64/libpsm2.so.2', '/usr/lib64/librdmacm.so.1', '/usr/lib64/libucm.so.0',

@@ -82,12 +82,43 @@ end
 -- Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
 -- runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
 -- said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+-- A bind of a link at its own path (a library's soname) binds the file it names too, each link of the way at its own
+-- path: the host's other links to that file (libibverbs' providers) resolve in the container as on the host.
+local function normal_path(path)  -- without "." and ".." (a link's target is relative to the link's directory)
+    local parts = {}
+    for part in path:gmatch("[^/]+") do
+        if part == ".." then
+            parts[#parts] = nil
+        elseif part ~= "." then
+            parts[#parts + 1] = part
+        end
+    end
+    return "/" .. table.concat(parts, "/")
+end
+local function link_targets(path)
+    local targets = {}
+    for _ = 1, 8 do
+        local target = lfs.symlinkattributes(path, "target")
+        if lfs.symlinkattributes(path, "mode") ~= "link" or not target then
+            break
+        end
+        path = normal_path(target:sub(1, 1) == "/" and target or (path:match("^(.*)/") .. "/" .. target))
+        targets[#targets + 1] = path
+    end
+    return targets
+end
 local function keep_binds(binds)  -- those whose source is a directory or a regular file, through links too
     local kept = {}
     for _, bind in ipairs(binds) do
-        local mode = lfs.attributes(bind:match("^[^:]*"), "mode")
+        local source = bind:match("^[^:]*")
+        local mode = lfs.attributes(source, "mode")
         if mode == "directory" or mode == "file" then
             kept[#kept + 1] = bind
+        end
+        if mode == "file" and source == bind then
+            for _, target in ipairs(link_targets(source)) do
+                kept[#kept + 1] = target
+            end
         end
     end
     return kept
@@ -151,6 +182,7 @@ local function set_binds(kept, always, user_software)
         for _, bind in ipairs(list) do
             if not taken[bind_destination(bind)] then
                 binds[#binds + 1] = bind
+                taken[bind_destination(bind)] = true
             end
         end
     end

@@ -96,12 +96,39 @@ proc find_image {sif sif_name central_dir central_subdir central_default mod_nam
 # Binds: the user's own, then those of the easyconfig whose source is a directory or a file on this node (a modern
 # runtime does not start a container with a missing one), the run scripts and the user software, packed (read-only:
 # said, the runtime does not warn) or not. Apptainer reads its own names first, so they get the same values.
+# A bind of a link at its own path (a library's soname) binds the file it names too, each link of the way at its own
+# path: the host's other links to that file (libibverbs' providers) resolve in the container as on the host.
+proc normal_path {path} {
+    set parts {}
+    foreach part [split $path /] {
+        if { $part eq ".." } {
+            set parts [lrange $parts 0 end-1]
+        } elseif { $part ne "." && $part ne "" } {
+            lappend parts $part
+        }
+    }
+    return "/[join $parts /]"
+}
+proc link_targets {path} {
+    set targets {}
+    for {set hop 0} {$hop < 8} {incr hop} {
+        if { [catch {file readlink $path} target] } {
+            break
+        }
+        set path [normal_path [expr {[string index $target 0] eq "/" ? $target : "[file dirname $path]/$target"}]]
+        lappend targets $path
+    }
+    return $targets
+}
 proc keep_binds {binds} {
     set kept {}
     foreach bind $binds {
         set source [lindex [split $bind :] 0]
         if { [file isdirectory $source] || [file isfile $source] } {
             lappend kept $bind
+        }
+        if { [file isfile $source] && $source eq $bind } {
+            set kept [concat $kept [link_targets $source]]
         }
     }
     return $kept
@@ -166,6 +193,7 @@ proc set_binds {kept always user_software} {
     foreach bind [concat $kept $always [expr {$user_software eq "" ? {} : [list $user_software]}]] {
         if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
             lappend binds $bind
+            lappend taken [bind_destination $bind]
         }
     }
     set binds [join $binds ,]

@@ -1,11 +1,15 @@
 """The sanity check in the container.
 
-Checks the Python version, the components and the requirements given as JSON on stdin. Run as python -c by the
-easyblock; prints what is wrong (exit status 1), else that the checks passed."""
+Checks the Python version, the components and the requirements given as JSON: in CHECKS, where the easyblock puts
+them when it gives this program to python on stdin (a short command line for EasyBuild to show), else on stdin.
+Prints what is wrong (exit status 1), else that the checks passed."""
 import importlib.metadata
+import io
 import json
 import subprocess
 import sys
+
+CHECKS = None  # (the checks as JSON text: the easyblock's container_check_command sets it)
 
 
 def problems(checks):
@@ -37,4 +41,4 @@ def main(stdin):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.stdin))
+    sys.exit(main(io.StringIO(CHECKS) if CHECKS is not None else sys.stdin))

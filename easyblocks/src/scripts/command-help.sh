@@ -1,7 +1,7 @@
 # -h or --help as the first argument: what this command does and takes, before anything is started
 case "${1:-}" in
     -h | --help)
-        printf '%s\n' @usage@
+        printf '%s\n' @help@
         exit 0
         ;;
     *) ;;

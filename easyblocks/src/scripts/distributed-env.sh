@@ -20,8 +20,9 @@
 # can read, in a directory of yours that all the job's nodes see; they wait for it a bounded time, then stop with a
 # message. See master-port for the directory ($SINGULARITYCONTAINER_PORT_DIR, default ~/.singularitycontainer-ports),
 # the wait ($SINGULARITYCONTAINER_PORT_WAIT, default 300 s) and the ports ($SINGULARITYCONTAINER_PORT_RANGE, default
-# 10000-31999). The file is the job step's: in a Slurm job only (its job id, and its step or the MPI's PMIx
-# namespace); elsewhere, set MASTER_PORT.
+# 10000-31999). The file is the job step's: in a Slurm job, its job id and its step or the MPI's PMIx namespace;
+# outside Slurm, the master's host and the launch's name (Open MPI's mpirun has one, MPICH's mpiexec none: there,
+# set MASTER_PORT).
 
 die() {
     echo "${0##*/}: error: $*" >&2
@@ -180,17 +181,25 @@ if [ -z "${MASTER_ADDR:-}" ]; then
 fi
 export MASTER_ADDR
 
-# The job step's name for master-port's file: the Slurm job, its requeues, and the step (or the PMIx namespace, which
-# all ranks of an MPI share while its daemons run in a step of their own), in letters, digits and '._-'
+# The job step's name for master-port's file, in letters, digits and '._-': in a Slurm job, the job, its requeues, and
+# the step (or the PMIx namespace, which all ranks of an MPI share while its daemons run in a step of their own);
+# outside Slurm, the name of the launch that the launcher gives all its ranks (Open MPI's mpirun: PMIX_NAMESPACE, from
+# its host and process id; a hydra that sets PMI_KVSNAME) on the master's host. MPICH's hydra gives none.
 job_step() {
-    local step="${PMIX_NAMESPACE:-${SLURM_STEP_ID:-}}"
-    [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$step" ] &&
-        echo "${SLURM_JOB_ID//[^A-Za-z0-9._-]/_}.${SLURM_RESTART_COUNT:-0}.${step//[^A-Za-z0-9._-]/_}"
+    local step="${PMIX_NAMESPACE:-${SLURM_STEP_ID:-}}" launch="${PMIX_NAMESPACE:-${PMI_KVSNAME:-}}"
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        [ -n "$step" ] &&
+            echo "${SLURM_JOB_ID//[^A-Za-z0-9._-]/_}.${SLURM_RESTART_COUNT:-0}.${step//[^A-Za-z0-9._-]/_}"
+    else
+        [ -n "$launch" ] && echo "mpi.${MASTER_ADDR//[^A-Za-z0-9._-]/_}.${launch//[^A-Za-z0-9._-]/_}"
+    fi
 }
 if [ -z "${MASTER_PORT:-}" ]; then
     step_name=$(job_step) ||
-        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only in a Slurm job step" \
-            "(SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free port on $MASTER_ADDR"
+        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only under a name that they" \
+            "share: a Slurm job step's (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE), or outside Slurm the" \
+            "launch's (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which $launcher_name does not give:" \
+            "set it to a free port on $MASTER_ADDR (mpiexec -genv MASTER_PORT <port>, mpirun -x MASTER_PORT=<port>)"
     MASTER_PORT=$(/runscripts/master-port "$RANK" "$step_name") || exit 1
 fi
 export MASTER_PORT

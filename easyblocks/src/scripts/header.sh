@@ -13,7 +13,7 @@ die() {
 no_arguments() {
     case "${1:-}" in
         -h | --help)
-            echo "usage: @name@ (@purpose@)"
+            printf '%s\n' @help@
             exit 0
             ;;
         *)

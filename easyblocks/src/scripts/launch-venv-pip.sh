@@ -118,6 +118,7 @@ use_state() {
     esac
 }
 
+[ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
 umask "$(shared_umask "$root")"
 # Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
 # the venv as it is now, read-only if packed.

@@ -1,6 +1,6 @@
-# jupyter-kernel: its arguments, all checked before anything is started or written
-usage='jupyter-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force],'\
-' jupyter-kernel remove [--name N] [--user | --prefix P], jupyter-kernel list'
+# jupyter-container-kernel: its arguments, all checked before anything is started or written
+usage='jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force],'\
+' jupyter-container-kernel remove [--name N] [--user | --prefix P], jupyter-container-kernel list'
 bad_usage() {
     die "$* (usage: $usage)"
 }
@@ -16,7 +16,7 @@ case "$action" in
     install | remove | list) ;;
     start) ;;  # what kernel.json runs
     -h | --help | help)
-        echo "usage: $usage"
+        printf '%s\n' @help@
         exit 0
         ;;
     '') bad_usage "no command given" ;;
@@ -50,7 +50,11 @@ while [ "$#" -gt 0 ] && [ "$action" != start ]; do
             kernels_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels
             ;;
         'install --force') force=yes ;;
-        *) bad_usage "'$option' is not an option of jupyter-kernel $action" ;;
+        *' -h' | *' --help')
+            printf '%s\n' @help@
+            exit 0
+            ;;
+        *) bad_usage "'$option' is not an option of jupyter-container-kernel $action" ;;
     esac
     shift
 done
@@ -67,7 +71,7 @@ fi
 kernels_dir=${kernels_dir:-${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels}
 if [ "$action" = start ]; then
     if [ "$#" -ne 2 ] || [ "$1" != -f ]; then
-        die "usage: jupyter-kernel start -f CONNECTION_FILE (what kernel.json runs)"
+        die "usage: jupyter-container-kernel start -f CONNECTION_FILE (what kernel.json runs)"
     fi
     connection_file=$2
     case "$connection_file" in /*) ;; *) connection_file=$PWD/$connection_file ;; esac

@@ -1,4 +1,4 @@
-# jupyter-kernel: a kernelspec (Jupyter's layout: <kernels dir>/<name>/kernel.json)
+# jupyter-container-kernel: a kernelspec (Jupyter's layout: <kernels dir>/<name>/kernel.json)
 # whose kernel is the venv's Python in the container, started by this script as the other
 # commands start the container
 launcher_json=@launcher_json@  # this script's path, as a JSON string
@@ -35,16 +35,17 @@ removable_or_stop() {
 }
 
 # In a shared prefix $1 (--prefix; nothing: none) another member may have put a link at share, share/jupyter or
-# share/jupyter/kernels, to a directory of yours: jupyter-kernel would make and remove kernels there. Stop at a link
-# that is not your own.
+# share/jupyter/kernels, to a directory of yours: jupyter-container-kernel would make and remove kernels there. Stop at
+# a link that is not your own.
 no_others_link_below_prefix() {
     local path=$1 part
     [ -n "$path" ] || return 0
     for part in share jupyter kernels; do
         path=$path/$part
         if [ -L "$path" ] && [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
-            die "$path is a link of $(stat -c %U -- "$path")'s (to $(readlink -- "$path")): jupyter-kernel does not" \
-                "write through another user's link; remove it, or give another --prefix"
+            die "$path is a link of $(stat -c %U -- "$path")'s (to $(readlink -- "$path")):" \
+                "jupyter-container-kernel does not write through another user's link; remove it, or give another" \
+                "--prefix"
         fi
     done
 }
@@ -96,7 +97,7 @@ except ImportError as error:
     said=$(container_python -c "$check") || status=$?
     if [ "$status" = 3 ]; then
         die "the container's Python cannot import ipykernel ($said): install it into the module's venv with" \
-            "'venv-pip install ipykernel', then run jupyter-kernel install again"
+            "'venv-pip install ipykernel', then run jupyter-container-kernel install again"
     fi
     [ "$status" = 0 ] || die "the container's Python did not start (exit code $status, see above): no kernel installed"
     no_others_link_below_prefix "$prefix"
@@ -118,7 +119,8 @@ except ImportError as error:
 remove_kernel() {  # the kernel $2 in the kernels dir $1 (in the prefix $3, or none)
     local kernels_dir=$1 kernel_name=$2 dir=$1/$2 theirs
     no_others_link_below_prefix "$3"
-    [ -e "$dir" ] || die "there is no kernel named $kernel_name in $kernels_dir (jupyter-kernel list shows them)"
+    [ -e "$dir" ] ||
+        die "there is no kernel named $kernel_name in $kernels_dir (jupyter-container-kernel list shows them)"
     is_ours "$dir" || die "the kernel $kernel_name in $kernels_dir is not this module's: remove it with" \
         "'jupyter kernelspec remove $kernel_name' if you mean it"
     removable_or_stop "$dir" remove
