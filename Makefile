@@ -140,15 +140,25 @@ $(BENCH_WHEELS)/fetched.stamp: benchmarks/bench-wheels.txt benchmarks/real_venv.
 
 # Maintainers: regenerate the easyconfigs from their specs, or check that they are in sync. Every spec under
 # easyconfigs/ (easyconfigs/p/PyTorch/PyTorch.yaml, ...) is run in its own directory, where its easyconfigs are.
+# They need generate-ec only: a venv of their own in the checkout (GENERATE_VENV), made by whoever runs them, without
+# root or the test set-up.
 SPECS = $(sort $(shell find easyconfigs -name '*.yaml'))
-generate: setup
+GENERATE_VENV ?= .venv-generate
+GENERATE_EC = $(abspath $(GENERATE_VENV))/bin/generate-ec
+$(GENERATE_VENV)/setup.stamp: setup.cfg setup.py
+	rm -rf $(GENERATE_VENV) && $(PYTHON) -m venv $(GENERATE_VENV)
+	$(GENERATE_VENV)/bin/python -m pip install -q .
+	rm -rf build
+	touch $@
+
+generate: $(GENERATE_VENV)/setup.stamp
 	for spec in $(SPECS); do \
-	  (cd "$$(dirname "$$spec")" && $(TOOLS)/venv/bin/generate-ec -o . "$$(basename "$$spec")") || exit; \
+	  (cd "$$(dirname "$$spec")" && $(GENERATE_EC) -o . "$$(basename "$$spec")") || exit; \
 	done
 
-check-easyconfigs: setup
+check-easyconfigs: $(GENERATE_VENV)/setup.stamp
 	for spec in $(SPECS); do \
-	  (cd "$$(dirname "$$spec")" && $(TOOLS)/venv/bin/generate-ec --check -o . "$$(basename "$$spec")") || exit; \
+	  (cd "$$(dirname "$$spec")" && $(GENERATE_EC) --check -o . "$$(basename "$$spec")") || exit; \
 	done
 
 # Maintainers: write the programs of easyblocks/src/ (bash, Python, Lua, Tcl) into the one-file easyblock, after

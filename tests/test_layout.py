@@ -8,6 +8,7 @@ import sys
 import generator
 from support import REPO
 from testkit.install import run
+from testkit.users import OWNER, give, user
 
 
 def test_the_version_has_one_source():
@@ -22,17 +23,33 @@ def test_the_version_has_one_source():
 
 
 def maintainers_make(tmp_path, target):
-    """make <target> in a copy of the easyconfigs with a second spec in easyconfigs/x/Other, generate-ec being this
-    checkout's (make's own prerequisite, setup, left out: it would install the tools)."""
-    tools = tmp_path / 'tools'
-    (tools / 'venv' / 'bin').mkdir(parents=True, exist_ok=True)
-    generate_ec = tools / 'venv' / 'bin' / 'generate-ec'
+    """make <target> in a copy of the easyconfigs with a second spec in easyconfigs/x/Other, as an unprivileged
+    user, generate-ec being this checkout's in the venv GENERATE_VENV (its prerequisite, the rule that makes that
+    venv with pip, left out: test_generate_needs_no_root_nor_the_test_setup shows what it runs)."""
+    venv = tmp_path / 'generate-venv'
+    (venv / 'bin').mkdir(parents=True, exist_ok=True)
+    generate_ec = venv / 'bin' / 'generate-ec'
     main = 'import sys; from generator.cli import main; sys.exit(main(sys.argv[1:]))'
     generate_ec.write_text('#!/bin/sh\nPYTHONPATH=%s:%s exec %s -c "%s" "$@"\n' % (
         REPO, REPO / 'easyblocks' / 'generic', sys.executable, main))
     generate_ec.chmod(0o755)
-    return run(['make', '-s', '-f', str(REPO / 'Makefile'), '-C', str(tmp_path / 'copy'), '-o', 'setup', target,
-                'TOOLS=%s' % tools], check=False, user=None)
+    give(tmp_path, user(OWNER))
+    return run(['make', '-s', '-f', str(REPO / 'Makefile'), '-C', str(tmp_path / 'copy'), '-o',
+                '%s/setup.stamp' % venv, target, 'GENERATE_VENV=%s' % venv], check=False, user=OWNER)
+
+
+def test_generate_needs_no_root_nor_the_test_setup(tmp_path):
+    """make generate and make check-easyconfigs run generate-ec from a venv of their own, which the first of them
+    makes with pip: nothing of the test set-up (apt, users, runtimes, the tools dir), nothing that needs root."""
+    venv = tmp_path / 'venv'
+    for target in ('generate', 'check-easyconfigs'):
+        proc = run(['make', '-n', '--no-print-directory', '-f', str(REPO / 'Makefile'), '-C', str(REPO), target,
+                    'GENERATE_VENV=%s' % venv], user=None)
+        lines = proc.stdout.splitlines()
+        assert lines[:4] == ['rm -rf %s && python3 -m venv %s' % (venv, venv), '%s/bin/python -m pip install -q .'
+                             % venv, 'rm -rf build', 'touch %s/setup.stamp' % venv], proc.stdout
+        assert lines[4].startswith('for spec in easyconfigs/') and len(lines) == 7, proc.stdout
+        assert '%s/bin/generate-ec' % venv in lines[5]
 
 
 def test_generate_and_check_easyconfigs_take_every_spec(tmp_path):
