@@ -5629,13 +5629,13 @@ COMMAND_HELPS = {
         "~/.local (no user site)."),
     'list-packages': CommandHelp(
         "list-packages [pip list's options]",
-        "the Python packages in the container, the image's and the virtual environment's (pip list).",
+        "The Python packages in the container, the image's and the virtual environment's (pip list).",
         [('-h, --help', 'this text'), ('...', "every other option is pip list's (--format=freeze, --outdated, ...)")],
         "with the module loaded, on a login node or in a job.",
         "the venv and the install: it only reads them."),
     'make-squashfs': CommandHelp(
         "make-squashfs",
-        "packs the unpacked virtual environment, user-software/ in the install dir, into SquashFS files "
+        "Packs the unpacked virtual environment, user-software/ in the install dir, into SquashFS files "
         "(user-software.packed), which the module then gives the container as /user-software: a few large files "
         "instead of the venv's thousands, for fast starts on a parallel file system. It tries the container runtime "
         "first and says how venv-pip will change the packed venv (a layer per change, or a repack), or that the "
@@ -5646,7 +5646,7 @@ COMMAND_HELPS = {
         "instead)."),
     'unmake-squashfs': CommandHelp(
         "unmake-squashfs",
-        "unpacks the packed venv (user-software.packed, with every venv-pip change) into user-software/ in the "
+        "Unpacks the packed venv (user-software.packed, with every venv-pip change) into user-software/ in the "
         "install dir. To install into that directory, remove the link user-software.packed and reload the module; "
         "make-squashfs packs it again.",
         [('-h, --help', 'this text; it takes no other arguments')],
@@ -5656,7 +5656,7 @@ COMMAND_HELPS = {
     'jupyter-container-kernel': CommandHelp(
         "jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force]\n"
         "jupyter-container-kernel remove [--name N] [--user | --prefix P]\njupyter-container-kernel list",
-        "makes the module's Python a Jupyter kernel: the container's Python with the virtual environment, as python "
+        "Makes the module's Python a Jupyter kernel: the container's Python with the virtual environment, as python "
         "has it after the load. install writes a kernelspec into your Jupyter data directory, where every Jupyter "
         "you start finds it; remove removes it; list shows this module's kernels. Jupyter starts the kernel with "
         "jupyter-container-kernel start -f CONNECTION_FILE, loading the module itself if it is not loaded.",
