@@ -145,7 +145,9 @@ $(BENCH_WHEELS)/fetched.stamp: benchmarks/bench-wheels.txt benchmarks/real_venv.
 SPECS = $(sort $(shell find easyconfigs -name '*.yaml'))
 GENERATE_VENV ?= .venv-generate
 GENERATE_EC = $(abspath $(GENERATE_VENV))/bin/generate-ec
-$(GENERATE_VENV)/setup.stamp: setup.cfg setup.py
+# (made again when a source of generate-ec changes: pip installs a copy)
+$(GENERATE_VENV)/setup.stamp: setup.cfg setup.py easyblocks/generic/singularitycontainer.py $(wildcard generator/*.py \
+		generator/*/*.py generator/templates/*.j2)
 	rm -rf $(GENERATE_VENV) && $(PYTHON) -m venv $(GENERATE_VENV)
 	$(GENERATE_VENV)/bin/python -m pip install -q .
 	rm -rf build

@@ -180,12 +180,13 @@ def test_distributed_outside_a_launcher_fails_clearly(pytorch):
         assert 'Rank' not in proc.stdout
 
 
-# Where the ranks share no name for the port's file: MPICH's hydra outside Slurm, or a Slurm job without a step
-NO_PORT_NAME = (
-    "conda-python-distributed: error: MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only "
-    "under a name that they share: a Slurm job step's (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE), or "
-    "outside Slurm the launch's (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which mpiexec (hydra) does "
-    "not give: set it to a free port on x (mpiexec -genv MASTER_PORT <port>, mpirun -x MASTER_PORT=<port>)")
+# Where the ranks share no name for the port's file: a Slurm job without a step, MPICH's hydra outside Slurm
+NO_STEP = ("conda-python-distributed: error: MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks "
+           "only in a Slurm job step (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free port on x")
+NO_LAUNCH_NAME = (
+    "conda-python-distributed: error: MASTER_PORT is not set, and outside Slurm rank 0 can pass its choice to the "
+    "other ranks only under the name of their launch (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which "
+    "mpiexec (hydra) does not give: set it to a free port on x (mpiexec -genv MASTER_PORT <port>)")
 
 
 def test_distributed_stops_without_master(pytorch):
@@ -202,9 +203,8 @@ def test_distributed_stops_without_master(pytorch):
                     'first node from: set it to the host of rank 0']),
             ('PMI_RANK=2 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x',
              ['conda-python-distributed: error: PMI_RANK=2 is not below PMI_SIZE=2']),
-            ('PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x SLURM_JOB_ID=7',
-             [NO_PORT_NAME]),
-            ('PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x', [NO_PORT_NAME])]:
+            ('PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x SLURM_JOB_ID=7', [NO_STEP]),
+            ('PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 MASTER_ADDR=x', [NO_LAUNCH_NAME])]:
         proc = inst.shell('module load PyTorch/2.13.0\n%s %s' % (setting, run_it), check=False)
         assert proc.returncode == 1 and 'started' not in proc.stdout, setting
         for message in messages:
@@ -823,7 +823,8 @@ def squat(*ports):
 @pytest.mark.once_only('master-port runs on the host here: no container')
 def test_master_port_rank_0_picks_a_free_port_that_the_others_read(pytorch):
     """Rank 0 picks a port at random in the range, keeps it in a file only the user can read, in a directory it
-    makes private; the other ranks read it; two job steps get their own; another user's port is never chosen."""
+    makes private; the other ranks read it (outside Slurm only one written within the wait); two job steps get their
+    own; another user's port is never chosen."""
     inst, root = pytorch
     chosen = master_port(pytorch, '0', '77.0.1')
     assert chosen.returncode == 0, chosen.stderr
@@ -833,6 +834,17 @@ def test_master_port_rank_0_picks_a_free_port_that_the_others_read(pytorch):
     assert [(path.stat().st_uid, stat.S_IMODE(path.stat().st_mode)) for path in (ports, ports / '77.0.1.port')] == [
         (user().uid, 0o700), (user().uid, 0o600)]
     assert master_port(pytorch, '3', '77.0.1').stdout == '%d\n' % port
+    # outside Slurm a launch's name can come back (mpirun's process id): a file older than the wait is an earlier
+    # launch's, not read; rank 0's new one is
+    reused = ports / 'mpi.localhost.4242.port'
+    reused.write_text('%d\n' % port)
+    give(reused, user())
+    os.utime(reused, (time.time() - 10, time.time() - 10))
+    proc = master_port(pytorch, '1', 'mpi.localhost.4242', wait='1')
+    assert (proc.returncode, proc.stdout) == (1, '') and 'waited 1 s' in proc.stderr, proc.stderr
+    assert master_port(pytorch, '1', 'mpi.localhost.4242', wait='60').stdout == '%d\n' % port  # (within the wait)
+    assert master_port(pytorch, '0', 'mpi.localhost.4242').returncode == 0
+    assert master_port(pytorch, '1', 'mpi.localhost.4242', wait='1').stdout == reused.read_text()
     assert {master_port(pytorch, '0', '77.0.%d' % step).stdout for step in range(2, 7)} - {'%d\n' % port}
     low = two_free_ports()
     squatter = squat(low)

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -541,23 +542,28 @@ def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_s
     assert not marker.exists()
 
 
-def test_thousands_of_requirements_reach_the_check_on_stdin():
-    """The sanity check's command line stays short however many requirements there are (EasyBuild 4.9 shows the
-    first 300 characters of a failure: the command, then its output), and is the same for every easyconfig; the
-    program goes in on stdin with the checks in it, each requirement's name once."""
+def test_thousands_of_requirements_reach_the_check_on_stdin(monkeypatch):
+    """The sanity check's command line is short however many requirements there are and whatever the installer's
+    environment has (EasyBuild 4.9 shows the first 300 characters of a failure: the command, then its output): a
+    script of its own, which gives python the program on stdin, with the checks in it, each requirement's name
+    once."""
     from generator.easyblock import easyblock
 
     class Easyconfig:
         cfg = {'container_python_version': '3.12', 'container_components': {'torch': '2.9.1'},
                'pip_requirements': ['pkg%d >= 1.0  # %d' % (i, i) for i in range(20000)] + ['pkg1', 'PKG1']}
 
+    for number in range(50):  # (what installer_independent_env unsets)
+        monkeypatch.setenv('PIP_SETTING_%d' % number, 'x')
     cmd = easyblock.SingularityContainer.container_check_command(Easyconfig())
-    words = shlex.split(cmd)
-    program_file = words[-1]
-    assert words[-5:-1] == ['start-shell', '-c', 'python -', '<'] and len(' '.join(words[-5:])) < 120
-    with open(program_file) as handle:
-        program = ast.parse(handle.read())
-    os.unlink(program_file)
+    [bash, script_file] = shlex.split(cmd)
+    assert bash == 'bash' and len(cmd) < 120
+    with open(script_file) as handle:
+        first, *program, end = handle.read().splitlines()
+    os.unlink(script_file)
+    assert first.startswith('exec env -u ') and ' -u PIP_SETTING_49 ' in first and first.endswith(
+        " start-shell -c 'python -' <<'%s'" % end)
+    program = ast.parse('\n'.join(program))
     set_checks = [node for node in program.body if isinstance(node, ast.Assign) and node.targets[0].id == 'CHECKS']
     checks = json.loads(ast.literal_eval(set_checks[0].value))
     assert checks['requirements'] == ['pkg%d' % i for i in range(20000)]
@@ -567,13 +573,15 @@ def test_thousands_of_requirements_reach_the_check_on_stdin():
 @pytest.mark.once_only('what EasyBuild shows of a failed check does not depend on the runtime')
 def test_a_failed_container_check_shows_its_reason_on_screen(tmp_path, demo_sif):
     """EasyBuild 4.9 (LUMI/24.03's) prints the first 300 characters of a failed sanity check: the command, then
-    what it printed. The reason is in them, and no line of the check's program is on screen."""
+    what it printed. The reason is in them, whatever the installer's environment has that the check leaves out of
+    the container (PIP_*, PYTHON*), and no line of the check's program is on screen."""
     require_runtime()
     inst = Installation(tmp_path / 'i', eb_version='4.9')
     (inst.sources / 'demo.sif').write_bytes(demo_sif.read_bytes())
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_components={'lumi-missing': '1.0'},
                                                               squash_user_software=False))
-    proc = inst.eb(ec, check=False)
+    env = dict(inst.env(), **{'PIP_INSTALLERS_SETTING_%d' % number: 'x' for number in range(20)})
+    proc = inst.eb(ec, check=False, env=env)
     assert proc.returncode != 0
     failure = [line for line in proc.stdout.splitlines() if 'build failed (first 300 chars)' in line]
     assert len(failure) == 1 and 'lumi-missing is not installed' in failure[0], proc.stdout
@@ -585,36 +593,73 @@ def test_the_binds_a_module_keeps(tmp_path, demo_sif, syntax):
     """Lua and Tcl keep the same binds: those whose source is a directory or a regular file, also through a link;
     not a link to nothing, a FIFO, a device or a missing path. None whose destination one of the user's own binds
     has already: the runtime would say so at every start. A library's soname bound at its own path brings the
-    versioned file it names: the provider that libibverbs loads from its bound directory is a link to that file
-    (rdma-core's layout, as on Dawn), and resolves in the container."""
+    versioned file it names, after the easyconfig's own binds: the provider that libibverbs loads from its bound
+    directory is a link to that file (rdma-core's layout, as on Dawn), and resolves in the container (in /run, which
+    the runtime does not bind itself)."""
     require_runtime()
     paths = tmp_path / 'binds'
-    kept = ['dir', 'file', 'link-to-dir', 'link-to-file', 'lib64/libibverbs', 'lib64/libmlx5.so.1']
+    lib64 = Path(tempfile.mkdtemp(prefix='lumi-ct-lib64-', dir='/run'))
+    kept = ['dir', 'file', 'link-to-dir', 'link-to-file']
     left_out = ['dangling', 'fifo', 'missing']
     binds = ['/tmp'] + [str(paths / name) for name in kept + left_out] + [
-        '/dev/null', '%s:/data:ro' % (paths / 'dir'), '%s:/mnt/users' % (paths / 'dir')]
-    inst, idir = install_demo(tmp_path, demo_sif, syntax=syntax, container_bind=binds, squash_user_software=False)
-    paths.mkdir()
-    (paths / 'dir').mkdir()
-    (paths / 'file').write_text('')
-    (paths / 'link-to-dir').symlink_to(paths / 'dir')
-    (paths / 'link-to-file').symlink_to(paths / 'file')
-    (paths / 'dangling').symlink_to(paths / 'missing')
-    os.mkfifo(paths / 'fifo')
-    lib64 = paths / 'lib64'
-    (lib64 / 'libibverbs').mkdir(parents=True)
-    (lib64 / 'libmlx5.so.1.25.58.0').write_text('mlx5 driver\n')
-    (lib64 / 'libmlx5.so.1').symlink_to('libmlx5.so.1.25.58.0')
-    (lib64 / 'libibverbs' / 'libmlx5-rdmav34.so').symlink_to('../libmlx5.so.1.25.58.0')
-    users = '/tmp,%s:/mnt/users:ro' % (paths / 'file')
-    for variable in ('SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'):
-        out = inst.shell('export %s=%s\nmodule load Demo/1.0\necho "$SINGULARITY_BINDPATH"\n'
-                         'singularity exec "$SIF" cat %s' % (variable, users, lib64 / 'libibverbs/libmlx5-rdmav34.so'))
-        binds, provider = out.stdout.splitlines()
-        assert binds.split(',') == users.split(',') + [str(paths / name) for name in kept] + [
-            str(lib64 / 'libmlx5.so.1.25.58.0'), '%s:/data:ro' % (paths / 'dir'), '%s/runscripts:/runscripts' % idir,
-            '%s/user-software:/user-software' % idir]
-        assert (provider, out.stderr) == ('mlx5 driver', '')
+        str(lib64 / 'libibverbs'), str(lib64 / 'libmlx5.so.1'), '/dev/null', '%s:/data:ro' % (paths / 'dir'),
+        '%s:/mnt/users' % (paths / 'dir')]
+    try:
+        inst, idir = install_demo(tmp_path, demo_sif, syntax=syntax, container_bind=binds,
+                                  squash_user_software=False)
+        paths.mkdir()
+        (paths / 'dir').mkdir()
+        (paths / 'file').write_text('')
+        (paths / 'link-to-dir').symlink_to(paths / 'dir')
+        (paths / 'link-to-file').symlink_to(paths / 'file')
+        (paths / 'dangling').symlink_to(paths / 'missing')
+        os.mkfifo(paths / 'fifo')
+        lib64.chmod(0o755)
+        (lib64 / 'libibverbs').mkdir()
+        (lib64 / 'libmlx5.so.1.25.58.0').write_text('mlx5 driver\n')
+        (lib64 / 'libmlx5.so.1').symlink_to('libmlx5.so.1.25.58.0')
+        (lib64 / 'libibverbs' / 'libmlx5-rdmav34.so').symlink_to('../libmlx5.so.1.25.58.0')
+        users = '/tmp,%s:/mnt/users:ro' % (paths / 'file')
+        for variable in ('SINGULARITY_BINDPATH', 'APPTAINER_BINDPATH'):
+            out = inst.shell('export %s=%s\nmodule load Demo/1.0\necho "$SINGULARITY_BINDPATH"\nsingularity exec '
+                             '"$SIF" cat %s' % (variable, users, lib64 / 'libibverbs/libmlx5-rdmav34.so'))
+            said, provider = out.stdout.splitlines()
+            assert said.split(',') == users.split(',') + [str(paths / name) for name in kept] + [
+                str(lib64 / 'libibverbs'), str(lib64 / 'libmlx5.so.1'), '%s:/data:ro' % (paths / 'dir'),
+                str(lib64 / 'libmlx5.so.1.25.58.0'), '%s/runscripts:/runscripts' % idir,
+                '%s/user-software:/user-software' % idir]
+            assert (provider, out.stderr) == ('mlx5 driver', '')
+    finally:
+        shutil.rmtree(lib64)
+
+
+def test_the_files_a_bound_link_brings(tmp_path):
+    """The install's rule for a link bound at its own path, which the module's Lua and Tcl follow (test above): each
+    link of the way, relative ('..' too) or absolute, at most 8; none with ',' or ':', which a bind list cannot hold;
+    the easyconfig's own bind of one of them wins, one bind per destination."""
+    from generator.easyblock import easyblock
+    (tmp_path / 'lib' / 'sub').mkdir(parents=True)
+    (tmp_path / 'lib' / 'libx.so.1.2.3').write_text('')
+    (tmp_path / 'lib' / 'libx.so.1.2').symlink_to('sub/../libx.so.1.2.3')
+    (tmp_path / 'lib' / 'libx.so.1').symlink_to(tmp_path / 'lib' / 'libx.so.1.2')
+    (tmp_path / 'lib' / 'odd,name').write_text('')
+    (tmp_path / 'lib' / 'liby.so.1').symlink_to('odd,name')
+    (tmp_path / 'lib' / 'loop').symlink_to('loop')
+    lib = str(tmp_path / 'lib')
+    assert easyblock.link_targets(lib + '/libx.so.1') == [lib + '/libx.so.1.2', lib + '/libx.so.1.2.3']
+    assert easyblock.link_targets(lib + '/liby.so.1') == []
+    assert easyblock.link_targets(lib + '/loop') == [lib + '/loop'] * 8
+    assert easyblock.link_targets(lib + '/libx.so.1.2.3') == []
+
+    class Install:
+        cfg = {'container_bind': [lib + '/libx.so.1', lib + '/libx.so.1.2.3:%s/libx.so.1.2.3:ro' % lib]}
+        installdir = str(tmp_path / 'install')
+
+        def runscripts_bind(self):
+            return easyblock.SingularityContainer.runscripts_bind(self)
+    assert easyblock.SingularityContainer.install_binds(Install()) == [
+        lib + '/libx.so.1', lib + '/libx.so.1.2.3:%s/libx.so.1.2.3:ro' % lib, lib + '/libx.so.1.2',
+        '%s/runscripts:/runscripts' % Install.installdir]
 
 
 def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):

@@ -234,7 +234,7 @@ class SingularityContainer(EasyBlock):
         """What the install binds: the easyconfig's binds whose source is a directory or a file here (a modern runtime
         does not start a container with a missing one; the module does the same on the node where it is loaded), the
         run scripts."""
-        binds = []
+        binds, targets = [], []
         for bind in self.cfg['container_bind']:
             source = bind.split(':')[0]
             if os.path.isdir(source) or os.path.isfile(source):
@@ -242,8 +242,16 @@ class SingularityContainer(EasyBlock):
             else:
                 self.log.info("Not binding %s during the installation: its source does not exist here", bind)
             if bind == source and os.path.isfile(source):
-                binds.extend(target for target in link_targets(source) if target not in binds)
-        return binds + [self.runscripts_bind()]
+                targets.extend(link_targets(source))
+        # (as the module does: the easyconfig's own first, then the links' targets, one bind per destination)
+        kept, destinations = [], set()
+        for bind in binds + targets:
+            fields = bind.split(':')
+            destination = fields[1] if len(fields) > 1 and fields[1] else fields[0]
+            if destination not in destinations:
+                kept.append(bind)
+                destinations.add(destination)
+        return kept + [self.runscripts_bind()]
 
     def prepend_path(self):
         """The container's PATH starts with the run scripts and the venv's commands."""
@@ -806,22 +814,25 @@ class SingularityContainer(EasyBlock):
                                                                    custom_commands=custom_commands)
 
     def container_check_command(self):
-        """Shell command checking in the container: the Python version, the components, the requirements. The
-        program and its checks go in on stdin: thousands of requirement names do not fit on a command line, and
-        EasyBuild shows the command and then its output in 300 characters (4.9), or the command twice (5)."""
+        """Shell command checking in the container: the Python version, the components, the requirements. A script
+        of its own, whose program and checks go to python on stdin: thousands of requirement names do not fit on a
+        command line, and EasyBuild shows the command before its output in 300 characters (4.9), or the command
+        twice (5), whatever the installer's environment adds to it."""
         checks = {
             'python': self.cfg['container_python_version'] or '',
             'components': dict(self.cfg['container_components']),
             'requirements': requirement_names(self.cfg['pip_requirements']),
         }
         unset_checks = '\nCHECKS = None '
-        if unset_checks not in CONTAINER_CHECK_SCRIPT:
-            raise EasyBuildError("The container check program has no line 'CHECKS = None' for its checks")
+        if unset_checks not in CONTAINER_CHECK_SCRIPT or CONTAINER_CHECK_END in CONTAINER_CHECK_SCRIPT:
+            raise EasyBuildError("The container check program has no line 'CHECKS = None' for its checks, or has "
+                                 "the line %s that ends it", CONTAINER_CHECK_END)
         program = CONTAINER_CHECK_SCRIPT.replace(unset_checks, '\nCHECKS = %r ' % json.dumps(checks), 1)
-        handle, path = tempfile.mkstemp(prefix='container-check-', suffix='.py')
-        with os.fdopen(handle, 'w') as program_file:
-            program_file.write(program)
-        return '%s start-shell -c %s < %s' % (installer_independent_env(), sh_str('python -'), sh_str(path))
+        handle, path = tempfile.mkstemp(prefix='container-check-', suffix='.sh')
+        with os.fdopen(handle, 'w') as script:
+            script.write("exec %s start-shell -c 'python -' <<'%s'\n%s\n%s\n" % (
+                installer_independent_env(), CONTAINER_CHECK_END, program.rstrip('\n'), CONTAINER_CHECK_END))
+        return 'bash %s' % sh_str(path)
 
     # module: the help, the fingerprints of the user software, the load-time logic
 
@@ -1697,6 +1708,10 @@ def same_file(handle, path):
     return (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino)
 
 
+# The end of the container check's program in its script (a here-document's delimiter: container_check_command)
+CONTAINER_CHECK_END = 'END_OF_CONTAINER_CHECK'
+
+
 def link_targets(path):
     """The paths a link names, each link of the way (at most 8), as the module binds them with a bind of the link at
     its own path (keep_binds: a library's soname brings the versioned file that the host's other links name)."""
@@ -1704,7 +1719,9 @@ def link_targets(path):
     for _ in range(8):
         if not os.path.islink(path):
             break
-        path = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+        path = '/' + os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path))).lstrip('/')
+        if ',' in path or ':' in path:  # (a bind list cannot hold it)
+            break
         targets.append(path)
     return targets
 
@@ -1983,20 +2000,28 @@ local function normal_path(path)  -- without "." and ".." (a link's target is re
     end
     return "/" .. table.concat(parts, "/")
 end
-local function link_targets(path)
+local function link_targets(path)  -- (none with ',' or ':', which a bind list cannot hold)
     local targets = {}
     for _ = 1, 8 do
-        local target = lfs.symlinkattributes(path, "target")
-        if lfs.symlinkattributes(path, "mode") ~= "link" or not target then
+        if lfs.symlinkattributes(path, "mode") ~= "link" then
+            break
+        end
+        local ok, target = pcall(lfs.symlinkattributes, path, "target")  -- (LuaFileSystem 1.7 and later)
+        if not ok or type(target) ~= "string" then
             break
         end
         path = normal_path(target:sub(1, 1) == "/" and target or (path:match("^(.*)/") .. "/" .. target))
+        if path:find("[,:]") then
+            break
+        end
         targets[#targets + 1] = path
     end
     return targets
 end
-local function keep_binds(binds)  -- those whose source is a directory or a regular file, through links too
-    local kept = {}
+-- Those whose source is a directory or a regular file, through links too, then the files that the links bound at
+-- their own paths name (after all of the easyconfig's own: a bind of its own of one of them wins)
+local function keep_binds(binds)
+    local kept, targets = {}, {}
     for _, bind in ipairs(binds) do
         local source = bind:match("^[^:]*")
         local mode = lfs.attributes(source, "mode")
@@ -2005,9 +2030,12 @@ local function keep_binds(binds)  -- those whose source is a directory or a regu
         end
         if mode == "file" and source == bind then
             for _, target in ipairs(link_targets(source)) do
-                kept[#kept + 1] = target
+                targets[#targets + 1] = target
             end
         end
+    end
+    for _, target in ipairs(targets) do
+        kept[#kept + 1] = target
     end
     return kept
 end
@@ -2259,22 +2287,28 @@ proc link_targets {path} {
             break
         }
         set path [normal_path [expr {[string index $target 0] eq "/" ? $target : "[file dirname $path]/$target"}]]
+        if { [string first , $path] >= 0 || [string first : $path] >= 0 } {
+            break
+        }
         lappend targets $path
     }
     return $targets
 }
+# Those whose source is a directory or a regular file, through links too, then the files that the links bound at
+# their own paths name (after all of the easyconfig's own: a bind of its own of one of them wins)
 proc keep_binds {binds} {
     set kept {}
+    set targets {}
     foreach bind $binds {
         set source [lindex [split $bind :] 0]
         if { [file isdirectory $source] || [file isfile $source] } {
             lappend kept $bind
         }
         if { [file isfile $source] && $source eq $bind } {
-            set kept [concat $kept [link_targets $source]]
+            set targets [concat $targets [link_targets $source]]
         }
     }
-    return $kept
+    return [concat $kept $targets]
 }
 # The user software's bind ("", and a warning at load, when it is missing; "" too for the layers of the packed
 # venv, which are overlays, see set_overlays)
@@ -4615,6 +4649,8 @@ chmod "$(umask_mode 666)" "$squashfs" "$changes"
 # (the image: the module's, else the install's, in the install dir)
 # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
 image="${@image_var@:-${@sif_var@:-$root/@sif_name@}}"
+[ -f "$image" ] || die "the image $image is not there, to try the runtime with: load the module (module load" \
+    "$module), which finds it, and run make-squashfs again"
 if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
     rm -f -- "$changes"
     if ! why_not_bound=$(squashfs_binds "$image" "$squashfs"); then
@@ -4921,12 +4957,16 @@ job_step() {
         [ -n "$launch" ] && echo "mpi.${MASTER_ADDR//[^A-Za-z0-9._-]/_}.${launch//[^A-Za-z0-9._-]/_}"
     fi
 }
+if [ -z "${MASTER_PORT:-}" ] && ! step_name=$(job_step); then
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only in a Slurm job step" \
+            "(SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free port on $MASTER_ADDR"
+    fi
+    die "MASTER_PORT is not set, and outside Slurm rank 0 can pass its choice to the other ranks only under the" \
+        "name of their launch (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which $launcher_name does not" \
+        "give: set it to a free port on $MASTER_ADDR (mpiexec -genv MASTER_PORT <port>)"
+fi
 if [ -z "${MASTER_PORT:-}" ]; then
-    step_name=$(job_step) ||
-        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only under a name that they" \
-            "share: a Slurm job step's (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE), or outside Slurm the" \
-            "launch's (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which $launcher_name does not give:" \
-            "set it to a free port on $MASTER_ADDR (mpiexec -genv MASTER_PORT <port>, mpirun -x MASTER_PORT=<port>)"
     MASTER_PORT=$(/runscripts/master-port "$RANK" "$step_name") || exit 1
 fi
 export MASTER_PORT
@@ -5090,6 +5130,9 @@ TRIES = 200
 POLL_SECONDS = 0.2
 OLD_SECONDS = 7 * 86400
 SUFFIX = '.port'
+# The names that distributed-env gives launches outside Slurm (mpi.<master>.<the launcher's name of the launch>) can
+# come back (process ids are reused): there, a file older than the wait is an earlier launch's, not rank 0's now
+REUSED_PREFIX = 'mpi.'
 
 
 class Refusal(Exception):
@@ -5188,8 +5231,9 @@ def publish(directory, step, port):
         raise
 
 
-def read_port(path):
-    """The port in the file at path if it is there (a regular file of the user's, not a link), else None."""
+def read_port(path, not_before=None):
+    """The port in the file at path if it is there (a regular file of the user's, not a link, written at not_before or
+    later if given), else None."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:
@@ -5198,15 +5242,16 @@ def read_port(path):
         raise
     with os.fdopen(handle) as source:
         info = os.fstat(source.fileno())
-        text = source.read(32) if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() else ''
+        text = source.read(32) if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and (
+            not_before is None or info.st_mtime >= not_before) else ''
     return int(text) if text.strip().isdigit() and 0 < int(text) < 65536 else None
 
 
-def wait_for_port(path, seconds):
-    """The port rank 0 put at path, waiting for it at most seconds."""
+def wait_for_port(path, seconds, not_before=None):
+    """The port rank 0 put at path (at not_before or later, if given), waiting for it at most seconds."""
     deadline = time.monotonic() + seconds
     while True:
-        port = read_port(path)
+        port = read_port(path, not_before)
         if port:
             return port
         if time.monotonic() > deadline:
@@ -5248,7 +5293,8 @@ def main(argv):
             publish(directory, step, port)
             remove_old(directory)
         else:
-            port = wait_for_port(os.path.join(directory, step + SUFFIX), seconds)
+            not_before = time.time() - seconds if step.startswith(REUSED_PREFIX) else None
+            port = wait_for_port(os.path.join(directory, step + SUFFIX), seconds, not_before)
     except (Refusal, OSError) as err:
         sys.stderr.write("master-port: error: rank %d: %s\n" % (rank, err))
         return 1
@@ -5611,7 +5657,8 @@ COMMAND_HELPS = {
         "interactive shell without arguments, else bash with them (start-shell -c 'pip list').",
         [('-h, --help', 'this text'), ('...', "every other argument is bash's")],
         "with the module loaded, on a login node or in a job (srun start-shell -c ...).",
-        "the install: the venv is read-only in the container (venv-pip changes it)."),
+        "the image, and a packed venv (read-only in the container: venv-pip changes it; an unpacked one is "
+        "writable, as the install dir is for you)."),
     'venv-pip': CommandHelp(
         "venv-pip <pip command> [pip's options and arguments]",
         "pip on the module's virtual environment, run in the container by the venv's Python. What it adds to pip: "
@@ -5642,8 +5689,8 @@ COMMAND_HELPS = {
         "runtime can use only the directory. The packed venv takes effect in one rename; reload the module.",
         [('-h, --help', 'this text; it takes no other arguments')],
         "wherever the install dir is writable to you (a login node will do); the module need not be loaded.",
-        "user-software/ (it only reads it: remove it once packed), the image, a packed venv that exists (it stops "
-        "instead)."),
+        "what is in user-software/ (it packs it and makes your files there readable for whoever may read the "
+        "install: remove the directory once packed), the image, a packed venv that exists (it stops instead)."),
     'unmake-squashfs': CommandHelp(
         "unmake-squashfs",
         "Unpacks the packed venv (user-software.packed, with every venv-pip change) into user-software/ in the "
@@ -5654,15 +5701,18 @@ COMMAND_HELPS = {
         "the packed venv (as long as the link user-software.packed exists, it is what the container sees), a "
         "user-software/ that exists (it stops instead)."),
     'jupyter-container-kernel': CommandHelp(
-        "jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force]\n"
+        "jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P]\n"
+        "                                 [--force]\n"
         "jupyter-container-kernel remove [--name N] [--user | --prefix P]\njupyter-container-kernel list",
         "Makes the module's Python a Jupyter kernel: the container's Python with the virtual environment, as python "
         "has it after the load. install writes a kernelspec into your Jupyter data directory, where every Jupyter "
         "you start finds it; remove removes it; list shows this module's kernels. Jupyter starts the kernel with "
         "jupyter-container-kernel start -f CONNECTION_FILE, loading the module itself if it is not loaded.",
-        [('--name N', "the kernel's name: lower-case letters, digits, '.', '_' and '-' (default: the module's name)"),
+        [('--name N', "the kernel's name: lower-case letters, digits, '.', '_' and '-' (default: the module's full "
+                      "name in lower case, '/' as '-')"),
          ('--display-name D', "what Jupyter shows (default: '<module> (container)')"),
-         ('--user', '$JUPYTER_DATA_DIR/kernels, else ~/.local/share/jupyter/kernels (the default)'),
+         ('--user', "kernels/ in JUPYTER_DATA_DIR, else ~/.local/share/jupyter/kernels (XDG_DATA_HOME instead of "
+                    "~/.local/share where set): the default"),
          ('--prefix P', 'P/share/jupyter/kernels instead, for the Jupyter installed in P'),
          ('--force', "replace a kernel of that name that is not this module's"),
          ('-h, --help', 'this text')],

@@ -95,20 +95,28 @@ local function normal_path(path)  -- without "." and ".." (a link's target is re
     end
     return "/" .. table.concat(parts, "/")
 end
-local function link_targets(path)
+local function link_targets(path)  -- (none with ',' or ':', which a bind list cannot hold)
     local targets = {}
     for _ = 1, 8 do
-        local target = lfs.symlinkattributes(path, "target")
-        if lfs.symlinkattributes(path, "mode") ~= "link" or not target then
+        if lfs.symlinkattributes(path, "mode") ~= "link" then
+            break
+        end
+        local ok, target = pcall(lfs.symlinkattributes, path, "target")  -- (LuaFileSystem 1.7 and later)
+        if not ok or type(target) ~= "string" then
             break
         end
         path = normal_path(target:sub(1, 1) == "/" and target or (path:match("^(.*)/") .. "/" .. target))
+        if path:find("[,:]") then
+            break
+        end
         targets[#targets + 1] = path
     end
     return targets
 end
-local function keep_binds(binds)  -- those whose source is a directory or a regular file, through links too
-    local kept = {}
+-- Those whose source is a directory or a regular file, through links too, then the files that the links bound at
+-- their own paths name (after all of the easyconfig's own: a bind of its own of one of them wins)
+local function keep_binds(binds)
+    local kept, targets = {}, {}
     for _, bind in ipairs(binds) do
         local source = bind:match("^[^:]*")
         local mode = lfs.attributes(source, "mode")
@@ -117,9 +125,12 @@ local function keep_binds(binds)  -- those whose source is a directory or a regu
         end
         if mode == "file" and source == bind then
             for _, target in ipairs(link_targets(source)) do
-                kept[#kept + 1] = target
+                targets[#targets + 1] = target
             end
         end
+    end
+    for _, target in ipairs(targets) do
+        kept[#kept + 1] = target
     end
     return kept
 end

@@ -116,22 +116,28 @@ proc link_targets {path} {
             break
         }
         set path [normal_path [expr {[string index $target 0] eq "/" ? $target : "[file dirname $path]/$target"}]]
+        if { [string first , $path] >= 0 || [string first : $path] >= 0 } {
+            break
+        }
         lappend targets $path
     }
     return $targets
 }
+# Those whose source is a directory or a regular file, through links too, then the files that the links bound at
+# their own paths name (after all of the easyconfig's own: a bind of its own of one of them wins)
 proc keep_binds {binds} {
     set kept {}
+    set targets {}
     foreach bind $binds {
         set source [lindex [split $bind :] 0]
         if { [file isdirectory $source] || [file isfile $source] } {
             lappend kept $bind
         }
         if { [file isfile $source] && $source eq $bind } {
-            set kept [concat $kept [link_targets $source]]
+            set targets [concat $targets [link_targets $source]]
         }
     }
-    return $kept
+    return [concat $kept $targets]
 }
 # The user software's bind ("", and a warning at load, when it is missing; "" too for the layers of the packed
 # venv, which are overlays, see set_overlays)

@@ -30,6 +30,9 @@ TRIES = 200
 POLL_SECONDS = 0.2
 OLD_SECONDS = 7 * 86400
 SUFFIX = '.port'
+# The names that distributed-env gives launches outside Slurm (mpi.<master>.<the launcher's name of the launch>) can
+# come back (process ids are reused): there, a file older than the wait is an earlier launch's, not rank 0's now
+REUSED_PREFIX = 'mpi.'
 
 
 class Refusal(Exception):
@@ -128,8 +131,9 @@ def publish(directory, step, port):
         raise
 
 
-def read_port(path):
-    """The port in the file at path if it is there (a regular file of the user's, not a link), else None."""
+def read_port(path, not_before=None):
+    """The port in the file at path if it is there (a regular file of the user's, not a link, written at not_before or
+    later if given), else None."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:
@@ -138,15 +142,16 @@ def read_port(path):
         raise
     with os.fdopen(handle) as source:
         info = os.fstat(source.fileno())
-        text = source.read(32) if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() else ''
+        text = source.read(32) if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and (
+            not_before is None or info.st_mtime >= not_before) else ''
     return int(text) if text.strip().isdigit() and 0 < int(text) < 65536 else None
 
 
-def wait_for_port(path, seconds):
-    """The port rank 0 put at path, waiting for it at most seconds."""
+def wait_for_port(path, seconds, not_before=None):
+    """The port rank 0 put at path (at not_before or later, if given), waiting for it at most seconds."""
     deadline = time.monotonic() + seconds
     while True:
-        port = read_port(path)
+        port = read_port(path, not_before)
         if port:
             return port
         if time.monotonic() > deadline:
@@ -188,7 +193,8 @@ def main(argv):
             publish(directory, step, port)
             remove_old(directory)
         else:
-            port = wait_for_port(os.path.join(directory, step + SUFFIX), seconds)
+            not_before = time.time() - seconds if step.startswith(REUSED_PREFIX) else None
+            port = wait_for_port(os.path.join(directory, step + SUFFIX), seconds, not_before)
     except (Refusal, OSError) as err:
         sys.stderr.write("master-port: error: rank %d: %s\n" % (rank, err))
         return 1

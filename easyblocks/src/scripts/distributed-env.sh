@@ -194,12 +194,16 @@ job_step() {
         [ -n "$launch" ] && echo "mpi.${MASTER_ADDR//[^A-Za-z0-9._-]/_}.${launch//[^A-Za-z0-9._-]/_}"
     fi
 }
+if [ -z "${MASTER_PORT:-}" ] && ! step_name=$(job_step); then
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only in a Slurm job step" \
+            "(SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE): set it to a free port on $MASTER_ADDR"
+    fi
+    die "MASTER_PORT is not set, and outside Slurm rank 0 can pass its choice to the other ranks only under the" \
+        "name of their launch (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which $launcher_name does not" \
+        "give: set it to a free port on $MASTER_ADDR (mpiexec -genv MASTER_PORT <port>)"
+fi
 if [ -z "${MASTER_PORT:-}" ]; then
-    step_name=$(job_step) ||
-        die "MASTER_PORT is not set, and rank 0 can pass its choice to the other ranks only under a name that they" \
-            "share: a Slurm job step's (SLURM_JOB_ID, and SLURM_STEP_ID or PMIX_NAMESPACE), or outside Slurm the" \
-            "launch's (PMIX_NAMESPACE of Open MPI's mpirun, or PMI_KVSNAME), which $launcher_name does not give:" \
-            "set it to a free port on $MASTER_ADDR (mpiexec -genv MASTER_PORT <port>, mpirun -x MASTER_PORT=<port>)"
     MASTER_PORT=$(/runscripts/master-port "$RANK" "$step_name") || exit 1
 fi
 export MASTER_PORT

@@ -42,6 +42,8 @@ chmod "$(umask_mode 666)" "$squashfs" "$changes"
 # (the image: the module's, else the install's, in the install dir)
 # shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
 image="${@image_var@:-${@sif_var@:-$root/@sif_name@}}"
+[ -f "$image" ] || die "the image $image is not there, to try the runtime with: load the module (module load" \
+    "$module), which finds it, and run make-squashfs again"
 if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
     rm -f -- "$changes"
     if ! why_not_bound=$(squashfs_binds "$image" "$squashfs"); then
