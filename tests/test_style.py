@@ -1,7 +1,8 @@
 """The project's own Python follows PEP 8 with EasyBuild's 120-column limit, has no unused imports or names
 (pyflakes), and no function longer than 60 lines in the product (with the Python programs of easyblocks/src/), the test
-kit, the benchmarks and tools/."""
+kit, the benchmarks and tools/; nor has the bash of easyblocks/src/scripts/ and tools/."""
 import ast
+import re
 import subprocess
 import sys
 
@@ -46,3 +47,21 @@ def test_functions_are_short(tree):
                 if lines > MAX_FUNCTION_LINES:
                     long_ones.append('%s:%d %s: %d lines' % (path.relative_to(REPO), node.lineno, node.name, lines))
     assert not long_ones
+
+
+# A bash function: from its line 'name() {' to the line of its closing brace at the same indent
+BASH_FUNCTION = re.compile(r'^( *)([A-Za-z_][A-Za-z0-9_-]*)\(\) *\{.*?^\1\}', re.M | re.S)
+
+
+def test_bash_functions_are_short():
+    scripts = sorted((REPO / 'easyblocks' / 'src' / 'scripts').glob('*.sh')) + sorted((REPO / 'tools').glob('*.sh'))
+    long_ones, found = [], 0
+    for path in scripts:
+        text = path.read_text()
+        for match in BASH_FUNCTION.finditer(text):
+            found += 1
+            lines = match.group(0).count('\n') + 1
+            if lines > MAX_FUNCTION_LINES:
+                line = text.count('\n', 0, match.start()) + 1
+                long_ones.append('%s:%d %s: %d lines' % (path.relative_to(REPO), line, match.group(2), lines))
+    assert found > 50 and not long_ones

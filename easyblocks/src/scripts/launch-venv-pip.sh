@@ -320,10 +320,10 @@ repack_instead() {  # the change (pip $2...) on the whole venv instead of as a l
     remove_own_tree "$work"
     change_by_repacking "${@:2}"
 }
-# pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer. When
-# the layer grows beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file.
+# pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer
+# (layer_or_merge).
 change_in_layers() {
-    local upper whiteouts tree limit why status=0
+    local upper whiteouts tree why status=0
     pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
@@ -365,6 +365,12 @@ change_in_layers() {
     in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" ||
         die "mksquashfs failed; nothing was changed"
     like "$changes" "$new_changes"
+    layer_or_merge
+}
+# The new layer, put together, becomes the new generation's, on the SquashFS file as it is; or, when it grows beyond a
+# quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file
+layer_or_merge() {
+    local limit
     limit=$(( $(stat -c %s "$squashfs") / 4 ))
     if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
         # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
