@@ -394,9 +394,9 @@ class SingularityContainer(EasyBlock):
 
     def make_installdir(self, dontcreate=None):
         """Move software that users installed in the container aside before EasyBuild wipes the install dir, and
-        the directories that running jobs have bound. The lock goes on to the new install dir's lock file, and is
-        held until the new venv is packed (install_step); what the install writes from here on is for everyone
-        who may read the install dir (shared_umask)."""
+        the directories that running jobs have bound. The lock goes on to the new install dir's lock file (held until
+        make_module_step: README, "A project's shared install"); what the install writes from here on is for
+        everyone who may read the install dir (shared_umask)."""
         self.back_up_user_software()
         self.keep_for_running_jobs()
         super(SingularityContainer, self).make_installdir(dontcreate=dontcreate)
