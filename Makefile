@@ -14,7 +14,7 @@ TORCH_VERSION := 2.13.0
 KERNEL_WHEELS := $(TOOLS)/kernel-wheels
 BENCH_WHEELS := $(TOOLS)/bench-wheels
 
-.PHONY: setup users test demo bench generate check-easyconfigs clean-tools lumi-user-repo easyblock
+.PHONY: setup users test check demo bench generate check-easyconfigs clean-tools lumi-user-repo easyblock
 
 ROOTFS := $(TOOLS)/rootfs/bookworm
 APPTAINER := $(TOOLS)/apptainer/bin/apptainer
@@ -121,6 +121,12 @@ test: $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp
 	$(INSTALL_THIS)
 	$(RUN_TESTS) $(abspath $(SINGULARITY))
 endif
+
+# The fast tier, for the developer loop: the tests that start no container (not marked runtime, needing no feature of
+# a runtime), with the user-namespace Apptainer's settings: under a minute here, with the tools made
+check: setup
+	$(INSTALL_THIS)
+	$(RUN_TESTS) $(TOOLS)/apptainer/bin/singularity -- -m 'not runtime and not needs'
 
 demo: setup
 	$(INSTALL_THIS)
