@@ -1,5 +1,5 @@
 """A node crash under a change of the packed venv leaves the old state or the new one, whole, and the next venv-pip
-works (README, "The packed venv's state").
+works (docs/design.md, "The packed venv's state").
 
 The install dir is a file system of its own here: a loop ext4 mounted at its path (with a journal commit every
 second), which the test shuts down as a crash stops a node: EXT4_IOC_SHUTDOWN without flushing the journal, so that

@@ -392,11 +392,12 @@ def test_scripts_pass_shellcheck(demo_install):
         assert (idir / 'runscripts' / program).read_text().startswith('#!/usr/bin/env python3')
 
 
-def readme_install_dir_listing():
-    """README's listing of the install dir ("The install dir:", a code block): {entry: its text}, for the lines
-    indented by four spaces under <prefix>/software/..., a longer indent continuing an entry's text; and the
-    module's line."""
-    block = re.search(r'^The install dir:\n\n```\n(.*?)```', (REPO / 'README.md').read_text(), re.M | re.S).group(1)
+def design_install_dir_listing():
+    """The design's listing of the install dir (docs/design.md, "The install dir:", a code block): {entry: its text},
+    for the lines indented by four spaces under <prefix>/software/..., a longer indent continuing an entry's text;
+    and the module's line."""
+    block = re.search(r'^The install dir:\n\n```\n(.*?)```', (REPO / 'docs' / 'design.md').read_text(),
+                      re.M | re.S).group(1)
     lines = block.splitlines()
     assert lines[0] == '<prefix>/software/PyTorch/<version><versionsuffix>/'
     entries, name = {}, None
@@ -414,24 +415,24 @@ def listed_names(text):
     return {name.strip() for name in text.rsplit(':', 1)[-1].split(',')}
 
 
-def test_the_readme_lists_what_the_install_dir_has(fresh_demo):
-    """README's install dir listing is what an install has (here with its venv packed by make-squashfs and the
+def test_the_design_lists_what_the_install_dir_has(fresh_demo):
+    """The design's install dir listing is what an install has (here with its venv packed by make-squashfs and the
     directory still there, as after unmake-squashfs, so that every entry is there): each entry there (<image>.sif
     as the image's name, XXXXXX as mktemp's, an alternative as '(or <name> ...)'), and nothing else but hidden
     files; the commands in bin/ besides the wrappers and the run scripts as listed; the module file where the
     listing says."""
     inst, idir = fresh_demo
     run([str(idir / 'bin' / 'make-squashfs')], env=base_env())
-    entries, module_line = readme_install_dir_listing()
+    entries, module_line = design_install_dir_listing()
     present = {path.name + ('/' if path.is_dir() and not path.is_symlink() else '') for path in idir.iterdir()}
     unlisted = {name for name in present if not name.startswith('.')}
     for name, text in entries.items():
         names = {name.replace('<image>.sif', 'demo.sif')} | set(re.findall(r'\(or ([^\s,)]+)', text))
         patterns = [re.escape(listed).replace('XXXXXX', '[A-Za-z0-9]{6}') + '$' for listed in names]
         found = {entry for entry in present if any(re.match(pattern, entry) for pattern in patterns)}
-        assert found, 'README lists %s, which the install dir lacks' % name
+        assert found, 'docs/design.md lists %s, which the install dir lacks' % name
         unlisted -= found
-    assert not unlisted, 'README does not list %s of the install dir' % ', '.join(sorted(unlisted))
+    assert not unlisted, 'docs/design.md does not list %s of the install dir' % ', '.join(sorted(unlisted))
     wrappers = {'python', 'python3', 'pip'}  # install_demo's wrapped_commands
     assert {path.name for path in (idir / 'bin').iterdir()} == listed_names(entries['bin/']) - {'wrappers'} | wrappers
     assert {path.name for path in (idir / 'runscripts').iterdir()} == listed_names(entries['runscripts/'])

@@ -39,7 +39,7 @@ PLACEHOLDER_DIRECTIVE = re.compile(r'# shellcheck disable=\S+ +# (@[a-z_]+@) ')
 # The scripts that are whole (written as they are, with @module@ and such filled in): everything on
 WHOLE = ['conda-python-distributed.sh', 'conda-python-simple.sh', 'distributed-env.sh', 'init-conda-venv.sh',
          'list-packages.sh', 'torchrun-distributed.sh', 'venv-pip.sh']
-# The library of the runtime's file handling and the venv's state (README, "How it fits together"): functions that
+# The library of the runtime's file handling and the venv's state (docs/design.md): functions that
 # take what they work on as arguments; no fragment reads or sets a variable of another, so that everything stays on
 LIBRARY = ['bind-user-software.sh', 'files.sh', 'keep-venv-python.sh', 'layers.sh', 'lock-install-dir.sh',
            'lock-install-dir-or-stop.sh', 'pip-changes-venv.sh', 'readable-by-all.sh', 'venv-state.sh', 'workdir.sh']

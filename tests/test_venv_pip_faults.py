@@ -1,6 +1,6 @@
 """A kill at every step of a change of the packed venv leaves the old state or the new one, whole.
 
-What users keep changes in one rename (README, "How it fits together"): a killed venv-pip, merge or make-squashfs
+What users keep changes in one rename (docs/design.md): a killed venv-pip, merge or make-squashfs
 leaves the link naming the old generation or the new one. These tests kill the whole process group of the command
 (as Slurm's time limit, an OOM kill or `kill -9 -PGID` do) at each step in turn: before each command it runs on the
 install dir (mktemp, mksquashfs, chmod, ln, mv, touch, rm, ...), while pip runs in the container, and after the

@@ -2801,7 +2801,7 @@ esac
 
 # FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;
 # nothing written, chmod-ed or removed through a name the script did not make; leftovers known by their record.
-FILES = r'''# The runtime's file handling (README, "How it fits together"),
+FILES = r'''# The runtime's file handling (docs/design.md),
 # for every command that writes where others may write too: a project's install dir, TMPDIR, /dev/shm, /tmp, a Jupyter
 # prefix. A new file or directory gets its name from mktemp (random, made exclusively) in the directory it belongs in,
 # stays private (0600, 0700) until it is whole, and is renamed into place. Nothing is written, chmod-ed or removed
@@ -2918,7 +2918,7 @@ remove_own_tree() {
 
 # STATE: the packed venv's state, one generation directory named by one link, which a change replaces in one rename.
 # venv-pip, make-squashfs, unmake-squashfs and the wrappers read it (and venv-pip's changes write it) alike.
-VENV_STATE_TEMPLATE = r'''# The packed venv's state (README, "How it fits together"), with FILES.
+VENV_STATE_TEMPLATE = r'''# The packed venv's state (docs/design.md), with FILES.
 # The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
 # holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
 # The form of the venv is read from there and nowhere else: layers (both files), one SquashFS file, or, with no

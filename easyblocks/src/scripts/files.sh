@@ -1,4 +1,4 @@
-# The runtime's file handling (README, "How it fits together"),
+# The runtime's file handling (docs/design.md),
 # for every command that writes where others may write too: a project's install dir, TMPDIR, /dev/shm, /tmp, a Jupyter
 # prefix. A new file or directory gets its name from mktemp (random, made exclusively) in the directory it belongs in,
 # stays private (0600, 0700) until it is whole, and is renamed into place. Nothing is written, chmod-ed or removed

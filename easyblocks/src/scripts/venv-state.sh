@@ -1,4 +1,4 @@
-# The packed venv's state (README, "How it fits together"), with FILES.
+# The packed venv's state (docs/design.md), with FILES.
 # The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
 # holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
 # The form of the venv is read from there and nowhere else: layers (both files), one SquashFS file, or, with no
