@@ -122,11 +122,11 @@ test: $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp
 	$(RUN_TESTS) $(abspath $(SINGULARITY))
 endif
 
-# The fast tier, for the developer loop: the tests that start no container (not marked runtime, needing no feature of
-# a runtime), with the user-namespace Apptainer's settings: under a minute here, with the tools made
+# The fast tier, for the developer loop: the tests that start neither a container (not marked runtime, needing no
+# feature of a runtime) nor EasyBuild (not marked eb): under a minute here, with the tools made
 check: setup
 	$(INSTALL_THIS)
-	$(RUN_TESTS) $(TOOLS)/apptainer/bin/singularity -- -m 'not runtime and not needs'
+	$(RUN_TESTS) $(TOOLS)/apptainer/bin/singularity -- -m 'not runtime and not needs and not eb'
 
 demo: setup
 	$(INSTALL_THIS)

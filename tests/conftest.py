@@ -184,6 +184,7 @@ def demo_install(container_modules):
 
 def pytest_configure(config):
     config.addinivalue_line('markers', 'runtime: drives the container runtime (run again with a real one)')
+    config.addinivalue_line('markers', 'eb: runs EasyBuild (not in make check, the tier without eb or a container)')
     config.addinivalue_line('markers', 'needs(feature): needs a feature of testkit.install.FEATURES from the runtime')
     config.addinivalue_line('markers', 'once_only(why, in_setuid_run=False): run with one runtime only (make test '
                                        'leaves it out of the run with the setuid runtime, or with in_setuid_run out of '

@@ -154,6 +154,7 @@ def module_only(tmp_path, syntax, version, *lines, **env):
     return inst, idir
 
 
+@pytest.mark.eb
 @pytest.mark.parametrize('syntax', SYNTAXES)
 def test_a_step_added_to_the_plan_reaches_the_module(tmp_path, syntax):
     """A subclass adds a step to module_plan: eb writes it into the module of either syntax, and loading sets it."""
@@ -180,6 +181,7 @@ def test_every_step_has_a_call_in_both_languages():
     assert all(len(calls) == 2 for calls in easyblock.MODULE_STEPS.values())
 
 
+@pytest.mark.eb
 @pytest.mark.parametrize('syntax', SYNTAXES)
 def test_nvidia_asks_the_runtime_for_nv_in_both_syntaxes(tmp_path, syntax):
     """gpu_vendor 'nvidia': the module of either syntax sets SINGULARITY_NV=1 and APPTAINER_NV=1 (the runtime's --nv)

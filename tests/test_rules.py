@@ -205,6 +205,7 @@ def test_the_readme_has_the_parameter_table():
     assert parameter_table() in readme, 'README.md: replace the table of parameters with:\n' + parameter_table()
 
 
+@pytest.mark.eb
 @pytest.mark.parametrize('eb_version', ['5', '4.9'])
 def test_bad_parameters_stop_eb_before_the_copy(tmp_path, demo_sif, eb_version):
     """Each bad value is named with what is allowed, all at once, before the image is copied; '$(id)' never

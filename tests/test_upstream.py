@@ -48,6 +48,7 @@ def test_no_error_logging_that_upstream_forbids():
         assert re.search(r'\.prepare_step\(.*\*args,.*\*\*kwargs\.*\)', text)
 
 
+@pytest.mark.eb
 @pytest.mark.parametrize('eb_version', ['5', '4.9'])
 def test_made_from_an_easyconfig_without_sources_it_holds_no_deprecated_names(tmp_path, eb_version):
     """Included as eb includes it, the easyblock is made from upstream's test easyconfig (sources = []); its
@@ -72,6 +73,7 @@ def easyconfig_without_sources(inst):
         """)
 
 
+@pytest.mark.eb
 @pytest.mark.parametrize('eb_version,syntax', [('5', 'Lua'), ('5', 'Tcl'), ('4.9', 'Lua'), ('4.9', 'Tcl')])
 def test_module_only_without_sources_writes_the_module(tmp_path, eb_version, syntax):
     """eb --module-only --force on an easyconfig without sources (upstream's test, for an install dir that is
@@ -91,6 +93,7 @@ def test_module_only_without_sources_writes_the_module(tmp_path, eb_version, syn
     assert "the container image foo-1.3.2.sif is neither in %s nor in" % idir in out, proc.stderr
 
 
+@pytest.mark.eb
 @pytest.mark.parametrize('eb_version', ['5', '4.9'])
 def test_an_easyconfig_without_sources_stops_before_anything_is_copied(tmp_path, eb_version):
     """An install from an easyconfig without sources stops in its first step, saying the image must be the first
