@@ -603,7 +603,7 @@ class SingularityContainer(EasyBlock):
         if launch != 'jupyter-container-kernel':
             return ''
         modules_dir = self.module_generator.get_modules_path()
-        return fill_template(JUPYTER_KERNEL_ARGS, help=help_words(name),
+        return fill_template(JUPYTER_KERNEL_ARGS, help=help_words(name), usage=usage_word(name),
                              kernel_name=sh_str(kernel_name(self.full_mod_name)),
                              display_name=sh_str('%s (container)' % self.full_mod_name),
                              lmod_cmd=sh_str(os.environ.get('LMOD_CMD', '')), modules_dir=sh_str(modules_dir))
@@ -2540,8 +2540,7 @@ esac
 # jupyter-container-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel
 # loads it).
 JUPYTER_KERNEL_ARGS = r'''# jupyter-container-kernel: its arguments, all checked before anything is started or written
-usage='jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force],'\
-' jupyter-container-kernel remove [--name N] [--user | --prefix P], jupyter-container-kernel list'
+usage=@usage@  # (COMMAND_HELPS)
 bad_usage() {
     die "$* (usage: $usage)"
 }
@@ -5707,8 +5706,7 @@ COMMAND_HELPS = {
         "the packed venv (as long as the link user-software.packed exists, it is what the container sees), a "
         "user-software/ that exists (it stops instead)."),
     'jupyter-container-kernel': CommandHelp(
-        "jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P]\n"
-        "                                 [--force]\n"
+        "jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force]\n"
         "jupyter-container-kernel remove [--name N] [--user | --prefix P]\njupyter-container-kernel list",
         "Makes the module's Python a Jupyter kernel: the container's Python with the virtual environment, as python "
         "has it after the load. install writes a kernelspec into your Jupyter data directory, where every Jupyter "
@@ -5735,9 +5733,11 @@ def command_help(name):
     def wrap(text, first='', rest='  '):
         return textwrap.wrap(text, 100, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False)
 
-    usages = entry.usage.split('\n')
-    lines = ['usage: ' + usages[0]] + ['       ' + usage for usage in usages[1:]] + ['']
-    lines += wrap(entry.does, rest='') + ['', 'options:']
+    lines = []
+    for number, usage in enumerate(entry.usage.split('\n')):  # (a usage's options continue below its first)
+        first = 'usage: ' if number == 0 else ' ' * len('usage: ')
+        lines += wrap(usage, first, ' ' * (len(first) + len(' '.join(usage.split()[:2])) + 1))
+    lines += [''] + wrap(entry.does, rest='') + ['', 'options:']
     width = max(len(option) for option, _ in entry.options) + 2
     for option, meaning in entry.options:
         lines += wrap(meaning, '  ' + option.ljust(width), ' ' * (width + 2))
@@ -5747,6 +5747,11 @@ def command_help(name):
 def help_words(name):
     """command_help's lines as shell words for printf '%s\\n'."""
     return ' '.join(sh_str(line) for line in command_help(name))
+
+
+def usage_word(name):
+    """The usages of a command of COMMAND_HELPS in one line, as a shell word (for its error messages)."""
+    return sh_str(', '.join(COMMAND_HELPS[name].usage.split('\n')))
 
 
 Script = namedtuple('Script', 'path purpose kind template launch wanted_if')

@@ -1,6 +1,5 @@
 # jupyter-container-kernel: its arguments, all checked before anything is started or written
-usage='jupyter-container-kernel install [--name N] [--display-name D] [--user | --prefix P] [--force],'\
-' jupyter-container-kernel remove [--name N] [--user | --prefix P], jupyter-container-kernel list'
+usage=@usage@  # (COMMAND_HELPS)
 bad_usage() {
     die "$* (usage: $usage)"
 }
