@@ -53,12 +53,13 @@ $(EB49): | $(TOOLS)/apt.stamp
 
 # The tests' venv, with Debian's Python too: the test users run generate-ec and the test kit's helpers. flake8 with
 # flake8-comprehensions: the easyblock passes easybuild-easyblocks' lint (tests/test_upstream.py). jupyter_client: the
-# Jupyter client that starts the module's kernel (tests/test_jupyter_kernel.py).
+# Jupyter client that starts the module's kernel (tests/test_jupyter_kernel.py). EasyBuild 5: the unit tests of the
+# easyblock's class import it (generate-ec and the test kit need no EasyBuild).
 $(TOOLS)/venv/setup.stamp: setup.cfg setup.py Makefile | $(TOOLS)/apt.stamp
 	[ "$$(readlink -f $(TOOLS)/venv/bin/python)" = "$$(readlink -f $(SYSTEM_PYTHON))" ] || rm -rf $(TOOLS)/venv
 	$(SYSTEM_PYTHON) -m venv $(TOOLS)/venv
 	$(TOOLS)/venv/bin/pip install -q pytest jinja2 pyyaml pycodestyle pyflakes flake8 flake8-comprehensions setuptools \
-	  wheel jupyter_client
+	  wheel jupyter_client 'easybuild-framework>=5,<6'
 	$(TOOLS)/venv/bin/pip install -q .
 	touch $@
 
@@ -151,11 +152,12 @@ $(BENCH_WHEELS)/fetched.stamp: benchmarks/bench-wheels.txt benchmarks/real_venv.
 SPECS = $(sort $(shell find easyconfigs -name '*.yaml'))
 GENERATE_VENV ?= .venv-generate
 GENERATE_EC = $(abspath $(GENERATE_VENV))/bin/generate-ec
-# (made again when a source of generate-ec changes: pip installs a copy)
-$(GENERATE_VENV)/setup.stamp: setup.cfg setup.py easyblocks/generic/singularitycontainer.py $(wildcard generator/*.py \
+# (made again when a source of generate-ec changes: pip installs a copy). generate-ec needs no EasyBuild, but a spec
+# with easybuild: 5 (easyconfigs/p/PyTorch/PyTorch.yaml) takes EasyBuild 5's field names from it.
+$(GENERATE_VENV)/setup.stamp: setup.cfg setup.py $(wildcard easyblocks/singularitycontainer_src/*.py generator/*.py \
 		generator/*/*.py generator/templates/*.j2)
 	rm -rf $(GENERATE_VENV) && $(PYTHON) -m venv $(GENERATE_VENV)
-	$(GENERATE_VENV)/bin/python -m pip install -q .
+	$(GENERATE_VENV)/bin/python -m pip install -q . 'easybuild-framework>=5,<6'
 	rm -rf build
 	touch $@
 
@@ -169,8 +171,9 @@ check-easyconfigs: $(GENERATE_VENV)/setup.stamp
 	  (cd "$$(dirname "$$spec")" && $(GENERATE_EC) --check -o . "$$(basename "$$spec")") || exit; \
 	done
 
-# Maintainers: write the programs of easyblocks/src/ (bash, Python, Lua, Tcl) into the one-file easyblock, after
-# changing one of them (tests/test_sources.py fails while the easyblock is stale). Python's standard library only.
+# Maintainers: build the one-file easyblock from its sources, easyblocks/singularitycontainer_src/ (the modules and the
+# bash, Python, Lua and Tcl files beside them), after changing one of them (tests/test_sources.py fails while the
+# easyblock is stale). Python's standard library only.
 easyblock:
 	$(PYTHON) tools/build-easyblock.py
 

@@ -8,7 +8,8 @@ import subprocess
 import time
 
 from harness import bench_user, figure, repeat, rotated, shell_env
-from testkit.easyblock import easyblock
+from singularitycontainer_src.layout import CHANGES_NAME, EMPTY_LAYER_MARK, SQUASHFS_NAME
+from singularitycontainer_src.install_dir import current_generation
 from testkit.users import as_user
 
 AT_ONCE = 8
@@ -18,8 +19,8 @@ def one_file_env(env, idir):
     """env with the packed venv as one SquashFS file bound at /user-software, and no overlays (venv-pip's changes
     are empty here: the two forms hold the same venv)."""
     env = dict(env)
-    generation = easyblock.current_generation(str(idir))
-    bind = '%s/%s:/user-software:image-src=/user-software,ro' % (generation, easyblock.SQUASHFS_NAME)
+    generation = current_generation(str(idir))
+    bind = '%s/%s:/user-software:image-src=/user-software,ro' % (generation, SQUASHFS_NAME)
     for name in ('SINGULARITY', 'APPTAINER'):
         env.pop(name + '_OVERLAY', None)
         env[name + '_BINDPATH'] = ','.join(filter(None, [env.get(name + '_BINDPATH', ''), bind]))
@@ -30,10 +31,10 @@ def pinned_env(env, idir):
     """env as a command of the module gives it to the runtime (pinned_entries): the generation's own files, without
     its layer where that is empty (as after make-squashfs or a merge, and here)."""
     env = dict(env)
-    generation = easyblock.current_generation(str(idir))
-    overlays = ['%s/%s:ro' % (generation, easyblock.SQUASHFS_NAME)]
-    if not os.path.exists(os.path.join(generation, easyblock.EMPTY_LAYER_MARK)):
-        overlays.append('%s/%s:ro' % (generation, easyblock.CHANGES_NAME))
+    generation = current_generation(str(idir))
+    overlays = ['%s/%s:ro' % (generation, SQUASHFS_NAME)]
+    if not os.path.exists(os.path.join(generation, EMPTY_LAYER_MARK)):
+        overlays.append('%s/%s:ro' % (generation, CHANGES_NAME))
     for name in ('SINGULARITY', 'APPTAINER'):
         env[name + '_OVERLAY'] = ','.join(overlays)
     return env

@@ -1,10 +1,10 @@
 """Module load: the generated module against one that sets the same variables plainly
 (benchmarks/README.md)."""
-from generator.easyblock import easyblock
+from singularitycontainer_src.text import lua_str
 from harness import BenchError, checked, figure, shell_env, tail, timed_pair
 from testkit.install import LMOD_CMD
 
-lua_str = easyblock.lua_str  # the module's own quoting, for the plain module to compare with
+lua_str = lua_str  # the module's own quoting, for the plain module to compare with
 
 
 # Lmod's own bookkeeping, not something a module sets

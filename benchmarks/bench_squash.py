@@ -3,14 +3,14 @@ import os
 import shutil
 import statistics
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.install_dir import current_generation
 from harness import (USER_SOFTWARE, USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS, BenchError, count_entries, figure,
                      measure_io, repeat, rotated)
 
 
 def remove_packed(idir):
     """The packed venv that make-squashfs made gone, its generation too (nothing runs from it), for the next run."""
-    generation = easyblock.current_generation(str(idir))
+    generation = current_generation(str(idir))
     os.unlink(idir / USER_SOFTWARE_PACKED)
     shutil.rmtree(generation)
 

@@ -10,16 +10,19 @@ from pathlib import Path
 
 from harness import (REPO, USER_SOFTWARE, USER_SOFTWARE_PACKED, bench_user, checked, count_entries, figure,
                      measure_io, progress, repeat, rotated, stdlib_sources)
-from generator.easyblock import easyblock
+from singularitycontainer_src.layout import (CHANGES_NAME, GENERATION_PREFIX, GENERATION_RECORD, NEW_LINK_PREFIX,
+                                             SQUASHFS_NAME, USER_SOFTWARE_CHANGES, USER_SOFTWARE_LOCK,
+                                             USER_SOFTWARE_LOCK_RECORD, WRITABLE_LAYER_RECORD)
+from singularitycontainer_src.install_dir import current_generation
 from testkit.install import SETUID_RUNTIME, local_wheels, write_wheel
 from testkit.users import give
 
-USER_SOFTWARE_CHANGES = easyblock.USER_SOFTWARE_CHANGES
+USER_SOFTWARE_CHANGES = USER_SOFTWARE_CHANGES
 # The packed venv's state (easyblock, VENV_STATE): the link names a generation, a directory with these files
-SQUASHFS_NAME, CHANGES_NAME = easyblock.SQUASHFS_NAME, easyblock.CHANGES_NAME
-GENERATION_PREFIX, GENERATION_RECORD = easyblock.GENERATION_PREFIX, easyblock.GENERATION_RECORD
-NEW_LINK_PREFIX = easyblock.NEW_LINK_PREFIX
-WRITABLE_LAYER_RECORD = easyblock.WRITABLE_LAYER_RECORD
+SQUASHFS_NAME, CHANGES_NAME = SQUASHFS_NAME, CHANGES_NAME
+GENERATION_PREFIX, GENERATION_RECORD = GENERATION_PREFIX, GENERATION_RECORD
+NEW_LINK_PREFIX = NEW_LINK_PREFIX
+WRITABLE_LAYER_RECORD = WRITABLE_LAYER_RECORD
 SMALL = 'bench-small'
 MODULE_CHARS = 4096          # the modules of the venvs' wheels: whole top-level statements of the standard library's
 GOAL_SECONDS, GOAL_RATIO = 2.0, 1.3  # issue 26: on the largest venv, and against the smallest
@@ -70,18 +73,18 @@ class Venv:
     def old_generations(self):
         """The generations beside the current one: superseded by a change, which the next change removes once they
         are 2 minutes old."""
-        current = easyblock.current_generation(str(self.idir))
+        current = current_generation(str(self.idir))
         return [path for path in self.idir.glob(GENERATION_PREFIX + '*')
                 if str(path) != current and (path / GENERATION_RECORD).is_file()]
 
     def left(self):
         """Entries that a change left in the install dir besides the packed venv, its lock (and the record of its
         holder) and its old generations (the unpacked venv's included)."""
-        current, old = easyblock.current_generation(str(self.idir)), self.old_generations()
+        current, old = current_generation(str(self.idir)), self.old_generations()
         return sum(count_entries(p) + 1 if p.is_dir() and not p.is_symlink() else 1 for p in self.idir.iterdir()
                    if p.name.startswith((USER_SOFTWARE, '.' + USER_SOFTWARE))
-                   and p.name not in (USER_SOFTWARE_PACKED, easyblock.USER_SOFTWARE_LOCK,
-                                      easyblock.USER_SOFTWARE_LOCK_RECORD)
+                   and p.name not in (USER_SOFTWARE_PACKED, USER_SOFTWARE_LOCK,
+                                      USER_SOFTWARE_LOCK_RECORD)
                    and str(p) != current and p not in old)
 
 
@@ -144,7 +147,7 @@ def install_venv(ctx, wheels, size):
     progress('installing %s/1.0 with a packed venv of 1 wheel x %d modules%s' % (
         module, size, ' (the packed venv from %s)' % cached if hit else ''))
     inst, idir = ctx.install_with_wheels(module, wheels, [package], squash=True, commands=['python', 'pip'])
-    generation = Path(easyblock.current_generation(str(idir)))  # (just installed: the files change in place)
+    generation = Path(current_generation(str(idir)))  # (just installed: the files change in place)
     if hit:
         for name in packed_files(generation):
             (generation / name).unlink()

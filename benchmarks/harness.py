@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.layout import USER_SOFTWARE, USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS
 from testkit.images import make_test_sif
 from testkit.install import EB_VENVS, Installation, base_env, demo_easyconfig, local_wheels, write_wheel
 from testkit.users import as_user, give, missing_users, user
@@ -22,8 +22,8 @@ from testkit.users import as_user, give, missing_users, user
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 
-USER_SOFTWARE, USER_SOFTWARE_SQUASHFS = easyblock.USER_SOFTWARE, easyblock.USER_SOFTWARE_SQUASHFS
-USER_SOFTWARE_PACKED = easyblock.USER_SOFTWARE_PACKED  # the link to the packed venv's generation
+USER_SOFTWARE, USER_SOFTWARE_SQUASHFS = USER_SOFTWARE, USER_SOFTWARE_SQUASHFS
+USER_SOFTWARE_PACKED = USER_SOFTWARE_PACKED  # the link to the packed venv's generation
 
 IOWRAP = BENCH_DIR / 'iowrap.py'
 DEFAULT_WORKDIR = Path('/var/tmp/lumi-container-bench')

@@ -7,14 +7,14 @@ import datetime
 import difflib
 import re
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import BOOL, Bool, DICT, PARAMETERS, STRING, pattern_problem
 from generator.yaml_source import Issue, format_path
 
 # Matched from the start, as the easyblock's patterns are (pattern_problem): \Z, as $ would take a newline at the
 # end; [0-9], as \d takes any Unicode digit.
 DATE_RE = re.compile(r'[0-9]{8}\Z')
 # What the easyblock's shapes expect, in YAML's words where they differ from Python's
-YAML_WORDS = {easyblock.BOOL: 'true or false', easyblock.DICT: 'a mapping'}
+YAML_WORDS = {BOOL: 'true or false', DICT: 'a mapping'}
 # EasyBuild writes the module's help and whatis (with the description and homepage) as Lua long strings [==[...]==]
 # and refuses text with either bracket of one, when it makes the module: at the end of the install.
 LUA_LONG_STRING_BRACKETS = ('[==[', ']==]')
@@ -91,10 +91,10 @@ class Checker:
             return False
         if allow_empty and value == '':
             return True
-        return self.no_problem(path, easyblock.pattern_problem(regex, what)(value))
+        return self.no_problem(path, pattern_problem(regex, what)(value))
 
     def boolean(self, path, value):
-        return self.shape(path, value, easyblock.Bool())
+        return self.shape(path, value, Bool())
 
     # -- a value of one of the easyblock's shapes: the shape decides what is wrong, and where; this says it
     def shape(self, path, value, shape):
@@ -105,12 +105,12 @@ class Checker:
         return not problems
 
     def shape_problem(self, path, problem):
-        """Report a problem of a shape's walk (easyblock.Problem) at path, in YAML's words; a dict's key at its line."""
+        """Report a problem of a shape's walk (Problem) at path, in YAML's words; a dict's key at its line."""
         if problem.text is not None:
             self.error(path, problem.text, key_line=problem.in_key)
         elif problem.in_key:
             self.error(path, '%r is not a string' % str(problem.value), key_line=True)
-        elif problem.expected == easyblock.STRING:
+        elif problem.expected == STRING:
             self.not_a_string(path, problem.value)
         else:
             self.error(path, 'must be %s, got %s' % (YAML_WORDS.get(problem.expected, problem.expected),
@@ -178,9 +178,9 @@ def problem_check(problem):
 
 
 def rule(parameter):
-    """Validator: the shape of the easyblock's parameter (one definition for both, easyblock.PARAMETERS), for a value
+    """Validator: the shape of the easyblock's parameter (one definition for both, PARAMETERS), for a value
     that a spec gives: null is none (a spec leaves the key out instead)."""
-    shape = easyblock.PARAMETERS[parameter].shape.given
+    shape = PARAMETERS[parameter].shape.given
 
     def check(chk, path, value):
         return chk.shape(path, value, shape)

@@ -1,15 +1,17 @@
 """The easyconfig fields that generate-ec writes besides the easyblock's parameters, and the names it writes them
 under: by default the names that EasyBuild 4.9 and 5 both read; for a spec with ``easybuild: 5``, the names that
 EasyBuild 5 gives some of them (version_suffix for versionsuffix, ...). The source of those is EasyBuild 5's own table,
-ALTERNATIVE_EASYCONFIG_PARAMETERS ({EasyBuild 5's name: the name both read}), from the EasyBuild installed with
-generate-ec.
+ALTERNATIVE_EASYCONFIG_PARAMETERS ({EasyBuild 5's name: the name both read}), from the EasyBuild installed beside
+generate-ec, if any (generate-ec needs it for nothing else).
 """
 
-from easybuild.tools.version import VERSION as EASYBUILD_VERSION
-
+try:
+    from easybuild.tools.version import VERSION as EASYBUILD_VERSION
+except ImportError:
+    EASYBUILD_VERSION = None
 try:
     from easybuild.framework.easyconfig.parser import ALTERNATIVE_EASYCONFIG_PARAMETERS
-except ImportError:  # EasyBuild 4.9 knows the names both read only
+except ImportError:  # EasyBuild 4.9 knows the names both read only (or there is no EasyBuild)
     ALTERNATIVE_EASYCONFIG_PARAMETERS = {}
 
 FIELDS = ('easyblock', 'name', 'version', 'versionsuffix', 'homepage', 'whatis', 'description', 'toolchain', 'sources',
@@ -27,8 +29,9 @@ def easybuild_5_problem():
     """None if generate-ec knows EasyBuild 5's names, else what to do."""
     if EASYBUILD_5_NAMES:
         return None
+    found = 'EasyBuild %s' % EASYBUILD_VERSION if EASYBUILD_VERSION else 'none'
     return ("5 needs EasyBuild 5's names, which generate-ec reads from the EasyBuild installed with it, and that is "
-            "EasyBuild %s: install easybuild-framework 5 beside generate-ec" % EASYBUILD_VERSION)
+            "%s: install easybuild-framework 5 beside generate-ec" % found)
 
 
 def renamed_fields():

@@ -18,7 +18,8 @@ import subprocess
 from typing import Any
 
 from generator import families
-from generator.easyblock import easyblock
+from singularitycontainer_src.sif import sif_partition_offset, sif_problem
+from singularitycontainer_src.parameters import VERSION
 from generator.errors import GenerateError
 
 CHUNK = 16 * 1024 * 1024
@@ -58,7 +59,7 @@ def _normalise(name):
 def spec_version(pip_version):
     """A pip version without its +local label, if the spec accepts it as a version; else None."""
     public = pip_version.split('+', 1)[0]
-    return public if easyblock.VERSION.match(public) else None
+    return public if VERSION.match(public) else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -80,11 +81,11 @@ def root_offset(path):
     """Byte offset of the image's root file system in the SIF file."""
     if not os.path.isfile(path):
         raise GenerateError('%s: no such image file' % path)
-    problem = easyblock.sif_problem(path)
+    problem = sif_problem(path)
     if problem:
         raise GenerateError('%s is not a SIF image: %s' % (path, problem))
     try:
-        return easyblock.sif_partition_offset(path)
+        return sif_partition_offset(path)
     except ValueError:
         raise GenerateError('%s has no SquashFS root file system partition, so there is nothing to read in it'
                             % path) from None

@@ -11,7 +11,7 @@ from collections import namedtuple
 import jinja2
 
 from generator import easyconfig_names
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import container_venv_path, venv_name
 
 MAX_LINE = 120
 INDENT = '    '
@@ -157,7 +157,7 @@ def description_text(spec, container):
             sentence = 'The pip requirement %s is installed' % c.pip_requirements[0]
         else:
             sentence = 'The pip requirements %s are installed' % _and_join(c.pip_requirements)
-        venv = easyblock.container_venv_path(easyblock.venv_name(c.name, c.container_venv))
+        venv = container_venv_path(venv_name(c.name, c.container_venv))
         lines.extend(_wrap(sentence + ' in the virtual environment %s.' % venv))
     return '\n'.join(lines)
 

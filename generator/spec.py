@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from generator import easyconfig_names, families
 from generator.checks import (Checker, in_module_help, kind, module_help_problem, one_of, pattern, problem_check,
                               rule)
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import DISTRIBUTION_NAME, PARAMETERS, VERSION, rule_problems
 from generator.yaml_source import LoadError, format_path, load_yaml
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ class _ContainerNames:
         the spec gives (or the image's family derives), and container_python_version = None after python_check:
         false. The others are left out: the easyblock's defaults apply."""
         values = OrderedDict()
-        for name in easyblock.PARAMETERS:
+        for name in PARAMETERS:
             if name == 'container_python_version' and self.python_check is False:
                 values[name] = None
             elif getattr(self, name) is not None:
@@ -168,7 +168,7 @@ def _parameter_field(name):
 
 
 FIELDS = (
-    (Field('version', CONTAINER, pattern(easyblock.VERSION, 'a valid version (e.g. 2.7.1)'), required=True),
+    (Field('version', CONTAINER, pattern(VERSION, 'a valid version (e.g. 2.7.1)'), required=True),
      Field('date', CONTAINER, Checker.date, default=_derived('date')))
     + tuple(Field(key, CONTAINER, problem_check(problem), families=(family.NAME,))
             for family in families.FAMILIES.values() for key, problem in family.KEYS.items())
@@ -178,11 +178,11 @@ FIELDS = (
     # the versions of the families' platforms (rocm), in the entry or in defaults
     + tuple(Field(key, SHARED, problem_check(platform.check), families=names)
             for key, (platform, names) in families.PLATFORMS.items())
-    + (Field('variant', SHARED, pattern(easyblock.DISTRIBUTION_NAME,
+    + (Field('variant', SHARED, pattern(DISTRIBUTION_NAME,
                                         'a valid variant (letters, digits, _.+-; may be empty)', allow_empty=True),
              default=''),
        Field('python_check', SHARED, Checker.boolean))
-    + tuple(_parameter_field(name) for name in easyblock.PARAMETERS)
+    + tuple(_parameter_field(name) for name in PARAMETERS)
 )
 FIELDS_BY_KEY = {fld.key: fld for fld in FIELDS}
 if len(FIELDS_BY_KEY) != len(FIELDS):  # a family's key under the name of another key: one would hide the other
@@ -223,7 +223,7 @@ def _check_top(chk, data):
             chk.error((key,), 'missing required key', line=chk.smap.line(()))
 
     name = data.get('name')
-    name_ok = 'name' in data and chk.matching(('name',), name, easyblock.DISTRIBUTION_NAME, 'a valid software name')
+    name_ok = 'name' in data and chk.matching(('name',), name, DISTRIBUTION_NAME, 'a valid software name')
     if 'homepage' in data and chk.matching(('homepage',), data['homepage'], HOMEPAGE_RE, 'an http(s) URL'):
         chk.no_problem(('homepage',), module_help_problem(data['homepage']))
     if 'description' in data and chk.string(('description',), data['description']):
@@ -374,9 +374,9 @@ def _check_container(chk, index, entry, defaults, family_defaults, name):
 def _check_parameter_rules(chk, cpath, container):
     """The easyblock's rules between its parameters, over the values the container's easyconfig gives them (and
     the easyblock's defaults): True if they find nothing wrong."""
-    values = {name: parameter.default for name, parameter in easyblock.PARAMETERS.items()}
+    values = {name: parameter.default for name, parameter in PARAMETERS.items()}
     values.update(container.parameters)
-    found = easyblock.rule_problems(values)
+    found = rule_problems(values)
     for name, problem in found:
         chk.error(cpath + (name,), problem)
     return not found

@@ -1,6 +1,6 @@
 """The test kit: the real parts that the tests (tests/), make demo (demo/) and make bench (benchmarks/) build on.
 
-    testkit.easyblock the easyblock the installs use: its file, and the module (whose SIF reader the kit uses)
+    testkit.easyblock the easyblock file the installs use
     testkit.images    real SIF test images: a minimal Debian 12 with a layer per kind of image; the small LAIF-like
                       images that generate-ec reads
     testkit.install   EasyBuild installs with this project's easyblock, Lmod shells, the container runtime in use,

@@ -8,8 +8,8 @@ SingularityCE set the user's SINGULARITYENV_* variables from 99-base.sh's turn. 
 hard-linked copy of it (the root file system itself is never changed; a file of the layout that the layer rewrites is
 replaced, not written through the link), and the tree is packed into a SIF file either by the real `apptainer build`
 (builder='apptainer') or, faster, with mksquashfs and siftool as that build does (builder='siftool').
-Where an image's root file system is, is read by the easyblock's own SIF reader (testkit.easyblock), not by a
-copy of it. Stdlib and the easyblock only.
+Where an image's root file system is, is read by the easyblock's own SIF reader (singularitycontainer_src.sif), not
+by a copy of it. Stdlib and the easyblock's sources only.
 
 Besides those, make_sbom_sif packs small images that are only read, never run: the files of a LUMI AI Factory image
 that generate-ec inspect and releases read.
@@ -23,7 +23,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .easyblock import easyblock
+from singularitycontainer_src.sif import (SIF_FS_SQUASHFS, SIF_PARTITION_DATATYPE, SIF_PARTTYPES_SYSTEM,
+                                          sif_partition_offset)
 
 __all__ = ["COTAINR_ENV", "COTAINR_PREFIX", "COTAINR_SITE", "IMAGE_PYTHON", "IMAGE_TOOL_COMMAND", "ROOTFS",
            "build_sif", "image_layer", "make_sbom_sif", "make_test_sif", "sif_partition_offset", "write_distribution"]
@@ -32,14 +33,10 @@ TOOLS = Path(os.environ.get("LUMI_CT_TOOLS", "/opt/lumi-container-tools"))
 ROOTFS = TOOLS / "rootfs" / "bookworm"
 APPTAINER = TOOLS / "apptainer" / "bin" / "apptainer"
 ENVIRONMENT_SCRIPT = ".singularity.d/env/90-environment.sh"
-# Where an image's root file system starts, read as the easyblock reads it (tests/test_images.py reads real
-# images of `apptainer build` and of build_sif with it)
-sif_partition_offset = easyblock.sif_partition_offset
 # siftool's arguments for the root file system, the partition the easyblock's reader looks for: a partition (SIF
 # datatype 0x4004, siftool's 4), SquashFS, the primary system partition, for amd64 (siftool's 2)
-SIFTOOL_ROOTFS_PARTITION = ["--datatype", str(easyblock.SIF_PARTITION_DATATYPE & 0xff),
-                            "--partfs", str(easyblock.SIF_FS_SQUASHFS),
-                            "--parttype", str(easyblock.SIF_PARTTYPES_SYSTEM[0]), "--partarch", "2"]
+SIFTOOL_ROOTFS_PARTITION = ["--datatype", str(SIF_PARTITION_DATATYPE & 0xff), "--partfs", str(SIF_FS_SQUASHFS),
+                            "--parttype", str(SIF_PARTTYPES_SYSTEM[0]), "--partarch", "2"]
 IMAGE_PYTHON = "/usr/bin/python3"  # Debian's, also on PATH as python (python-is-python3)
 
 # Sourced as `source /opt/miniconda3/bin/activate ENV`, like conda's script.

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
 # The Python programs the easyblock runs in the container or writes into the venv (tools/build-easyblock.py copies
 # them into the easyblock)
-PROGRAMS = REPO / 'easyblocks' / 'src' / 'programs'
+PROGRAMS = REPO / 'easyblocks' / 'singularitycontainer_src' / 'programs'
 IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
 
 
@@ -64,8 +64,8 @@ def generate_ec_command():
 
 
 def program(name):
-    """The Python program easyblocks/src/programs/<name>.py, imported as a module (a program runs only from its
-    main())."""
+    """The Python program easyblocks/singularitycontainer_src/programs/<name>.py, imported as a module (a program runs
+    only from its main())."""
     spec = importlib.util.spec_from_file_location(name, str(PROGRAMS / (name + '.py')))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.layout import CACHE_DIRS
+from singularitycontainer_src.text import fill_template
+from singularitycontainer_src.scripts import CACHE_ROOT_RULE, cache_root_rule
 from support import require_other_users, require_tools
 from testkit.install import base_env, run
 from testkit.users import OUTSIDER, OWNER, user
@@ -221,7 +223,7 @@ def test_the_rule_is_plain_sh(tmp_path):
     """The module runs the rule with /bin/sh (dash here, bash on LUMI); the wrappers include it in bash (their
     shellcheck is test_scripts_pass_shellcheck)."""
     require_tools('shellcheck')
-    rule, call = easyblock.cache_root_rule('Demo/1.0', easyblock.CACHE_DIRS.values())
+    rule, call = cache_root_rule('Demo/1.0', CACHE_DIRS.values())
     (tmp_path / 'rule').write_text(rule + '\n' + call + '\n')
     for shell in ('sh', 'dash'):
         proc = run(['shellcheck', '-s', shell, str(tmp_path / 'rule')], check=False)
@@ -236,8 +238,8 @@ def test_wrappers_and_ranks_say_it_once(tmp_path):
     parent = tmp_path / 'node-tmp'
     parent.mkdir()
     parent.chmod(0o1777)
-    rule = easyblock.fill_template(easyblock.CACHE_ROOT_RULE, cache_parent=shlex.quote(str(parent)),
-                                   module_word="'Demo/1.0'")
+    rule = fill_template(CACHE_ROOT_RULE, cache_parent=shlex.quote(str(parent)),
+                         module_word="'Demo/1.0'")
     call = 'singularitycontainer_cache_root -q miopen triton torchinductor'
     (tmp_path / 'rule.sh').write_text(rule + '\n' + call + '\n')
     planted = parent / ('%s-caches-4242-1' % OWNER)

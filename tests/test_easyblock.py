@@ -548,7 +548,7 @@ def test_thousands_of_requirements_reach_the_check_on_stdin(monkeypatch):
     environment has (EasyBuild 4.9 shows the first 300 characters of a failure: the command, then its output): a
     script of its own, which gives python the program on stdin, with the checks in it, each requirement's name
     once."""
-    from generator.easyblock import easyblock
+    from singularitycontainer_src.easyblock import SingularityContainer
 
     class Easyconfig:
         cfg = {'container_python_version': '3.12', 'container_components': {'torch': '2.9.1'},
@@ -556,7 +556,7 @@ def test_thousands_of_requirements_reach_the_check_on_stdin(monkeypatch):
 
     for number in range(50):  # (what installer_independent_env unsets)
         monkeypatch.setenv('PIP_SETTING_%d' % number, 'x')
-    cmd = easyblock.SingularityContainer.container_check_command(Easyconfig())
+    cmd = SingularityContainer.container_check_command(Easyconfig())
     [bash, script_file] = shlex.split(cmd)
     assert bash == 'bash' and len(cmd) < 120
     with open(script_file) as handle:
@@ -638,7 +638,8 @@ def test_the_files_a_bound_link_brings(tmp_path):
     """The install's rule for a link bound at its own path, which the module's Lua and Tcl follow (test above): each
     link of the way, relative ('..' too) or absolute, at most 8; none with ',' or ':', which a bind list cannot hold;
     the easyconfig's own bind of one of them wins, one bind per destination."""
-    from generator.easyblock import easyblock
+    from singularitycontainer_src.easyblock import SingularityContainer
+    from singularitycontainer_src.install_dir import link_targets
     (tmp_path / 'lib' / 'sub').mkdir(parents=True)
     (tmp_path / 'lib' / 'libx.so.1.2.3').write_text('')
     (tmp_path / 'lib' / 'libx.so.1.2').symlink_to('sub/../libx.so.1.2.3')
@@ -647,18 +648,18 @@ def test_the_files_a_bound_link_brings(tmp_path):
     (tmp_path / 'lib' / 'liby.so.1').symlink_to('odd,name')
     (tmp_path / 'lib' / 'loop').symlink_to('loop')
     lib = str(tmp_path / 'lib')
-    assert easyblock.link_targets(lib + '/libx.so.1') == [lib + '/libx.so.1.2', lib + '/libx.so.1.2.3']
-    assert easyblock.link_targets(lib + '/liby.so.1') == []
-    assert easyblock.link_targets(lib + '/loop') == [lib + '/loop'] * 8
-    assert easyblock.link_targets(lib + '/libx.so.1.2.3') == []
+    assert link_targets(lib + '/libx.so.1') == [lib + '/libx.so.1.2', lib + '/libx.so.1.2.3']
+    assert link_targets(lib + '/liby.so.1') == []
+    assert link_targets(lib + '/loop') == [lib + '/loop'] * 8
+    assert link_targets(lib + '/libx.so.1.2.3') == []
 
     class Install:
         cfg = {'container_bind': [lib + '/libx.so.1', lib + '/libx.so.1.2.3:%s/libx.so.1.2.3:ro' % lib]}
         installdir = str(tmp_path / 'install')
 
         def runscripts_bind(self):
-            return easyblock.SingularityContainer.runscripts_bind(self)
-    assert easyblock.SingularityContainer.install_binds(Install()) == [
+            return SingularityContainer.runscripts_bind(self)
+    assert SingularityContainer.install_binds(Install()) == [
         lib + '/libx.so.1', lib + '/libx.so.1.2.3:%s/libx.so.1.2.3:ro' % lib, lib + '/libx.so.1.2',
         '%s/runscripts:/runscripts' % Install.installdir]
 
@@ -689,8 +690,8 @@ REQUIREMENT_LINES = [
 
 @pytest.mark.parametrize('line, names', REQUIREMENT_LINES)
 def test_requirement_names(line, names):
-    from generator.easyblock import easyblock
-    assert easyblock.requirement_names([line]) == names
+    from singularitycontainer_src.requirements import requirement_names
+    assert requirement_names([line]) == names
 
 
 def test_the_installers_container_settings_stay_out_of_the_install(tmp_path, demo_sif):

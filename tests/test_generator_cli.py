@@ -3,9 +3,11 @@ usage errors, and all or nothing."""
 import ast
 import datetime
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -124,6 +126,33 @@ def test_python_m_generator(tmp_path):
     assert proc.stderr.startswith('bad.yaml:2:1: invalid YAML: ')
     assert 'Traceback' not in proc.stderr
     assert not (tmp_path / 'none').exists()
+
+
+# generate-ec with every import of EasyBuild failing, as where it is installed without it
+WITHOUT_EASYBUILD = """import sys
+sys.modules['easybuild'] = None
+from generator.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_generate_ec_needs_no_easybuild(tmp_path):
+    """generate-ec installs and runs without EasyBuild: setup.cfg does not require it, and with every import of it
+    failing the same easyconfigs come out; only easybuild: 5 (EasyBuild 5's field names) needs it, and says so."""
+    requires = re.search(r'^install_requires =\n((?:    .*\n)+)', (Path(REPO) / 'setup.cfg').read_text(), re.M)
+    assert 'easybuild' not in requires.group(1)
+    proc = subprocess.run([sys.executable, '-c', WITHOUT_EASYBUILD, PYTORCH_SPEC, '-o', str(tmp_path / 'out')],
+                          cwd=str(tmp_path), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert tree(str(tmp_path / 'out')) == tree(os.path.join(GOLDEN, 'PyTorch'))
+    spec = tmp_path / 'eb5.yaml'
+    spec.write_text('easybuild: 5\n' + Path(PYTORCH_SPEC).read_text())
+    proc = subprocess.run([sys.executable, '-c', WITHOUT_EASYBUILD, spec.name, '-o', str(tmp_path / 'eb5')],
+                          cwd=str(tmp_path), capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        "eb5.yaml:1: easybuild: 5 needs EasyBuild 5's names, which generate-ec reads from the EasyBuild installed with "
+        "it, and that is none: install easybuild-framework 5 beside generate-ec")
 
 
 def test_all_or_nothing_when_one_target_is_a_directory(tmp_path, capsys):

@@ -31,13 +31,13 @@ JAX_FAMILY = '''\
 import re
 from collections import OrderedDict
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import pattern_problem
 from generator.families._rocm import RocmFamily
 
 
 class Jax(RocmFamily):
     NAME, TITLE = 'jax', 'JAX'
-    KEYS = OrderedDict([('jax_build', easyblock.pattern_problem(re.compile(r'[0-9]+\\Z'), 'a build number'))])
+    KEYS = OrderedDict([('jax_build', pattern_problem(re.compile(r'[0-9]+\\Z'), 'a build number'))])
     DERIVED = {'sif': lambda name, values: 'lumi-jax-%s-b%s.sif' % (values['version'], values['jax_build'])}
 
     def suffix(self, values):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import PARAMETERS
 from generator_support import PYTORCH_SPEC, REPO, check_easyconfig, generate_ec, read_bytes, run_spec, spec_text
 
 
@@ -21,7 +21,7 @@ from generator_support import PYTORCH_SPEC, REPO, check_easyconfig, generate_ec,
 
 # The keys of a container entry: generate-ec's own, the families', and the easyblock's parameters under their names
 ENTRY_KEYS = sorted(['checksum', 'date', 'digest', 'dockerhash', 'family', 'image_variant', 'ipex', 'python_check',
-                     'rocm', 'sif', 'tag', 'variant', 'version'] + list(easyblock.PARAMETERS))
+                     'rocm', 'sif', 'tag', 'variant', 'version'] + list(PARAMETERS))
 
 
 def test_base_spec_is_valid(tmp_path, monkeypatch, capsys):
@@ -498,8 +498,8 @@ def test_parameters_are_written_in_the_easyblocks_order(tmp_path, monkeypatch, c
     code, out, err = run_spec(tmp_path, monkeypatch, capsys, spec_text(append=textwrap.indent(given, '    ')))
     assert code == 0, err
     text = read_bytes(out.strip()).decode()
-    names = [line.split(' = ')[0] for line in text.splitlines() if line.split(' = ')[0] in easyblock.PARAMETERS]
-    assert names == [name for name in easyblock.PARAMETERS if name in names]
+    names = [line.split(' = ')[0] for line in text.splitlines() if line.split(' = ')[0] in PARAMETERS]
+    assert names == [name for name in PARAMETERS if name in names]
     assert set(names) == {'central_sif_dir', 'copy_image', 'container_entry', 'container_venv', 'torch_runscripts',
                           'container_python_version', 'container_conflicts', 'container_bind'}
     for line in ["central_sif_dir = '/appl/images'\n", 'copy_image = True\n', 'torch_runscripts = False\n',
@@ -509,10 +509,10 @@ def test_parameters_are_written_in_the_easyblocks_order(tmp_path, monkeypatch, c
 
 NEW_PARAMETER = """\
 import sys
-import singularitycontainer as easyblock
+from singularitycontainer_src.parameters import PARAMETERS, ListOf, Parameter, absolute_path_problem
 # A new parameter: one row in the easyblock's table
-easyblock.PARAMETERS['container_example'] = easyblock.Parameter(
-    'container_example', [], 'An example', easyblock.ListOf(easyblock.absolute_path_problem),
+PARAMETERS['container_example'] = Parameter(
+    'container_example', [], 'An example', ListOf(absolute_path_problem),
     'a list of absolute paths')
 from generator.cli import main
 sys.exit(main(sys.argv[1:]))

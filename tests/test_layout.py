@@ -31,7 +31,7 @@ def maintainers_make(tmp_path, target):
     generate_ec = venv / 'bin' / 'generate-ec'
     main = 'import sys; from generator.cli import main; sys.exit(main(sys.argv[1:]))'
     generate_ec.write_text('#!/bin/sh\nPYTHONPATH=%s:%s exec %s -c "%s" "$@"\n' % (
-        REPO, REPO / 'easyblocks' / 'generic', sys.executable, main))
+        REPO, REPO / 'easyblocks', sys.executable, main))
     generate_ec.chmod(0o755)
     give(tmp_path, user(OWNER))
     return run(['make', '-s', '-f', str(REPO / 'Makefile'), '-C', str(tmp_path / 'copy'), '-o',
@@ -40,22 +40,25 @@ def maintainers_make(tmp_path, target):
 
 def test_generate_needs_no_root_nor_the_test_setup(tmp_path):
     """make generate and make check-easyconfigs run generate-ec from a venv of their own, which the first of them
-    makes with pip: nothing of the test set-up (apt, users, runtimes, the tools dir), nothing that needs root; made
-    again when a source of generate-ec changes."""
+    makes with pip (with EasyBuild 5, whose field names a spec with easybuild: 5 takes): nothing of the test set-up
+    (apt, users, runtimes, the tools dir), nothing that needs root; made again when a source of generate-ec
+    changes, the easyblock's parameters too."""
     venv = tmp_path / 'venv'
     for target in ('generate', 'check-easyconfigs'):
         proc = run(['make', '-n', '--no-print-directory', '-f', str(REPO / 'Makefile'), '-C', str(REPO), target,
                     'GENERATE_VENV=%s' % venv, 'PYTHON=python3'], user=None)
         lines = proc.stdout.splitlines()
-        assert lines[:4] == ['rm -rf %s && python3 -m venv %s' % (venv, venv), '%s/bin/python -m pip install -q .'
-                             % venv, 'rm -rf build', 'touch %s/setup.stamp' % venv], proc.stdout
+        assert lines[:4] == ['rm -rf %s && python3 -m venv %s' % (venv, venv), "%s/bin/python -m pip install -q . "
+                             "'easybuild-framework>=5,<6'" % venv, 'rm -rf build', 'touch %s/setup.stamp' % venv], \
+            proc.stdout
         assert lines[4].startswith('for spec in easyconfigs/') and len(lines) == 7, proc.stdout
         assert '%s/bin/generate-ec' % venv in lines[5]
     stamp = venv / 'setup.stamp'
     venv.mkdir()
     stamp.write_text('')
     for source, made_again in (('README.md', False), ('generator/cli.py', True),
-                               ('easyblocks/generic/singularitycontainer.py', True)):
+                               ('easyblocks/singularitycontainer_src/parameters.py', True),
+                               ('easyblocks/generic/singularitycontainer.py', False)):
         proc = run(['make', '-n', '--no-print-directory', '-f', str(REPO / 'Makefile'), '-C', str(REPO),
                     'check-easyconfigs', 'GENERATE_VENV=%s' % venv, 'PYTHON=python3', '-W', source], user=None)
         assert ('python3 -m venv' in proc.stdout) == made_again, (source, proc.stdout)

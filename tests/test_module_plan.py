@@ -1,7 +1,7 @@
 """The module from one plan: SingularityContainer.module_plan says once what a module does at load, as plain steps,
 and the Lua and Tcl modules are both written from it (emit_module_logic, over the primitives of
-easyblocks/src/module/). Both syntaxes, run by Lmod against the same plan, leave the same environment; a step added
-to the plan reaches both."""
+easyblocks/singularitycontainer_src/module/). Both syntaxes, run by Lmod against the same plan, leave the same
+environment; a step added to the plan reaches both."""
 import json
 import os
 import shlex
@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.layout import (GENERATION_PREFIX, USER_SOFTWARE_CHANGES, USER_SOFTWARE_PACKED,
+                                             USER_SOFTWARE_SQUASHFS)
+from singularitycontainer_src.text import lua_str, tcl_str
+from singularitycontainer_src.module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image,
+                                                  MODULE_STEPS, Overlays, PrependPath, SetRestorable, Var,
+                                                  emit_module_logic)
 from support import EASYBLOCK, require, require_eb
 from testkit.install import LMOD_CMD, LMOD_INIT, Installation, base_env, run
 from testkit.users import give
@@ -39,32 +44,32 @@ def small_plan(root):
     (root / 'afile').write_text('')
     (root / 'alink').symlink_to(root / 'afile')
     # an install dir whose packed venv has layers: the link names a generation with both files
-    generation = root / 'layers' / (easyblock.GENERATION_PREFIX + 'x')
+    generation = root / 'layers' / (GENERATION_PREFIX + 'x')
     generation.mkdir(parents=True)
-    for name in (easyblock.USER_SOFTWARE_SQUASHFS, easyblock.USER_SOFTWARE_CHANGES):
+    for name in (USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES):
         (generation / Path(name).name).write_text('')
-    (root / 'layers' / easyblock.USER_SOFTWARE_PACKED).symlink_to(generation.name)
-    var = easyblock.Var
+    (root / 'layers' / USER_SOFTWARE_PACKED).symlink_to(generation.name)
+    var = Var
     image, caches = var('sif'), var('cache_root_dir')
     return [
-        easyblock.Family('PlanFamily'), easyblock.Conflict('plan-conflict'),
-        easyblock.Image(image, str(root / 'image.sif'), 'image.sif', '', 'sub', '/nowhere', 'Plan/1.0', True),
-        easyblock.SetRestorable('SIF', image), easyblock.SetRestorable('PLAN_EMPTY', 'a "quoted" $value [x]'),
-        easyblock.Binds([str(root), str(root / 'afile') + ':/afile', str(root / 'alink') + ':/alink',
-                         str(root / 'missing') + ':/missing', '/usr:/mine'], ['/usr/bin:/always'], str(root),
-                        easyblock.USER_SOFTWARE_SQUASHFS, easyblock.USER_SOFTWARE_CHANGES, 'user-software', 'Plan/1.0'),
-        easyblock.Overlays(str(root / 'layers'), easyblock.USER_SOFTWARE_SQUASHFS, easyblock.USER_SOFTWARE_CHANGES),
-        easyblock.PrependPath('/runscripts'), easyblock.ContainerEnv('VIRTUAL_ENV', '/user-software/venv/plan'),
-        easyblock.CacheRoot(caches, 'echo %s' % shlex.quote(str(root / 'caches'))),
-        easyblock.Defaults('SINGULARITYCONTAINER_DEFAULTS_PLAN', [('PLAN_DEFAULT', 'module'),
-                                                                  ('PLAN_DEFAULT_MINE', 'module')],
-                           caches, [('PLAN_CACHE', 'sub')]),
+        Family('PlanFamily'), Conflict('plan-conflict'),
+        Image(image, str(root / 'image.sif'), 'image.sif', '', 'sub', '/nowhere', 'Plan/1.0', True),
+        SetRestorable('SIF', image), SetRestorable('PLAN_EMPTY', 'a "quoted" $value [x]'),
+        Binds([str(root), str(root / 'afile') + ':/afile', str(root / 'alink') + ':/alink',
+               str(root / 'missing') + ':/missing', '/usr:/mine'], ['/usr/bin:/always'], str(root),
+              USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, 'user-software', 'Plan/1.0'),
+        Overlays(str(root / 'layers'), USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
+        PrependPath('/runscripts'), ContainerEnv('VIRTUAL_ENV', '/user-software/venv/plan'),
+        CacheRoot(caches, 'echo %s' % shlex.quote(str(root / 'caches'))),
+        Defaults('SINGULARITYCONTAINER_DEFAULTS_PLAN', [('PLAN_DEFAULT', 'module'),
+                                                        ('PLAN_DEFAULT_MINE', 'module')],
+                 caches, [('PLAN_CACHE', 'sub')]),
     ]
 
 
 def packed_layers(root):
     """The overlays of small_plan's packed venv, as the module names them: through its link."""
-    packed = root / 'layers' / easyblock.USER_SOFTWARE_PACKED
+    packed = root / 'layers' / USER_SOFTWARE_PACKED
     return '%s/user-software.squashfs:ro,%s/user-software.changes.squashfs:ro' % (packed, packed)
 
 
@@ -75,7 +80,7 @@ def load_both(tmp_path, plan, before=USER_ENV):
         modules = tmp_path / syntax / 'Plan'
         modules.mkdir(parents=True)
         (modules / ('1.0.lua' if syntax == 'Lua' else '1.0')).write_text(
-            module_file(syntax, easyblock.emit_module_logic(plan, syntax)))
+            module_file(syntax, emit_module_logic(plan, syntax)))
         script = 'source %s\nmodule use %s\n%s%s before\nmodule load Plan/1.0\n%s loaded\nmodule unload Plan\n' \
                  '%s after\n' % (LMOD_INIT, shlex.quote(str(tmp_path / syntax)), before, SNAPSHOT, SNAPSHOT, SNAPSHOT)
         out = run(['bash', '-c', script], env=base_env()).stdout
@@ -163,9 +168,9 @@ def test_a_step_added_to_the_plan_reaches_the_module(tmp_path, syntax):
     inst, idir = module_only(tmp_path, syntax, '1.3.2', "easyblock = 'PlanExtended'",
                              EASYBUILD_INCLUDE_EASYBLOCKS='%s,%s' % (EASYBLOCK, extended))
     module = inst.prefix / 'modules' / 'all' / 'foo' / ('1.3.2.lua' if syntax == 'Lua' else '1.3.2')
-    call = easyblock.MODULE_STEPS[easyblock.SetRestorable][SYNTAXES.index(syntax)].format(
-        name=easyblock.lua_str('PLAN_EXTRA') if syntax == 'Lua' else easyblock.tcl_str('PLAN_EXTRA'),
-        value=easyblock.lua_str('reached') if syntax == 'Lua' else easyblock.tcl_str('reached'))
+    call = MODULE_STEPS[SetRestorable][SYNTAXES.index(syntax)].format(
+        name=lua_str('PLAN_EXTRA') if syntax == 'Lua' else tcl_str('PLAN_EXTRA'),
+        value=lua_str('reached') if syntax == 'Lua' else tcl_str('reached'))
     assert call in module.read_text()
     proc = inst.shell('module load foo/1.3.2\necho "PLAN_EXTRA=$PLAN_EXTRA SIF=$SIF"\nmodule unload foo\n'
                       'echo "after=${PLAN_EXTRA-unset}"')
@@ -174,11 +179,11 @@ def test_a_step_added_to_the_plan_reaches_the_module(tmp_path, syntax):
 
 def test_every_step_has_a_call_in_both_languages():
     """Each kind of step becomes a call in Lua and in Tcl, and the easyblock's plan uses only those kinds."""
-    steps = [easyblock.Family, easyblock.Conflict, easyblock.Image, easyblock.SetRestorable, easyblock.Binds,
-             easyblock.Overlays, easyblock.PrependPath, easyblock.ContainerEnv, easyblock.CacheRoot,
-             easyblock.Defaults]
-    assert sorted(step.__name__ for step in easyblock.MODULE_STEPS) == sorted(step.__name__ for step in steps)
-    assert all(len(calls) == 2 for calls in easyblock.MODULE_STEPS.values())
+    steps = [Family, Conflict, Image, SetRestorable, Binds,
+             Overlays, PrependPath, ContainerEnv, CacheRoot,
+             Defaults]
+    assert sorted(step.__name__ for step in MODULE_STEPS) == sorted(step.__name__ for step in steps)
+    assert all(len(calls) == 2 for calls in MODULE_STEPS.values())
 
 
 @pytest.mark.eb

@@ -6,8 +6,9 @@ import re
 import pytest
 import yaml
 
-from generator.easyblock import easyblock
 from generator.spec import load_spec
+from singularitycontainer_src import parameters
+from singularitycontainer_src.parameters import PARAMETERS, ParameterRule, easyconfig_problems, parameter_problems
 from support import REPO
 from testkit.install import Installation, demo_easyconfig
 
@@ -106,7 +107,7 @@ def spec_problems(tmp_path, key, value):
 @pytest.mark.parametrize('parameter,value,accepted', CASES,
                          ids=['%s=%r' % (case[0], case[1])[:60] for case in CASES])
 def test_easyblock_and_generate_ec_apply_the_same_rules(tmp_path, parameter, value, accepted):
-    easyblock_problems = easyblock.parameter_problems(parameter, value)
+    easyblock_problems = parameter_problems(parameter, value)
     generator_problems = spec_problems(tmp_path, parameter, value)
     assert (not easyblock_problems) == accepted, easyblock_problems
     assert (not generator_problems) == accepted, [str(issue) for issue in generator_problems]
@@ -135,14 +136,14 @@ def generator_where(issue, parameter):
 def test_easyblock_and_generate_ec_find_the_same_places(tmp_path, parameter, value, places):
     """Both tools find what is wrong by one walk over the value (the parameter's shape): the same entries, each
     wrong entry (also an empty one, or one listed twice beside a wrong one), and nothing else."""
-    assert sorted(where for where, _ in easyblock.parameter_problems(parameter, value)) == places
+    assert sorted(where for where, _ in parameter_problems(parameter, value)) == places
     assert sorted(generator_where(issue, parameter) for issue in spec_problems(tmp_path, parameter, value)) == places
 
 
 def test_a_spec_gives_a_value_or_leaves_the_key_out(tmp_path):
     """An easyconfig's None leaves an optional text unset; a spec leaves the key out instead, and null there is
     refused as the value that it is not (a YAML key without a value is a slip)."""
-    assert easyblock.parameter_problems('central_sif_dir', None) == []
+    assert parameter_problems('central_sif_dir', None) == []
     assert [(issue.path, issue.message) for issue in spec_problems(tmp_path, 'central_sif_dir', None)] == [
         ('containers[0].central_sif_dir', 'must be a string, got null (an empty value)')]
 
@@ -155,15 +156,15 @@ def test_a_rule_between_parameters_reaches_both(tmp_path, monkeypatch):
     """A rule added to the easyblock's list of rules between parameters is checked by the easyblock and by
     generate-ec (with the easyblock's defaults for what a spec leaves out), said of its first parameter, and only
     between values that are valid on their own."""
-    rule = easyblock.ParameterRule(('pip_install_options', 'pip_requirements'), pip_options_without_requirements)
-    monkeypatch.setattr(easyblock, 'PARAMETER_RULES', [rule])
-    values = {name: parameter.default for name, parameter in easyblock.PARAMETERS.items()}
+    rule = ParameterRule(('pip_install_options', 'pip_requirements'), pip_options_without_requirements)
+    monkeypatch.setattr(parameters, 'PARAMETER_RULES', [rule])
+    values = {name: parameter.default for name, parameter in PARAMETERS.items()}
     message = 'gives pip options but no requirements for them'
-    assert easyblock.easyconfig_problems(dict(values, pip_install_options=['--no-index'])) == [
+    assert easyconfig_problems(dict(values, pip_install_options=['--no-index'])) == [
         'pip_install_options: ' + message]
-    assert easyblock.easyconfig_problems(dict(values, pip_install_options=['--no-index'], pip_requirements=['x'])) \
+    assert easyconfig_problems(dict(values, pip_install_options=['--no-index'], pip_requirements=['x'])) \
         == []
-    assert easyblock.easyconfig_problems(dict(values, pip_install_options='--no-index')) == [
+    assert easyconfig_problems(dict(values, pip_install_options='--no-index')) == [
         "pip_install_options: must be a list of strings, not a string ('--no-index') (allowed: a list of options, "
         "one per entry)"]
     issues = spec_problems(tmp_path, 'pip_install_options', ['--no-index'])
@@ -175,21 +176,23 @@ def test_a_rule_between_parameters_reaches_both(tmp_path, monkeypatch):
 
 def test_every_parameter_has_a_rule():
     """Every parameter of the easyblock's own is checked, and the generator can emit only checked ones."""
-    own = set(easyblock.SingularityContainer.extra_options()) - set(easyblock.EasyBlock.extra_options())
-    assert own == set(easyblock.PARAMETERS)
+    from easybuild.framework.easyblock import EasyBlock
+    from singularitycontainer_src.easyblock import SingularityContainer
+    own = set(SingularityContainer.extra_options()) - set(EasyBlock.extra_options())
+    assert own == set(PARAMETERS)
 
 
 def test_every_parameter_is_a_spec_key_of_its_name():
     """A spec sets each parameter under the parameter's own name, with its rule (nothing to add in the generator
     for a new parameter)."""
     from generator import spec
-    assert set(easyblock.PARAMETERS) <= set(spec.SHARED_KEYS)
+    assert set(PARAMETERS) <= set(spec.SHARED_KEYS)
 
 
 def parameter_table():
     """The README's table of the easyblock's parameters, made from PARAMETERS."""
     rows = ['| Parameter | Default | What it does |', '|---|---|---|']
-    for name, parameter in easyblock.PARAMETERS.items():
+    for name, parameter in PARAMETERS.items():
         default = parameter.default
         if isinstance(default, dict):  # as an easyconfig writes it (an OrderedDict's repr is no easyconfig value)
             default = '`{%s}`' % ', '.join('%r: %r' % item for item in default.items())

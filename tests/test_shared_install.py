@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from support import require_other_users, require_runtime, require_tools
-from testkit.easyblock import easyblock
+from singularitycontainer_src.layout import KEEP_SUPERSEDED_MINUTES
+from singularitycontainer_src.install_lock import lock_holder
 from testkit.install import (EB_SITE, EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, fake_command,
                              local_wheels, run, slow_step, spawn, wait_for)
 from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
@@ -404,7 +405,7 @@ def test_a_holder_record_is_printed_as_text_and_says_what_it_can_know(shared_unp
         assert said.startswith("unmake-squashfs: error: %s?]0;pwned?'s make-squashfs??[31merror: run: curl x | sh "
                                "on %s?[2K (process 1)" % (MEMBER, socket.gethostname())), proc.stderr
         assert '\x1b' not in proc.stderr and '\r' not in proc.stderr and '\x07' not in proc.stderr
-        said = easyblock.lock_holder(str(idir))
+        said = lock_holder(str(idir))
         assert '\x1b' not in said and '\r' not in said and said.startswith("%s?]0;pwned?'s" % MEMBER)
     finally:
         holder.kill()
@@ -415,7 +416,7 @@ def test_a_holder_record_is_printed_as_text_and_says_what_it_can_know(shared_unp
     outsider = outsider_holds(lock)
     try:
         proc = inst.module_shell(MODULE, unmake, check=False, user=MEMBER)
-        said = easyblock.lock_holder(str(idir))
+        said = lock_holder(str(idir))
     finally:
         outsider.kill()
         outsider.wait()
@@ -434,7 +435,7 @@ def test_what_a_members_killed_run_left_is_named_to_the_others(shared_unpacked):
     inst, idir = shared_unpacked
     leftover = Path(run(['bash', '-c', 'd=$(mktemp -d "$1/.user-software.packed.XXXXXX") && echo "$d"', 'left',
                          str(idir)], user=MEMBER).stdout.strip())
-    old = leftover.stat().st_mtime - 60 * easyblock.KEEP_SUPERSEDED_MINUTES - 1
+    old = leftover.stat().st_mtime - 60 * KEEP_SUPERSEDED_MINUTES - 1
     os.utime(leftover, (old, old))
     try:
         said = inst.module_shell(MODULE, 'umask 022\nunmake-squashfs', check=False).stderr
@@ -463,7 +464,7 @@ def test_the_one_refused_names_the_new_holder_who_writes_its_record_just_after(s
             later = spawn(['bash', '-c', 'sleep 0.3 && printf "%s\n" "$1" >"$2.new" && mv "$2.new" "$2"', 'write',
                            '%s %s %d venv-pip' % (OWNER, host, holder.pid), str(record)], user=None)
             if ask == 'eb':
-                said = easyblock.lock_holder(str(idir))
+                said = lock_holder(str(idir))
             else:
                 said = inst.module_shell(MODULE, unmake, check=False, user=MEMBER).stderr
             later.wait()
@@ -471,8 +472,8 @@ def test_the_one_refused_names_the_new_holder_who_writes_its_record_just_after(s
         record.write_text(ended_record)
         said = inst.module_shell(MODULE, unmake, check=False, user=MEMBER).stderr
         assert "(process %d, which has ended: who holds the lock now is not known) is changing" % ENDED in said, said
-        assert easyblock.lock_holder(str(idir)).endswith('(process %d, which has ended: who holds the lock now is '
-                                                         'not known)' % ENDED)
+        assert lock_holder(str(idir)).endswith('(process %d, which has ended: who holds the lock now is '
+                                               'not known)' % ENDED)
     finally:
         holder.kill()
         holder.wait()

@@ -1,6 +1,7 @@
 """The project's own Python follows PEP 8 with EasyBuild's 120-column limit, has no unused imports or names
-(pyflakes), and no function longer than 60 lines in the product (with the Python programs of easyblocks/src/), the test
-kit, the benchmarks and tools/; nor has the bash of easyblocks/src/scripts/ and tools/."""
+(pyflakes), and no function longer than 60 lines in the product (with the easyblock's sources and the Python programs
+of easyblocks/singularitycontainer_src/), the test kit, the benchmarks and tools/; nor has the bash of
+easyblocks/singularitycontainer_src/scripts/ and tools/."""
 import ast
 import re
 import subprocess
@@ -16,7 +17,8 @@ except ImportError:  # pragma: no cover - make test installs it
     pycodestyle = None
 
 PYTHON_TREES = ['easyblocks', 'generator', 'testkit', 'tests', 'demo', 'benchmarks', 'tools', 'setup.py']
-# easyblocks/ holds the Python programs of easyblocks/src/programs/ too: the easyblock runs them in the container
+# easyblocks/ holds the easyblock's package and its Python programs (singularitycontainer_src/programs/, which the
+# easyblock runs in the container)
 PRODUCT = ['easyblocks', 'generator', 'testkit', 'benchmarks', 'tools']
 MAX_FUNCTION_LINES = 60
 
@@ -54,7 +56,8 @@ BASH_FUNCTION = re.compile(r'^( *)([A-Za-z_][A-Za-z0-9_-]*)\(\) *\{.*?^\1\}', re
 
 
 def test_bash_functions_are_short():
-    scripts = sorted((REPO / 'easyblocks' / 'src' / 'scripts').glob('*.sh')) + sorted((REPO / 'tools').glob('*.sh'))
+    scripts = sorted((REPO / 'easyblocks' / 'singularitycontainer_src' / 'scripts').glob('*.sh')) + \
+        sorted((REPO / 'tools').glob('*.sh'))
     long_ones, found = [], 0
     for path in scripts:
         text = path.read_text()

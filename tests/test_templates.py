@@ -1,6 +1,6 @@
 """The easyblock's text, tested directly: one quoting helper per language, the template filler, and the programs it
 writes (get-master, the sanity check's container script, the image packages module, the image's Python detection),
-imported from easyblocks/src/programs/ and run as the programs they are."""
+imported from easyblocks/singularitycontainer_src/programs/ and run as the programs they are."""
 import io
 import json
 import os
@@ -10,10 +10,11 @@ import sys
 
 import pytest
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.text import PLACEHOLDER, fill_template, lua_str, sh_str, tcl_str
+from singularitycontainer_src.scripts import RUNSCRIPT_GET_MASTER, SCRIPTS, VENV_PIP_SCRIPT
 from support import PROGRAMS, REPO, program, require
 
-SCRIPTS = REPO / 'easyblocks' / 'src' / 'scripts'
+SCRIPT_SOURCES = REPO / 'easyblocks' / 'singularitycontainer_src' / 'scripts'
 TRICKY = ['plain', "it's", 'say "hi"', '$HOME ${X} $(id)', '`date`', 'back\\slash \\n \\\\', 'two\nlines',
           'tab\there', 'carriage\rreturn', 'ünïcödé €', '', '{braces} [brackets] ;&|<>*?~#!', '-n', '%s %d']
 
@@ -27,39 +28,39 @@ def output_of(cmd, stdin=None):
 
 @pytest.mark.parametrize('text', TRICKY)
 def test_sh_str_is_one_literal_word(text):
-    assert output_of(['bash', '-c', 'printf %%s %s' % easyblock.sh_str(text)]) == text
+    assert output_of(['bash', '-c', 'printf %%s %s' % sh_str(text)]) == text
 
 
 @pytest.mark.parametrize('text', TRICKY)
 def test_lua_str_is_a_literal(text):
     lua = shutil.which('lua5.3') or shutil.which('lua')
     require(lua, 'lua (Lmod needs it)')
-    assert output_of([lua, '-e', 'io.write(%s)' % easyblock.lua_str(text)]) == text
+    assert output_of([lua, '-e', 'io.write(%s)' % lua_str(text)]) == text
 
 
 @pytest.mark.parametrize('text', TRICKY)
 def test_tcl_str_is_a_literal(text):
     require(shutil.which('tclsh'), 'tclsh')
-    assert output_of(['tclsh'], stdin='puts -nonewline %s\n' % easyblock.tcl_str(text)) == text
+    assert output_of(['tclsh'], stdin='puts -nonewline %s\n' % tcl_str(text)) == text
 
 
 def test_fill_template():
-    fill = easyblock.fill_template
+    fill = fill_template
     assert fill('exec "$@" @command@ ${gpus[@]} a@b.c', command="'ls'") == 'exec "$@" \'ls\' ${gpus[@]} a@b.c'
     assert fill('@a@ and @a@', a='x') == 'x and x'
-    with pytest.raises(easyblock.EasyBuildError, match='placeholder @b@ has no value'):
+    with pytest.raises(ValueError, match='placeholder @b@ has no value'):
         fill('@a@ @b@', a='x')
-    with pytest.raises(easyblock.EasyBuildError, match='no placeholder for @c@'):
+    with pytest.raises(ValueError, match='no placeholder for @c@'):
         fill('@a@', a='x', c='y')
     assert fill('@a@', a='@b@') == '@b@'  # a value is not filled in again
 
 
 def test_every_script_template_has_all_its_values():
     """The scripts of the table are bash or Python; the Python ones (run as they are) have no placeholders."""
-    for script in easyblock.SCRIPTS:
+    for script in SCRIPTS:
         assert script.kind in ('bash', 'python'), script.path
         if script.kind == 'python':
-            assert not easyblock.PLACEHOLDER.search(script.template), script.path
+            assert not PLACEHOLDER.search(script.template), script.path
 
 
 GET_MASTER_CASES = [
@@ -76,7 +77,7 @@ GET_MASTER_ERRORS = [('nid[1-2', 'unbalanced brackets'), ('nid[a-b]', "'a-b' is 
 def get_master(tmp_path_factory):
     """runscripts/get-master as the easyblock writes it: a file to run, and its source imported as a module."""
     path = tmp_path_factory.mktemp('get-master') / 'get-master'
-    path.write_text(easyblock.RUNSCRIPT_GET_MASTER)
+    path.write_text(RUNSCRIPT_GET_MASTER)
     path.chmod(0o755)
     return path, program('get_master')
 
@@ -179,7 +180,7 @@ def test_pip_changes_venv(shell, args, changes, user):
     --user is a predicate of its own (no variable set as a side effect)."""
     script = ('. "$0"; if pip_changes_venv "$@"; then echo yes; pip_wants_user "$@" && echo yes; else echo no; fi;'
               ' echo "${pip_user-unset}"')
-    out = output_of([shell, '-c', script, str(SCRIPTS / 'pip-changes-venv.sh')] + args).split()
+    out = output_of([shell, '-c', script, str(SCRIPT_SOURCES / 'pip-changes-venv.sh')] + args).split()
     assert out == ((['yes', 'yes'] if user else ['yes']) if changes else ['no']) + ['unset']
 
 
@@ -190,7 +191,7 @@ def test_venv_pip_script(tmp_path, args, changes, user):
     bin_dir = tmp_path / 'venv' / 'bin'
     bin_dir.mkdir(parents=True)
     (bin_dir / 'python').write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
-    (bin_dir / 'pip').write_text(easyblock.VENV_PIP_SCRIPT)
+    (bin_dir / 'pip').write_text(VENV_PIP_SCRIPT)
     for script in ('python', 'pip'):
         (bin_dir / script).chmod(0o755)
     proc = subprocess.run([str(bin_dir / 'pip')] + args + ["it's"], capture_output=True, text=True, timeout=60)
@@ -206,7 +207,7 @@ def test_venv_pip_script(tmp_path, args, changes, user):
 
 def test_venv_pip_script_passes_shellcheck(tmp_path):
     require(shutil.which('shellcheck'), 'shellcheck')
-    (tmp_path / 'pip').write_text(easyblock.VENV_PIP_SCRIPT)
+    (tmp_path / 'pip').write_text(VENV_PIP_SCRIPT)
     proc = subprocess.run(['shellcheck', str(tmp_path / 'pip')], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
 

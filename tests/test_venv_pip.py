@@ -18,7 +18,7 @@ from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, writ
 from testkit.install import (LAIF_MODULE, RUNTIME, RUNTIME_SETUID, SQUASHFS_WORKS, Installation, base_env,
                              demo_easyconfig, fake_command, install_demo, install_laif, run, spawn, local_wheels,
                              slow_step, wait_for, write_wheel)
-from testkit.easyblock import easyblock
+from singularitycontainer_src.layout import GENERATION_PREFIX, KEEP_SUPERSEDED_MINUTES, WRITABLE_LAYER_RECORD
 from testkit.users import OUTSIDER, OWNER, give
 
 # who holds the lock, as those who wait or are refused hear it
@@ -114,7 +114,7 @@ def packed_files(idir):
 def generations(idir):
     """The generation directories in the install dir, the current one (the link names it) first."""
     current = (idir / PACKED).resolve()
-    return sorted(idir.glob(easyblock.GENERATION_PREFIX + '*'), key=lambda path: path != current)
+    return sorted(idir.glob(GENERATION_PREFIX + '*'), key=lambda path: path != current)
 
 
 def sha256(path):
@@ -195,7 +195,7 @@ def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed,
     assert sorted(p.name for p in (site / 'lumi_base').iterdir()) == ['__init__.py']  # none of 1.0's __pycache__
 
 
-WRITABLE_LAYER = easyblock.WRITABLE_LAYER_RECORD
+WRITABLE_LAYER = WRITABLE_LAYER_RECORD
 # The kind of writable layer the runtime allows on top of the layers: the modes differ here, and only here, by
 # design. A setuid runtime (LUMI's) lets only root use a directory as an overlay; in a user namespace, an EXT3 image
 # would need FUSE under the kernel's overlay, which the kernel refuses.
@@ -418,7 +418,7 @@ def test_a_signal_in_the_middle(packed, tmp_path, wheelhouse, step, signum):
     leftovers = generations(idir)[1:]
     assert bool(leftovers) == (signum == signal.SIGKILL) == bool(list(work.iterdir()))
     for leftover in leftovers:  # as if killed long enough ago
-        old = leftover.stat().st_mtime - 60 * easyblock.KEEP_SUPERSEDED_MINUTES - 1
+        old = leftover.stat().st_mtime - 60 * KEEP_SUPERSEDED_MINUTES - 1
         os.utime(leftover, (old, old))
 
     done = inst.module_shell('Demo/1.0', 'TMPDIR=%s venv-pip install --no-index --find-links=%s lumi-later'

@@ -21,7 +21,7 @@ import pytest
 
 from support import require_tools
 from test_venv_pip import PACKED, fresh, generations, install, packed_files  # noqa: F401 (fixtures)
-from testkit.easyblock import easyblock
+from singularitycontainer_src.layout import KEEP_SUPERSEDED_MINUTES
 from testkit.install import RUNTIME, base_env, local_wheels, run, spawn, write_wheel
 from testkit.users import OWNER, give, user as user_named
 
@@ -179,7 +179,7 @@ def switch_or_name(step):
 def age_leftovers(idir):
     """As if the killed runs were long enough ago for their leftovers to go (KEEP_SUPERSEDED_MINUTES)."""
     for leftover in generations(idir)[1:]:
-        old = leftover.stat().st_mtime - 60 * easyblock.KEEP_SUPERSEDED_MINUTES - 1
+        old = leftover.stat().st_mtime - 60 * KEEP_SUPERSEDED_MINUTES - 1
         os.utime(leftover, (old, old))
 
 

@@ -4,10 +4,10 @@ image's software list."""
 
 import re
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import VERSION, pattern_problem
 from generator.family import Family, Platform
 
-ROCM = Platform('rocm', 'ROCm', easyblock.pattern_problem(easyblock.VERSION, 'a valid ROCm version (e.g. 6.2.4)'))
+ROCM = Platform('rocm', 'ROCm', pattern_problem(VERSION, 'a valid ROCm version (e.g. 6.2.4)'))
 # The Debian package whose version is the image's ROCm's
 ROCM_PACKAGE = 'rocm-core'
 

@@ -8,7 +8,7 @@ and an easyconfig named <name>-<version>-rocm-<rocm>-python-<python>-singularity
 import re
 from collections import OrderedDict
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import pattern_problem
 from generator.families import _lumi
 from generator.families._rocm import RocmFamily
 
@@ -25,7 +25,7 @@ class Amd(RocmFamily):
     NAME = 'amd'
     TITLE = 'AMD'
     KEYS = OrderedDict([
-        ('dockerhash', easyblock.pattern_problem(DOCKERHASH_RE, '12 lowercase hex digits')),
+        ('dockerhash', pattern_problem(DOCKERHASH_RE, '12 lowercase hex digits')),
     ])
     DERIVED = {'sif': sif_name, 'container_bind': _lumi.binds, 'container_conflicts': _lumi.conflicts}
 

@@ -18,12 +18,11 @@ oneCCL's settings, and Intel's GPUs.
 
 import re
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import VERSION, pattern_problem
 from generator.family import Family, Platform
 
 IPEX = Platform('ipex', 'Intel Extension for PyTorch',
-                easyblock.pattern_problem(easyblock.VERSION, 'a valid Intel Extension for PyTorch version (e.g. '
-                                                             '2.8.10)'))
+                pattern_problem(VERSION, 'a valid Intel Extension for PyTorch version (e.g. 2.8.10)'))
 IMAGE = 'intel/intel-extension-for-pytorch:%s-xpu'
 
 # The host's fabric (InfiniBand verbs, Mellanox, EFA, PSM2, RDMA CM, UCX) and NUMA libraries, and the oneAPI tree of

@@ -15,7 +15,7 @@ import datetime
 import re
 from collections import OrderedDict
 
-from generator.easyblock import easyblock
+from singularitycontainer_src.parameters import pattern_problem
 from generator.families import _lumi
 from generator.families._rocm import RocmFamily, rocm_core_version
 
@@ -172,10 +172,10 @@ class Laif(RocmFamily):
     NAME = 'laif'
     TITLE = 'LAIF'
     KEYS = OrderedDict([
-        ('digest', easyblock.pattern_problem(DIGEST_RE, 'a LAIF digest (%s)' % DIGEST_FORMAT)),
+        ('digest', pattern_problem(DIGEST_RE, 'a LAIF digest (%s)' % DIGEST_FORMAT)),
         ('tag', _tag_check),
-        ('image_variant', easyblock.pattern_problem(re.compile(r'(%s)\Z' % '|'.join(VARIANTS)),
-                                                    'a LAIF image variant (allowed: %s)' % ', '.join(VARIANTS))),
+        ('image_variant', pattern_problem(re.compile(r'(%s)\Z' % '|'.join(VARIANTS)),
+                                          'a LAIF image variant (allowed: %s)' % ', '.join(VARIANTS))),
     ])
     # The release (digest and tag) and the image's variant name the image and the easyconfig; the date is the tag's
     DERIVED = {
