@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from singularitycontainer_src.text import PLACEHOLDER, fill_template, lua_str, sh_str, tcl_str
+from singularitycontainer_src.text import PLACEHOLDER, fill_template, lua_str, sh_quoted, sh_str, tcl_str
 from singularitycontainer_src.scripts import RUNSCRIPT_GET_MASTER, SCRIPTS, VENV_PIP_SCRIPT
 from support import PROGRAMS, REPO, program, require
 
@@ -29,6 +29,7 @@ def output_of(cmd, stdin=None):
 @pytest.mark.parametrize('text', TRICKY)
 def test_sh_str_is_one_literal_word(text):
     assert output_of(['bash', '-c', 'printf %%s %s' % sh_str(text)]) == text
+    assert output_of(['bash', '-c', 'printf %%s %s' % sh_quoted(text)]) == text
 
 
 @pytest.mark.parametrize('text', TRICKY)

@@ -109,6 +109,9 @@ PREVIOUS_INSTALLATION = 'previous'
 PREVIOUS_INSTALLATION_MARKER = '.kept-for-running-jobs'
 KEEP_PREVIOUS_DAYS = 7
 CONTAINER_RUNSCRIPTS = '/runscripts'
+# The library that every command in bin/ sources (LIBRARY_TEMPLATE). Not in lib/: EasyBuild would link lib64 to it
+# and could put it on LD_LIBRARY_PATH
+LIBRARY = 'libexec/commands.sh'
 # What the install found out about the image's Python, for people and tools (the venv has its own copy)
 IMAGE_PYTHON_JSON = 'image-python.json'
 # Module in the venv's site-packages (and the .pth file importing it) that adds the image's packages
@@ -154,6 +157,12 @@ def printable(text):
 def sh_str(value):
     """Quote a string as one bash word that is taken literally."""
     return shlex.quote(value)
+
+
+def sh_quoted(value):
+    """Quote a string as one bash word in single quotes, also where it needs none (a word shellcheck takes for what
+    it says: venv-pip, say)."""
+    return "'%s'" % value.replace("'", "'\"'\"'")
 
 
 def lua_str(value):
@@ -1010,7 +1019,9 @@ class SingularityContainer(EasyBlock):
             os.symlink(os.path.realpath(self.source_sif()), self.installed_sif())
 
     def write_scripts(self):
-        """Write bin/ (commands for outside the container) and runscripts/ (seen as /runscripts inside)."""
+        """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
+        inside)."""
+        write_file(os.path.join(self.installdir, LIBRARY), library_text(self.full_mod_name, self.cache_setup()))
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
             write_file(path, self.script_text(script))
@@ -1030,7 +1041,7 @@ class SingularityContainer(EasyBlock):
             'header': fill_template(SCRIPT_HEADER, name=name, purpose=script.purpose, module=self.full_mod_name,
                                     help=help_words(name) if name in COMMAND_HELPS else sh_str(
                                         'usage: %s (%s)' % (name, script.purpose)),
-                                    module_word=sh_str(self.full_mod_name), files=FILES),
+                                    name_word=sh_quoted(name), library=LIBRARY),
             'module': self.full_mod_name,
             'venv': self.container_venv,
             'sif_var': 'SIF' + self.var_suffix,
@@ -1050,11 +1061,11 @@ class SingularityContainer(EasyBlock):
         --help; jupyter-container-kernel reads its arguments, and loads the module itself when Jupyter starts the kernel
         without it (see JUPYTER_KERNEL_ARGS)."""
         if name in COMMAND_HELPS and launch != 'jupyter-container-kernel':
-            return fill_template(COMMAND_HELP, help=help_words(name))
+            return COMMAND_HELP
         if launch != 'jupyter-container-kernel':
             return ''
         modules_dir = self.module_generator.get_modules_path()
-        return fill_template(JUPYTER_KERNEL_ARGS, help=help_words(name), usage=usage_word(name),
+        return fill_template(JUPYTER_KERNEL_ARGS, usage=usage_word(name),
                              kernel_name=sh_str(kernel_name(self.full_mod_name)),
                              display_name=sh_str('%s (container)' % self.full_mod_name),
                              lmod_cmd=sh_str(os.environ.get('LMOD_CMD', '')), modules_dir=sh_str(modules_dir))
@@ -1080,7 +1091,6 @@ class SingularityContainer(EasyBlock):
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
             return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
                                         image_commands_module=IMAGE_COMMANDS_MODULE,
-                                        bind_user_software=BIND_USER_SOFTWARE, keep_venv_python=KEEP_VENV_PYTHON,
                                         refused_status=OVERLAY_REFUSED_STATUS, export_upper=EXPORT_UPPER,
                                         overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
                                                                      refused_status=OVERLAY_REFUSED_STATUS))
@@ -1250,9 +1260,9 @@ class SingularityContainer(EasyBlock):
     def sanity_check_step(self, *args, **kwargs):
         """Check the scripts, and, when the image is there, the container's Python and packages."""
         scripts = self.scripts()
-        custom_paths = {'files': [script.path for script in scripts], 'dirs': []}
-        custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, script.path))
-                           for script in scripts if script.kind == 'bash']
+        custom_paths = {'files': [LIBRARY] + [script.path for script in scripts], 'dirs': []}
+        custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, path))
+                           for path in [LIBRARY] + [script.path for script in scripts if script.kind == 'bash']]
         if os.path.isfile(self.installed_sif()) or self.dry_run:
             custom_commands.append(self.container_check_command())
             for cmd in self.cfg['wrapped_commands']:
@@ -2080,31 +2090,70 @@ def emit_module_logic(plan, syntax):
 # the file it becomes; @header@ is SCRIPT_HEADER, and user text arrives quoted (sh_str).
 # ---------------------------------------------------------------------------------------------------------------
 
+# The start of each command in bin/: its name and help, then the install's library (LIBRARY_TEMPLATE) sourced
 SCRIPT_HEADER = r'''#!/bin/bash
 # @name@: @purpose@
 # Written by EasyBuild's SingularityContainer easyblock for module @module@.
 set -euo pipefail
-module=@module_word@
+command_name=@name_word@
+command_help=(@help@)
+# The install's constants and the functions its commands share, beside bin/
+__library=$(readlink -f "${BASH_SOURCE[0]}")
+__library=${__library%/*/*}/@library@
+if [ ! -f "$__library" ]; then
+    echo "$command_name: error: $__library is missing: reinstall the module (eb --rebuild)" >&2
+    exit 1
+fi
+# shellcheck source-path=SCRIPTDIR source=../@library@
+source "$__library"
+unset __library
+'''
 
+# The library of the commands in bin/, written once per install (LIBRARY): the install's constants, then the
+# functions they share, from the pieces below (SCRIPT_SNIPPETS)
+LIBRARY_TEMPLATE = r'''# shellcheck shell=bash
+# @library@: the library of the commands in bin/ of module @module@, sourced by each at its start.
+# Written by EasyBuild's SingularityContainer easyblock. bash reads a sourced file whole, at once: a command that runs
+# has all of it, whatever a reinstall does to this file meanwhile.
+
+# The install's constants
+module=@module_word@
+@user_software_paths@
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+
+# The command stops with its name ($command_name, set before this is sourced) and the reason
 die() {
-    echo "@name@: error: $*" >&2
+    echo "$command_name: error: $*" >&2
     exit 1
 }
-# For a command that takes no arguments: -h or --help says what it does, any other argument stops it before anything
-# is done
+# For a command that takes no arguments: -h or --help prints its help ($command_help, set with $command_name), any
+# other argument stops it before anything is done
 no_arguments() {
     case "${1:-}" in
         -h | --help)
-            printf '%s\n' @help@
+            printf '%s\n' "${command_help[@]}"
             exit 0
             ;;
         *)
             [ "$#" -eq 0 ] ||
-                die "@name@ takes no arguments, '$(printable "$1")' was given (usage: @name@; -h says more)"
+                die "$command_name takes no arguments, '$(printable "$1")' was given (usage: $command_name; -h says" \
+                    "more)"
             ;;
     esac
 }
 @files@
+@readable_by_all@
+@layers@
+@workdir@
+@lock_install_dir_or_stop@
+@pip_changes_venv@
+@bind_user_software@
+@keep_venv_python@
+# The caches of the install's container_cache_dirs for the job and node this runs in (CACHE_SETUP), exported for the
+# container
+set_up_caches() {
+@cache_setup@
+}
 '''
 
 # start-shell, list-packages and the wrappers: start the container with the module's image and runtime.
@@ -2126,7 +2175,6 @@ if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
         "found on PATH, and this module puts its wrappers there: make the runtime call its interpreter by full path"
 fi
 export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
-@user_software_paths@
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
 stop_if_not_whole "$root" "$generation" quick  # (the runtime would only say "image format not recognized")
@@ -2140,7 +2188,7 @@ for __name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAIN
     [ -z "${!__name:-}" ] || export "$__name=$(pinned_entries "$root" "$generation" "${!__name}")"
 done
 unset __name
-@cache_setup@
+set_up_caches
 @launch@
 '''
 
@@ -2164,7 +2212,7 @@ LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
 COMMAND_HELP = r'''# -h or --help as the first argument: what this command does and takes, before anything is started
 case "${1:-}" in
     -h | --help)
-        printf '%s\n' @help@
+        printf '%s\n' "${command_help[@]}"
         exit 0
         ;;
     *) ;;
@@ -2190,7 +2238,7 @@ case "$action" in
     install | remove | list) ;;
     start) ;;  # what kernel.json runs
     -h | --help | help)
-        printf '%s\n' @help@
+        printf '%s\n' "${command_help[@]}"
         exit 0
         ;;
     '') bad_usage "no command given" ;;
@@ -2225,7 +2273,7 @@ while [ "$#" -gt 0 ] && [ "$action" != start ]; do
             ;;
         'install --force') force=yes ;;
         *' -h' | *' --help')
-            printf '%s\n' @help@
+            printf '%s\n' "${command_help[@]}"
             exit 0
             ;;
         *) bad_usage "'$option' is not an option of jupyter-container-kernel $action" ;;
@@ -3828,18 +3876,7 @@ if __name__ == "__main__":
 # when it grows); otherwise on a copy unpacked on local storage, packed again. Each new SquashFS file is checked and
 # only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
 # mounted keep it.
-LAUNCH_VENV_PIP = r'''@pip_changes_venv@
-
-@bind_user_software@
-
-@keep_venv_python@
-@readable_by_all@
-@layers@
-@workdir@
-@lock_install_dir@
-
-venv=@venv@
-squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+LAUNCH_VENV_PIP = r'''venv=@venv@
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # The runtime never gets the lock's descriptor (9): its FUSE daemons outlive a killed venv-pip, and would hold the lock
 # for everyone
@@ -4247,13 +4284,6 @@ fi
 MAKE_SQUASHFS = r'''@header@
 no_arguments "$@"
 
-@user_software_paths@
-@readable_by_all@
-@layers@
-@workdir@
-@lock_install_dir_or_stop@
-squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
-
 umask "$(shared_umask "$root")"
 lock_or_stop "$root"
 generation=$(current_generation "$root")
@@ -4323,12 +4353,6 @@ echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS fi
 
 UNMAKE_SQUASHFS = r'''@header@
 no_arguments "$@"
-
-@user_software_paths@
-@readable_by_all@
-@layers@
-@lock_install_dir_or_stop@
-squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 
 umask "$(shared_umask "$root")"
 lock_or_stop "$root"
@@ -5232,8 +5256,6 @@ if __name__ == "__main__":
     sys.exit(main(io.StringIO(CHECKS) if CHECKS is not None else sys.stdin))
 '''
 
-# END GENERATED by tools/build-easyblock.py
-
 
 VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
                            link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
@@ -5264,6 +5286,9 @@ SCRIPT_SNIPPETS = {
     'pip_changes_venv': PIP_CHANGES_VENV,
     'layers': LAYERS,
     'workdir': WORKDIR,
+    'files': FILES,
+    'bind_user_software': BIND_USER_SOFTWARE,
+    'keep_venv_python': KEEP_VENV_PYTHON,
     'image_var': LAYERS_IMAGE,
     'us_squashfs': SQUASHFS_NAME,
     'us_changes': CHANGES_NAME,
@@ -5279,10 +5304,13 @@ def fill_script_template(template, **values):
 
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
-# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see scripts()).
-# A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
-# parses bash), its template, how a launcher starts the container (see launch_code; None: not a launcher) and the
-# parameter that must be True for an installation to get it (None: every installation).
+
+def library_text(module, cache_setup):
+    """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP)."""
+    return fill_script_template(LIBRARY_TEMPLATE, module=module, module_word=sh_str(module), library=LIBRARY,
+                                cache_setup=cache_setup)
+
+
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose
 # other arguments go to bash or pip, no_arguments for make-squashfs and unmake-squashfs, JUPYTER_KERNEL_ARGS): what it
 # does, its options, where it works and what it never touches.
@@ -5386,6 +5414,10 @@ def usage_word(name):
     return sh_str(', '.join(COMMAND_HELPS[name].usage.split('\n')))
 
 
+# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see scripts()).
+# A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
+# parses bash), its template, how a launcher starts the container (see launch_code; None: not a launcher) and the
+# parameter that must be True for an installation to get it (None: every installation).
 Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
 
 SCRIPTS = [

@@ -30,11 +30,11 @@ except ImportError:
 from .layout import (CACHE_ROOT, CONTAINER_CHECK_END, CONTAINER_RUNSCRIPTS, CONTAINER_USER_SOFTWARE, EMPTIED_RECORD,
                      ERROR_TAIL_LINES, GENERATION_PREFIX, IMAGE_COMMANDS_MANIFEST, IMAGE_COMMANDS_MODULE,
                      IMAGE_PACKAGES_MODULE, IMAGE_PYTHON_JSON, INSTALL_HOLDS_LOCK, KEEP_PREVIOUS_DAYS, LAYERS_IMAGE,
-                     LUMI_CENTRAL_SIF_DEFAULT, LUMI_CENTRAL_SIF_SUBDIR, MODULE_FAMILY, NVIDIA_RUNTIME_VARIABLES,
-                     OVERLAY_REFUSED_STATUS, PREVIOUS_INSTALLATION, PREVIOUS_INSTALLATION_MARKER, SHARED_UMASK_KEEPS,
-                     USER_SOFTWARE, USER_SOFTWARE_CHANGES, USER_SOFTWARE_ENTRIES, USER_SOFTWARE_LOCK,
-                     USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
-from .text import fill_template, sh_str
+                     LIBRARY, LUMI_CENTRAL_SIF_DEFAULT, LUMI_CENTRAL_SIF_SUBDIR, MODULE_FAMILY,
+                     NVIDIA_RUNTIME_VARIABLES, OVERLAY_REFUSED_STATUS, PREVIOUS_INSTALLATION,
+                     PREVIOUS_INSTALLATION_MARKER, SHARED_UMASK_KEEPS, USER_SOFTWARE, USER_SOFTWARE_CHANGES,
+                     USER_SOFTWARE_ENTRIES, USER_SOFTWARE_LOCK, USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
+from .text import fill_template, sh_quoted, sh_str
 from .sif import sif_problem
 from .requirements import requirement_names
 from .install_lock import (group_is_only_yours, group_writable_chosen, keep_lock_private, lock_hint, lock_holder,
@@ -44,11 +44,11 @@ from .install_dir import (current_generation, installer_container_settings, inst
                           not_removable, tree_fingerprint, unused_name)
 from .module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image, Overlays, PrependPath,
                           SetRestorable, Var, emit_module_logic)
-from .scripts import (BIND_USER_SOFTWARE, CACHE_SETUP, COMMAND_HELP, COMMAND_HELPS, CONTAINER_CHECK_SCRIPT, CREATE_VENV,
-                      DETECT_IMAGE_PYTHON, EXPORT_UPPER, FILES, IMAGE_COMMANDS, IMAGE_PACKAGES, JUPYTER_KERNEL,
-                      JUPYTER_KERNEL_ARGS, KEEP_VENV_PYTHON, LAUNCHER, LAUNCH_COMMAND, LAUNCH_COMMAND_WITH_INIT,
-                      LAUNCH_START_SHELL, LAUNCH_VENV_PIP, OVERLAY_PYTHON, SCRIPTS, SCRIPT_HEADER, Script,
-                      VENV_PIP_SCRIPT, cache_root_rule, fill_script_template, help_words, usage_word)
+from .scripts import (CACHE_SETUP, COMMAND_HELP, COMMAND_HELPS, CONTAINER_CHECK_SCRIPT, CREATE_VENV,
+                      DETECT_IMAGE_PYTHON, EXPORT_UPPER, IMAGE_COMMANDS, IMAGE_PACKAGES, JUPYTER_KERNEL,
+                      JUPYTER_KERNEL_ARGS, LAUNCHER, LAUNCH_COMMAND, LAUNCH_COMMAND_WITH_INIT, LAUNCH_START_SHELL,
+                      LAUNCH_VENV_PIP, OVERLAY_PYTHON, SCRIPTS, SCRIPT_HEADER, Script, VENV_PIP_SCRIPT, cache_root_rule,
+                      fill_script_template, help_words, library_text, usage_word)
 from .parameters import PARAMETERS, container_venv_path, easyconfig_problems, kernel_name, venv_name
 
 
@@ -449,7 +449,9 @@ class SingularityContainer(EasyBlock):
             os.symlink(os.path.realpath(self.source_sif()), self.installed_sif())
 
     def write_scripts(self):
-        """Write bin/ (commands for outside the container) and runscripts/ (seen as /runscripts inside)."""
+        """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
+        inside)."""
+        write_file(os.path.join(self.installdir, LIBRARY), library_text(self.full_mod_name, self.cache_setup()))
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
             write_file(path, self.script_text(script))
@@ -469,7 +471,7 @@ class SingularityContainer(EasyBlock):
             'header': fill_template(SCRIPT_HEADER, name=name, purpose=script.purpose, module=self.full_mod_name,
                                     help=help_words(name) if name in COMMAND_HELPS else sh_str(
                                         'usage: %s (%s)' % (name, script.purpose)),
-                                    module_word=sh_str(self.full_mod_name), files=FILES),
+                                    name_word=sh_quoted(name), library=LIBRARY),
             'module': self.full_mod_name,
             'venv': self.container_venv,
             'sif_var': 'SIF' + self.var_suffix,
@@ -489,11 +491,11 @@ class SingularityContainer(EasyBlock):
         --help; jupyter-container-kernel reads its arguments, and loads the module itself when Jupyter starts the kernel
         without it (see JUPYTER_KERNEL_ARGS)."""
         if name in COMMAND_HELPS and launch != 'jupyter-container-kernel':
-            return fill_template(COMMAND_HELP, help=help_words(name))
+            return COMMAND_HELP
         if launch != 'jupyter-container-kernel':
             return ''
         modules_dir = self.module_generator.get_modules_path()
-        return fill_template(JUPYTER_KERNEL_ARGS, help=help_words(name), usage=usage_word(name),
+        return fill_template(JUPYTER_KERNEL_ARGS, usage=usage_word(name),
                              kernel_name=sh_str(kernel_name(self.full_mod_name)),
                              display_name=sh_str('%s (container)' % self.full_mod_name),
                              lmod_cmd=sh_str(os.environ.get('LMOD_CMD', '')), modules_dir=sh_str(modules_dir))
@@ -519,7 +521,6 @@ class SingularityContainer(EasyBlock):
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
             return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
                                         image_commands_module=IMAGE_COMMANDS_MODULE,
-                                        bind_user_software=BIND_USER_SOFTWARE, keep_venv_python=KEEP_VENV_PYTHON,
                                         refused_status=OVERLAY_REFUSED_STATUS, export_upper=EXPORT_UPPER,
                                         overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
                                                                      refused_status=OVERLAY_REFUSED_STATUS))
@@ -689,9 +690,9 @@ class SingularityContainer(EasyBlock):
     def sanity_check_step(self, *args, **kwargs):
         """Check the scripts, and, when the image is there, the container's Python and packages."""
         scripts = self.scripts()
-        custom_paths = {'files': [script.path for script in scripts], 'dirs': []}
-        custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, script.path))
-                           for script in scripts if script.kind == 'bash']
+        custom_paths = {'files': [LIBRARY] + [script.path for script in scripts], 'dirs': []}
+        custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, path))
+                           for path in [LIBRARY] + [script.path for script in scripts if script.kind == 'bash']]
         if os.path.isfile(self.installed_sif()) or self.dry_run:
             custom_commands.append(self.container_check_command())
             for cmd in self.cfg['wrapped_commands']:

@@ -62,6 +62,9 @@ PREVIOUS_INSTALLATION = 'previous'
 PREVIOUS_INSTALLATION_MARKER = '.kept-for-running-jobs'
 KEEP_PREVIOUS_DAYS = 7
 CONTAINER_RUNSCRIPTS = '/runscripts'
+# The library that every command in bin/ sources (LIBRARY_TEMPLATE). Not in lib/: EasyBuild would link lib64 to it
+# and could put it on LD_LIBRARY_PATH
+LIBRARY = 'libexec/commands.sh'
 # What the install found out about the image's Python, for people and tools (the venv has its own copy)
 IMAGE_PYTHON_JSON = 'image-python.json'
 # Module in the venv's site-packages (and the .pth file importing it) that adds the image's packages

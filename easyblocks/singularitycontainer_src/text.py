@@ -13,6 +13,12 @@ def sh_str(value):
     return shlex.quote(value)
 
 
+def sh_quoted(value):
+    """Quote a string as one bash word in single quotes, also where it needs none (a word shellcheck takes for what
+    it says: venv-pip, say)."""
+    return "'%s'" % value.replace("'", "'\"'\"'")
+
+
 def lua_str(value):
     """Quote a string as a Lua string literal."""
     escaped = value.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n').replace('\r', '\\r')

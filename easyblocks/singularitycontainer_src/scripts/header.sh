@@ -2,24 +2,15 @@
 # @name@: @purpose@
 # Written by EasyBuild's SingularityContainer easyblock for module @module@.
 set -euo pipefail
-module=@module_word@
-
-die() {
-    echo "@name@: error: $*" >&2
+command_name=@name_word@
+command_help=(@help@)
+# The install's constants and the functions its commands share, beside bin/
+__library=$(readlink -f "${BASH_SOURCE[0]}")
+__library=${__library%/*/*}/@library@
+if [ ! -f "$__library" ]; then
+    echo "$command_name: error: $__library is missing: reinstall the module (eb --rebuild)" >&2
     exit 1
-}
-# For a command that takes no arguments: -h or --help says what it does, any other argument stops it before anything
-# is done
-no_arguments() {
-    case "${1:-}" in
-        -h | --help)
-            printf '%s\n' @help@
-            exit 0
-            ;;
-        *)
-            [ "$#" -eq 0 ] ||
-                die "@name@ takes no arguments, '$(printable "$1")' was given (usage: @name@; -h says more)"
-            ;;
-    esac
-}
-@files@
+fi
+# shellcheck source-path=SCRIPTDIR source=../@library@
+source "$__library"
+unset __library

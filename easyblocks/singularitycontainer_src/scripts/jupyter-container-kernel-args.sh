@@ -15,7 +15,7 @@ case "$action" in
     install | remove | list) ;;
     start) ;;  # what kernel.json runs
     -h | --help | help)
-        printf '%s\n' @help@
+        printf '%s\n' "${command_help[@]}"
         exit 0
         ;;
     '') bad_usage "no command given" ;;
@@ -50,7 +50,7 @@ while [ "$#" -gt 0 ] && [ "$action" != start ]; do
             ;;
         'install --force') force=yes ;;
         *' -h' | *' --help')
-            printf '%s\n' @help@
+            printf '%s\n' "${command_help[@]}"
             exit 0
             ;;
         *) bad_usage "'$option' is not an option of jupyter-container-kernel $action" ;;

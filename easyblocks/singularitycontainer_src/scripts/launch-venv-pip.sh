@@ -1,15 +1,4 @@
-@pip_changes_venv@
-
-@bind_user_software@
-
-@keep_venv_python@
-@readable_by_all@
-@layers@
-@workdir@
-@lock_install_dir@
-
 venv=@venv@
-squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # The runtime never gets the lock's descriptor (9): its FUSE daemons outlive a killed venv-pip, and would hold the lock
 # for everyone

@@ -16,7 +16,6 @@ if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
         "found on PATH, and this module puts its wrappers there: make the runtime call its interpreter by full path"
 fi
 export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
-@user_software_paths@
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
 stop_if_not_whole "$root" "$generation" quick  # (the runtime would only say "image format not recognized")
@@ -30,5 +29,5 @@ for __name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAIN
     [ -z "${!__name:-}" ] || export "$__name=$(pinned_entries "$root" "$generation" "${!__name}")"
 done
 unset __name
-@cache_setup@
+set_up_caches
 @launch@

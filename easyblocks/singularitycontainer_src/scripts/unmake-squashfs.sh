@@ -1,12 +1,6 @@
 @header@
 no_arguments "$@"
 
-@user_software_paths@
-@readable_by_all@
-@layers@
-@lock_install_dir_or_stop@
-squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
-
 umask "$(shared_umask "$root")"
 lock_or_stop "$root"
 generation=$(current_generation "$root")

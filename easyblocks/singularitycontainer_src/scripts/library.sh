@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# @library@: the library of the commands in bin/ of module @module@, sourced by each at its start.
+# Written by EasyBuild's SingularityContainer easyblock. bash reads a sourced file whole, at once: a command that runs
+# has all of it, whatever a reinstall does to this file meanwhile.
+
+# The install's constants
+module=@module_word@
+@user_software_paths@
+squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+
+# The command stops with its name ($command_name, set before this is sourced) and the reason
+die() {
+    echo "$command_name: error: $*" >&2
+    exit 1
+}
+# For a command that takes no arguments: -h or --help prints its help ($command_help, set with $command_name), any
+# other argument stops it before anything is done
+no_arguments() {
+    case "${1:-}" in
+        -h | --help)
+            printf '%s\n' "${command_help[@]}"
+            exit 0
+            ;;
+        *)
+            [ "$#" -eq 0 ] ||
+                die "$command_name takes no arguments, '$(printable "$1")' was given (usage: $command_name; -h says" \
+                    "more)"
+            ;;
+    esac
+}
+@files@
+@readable_by_all@
+@layers@
+@workdir@
+@lock_install_dir_or_stop@
+@pip_changes_venv@
+@bind_user_software@
+@keep_venv_python@
+# The caches of the install's container_cache_dirs for the job and node this runs in (CACHE_SETUP), exported for the
+# container
+set_up_caches() {
+@cache_setup@
+}
