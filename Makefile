@@ -14,7 +14,7 @@ TORCH_VERSION := 2.13.0
 KERNEL_WHEELS := $(TOOLS)/kernel-wheels
 BENCH_WHEELS := $(TOOLS)/bench-wheels
 
-.PHONY: setup users test check demo bench generate check-easyconfigs clean-tools lumi-user-repo easyblock
+.PHONY: setup users test check demo bench generate check-easyconfigs clean-tools lumi-user-repo easyblock docs
 
 ROOTFS := $(TOOLS)/rootfs/bookworm
 APPTAINER := $(TOOLS)/apptainer/bin/apptainer
@@ -176,6 +176,11 @@ check-easyconfigs: $(GENERATE_VENV)/setup.stamp
 # easyblock is stale). Python's standard library only.
 easyblock:
 	$(PYTHON) tools/build-easyblock.py
+
+# Maintainers: write docs/reference.md (each command's help, the files of an install, the parameters) from the
+# easyblock's tables, after changing one (tests/test_sources.py fails while it is stale)
+docs:
+	$(PYTHON) tools/write-reference.py
 
 clean-tools:
 	rm -rf $(TOOLS)

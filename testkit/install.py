@@ -327,9 +327,10 @@ def failing_mksquashfs(directory):
 
 
 def slow_step(directory, step):
-    """(A directory to put first on PATH, a file): its fake runtime (step 'pip': while it runs pip install) or
-    mksquashfs (step 'pack', after writing part of its output) writes the file, then sleeps; the fake runtime, like a
-    real one, passes a SIGTERM on to what it runs."""
+    """(A directory to put first on PATH, a file): its fake runtime (step 'pip': while it runs pip install),
+    mksquashfs (step 'pack', after writing part of its output) or unsquashfs (step 'unpack') writes the file, then
+    sleeps; the fake runtime, like a real one, passes a SIGTERM on to what it runs. The file holds the pid of the
+    process that sleeps."""
     directory = Path(directory)
     started = directory / 'started'
     if step == 'pip':
@@ -337,8 +338,10 @@ def slow_step(directory, step):
             'case " $* " in *" pip install "*)\n'
             '    : > %s\n    sleep 300 &\n    trap \'kill $!; exit 143\' TERM\n    wait $!\n    exit 1 ;;\n'
             'esac\nexec %s "$@"\n') % (started, RUNTIME)), started
+    if step == 'unpack':
+        return fake_command(directory / 'slow', 'unsquashfs', 'echo $$ > %s\nexec sleep 300\n' % started), started
     return fake_command(directory / 'slow', 'mksquashfs',
-                        'echo partial > "$2"\n: > %s\nexec sleep 300\n' % started), started
+                        'echo partial > "$2"\necho $$ > %s\nexec sleep 300\n' % started), started
 
 
 def wait_for(predicate, what, timeout=60):

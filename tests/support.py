@@ -70,3 +70,11 @@ def program(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def tool(name):
+    """The maintainers' tool tools/<name>.py (build-easyblock, write-reference), imported as a module."""
+    spec = importlib.util.spec_from_file_location(name.replace('-', '_'), str(REPO / 'tools' / (name + '.py')))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

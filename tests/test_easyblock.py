@@ -509,6 +509,31 @@ def test_make_squashfs_after_a_killed_run(tmp_path, fresh_demo):
     assert generations(idir) == sorted([first, current])  # (the first, which no link names since just now, stays)
 
 
+@pytest.mark.parametrize('command', ['make-squashfs', 'unmake-squashfs'])
+def test_a_signal_stops_a_change_at_once(tmp_path, fresh_demo, command):
+    """make-squashfs and unmake-squashfs follow venv-pip's signal policy (begin_change): a SIGTERM to the command
+    alone (kill PID, not its process group) ends it at once with 143, its mksquashfs or unsquashfs too, and what it
+    made goes; the venv is as it was."""
+    require_runtime()
+    require_tools('mksquashfs')
+    inst, idir = fresh_demo
+    packed = idir / 'user-software.packed'
+    if command == 'unmake-squashfs':
+        run([str(idir / 'bin' / 'make-squashfs')], env=base_env())
+        shutil.rmtree(idir / 'user-software')
+    before = (os.readlink(packed) if os.path.lexists(packed) else None, generations(idir))
+    fake, started = slow_step(tmp_path, 'pack' if command == 'make-squashfs' else 'unpack')
+    proc = spawn([str(idir / 'bin' / command)], env=base_env([str(fake)]), stdout=subprocess.DEVNULL,
+                 stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: started.exists() and started.read_text().strip(), '%s to start its long step' % command)
+    step = int(started.read_text())
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=20) == 143, proc.stderr.read()
+    wait_for(lambda: not os.path.exists('/proc/%d' % step), 'the long step to end', timeout=10)
+    assert (os.readlink(packed) if os.path.lexists(packed) else None, generations(idir)) == before
+    assert (idir / 'user-software').exists() == (command == 'make-squashfs')
+
+
 def test_a_wrapper_never_calls_itself(demo_install, tmp_path):
     """A runtime that is a '#!/usr/bin/env python3' script finds the module's python3 wrapper first on PATH: the
     loop stops at once, naming the runtime."""

@@ -9,7 +9,7 @@ import yaml
 from generator.spec import load_spec
 from singularitycontainer_src import parameters
 from singularitycontainer_src.parameters import PARAMETERS, ParameterRule, easyconfig_problems, parameter_problems
-from support import REPO
+from support import REPO, tool
 from testkit.install import Installation, demo_easyconfig
 
 # (easyconfig parameter, also the spec's key for it, value, accepted)
@@ -189,21 +189,10 @@ def test_every_parameter_is_a_spec_key_of_its_name():
     assert set(PARAMETERS) <= set(spec.SHARED_KEYS)
 
 
-def parameter_table():
-    """The README's table of the easyblock's parameters, made from PARAMETERS."""
-    rows = ['| Parameter | Default | What it does |', '|---|---|---|']
-    for name, parameter in PARAMETERS.items():
-        default = parameter.default
-        if isinstance(default, dict):  # as an easyconfig writes it (an OrderedDict's repr is no easyconfig value)
-            default = '`{%s}`' % ', '.join('%r: %r' % item for item in default.items())
-        else:
-            default = '`%r`' % (default,)
-        rows.append('| `%s` | %s | %s |' % (name, default, parameter.help.replace('|', '\\|')))
-    return '\n'.join(rows) + '\n'
-
-
 def test_the_readme_has_the_parameter_table():
-    """The README's table of parameters is the easyblock's table, in its order (made by parameter_table())."""
+    """The README's table of parameters is the easyblock's table, in its order (made by parameter_table(), which
+    writes it into docs/reference.md too)."""
+    parameter_table = tool('write-reference').parameter_table
     readme = (REPO / 'README.md').read_text()
     assert parameter_table() in readme, 'README.md: replace the table of parameters with:\n' + parameter_table()
 

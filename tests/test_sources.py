@@ -1,7 +1,6 @@
 """The easyblock's sources, easyblocks/singularitycontainer_src/: its Python modules and the programs it writes (bash
 scripts, Python programs, the module primitives in Lua and Tcl), each a file of its own language; and the one-file
 easyblock that tools/build-easyblock.py builds from them (make easyblock)."""
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -10,6 +9,7 @@ import sys
 import pytest
 
 from support import EASYBLOCK, REPO, require, require_tools
+from support import tool as support_tool
 
 SOURCES = REPO / 'easyblocks' / 'singularitycontainer_src'
 BUILD = REPO / 'tools' / 'build-easyblock.py'
@@ -20,14 +20,6 @@ def test_easyblock_is_built_from_the_sources():
     here, naming the command that brings the easyblock up to date."""
     proc = subprocess.run([sys.executable, str(BUILD), '--check'], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def build_tool():
-    """tools/build-easyblock.py as a module (a tool, named as commands are)."""
-    spec = importlib.util.spec_from_file_location('build_easyblock', str(BUILD))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # What a hand-joined easyblock would get wrong, each put into a copy of the package: (module, text appended, what the
@@ -58,11 +50,22 @@ def test_build_refuses_a_mistake(case, tmp_path):
     path = package / (module + '.py')
     line = path.read_text().count('\n') + len(added) - len(added.lstrip('\n')) + 1  # of the added statement
     path.write_text(path.read_text() + added)
-    tool = build_tool()
+    tool = support_tool('build-easyblock')
     assert tool.build(str(SOURCES)) == EASYBLOCK.read_text()  # the package itself builds
     with pytest.raises(tool.BuildError) as error:
         tool.build(str(package))
     assert (message % line if '%d' in message else message) in str(error.value)
+
+
+def test_reference_is_written_from_the_tables():
+    """docs/reference.md is what tools/write-reference.py makes of the easyblock's tables (make docs): a table changed
+    without it fails here, naming the command."""
+    proc = subprocess.run([sys.executable, str(REPO / 'tools' / 'write-reference.py'), '--check'],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reference = (REPO / 'docs' / 'reference.md').read_text()
+    for name in ('venv-pip', 'make-squashfs', 'jupyter-container-kernel'):
+        assert '### `%s`\n\n```\nusage: %s' % (name, name) in reference
 
 
 def test_easyblock_says_it_is_generated():
@@ -86,8 +89,9 @@ WHOLE = ['conda-python-distributed.sh', 'conda-python-simple.sh', 'distributed-e
          'list-packages.sh', 'torchrun-distributed.sh', 'venv-pip.sh']
 # The library of the runtime's file handling and the venv's state (docs/design.md): functions that
 # take what they work on as arguments; no fragment reads or sets a variable of another, so that everything stays on
-LIBRARY = ['bind-user-software.sh', 'files.sh', 'keep-venv-python.sh', 'layers.sh', 'lock-install-dir.sh',
-           'lock-install-dir-or-stop.sh', 'pip-changes-venv.sh', 'readable-by-all.sh', 'venv-state.sh', 'workdir.sh']
+LIBRARY = ['bind-user-software.sh', 'change.sh', 'decisions.sh', 'files.sh', 'keep-venv-python.sh', 'layers.sh',
+           'lock-install-dir.sh', 'lock-install-dir-or-stop.sh', 'pip-changes-venv.sh', 'readable-by-all.sh',
+           'venv-state.sh', 'workdir.sh']
 # Scripts that also run in sh (the module runs the cache rule with sh -c; the venv's pip is a sh script)
 ALSO_SH = ['cache-root-rule.sh', 'pip-changes-venv.sh']
 SCRIPTS = sorted((SOURCES / 'scripts').glob('*.sh'))

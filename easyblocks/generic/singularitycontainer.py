@@ -2146,6 +2146,8 @@ no_arguments() {
 @layers@
 @workdir@
 @lock_install_dir_or_stop@
+@change@
+@decisions@
 @pip_changes_venv@
 @bind_user_software@
 @keep_venv_python@
@@ -2918,6 +2920,9 @@ take_lock() {
         fi
     done
 }
+lock_refusal() {  # what to say when another run holds the lock of the install dir $1
+    echo "$(lock_holder "$1") is changing $1; try again when it is done$(lock_hint "$1")"
+}
 wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it waits
     take_lock "$1" -n && return 0
     echo "${0##*/}: waiting for $(lock_holder "$1") to finish with $1...$(lock_hint "$1")" >&2
@@ -2927,13 +2932,12 @@ wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it wa
 
 # make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the
 # lock. Follows LOCK_INSTALL_DIR.
-LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''# The lock of the install dir $1, or stop saying who holds it;
-# nothing to take where the install that runs this holds it (@holds_lock@ names its install dir)
-lock_or_stop() {
+LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''
+# The lock of the install dir $1 at once, or status 1 where another run holds it; nothing to take where the install
+# that runs this holds it (@holds_lock@ names its install dir: the make-squashfs of an install)
+take_lock_now() {
     # shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
-    if [ "${@holds_lock@:-}" != "$1" ]; then
-        take_lock "$1" -n || die "$(lock_holder "$1") is changing $1; try again when it is done$(lock_hint "$1")"
-    fi
+    [ "${@holds_lock@:-}" = "$1" ] || take_lock "$1" -n
 }
 '''
 
@@ -3610,6 +3614,120 @@ stop_as_pip() {
 }
 '''
 
+# A change of the venv, one way for venv-pip, make-squashfs and unmake-squashfs: begin (the lock, one signal policy),
+# a new generation, commit (the one rename) or abort
+CHANGE = r'''
+# A change of the venv of the install dir $1, made one way by venv-pip, make-squashfs and unmake-squashfs (STATE, with
+# FILES, LOCK_INSTALL_DIR and WORKDIR):
+#   begin_change $1 wait|now   the lock (waiting for it, or status 1 at once where another run holds it), the umask
+#                              that shares what the change writes, and the signal policy below, from here to the end;
+#                              the command then reads the state, which nobody else changes until it ends
+#   new_change_generation $1   a new generation for the change (change_new): private, and removed unless committed
+#   commit_change $1           change_new becomes the state, in one rename; no signal can come between
+#   abort_change $1            what the change made and did not commit goes (run at exit, whatever the exit)
+# The signal policy: HUP, INT and TERM end the command at once, with 128 + the signal's number. A long step runs in
+# the background (in_background), since bash runs a trap only between commands: stop ends it, and what it started,
+# first. The steps keep the terminal as stdin (pip asks before it uninstalls).
+change_new=
+child=
+begin_change() {
+    umask "$(shared_umask "$1")"
+    if [ "$2" = wait ]; then
+        wait_for_lock "$1"
+    else
+        take_lock_now "$1" || return 1
+    fi
+    # shellcheck disable=SC2064  # (the install dir as it is now)
+    trap "abort_change $(printf %q "$1")" EXIT
+    stop_on_signals
+}
+new_change_generation() {
+    change_new=$(new_generation "$1")
+}
+commit_change() {
+    trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
+    if ! make_current "$1" "$change_new"; then
+        stop_on_signals
+        return 1
+    fi
+    change_new=
+    stop_on_signals
+}
+abort_change() {
+    remove_own_tree "$change_new"
+    change_new=
+    remove_workdirs_of_this_run "$1"
+}
+stop_on_signals() {
+    trap 'stop 129' HUP
+    trap 'stop 130' INT
+    trap 'stop 143' TERM
+}
+in_background() {  # the command $@, run in the background and waited for: its status
+    local status=0
+    "$@" <&0 &
+    child=$!
+    wait "$child" || status=$?
+    child=
+    return "$status"
+}
+stop() {  # end the command with the status $1, after the step in the background
+    if [ -n "$child" ]; then
+        pkill -TERM -P "$child" 2>/dev/null || true  # (what a function run in the background started)
+        kill "$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+    fi
+    exit "$1"
+}
+'''
+
+# venv-pip's decisions (layer, merge or repack), pure functions of what it found
+DECISIONS = r'''
+# venv-pip's decisions, pure: each says what to do from what was found, given as arguments (yes or no for a fact);
+# nothing is read, run or written here (the tests call them on every case, tests/test_library.py).
+# How a change of the venv of the form $1 is made, where you own its SquashFS file ($2) and its layer ($3): "layers"
+# (pip on the packed layers with a writable one on top, the change a new layer) or "repack" (pip on the whole venv,
+# unpacked, packed again: the only way for the form "file", or where the files are another member's)
+change_method() {
+    if [ "$1" = layers ] && [ "$2" = yes ] && [ "$3" = yes ]; then
+        echo layers
+    else
+        echo repack
+    fi
+}
+# What follows pip on the layers that ended with the status $1 (the overlay's refusal is $2), where pip changed the
+# venv's own Python ($3), wrote or removed a name with a newline ($4), and changed anything at all ($5): "failed"
+# (stop as pip did), "refused" (repack: the overlay said why), "python" (repack, to keep the venv's Python), "newline"
+# (repack: a layer's lists cannot hold such a name), "unchanged" (nothing to do) or "layer" (put the change together)
+layers_outcome() {
+    if [ "$1" = "$2" ]; then
+        echo refused
+    elif [ "$1" -ne 0 ]; then
+        echo failed
+    elif [ "$3" = yes ]; then
+        echo python
+    elif [ "$4" = yes ]; then
+        echo newline
+    elif [ "$5" = no ]; then
+        echo unchanged
+    else
+        echo layer
+    fi
+}
+# Whether a new layer of $1 bytes on the SquashFS file of $2 bytes stays a layer ("layer": the new generation shares
+# the SquashFS file) or both are merged into a new SquashFS file ("merge": the layer grew beyond a quarter of the
+# SquashFS file, and 16 MiB)
+layer_or_merge_choice() {
+    local limit=$(( $2 / 4 ))
+    (( limit > (16 << 20) )) || limit=$(( 16 << 20 ))
+    if [ "$1" -le "$limit" ]; then
+        echo layer
+    else
+        echo merge
+    fi
+}
+'''
+
 # Run by venv-pip in the container (python -c): pip on a writable overlay of the packed venv.
 OVERLAY_PYTHON = r'''"""pip (or another module) run by the venv's Python on a writable overlay of the packed venv.
 
@@ -3965,6 +4083,13 @@ container_starts() {  # whether the container starts as the last one was to (wit
 layer_is_full() {
     [ -f "$1" ] && [ $(( $(stat -c %b "$1") * $(stat -c %B "$1") * 10 )) -ge $(( $(stat -c %s "$1") * 9 )) ]
 }
+yes_if() {  # yes if the command $@ succeeds, else no: a fact for the decisions (DECISIONS)
+    if "$@"; then
+        echo yes
+    else
+        echo no
+    fi
+}
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
@@ -3995,7 +4120,7 @@ if ! pip_changes_venv "$@"; then
 fi
 ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
-wait_for_lock "$root"
+begin_change "$root" wait
 # The state as it is now that this run holds the lock: what this run changes
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
@@ -4006,33 +4131,6 @@ changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
 stop_if_not_whole "$root" "$generation"
 remove_superseded "$root"
-
-# The long steps run in the background and are waited for: bash runs a trap only when the foreground command
-# ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
-# before it uninstalls).
-child=
-stop_on_signals() {
-    trap 'stop 129' HUP
-    trap 'stop 130' INT
-    trap 'stop 143' TERM
-}
-in_background() {
-    local status=0
-    "$@" <&0 &
-    child=$!
-    wait "$child" || status=$?
-    child=
-    return "$status"
-}
-stop() {
-    if [ -n "$child" ]; then
-        pkill -TERM -P "$child" 2>/dev/null || true  # (what a function run in the background started)
-        kill "$child" 2>/dev/null || true
-        wait "$child" 2>/dev/null || true
-    fi
-    exit "$1"
-}
-stop_on_signals
 
 if [ "$form" = directory ]; then
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
@@ -4051,22 +4149,18 @@ fi
     "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
 
 # The change goes into a new generation, made current by one rename when it is whole (STATE). This run's work dir
-# (work) and new generation (new) go when it ends, unless the rename made the new one the venv.
+# (work) and new generation (new) go when it ends, unless the rename made the new one the venv (CHANGE).
 work=
-new=
-trap 'remove_own_tree "$work"; remove_workdirs_of_this_run "$root"; remove_own_tree "$new"' EXIT
-new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+new=$change_new
 say_where_others_can_replace
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
-make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
+make_new_current() {
     if [ -f "$new_changes" ] && ! record_writable_layer_kind "$new" "$writable_kind"; then
         die "cannot write in $new; the venv was not changed"
     fi
-    trap '' HUP INT TERM
-    make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
-    new=
-    stop_on_signals
+    commit_change "$root" || die "cannot make $packed name $new; nothing was changed"
 }
 # The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
 unpack_into() {
@@ -4182,6 +4276,8 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 }
 
 newline_in_a_name="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
+python_changed+=" Python"
 repack_instead() {  # the change (pip $2...) on the whole venv instead of as a layer, saying why ($1) if it says
     [ -z "$1" ] || echo "venv-pip: $1"
     remove_own_tree "$work"
@@ -4190,29 +4286,28 @@ repack_instead() {  # the change (pip $2...) on the whole venv instead of as a l
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer
 # (layer_or_merge).
 change_in_layers() {
-    local upper whiteouts tree why status=0
+    local upper whiteouts tree status=0 python=no newline=no changed=no
     pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
-    why=
-    if [ "$status" = @refused_status@ ]; then
-        :  # (OVERLAY_PYTHON said why)
-    elif [ "$status" -ne 0 ]; then
-        pip_failed "$status" "$@"
-    elif venv_python_changed "$upper/$venv_bin"; then
-        why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
-    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
-    then
-        why=$newline_in_a_name
+    if [ "$status" -eq 0 ]; then
+        ! venv_python_changed "$upper/$venv_bin" || python=yes
+        if [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
+        then
+            newline=yes
+        fi
+        [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ] || changed=yes
     fi
-    if [ "$status" -ne 0 ] || [ -n "$why" ]; then
-        repack_instead "$why" "$@"
-        return
-    fi
-    if [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ]; then
-        echo "venv-pip: nothing changed in $venv; $packed stays as it was."
-        exit 0
-    fi
+    case "$(layers_outcome "$status" @refused_status@ "$python" "$newline" "$changed")" in
+        failed) pip_failed "$status" "$@" ;;
+        refused) repack_instead "" "$@"; return ;;  # (OVERLAY_PYTHON said why)
+        python) repack_instead "$python_changed" "$@"; return ;;
+        newline) repack_instead "$newline_in_a_name" "$@"; return ;;
+        unchanged)
+            echo "venv-pip: nothing changed in $venv; $packed stays as it was."
+            exit 0
+            ;;
+    esac
     tree="$work/tree"
     if ! { mkdir "$tree" && layer_whiteouts "$changes" >"$work/removed" &&
         in_background apply_layer "$changes" "$tree"; }; then
@@ -4237,9 +4332,7 @@ change_in_layers() {
 # The new layer, put together, becomes the new generation's, on the SquashFS file as it is; or, when it grows beyond a
 # quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file
 layer_or_merge() {
-    local limit
-    limit=$(( $(stat -c %s "$squashfs") / 4 ))
-    if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
+    if [ "$(layer_or_merge_choice "$(stat -c %s "$new_changes")" "$(stat -c %s "$squashfs")")" = layer ]; then
         # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
         ln -- "$squashfs" "$new_squashfs" || die "cannot link $squashfs into $new; nothing was changed"
         make_new_current
@@ -4268,7 +4361,7 @@ again_where_there_is_room() {
     change_in_layers "$@"
 }
 
-if [ "$form" = layers ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
+if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
     change_in_layers "$@"
 else
     if [ "$form" = layers ]; then
@@ -4284,8 +4377,7 @@ fi
 MAKE_SQUASHFS = r'''@header@
 no_arguments "$@"
 
-umask "$(shared_umask "$root")"
-lock_or_stop "$root"
+begin_change "$root" now || die "$(lock_refusal "$root")"
 generation=$(current_generation "$root")
 remove_superseded "$root"
 [ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
@@ -4294,18 +4386,14 @@ remove_superseded "$root"
 command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 # A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
-new=
-work=
-trap 'remove_own_tree "$new"; remove_own_tree "$work"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+new=$change_new
 squashfs="$new/$squashfs_name"
 changes="$new/$changes_name"
 share_modes "$root" "$dir"
 echo "Packing $dir into $squashfs with $(squash_processors) processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
-pack_tree "$dir" "$squashfs" -keep-as-directory || die "mksquashfs failed; nothing was changed"
+in_background pack_tree "$dir" "$squashfs" -keep-as-directory || die "mksquashfs failed; nothing was changed"
 if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
     die "cannot write $changes; nothing was changed"
 fi
@@ -4342,10 +4430,7 @@ else
     fi
     remove_own_tree "$work"
 fi
-trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
-make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
-new=
-trap - EXIT HUP INT TERM
+commit_change "$root" || die "cannot make $packed name $new; nothing was changed"
 echo "Created $packed/$squashfs_name."
 echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."
@@ -4354,8 +4439,7 @@ echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS fi
 UNMAKE_SQUASHFS = r'''@header@
 no_arguments "$@"
 
-umask "$(shared_umask "$root")"
-lock_or_stop "$root"
+begin_change "$root" now || die "$(lock_refusal "$root")"
 generation=$(current_generation "$root")
 stop_if_not_whole "$root" "$generation"
 remove_superseded "$root"
@@ -4365,18 +4449,17 @@ if [ -e "$dir" ] || [ -L "$dir" ]; then
 fi
 command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
-tmp=
-trap 'remove_own_tree "$tmp"' EXIT
-# (a directory with the record of a generation: if this run is killed, a later change removes it, see STATE)
-tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
-unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
+# (into a new generation, never made current, but with the record of one: if this run is killed, a later change
+# removes it, see STATE)
+new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+tmp=$change_new
+in_background unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
     die "unsquashfs failed; nothing was changed"
 # (on disk before it has its name: a crash leaves no $dir with empty files)
 sync -f -- "$tmp/unpacked" || die "cannot write the unpacked venv to disk; nothing was changed"
 mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
 sync -- "$root" || true
-trap - EXIT
-remove_own_tree "$tmp"
+abort_change "$root"  # (what is left of the new generation: the venv is $dir now)
 echo "Unpacked $generation/$squashfs_name into $dir."
 [ ! -f "$generation/$changes_name" ] || echo "It includes the changes in $generation/$changes_name."
 echo "To install into it, remove the link $packed and reload the module (module load $module):"
@@ -5286,6 +5369,8 @@ SCRIPT_SNIPPETS = {
     'pip_changes_venv': PIP_CHANGES_VENV,
     'layers': LAYERS,
     'workdir': WORKDIR,
+    'change': CHANGE,
+    'decisions': DECISIONS,
     'files': FILES,
     'bind_user_software': BIND_USER_SOFTWARE,
     'keep_venv_python': KEEP_VENV_PYTHON,

@@ -98,6 +98,13 @@ LAYERS_TEMPLATE = source('scripts/layers.sh')
 # of small files are slow to make and read back).
 WORKDIR = source('scripts/workdir.sh')
 
+# A change of the venv, one way for venv-pip, make-squashfs and unmake-squashfs: begin (the lock, one signal policy),
+# a new generation, commit (the one rename) or abort
+CHANGE = source('scripts/change.sh')
+
+# venv-pip's decisions (layer, merge or repack), pure functions of what it found
+DECISIONS = source('scripts/decisions.sh')
+
 # Run by venv-pip in the container (python -c): pip on a writable overlay of the packed venv.
 OVERLAY_PYTHON = source('programs/overlay_python.py')
 
@@ -198,6 +205,8 @@ SCRIPT_SNIPPETS = {
     'pip_changes_venv': PIP_CHANGES_VENV,
     'layers': LAYERS,
     'workdir': WORKDIR,
+    'change': CHANGE,
+    'decisions': DECISIONS,
     'files': FILES,
     'bind_user_software': BIND_USER_SOFTWARE,
     'keep_venv_python': KEEP_VENV_PYTHON,

@@ -87,6 +87,13 @@ container_starts() {  # whether the container starts as the last one was to (wit
 layer_is_full() {
     [ -f "$1" ] && [ $(( $(stat -c %b "$1") * $(stat -c %B "$1") * 10 )) -ge $(( $(stat -c %s "$1") * 9 )) ]
 }
+yes_if() {  # yes if the command $@ succeeds, else no: a fact for the decisions (DECISIONS)
+    if "$@"; then
+        echo yes
+    else
+        echo no
+    fi
+}
 # What the venv looks like: a change of pip's shows in it
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
@@ -117,7 +124,7 @@ if ! pip_changes_venv "$@"; then
 fi
 ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
-wait_for_lock "$root"
+begin_change "$root" wait
 # The state as it is now that this run holds the lock: what this run changes
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
@@ -128,33 +135,6 @@ changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
 stop_if_not_whole "$root" "$generation"
 remove_superseded "$root"
-
-# The long steps run in the background and are waited for: bash runs a trap only when the foreground command
-# ends, and a SIGTERM from Slurm or a Ctrl-C must stop them at once. They keep the terminal as stdin (pip asks
-# before it uninstalls).
-child=
-stop_on_signals() {
-    trap 'stop 129' HUP
-    trap 'stop 130' INT
-    trap 'stop 143' TERM
-}
-in_background() {
-    local status=0
-    "$@" <&0 &
-    child=$!
-    wait "$child" || status=$?
-    child=
-    return "$status"
-}
-stop() {
-    if [ -n "$child" ]; then
-        pkill -TERM -P "$child" 2>/dev/null || true  # (what a function run in the background started)
-        kill "$child" 2>/dev/null || true
-        wait "$child" 2>/dev/null || true
-    fi
-    exit "$1"
-}
-stop_on_signals
 
 if [ "$form" = directory ]; then
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
@@ -173,22 +153,18 @@ fi
     "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
 
 # The change goes into a new generation, made current by one rename when it is whole (STATE). This run's work dir
-# (work) and new generation (new) go when it ends, unless the rename made the new one the venv.
+# (work) and new generation (new) go when it ends, unless the rename made the new one the venv (CHANGE).
 work=
-new=
-trap 'remove_own_tree "$work"; remove_workdirs_of_this_run "$root"; remove_own_tree "$new"' EXIT
-new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+new=$change_new
 say_where_others_can_replace
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
-make_new_current() {  # (from the rename on, the new generation is the venv: no trap may remove it)
+make_new_current() {
     if [ -f "$new_changes" ] && ! record_writable_layer_kind "$new" "$writable_kind"; then
         die "cannot write in $new; the venv was not changed"
     fi
-    trap '' HUP INT TERM
-    make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
-    new=
-    stop_on_signals
+    commit_change "$root" || die "cannot make $packed name $new; nothing was changed"
 }
 # The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
 unpack_into() {
@@ -304,6 +280,8 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 }
 
 newline_in_a_name="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
+python_changed+=" Python"
 repack_instead() {  # the change (pip $2...) on the whole venv instead of as a layer, saying why ($1) if it says
     [ -z "$1" ] || echo "venv-pip: $1"
     remove_own_tree "$work"
@@ -312,29 +290,28 @@ repack_instead() {  # the change (pip $2...) on the whole venv instead of as a l
 # pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer
 # (layer_or_merge).
 change_in_layers() {
-    local upper whiteouts tree why status=0
+    local upper whiteouts tree status=0 python=no newline=no changed=no
     pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
-    why=
-    if [ "$status" = @refused_status@ ]; then
-        :  # (OVERLAY_PYTHON said why)
-    elif [ "$status" -ne 0 ]; then
-        pip_failed "$status" "$@"
-    elif venv_python_changed "$upper/$venv_bin"; then
-        why="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own Python"
-    elif [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
-    then
-        why=$newline_in_a_name
+    if [ "$status" -eq 0 ]; then
+        ! venv_python_changed "$upper/$venv_bin" || python=yes
+        if [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
+        then
+            newline=yes
+        fi
+        [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ] || changed=yes
     fi
-    if [ "$status" -ne 0 ] || [ -n "$why" ]; then
-        repack_instead "$why" "$@"
-        return
-    fi
-    if [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ]; then
-        echo "venv-pip: nothing changed in $venv; $packed stays as it was."
-        exit 0
-    fi
+    case "$(layers_outcome "$status" @refused_status@ "$python" "$newline" "$changed")" in
+        failed) pip_failed "$status" "$@" ;;
+        refused) repack_instead "" "$@"; return ;;  # (OVERLAY_PYTHON said why)
+        python) repack_instead "$python_changed" "$@"; return ;;
+        newline) repack_instead "$newline_in_a_name" "$@"; return ;;
+        unchanged)
+            echo "venv-pip: nothing changed in $venv; $packed stays as it was."
+            exit 0
+            ;;
+    esac
     tree="$work/tree"
     if ! { mkdir "$tree" && layer_whiteouts "$changes" >"$work/removed" &&
         in_background apply_layer "$changes" "$tree"; }; then
@@ -359,9 +336,7 @@ change_in_layers() {
 # The new layer, put together, becomes the new generation's, on the SquashFS file as it is; or, when it grows beyond a
 # quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file
 layer_or_merge() {
-    local limit
-    limit=$(( $(stat -c %s "$squashfs") / 4 ))
-    if [ "$(stat -c %s "$new_changes")" -le "$(( limit > (16 << 20) ? limit : (16 << 20) ))" ]; then
+    if [ "$(layer_or_merge_choice "$(stat -c %s "$new_changes")" "$(stat -c %s "$squashfs")")" = layer ]; then
         # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
         ln -- "$squashfs" "$new_squashfs" || die "cannot link $squashfs into $new; nothing was changed"
         make_new_current
@@ -390,7 +365,7 @@ again_where_there_is_room() {
     change_in_layers "$@"
 }
 
-if [ "$form" = layers ] && [ -O "$squashfs" ] && [ -O "$changes" ]; then
+if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
     change_in_layers "$@"
 else
     if [ "$form" = layers ]; then

@@ -33,6 +33,8 @@ no_arguments() {
 @layers@
 @workdir@
 @lock_install_dir_or_stop@
+@change@
+@decisions@
 @pip_changes_venv@
 @bind_user_software@
 @keep_venv_python@

@@ -133,6 +133,9 @@ take_lock() {
         fi
     done
 }
+lock_refusal() {  # what to say when another run holds the lock of the install dir $1
+    echo "$(lock_holder "$1") is changing $1; try again when it is done$(lock_hint "$1")"
+}
 wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it waits
     take_lock "$1" -n && return 0
     echo "${0##*/}: waiting for $(lock_holder "$1") to finish with $1...$(lock_hint "$1")" >&2

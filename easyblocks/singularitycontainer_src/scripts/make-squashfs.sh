@@ -1,8 +1,7 @@
 @header@
 no_arguments "$@"
 
-umask "$(shared_umask "$root")"
-lock_or_stop "$root"
+begin_change "$root" now || die "$(lock_refusal "$root")"
 generation=$(current_generation "$root")
 remove_superseded "$root"
 [ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
@@ -11,18 +10,14 @@ remove_superseded "$root"
 command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
 # A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
-new=
-work=
-trap 'remove_own_tree "$new"; remove_own_tree "$work"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-new=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
+new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+new=$change_new
 squashfs="$new/$squashfs_name"
 changes="$new/$changes_name"
 share_modes "$root" "$dir"
 echo "Packing $dir into $squashfs with $(squash_processors) processors..."
 # (user-software/ from the container's root: a layer, see LAYERS)
-pack_tree "$dir" "$squashfs" -keep-as-directory || die "mksquashfs failed; nothing was changed"
+in_background pack_tree "$dir" "$squashfs" -keep-as-directory || die "mksquashfs failed; nothing was changed"
 if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
     die "cannot write $changes; nothing was changed"
 fi
@@ -59,10 +54,7 @@ else
     fi
     remove_own_tree "$work"
 fi
-trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
-make_current "$root" "$new" || die "cannot make $packed name $new; nothing was changed"
-new=
-trap - EXIT HUP INT TERM
+commit_change "$root" || die "cannot make $packed name $new; nothing was changed"
 echo "Created $packed/$squashfs_name."
 echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."

@@ -1,8 +1,7 @@
 @header@
 no_arguments "$@"
 
-umask "$(shared_umask "$root")"
-lock_or_stop "$root"
+begin_change "$root" now || die "$(lock_refusal "$root")"
 generation=$(current_generation "$root")
 stop_if_not_whole "$root" "$generation"
 remove_superseded "$root"
@@ -12,18 +11,17 @@ if [ -e "$dir" ] || [ -L "$dir" ]; then
 fi
 command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
 
-tmp=
-trap 'remove_own_tree "$tmp"' EXIT
-# (a directory with the record of a generation: if this run is killed, a later change removes it, see STATE)
-tmp=$(new_generation "$root") || die "cannot make a directory in $root; nothing was changed"
-unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
+# (into a new generation, never made current, but with the record of one: if this run is killed, a later change
+# removes it, see STATE)
+new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+tmp=$change_new
+in_background unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
     die "unsquashfs failed; nothing was changed"
 # (on disk before it has its name: a crash leaves no $dir with empty files)
 sync -f -- "$tmp/unpacked" || die "cannot write the unpacked venv to disk; nothing was changed"
 mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
 sync -- "$root" || true
-trap - EXIT
-remove_own_tree "$tmp"
+abort_change "$root"  # (what is left of the new generation: the venv is $dir now)
 echo "Unpacked $generation/$squashfs_name into $dir."
 [ ! -f "$generation/$changes_name" ] || echo "It includes the changes in $generation/$changes_name."
 echo "To install into it, remove the link $packed and reload the module (module load $module):"

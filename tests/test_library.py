@@ -1,0 +1,185 @@
+"""The install's library (libexec/commands.sh) called directly, in the unit tier (no EasyBuild, no container, a few
+milliseconds a case): venv-pip's decisions against the rules they state, on every case; and a change of the venv's
+state (begin_change, new_change_generation, commit_change) signalled or killed at every step on a tiny install dir,
+which must keep the old state or have the new one, and nothing of a stopped run's."""
+import itertools
+import os
+import signal
+import subprocess
+
+import pytest
+
+from singularitycontainer_src.layout import GENERATION_PREFIX, LIBRARY, USER_SOFTWARE_PACKED
+from singularitycontainer_src.scripts import library_text
+
+MIB = 1 << 20
+REFUSED = 75  # (OVERLAY_REFUSED_STATUS, as the template passes it)
+
+
+@pytest.fixture
+def install_dir(tmp_path):
+    """A tiny install dir with the library of a module Test/1.0 (its caches' set-up left out): the library finds the
+    install dir from where it is, as in a real install."""
+    root = tmp_path / 'install'
+    (root / 'libexec').mkdir(parents=True)
+    (root / LIBRARY).write_text(library_text('Test/1.0', ':'))
+    return root
+
+
+def bash(root, program, env=None, **kwargs):
+    """program run by bash after the library of the install dir root, as a command of it runs (set -euo pipefail)."""
+    head = 'set -euo pipefail\ncommand_name=test\ncommand_help=(help)\nsource %s\n' % (root / LIBRARY)
+    return subprocess.run(['bash', '-c', head + program], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, **(env or {})), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The decisions, against the rules as stated, on every case
+# ---------------------------------------------------------------------------------------------------------------
+
+def expected_method(form, owns_squashfs, owns_layer):
+    return 'layers' if (form, owns_squashfs, owns_layer) == ('layers', 'yes', 'yes') else 'repack'
+
+
+def expected_outcome(status, python, newline, changed):
+    if status == REFUSED:
+        return 'refused'
+    if status:
+        return 'failed'
+    if python == 'yes':
+        return 'python'
+    if newline == 'yes':
+        return 'newline'
+    return 'unchanged' if changed == 'no' else 'layer'
+
+
+def expected_choice(layer, squashfs):
+    return 'layer' if layer <= max(squashfs // 4, 16 * MIB) else 'merge'
+
+
+YES_NO = ('yes', 'no')
+METHOD_CASES = list(itertools.product(('layers', 'file', 'directory', 'missing'), YES_NO, YES_NO))
+OUTCOME_CASES = list(itertools.product((0, 1, 2, REFUSED, 143, 255), YES_NO, YES_NO, YES_NO))
+# sizes around both limits (16 MiB, a quarter of the SquashFS file) and far from them
+SIZES = [0, 1, 16 * MIB - 1, 16 * MIB, 16 * MIB + 1, 64 * MIB - 1, 64 * MIB, 64 * MIB + 1, 5 * 1024 * MIB]
+CHOICE_CASES = list(itertools.product(SIZES, [0, 4 * MIB, 64 * MIB - 4, 64 * MIB, 64 * MIB + 4, 256 * MIB,
+                                              20 * 1024 * MIB]))
+
+
+def decisions(root, calls):
+    """The output of each call (a list of words), all in one bash."""
+    program = ''.join('%s\n' % ' '.join(str(word) for word in call) for call in calls)
+    proc = bash(root, program)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    return proc.stdout.split('\n')[:-1]
+
+
+def test_change_method_on_every_case(install_dir):
+    got = decisions(install_dir, [('change_method',) + case for case in METHOD_CASES])
+    assert got == [expected_method(*case) for case in METHOD_CASES]
+
+
+def test_layers_outcome_on_every_case(install_dir):
+    got = decisions(install_dir, [('layers_outcome', case[0], REFUSED) + case[1:] for case in OUTCOME_CASES])
+    assert got == [expected_outcome(*case) for case in OUTCOME_CASES]
+
+
+def test_layer_or_merge_on_every_case(install_dir):
+    got = decisions(install_dir, [('layer_or_merge_choice',) + case for case in CHOICE_CASES])
+    assert got == [expected_choice(*case) for case in CHOICE_CASES]
+    assert {'layer', 'merge'} == set(got)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A change, stopped at every step
+# ---------------------------------------------------------------------------------------------------------------
+
+# A change as the commands make it, with a hook before each step (and two inside the commit, around its rename),
+# where the test sends the run a signal: the steps' numbers are the hooks'
+CHANGE = r'''
+hook() { [ "$1" != "${STOP_AT:-}" ] || kill -"$STOP_WITH" $$; }
+eval "committing_$(declare -f make_current)"
+make_current() { hook 4; committing_make_current "$@"; hook 5; }
+hook 1; begin_change "$root" now || exit 3
+hook 2; new_change_generation "$root" || exit 4
+hook 3; echo "$CONTENT" > "$change_new/user-software.squashfs"
+commit_change "$root" || exit 5
+hook 6; echo committed
+'''
+STEPS = range(1, 7)
+
+
+def state(root):
+    """The generation the link names (its file's content), and every generation there is."""
+    link = root / USER_SOFTWARE_PACKED
+    current = (link / 'user-software.squashfs').read_text().strip() if os.path.lexists(link) else None
+    return current, sorted(path.name for path in root.glob(GENERATION_PREFIX + '*'))
+
+
+def change(root, content, **env):
+    return bash(root, CHANGE, env=dict(env, CONTENT=content))
+
+
+def test_a_change_commits_in_one_rename(install_dir):
+    assert change(install_dir, 'old').stdout == 'committed\n'
+    old = state(install_dir)
+    assert old[0] == 'old' and len(old[1]) == 1
+    assert change(install_dir, 'new').stdout == 'committed\n'
+    current, generations = state(install_dir)
+    assert current == 'new' and len(generations) == 2 and old[1][0] in generations  # (kept 2 minutes: running jobs)
+
+
+@pytest.mark.parametrize('step', STEPS)
+@pytest.mark.parametrize('stop_with', ['TERM', 'INT', 'HUP'])
+def test_a_signal_at_every_step(install_dir, step, stop_with):
+    """The signal policy, from begin_change on: a signal before the rename stops the change with 128 + its number and
+    removes what it made; one during the commit is held off (the change is made); one after the rename ends the
+    command, the change made. (Before begin_change the signal's own action: the shell ends, nothing was made.)"""
+    change(install_dir, 'old')
+    before = state(install_dir)
+    proc = change(install_dir, 'new', STOP_AT=str(step), STOP_WITH=stop_with)
+    number = getattr(signal, 'SIG' + stop_with)
+    current, generations = state(install_dir)
+    if step == 1:
+        assert proc.returncode == -number and (current, generations) == before
+    elif step <= 3:
+        assert proc.returncode == 128 + number, proc.stderr
+        assert (current, generations) == before  # (nothing of the stopped run's)
+    elif step <= 5:
+        assert (proc.returncode, proc.stdout) == (0, 'committed\n'), proc.stderr
+        assert current == 'new' and len(generations) == 2
+    else:
+        assert proc.returncode == 128 + number and current == 'new' and len(generations) == 2
+    assert not list(install_dir.glob('.user-software.link.*'))
+
+
+@pytest.mark.parametrize('step', STEPS)
+def test_a_kill_at_every_step(install_dir, step):
+    """SIGKILL, which no trap sees: the old state or the new one, whole; a generation it made and did not commit
+    stays, named by no link, private to its maker, for a later change to remove (remove_superseded)."""
+    change(install_dir, 'old')
+    before = state(install_dir)
+    proc = change(install_dir, 'new', STOP_AT=str(step), STOP_WITH='KILL')
+    assert proc.returncode == -signal.SIGKILL
+    current, generations = state(install_dir)
+    assert current == ('old' if step <= 4 else 'new')
+    assert before[1][0] in generations and len(generations) == (1 if step <= 2 else 2)
+    if step in (3, 4):
+        [left] = set(generations) - set(before[1])
+        assert (install_dir / left).stat().st_mode & 0o777 == 0o700
+
+
+def test_another_change_waits_or_stops(install_dir):
+    """begin_change now: status 1 while another run holds the lock, with who it is; wait: the lock once it is free."""
+    holder = subprocess.Popen(['bash', '-c', 'set -euo pipefail\ncommand_name=holder\ncommand_help=()\nsource %s\n'
+                               'begin_change "$root" now\necho held\nread -r _' % (install_dir / LIBRARY)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == 'held\n'
+        proc = bash(install_dir, 'begin_change "$root" now || { lock_refusal "$root"; exit 7; }')
+        assert proc.returncode == 7
+        assert "'s bash on " in proc.stdout and 'is changing %s; try again when it is done' % install_dir in \
+            proc.stdout
+    finally:
+        holder.communicate('\n', timeout=30)
+    assert bash(install_dir, 'begin_change "$root" wait && echo mine').stdout == 'mine\n'
