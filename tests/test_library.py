@@ -26,11 +26,17 @@ def install_dir(tmp_path):
     return root
 
 
-def bash(root, program, env=None, **kwargs):
-    """program run by bash after the library of the install dir root, as a command of it runs (set -euo pipefail)."""
-    head = 'set -euo pipefail\ncommand_name=test\ncommand_help=(help)\nsource %s\n' % (root / LIBRARY)
-    return subprocess.run(['bash', '-c', head + program], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, **(env or {})), **kwargs)
+def command(root, program, name='test'):
+    """A bash command line running program after the library of the install dir root, as the command `name` of it
+    runs (set -euo pipefail)."""
+    head = 'set -euo pipefail\ncommand_name=%s\ncommand_help=(help)\nsource %s\n' % (name, root / LIBRARY)
+    return ['bash', '-c', head + program]
+
+
+def bash(root, program, env=None):
+    """program run as a command of the install dir root (command), to its end."""
+    return subprocess.run(command(root, program), capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, **(env or {})))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -171,8 +177,7 @@ def test_a_kill_at_every_step(install_dir, step):
 
 def test_another_change_waits_or_stops(install_dir):
     """begin_change now: status 1 while another run holds the lock, with who it is; wait: the lock once it is free."""
-    holder = subprocess.Popen(['bash', '-c', 'set -euo pipefail\ncommand_name=holder\ncommand_help=()\nsource %s\n'
-                               'begin_change "$root" now\necho held\nread -r _' % (install_dir / LIBRARY)],
+    holder = subprocess.Popen(command(install_dir, 'begin_change "$root" now\necho held\nread -r _', 'holder'),
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == 'held\n'

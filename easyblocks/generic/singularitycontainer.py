@@ -2126,14 +2126,16 @@ die() {
     echo "$command_name: error: $*" >&2
     exit 1
 }
-# For a command that takes no arguments: -h or --help prints its help ($command_help, set with $command_name), any
-# other argument stops it before anything is done
+# The command's help ($command_help, set with $command_name), for -h and --help; and the command ends
+print_help() {
+    printf '%s\n' "${command_help[@]}"
+    exit 0
+}
+# For a command that takes no arguments: -h or --help prints its help, any other argument stops it before anything
+# is done
 no_arguments() {
     case "${1:-}" in
-        -h | --help)
-            printf '%s\n' "${command_help[@]}"
-            exit 0
-            ;;
+        -h | --help) print_help ;;
         *)
             [ "$#" -eq 0 ] ||
                 die "$command_name takes no arguments, '$(printable "$1")' was given (usage: $command_name; -h says" \
@@ -2145,7 +2147,7 @@ no_arguments() {
 @readable_by_all@
 @layers@
 @workdir@
-@lock_install_dir_or_stop@
+@lock_install_dir@
 @change@
 @decisions@
 @pip_changes_venv@
@@ -2213,10 +2215,7 @@ LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
 # COMMAND_HELPS).
 COMMAND_HELP = r'''# -h or --help as the first argument: what this command does and takes, before anything is started
 case "${1:-}" in
-    -h | --help)
-        printf '%s\n' "${command_help[@]}"
-        exit 0
-        ;;
+    -h | --help) print_help ;;
     *) ;;
 esac
 '''
@@ -2239,10 +2238,7 @@ connection_file=
 case "$action" in
     install | remove | list) ;;
     start) ;;  # what kernel.json runs
-    -h | --help | help)
-        printf '%s\n' "${command_help[@]}"
-        exit 0
-        ;;
+    -h | --help | help) print_help ;;
     '') bad_usage "no command given" ;;
     *) bad_usage "unknown command '$action'" ;;
 esac
@@ -2274,10 +2270,7 @@ while [ "$#" -gt 0 ] && [ "$action" != start ]; do
             kernels_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels
             ;;
         'install --force') force=yes ;;
-        *' -h' | *' --help')
-            printf '%s\n' "${command_help[@]}"
-            exit 0
-            ;;
+        *' -h' | *' --help') print_help ;;
         *) bad_usage "'$option' is not an option of jupyter-container-kernel $action" ;;
     esac
     shift
@@ -2784,7 +2777,8 @@ packed="$root/@packed@"  # (the link, see STATE)
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
-# members can open it; whoever takes it writes who they are beside it (lock_holder reads that).
+# members can open it; whoever takes it writes who they are beside it (lock_holder reads that). make-squashfs and
+# unmake-squashfs do not wait (take_lock_now; venv-pip does); an install runs make-squashfs while it holds the lock.
 LOCK_INSTALL_DIR_TEMPLATE = r'''
 # The lock of the install dir $1 is $1/@lock@, the record of its holder $1/@lock_record@ (with FILES).
 # Nobody but the install's members may open the lock: flock works on a descriptor opened read-only, so a lock that
@@ -2928,11 +2922,6 @@ wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it wa
     echo "${0##*/}: waiting for $(lock_holder "$1") to finish with $1...$(lock_hint "$1")" >&2
     take_lock "$1"
 }
-'''
-
-# make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the
-# lock. Follows LOCK_INSTALL_DIR.
-LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = r'''
 # The lock of the install dir $1 at once, or status 1 where another run holds it; nothing to take where the install
 # that runs this holds it (@holds_lock@ names its install dir: the make-squashfs of an install)
 take_lock_now() {
@@ -5348,9 +5337,8 @@ USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SO
                                     venv_state=VENV_STATE)
 LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
-                                 lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES))
-LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
-                                                            holds_lock=INSTALL_HOLDS_LOCK)
+                                 lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
+                                 holds_lock=INSTALL_HOLDS_LOCK)
 READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, keeps='0%o' % SHARED_UMASK_KEEPS)
 
 
@@ -5365,7 +5353,6 @@ SCRIPT_SNIPPETS = {
     'readable_by_all': READABLE_BY_ALL,
     'user_software_paths': USER_SOFTWARE_PATHS,
     'lock_install_dir': LOCK_INSTALL_DIR,
-    'lock_install_dir_or_stop': LOCK_INSTALL_DIR_OR_STOP,
     'pip_changes_venv': PIP_CHANGES_VENV,
     'layers': LAYERS,
     'workdir': WORKDIR,

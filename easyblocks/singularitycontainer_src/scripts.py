@@ -58,12 +58,9 @@ USER_SOFTWARE_PATHS_TEMPLATE = source('scripts/user-software-paths.sh')
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
-# members can open it; whoever takes it writes who they are beside it (lock_holder reads that).
+# members can open it; whoever takes it writes who they are beside it (lock_holder reads that). make-squashfs and
+# unmake-squashfs do not wait (take_lock_now; venv-pip does); an install runs make-squashfs while it holds the lock.
 LOCK_INSTALL_DIR_TEMPLATE = source('scripts/lock-install-dir.sh')
-
-# make-squashfs and unmake-squashfs do not wait (venv-pip does); an install runs make-squashfs while it holds the
-# lock. Follows LOCK_INSTALL_DIR.
-LOCK_INSTALL_DIR_OR_STOP_TEMPLATE = source('scripts/lock-install-dir-or-stop.sh')
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = source('scripts/pip-changes-venv.sh')
@@ -184,9 +181,8 @@ USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SO
                                     venv_state=VENV_STATE)
 LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
-                                 lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES))
-LOCK_INSTALL_DIR_OR_STOP = LOCK_INSTALL_DIR + fill_template(LOCK_INSTALL_DIR_OR_STOP_TEMPLATE,
-                                                            holds_lock=INSTALL_HOLDS_LOCK)
+                                 lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
+                                 holds_lock=INSTALL_HOLDS_LOCK)
 READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, keeps='0%o' % SHARED_UMASK_KEEPS)
 
 
@@ -201,7 +197,6 @@ SCRIPT_SNIPPETS = {
     'readable_by_all': READABLE_BY_ALL,
     'user_software_paths': USER_SOFTWARE_PATHS,
     'lock_install_dir': LOCK_INSTALL_DIR,
-    'lock_install_dir_or_stop': LOCK_INSTALL_DIR_OR_STOP,
     'pip_changes_venv': PIP_CHANGES_VENV,
     'layers': LAYERS,
     'workdir': WORKDIR,

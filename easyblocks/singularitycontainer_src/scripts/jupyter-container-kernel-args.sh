@@ -14,10 +14,7 @@ connection_file=
 case "$action" in
     install | remove | list) ;;
     start) ;;  # what kernel.json runs
-    -h | --help | help)
-        printf '%s\n' "${command_help[@]}"
-        exit 0
-        ;;
+    -h | --help | help) print_help ;;
     '') bad_usage "no command given" ;;
     *) bad_usage "unknown command '$action'" ;;
 esac
@@ -49,10 +46,7 @@ while [ "$#" -gt 0 ] && [ "$action" != start ]; do
             kernels_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels
             ;;
         'install --force') force=yes ;;
-        *' -h' | *' --help')
-            printf '%s\n' "${command_help[@]}"
-            exit 0
-            ;;
+        *' -h' | *' --help') print_help ;;
         *) bad_usage "'$option' is not an option of jupyter-container-kernel $action" ;;
     esac
     shift

@@ -13,14 +13,16 @@ die() {
     echo "$command_name: error: $*" >&2
     exit 1
 }
-# For a command that takes no arguments: -h or --help prints its help ($command_help, set with $command_name), any
-# other argument stops it before anything is done
+# The command's help ($command_help, set with $command_name), for -h and --help; and the command ends
+print_help() {
+    printf '%s\n' "${command_help[@]}"
+    exit 0
+}
+# For a command that takes no arguments: -h or --help prints its help, any other argument stops it before anything
+# is done
 no_arguments() {
     case "${1:-}" in
-        -h | --help)
-            printf '%s\n' "${command_help[@]}"
-            exit 0
-            ;;
+        -h | --help) print_help ;;
         *)
             [ "$#" -eq 0 ] ||
                 die "$command_name takes no arguments, '$(printable "$1")' was given (usage: $command_name; -h says" \
@@ -32,7 +34,7 @@ no_arguments() {
 @readable_by_all@
 @layers@
 @workdir@
-@lock_install_dir_or_stop@
+@lock_install_dir@
 @change@
 @decisions@
 @pip_changes_venv@
