@@ -416,7 +416,7 @@ def test_a_new_directory_is_the_commands_own_until_it_is_whole(project, tmp_path
     planted, proc = plant_inside_while_it_is_made(
         project, tmp_path / 'venv-pip', 'venv-pip install --no-index --find-links=%s lumi-later' % project.wheels,
         project.idir, '.user-software.packed.??????',
-        ['.generation', 'user-software.squashfs', 'user-software.changes.squashfs'])
+        ['.generation', 'user-software.squashfs', 'user-software.changes.squashfs', '.venv-form'])
     project.check(proc, 'venv-pip with plants in its new generation (%s)' % ', '.join(planted))
     assert proc.returncode == 0, proc.stderr
     kernels = project.prefix / 'race' / 'share' / 'jupyter' / 'kernels'

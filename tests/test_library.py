@@ -1,16 +1,24 @@
 """The install's library (libexec/commands.sh) called directly, in the unit tier (no EasyBuild, no container, a few
 milliseconds a case): venv-pip's decisions against the rules they state, on every case; and a change of the venv's
 state (begin_change, new_change_generation, commit_change) signalled or killed at every step on a tiny install dir,
-which must keep the old state or have the new one, and nothing of a stopped run's."""
+which must keep the old state or have the new one, and nothing of a stopped run's; and the venv's form, recorded in
+the generation, read alike by the scripts, the module (Lua and Tcl) and the easyblock on every case."""
 import itertools
 import os
+import shlex
 import signal
 import subprocess
 
 import pytest
 
-from singularitycontainer_src.layout import GENERATION_PREFIX, LIBRARY, USER_SOFTWARE_PACKED
+from singularitycontainer_src.install_dir import venv_form
+from singularitycontainer_src.layout import (CHANGES_NAME, FORM_RECORD, GENERATION_PREFIX, GENERATION_RECORD, LIBRARY,
+                                             SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_CHANGES, USER_SOFTWARE_FORM,
+                                             USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
+from singularitycontainer_src.module_plan import SetRestorable, Var, VenvForm, emit_module_logic
 from singularitycontainer_src.scripts import library_text
+from support import require
+from testkit.install import LMOD_CMD, LMOD_INIT, base_env, run
 
 MIB = 1 << 20
 REFUSED = 75  # (OVERLAY_REFUSED_STATUS, as the template passes it)
@@ -109,7 +117,7 @@ make_current() { hook 4; committing_make_current "$@"; hook 5; }
 hook 1; begin_change "$root" now || exit 3
 hook 2; new_change_generation "$root" || exit 4
 hook 3; echo "$CONTENT" > "$change_new/user-software.squashfs"
-commit_change "$root" || exit 5
+commit_change "$root" file || exit 5
 hook 6; echo committed
 '''
 STEPS = range(1, 7)
@@ -188,3 +196,88 @@ def test_another_change_waits_or_stops(install_dir):
     finally:
         holder.communicate('\n', timeout=30)
     assert bash(install_dir, 'begin_change "$root" wait && echo mine').stdout == 'mine\n'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The venv's form: recorded in the generation by the command that made it, read by all four readers
+# ---------------------------------------------------------------------------------------------------------------
+
+# How a generation's record may be: none (a generation of an earlier version), each form, a word no writer writes, a
+# link to a file that says layers, a FIFO (which no reader may open: it would wait)
+RECORDS = ('none', 'layers', 'file', 'bogus', 'link', 'fifo')
+FILES = ('none', 'squashfs', 'both')
+FORM_CASES = [('no-link', 'none', 'none', directory) for directory in YES_NO] + list(
+    itertools.product(('link',), RECORDS, FILES, YES_NO))
+
+
+def expected_form(link, record, files, directory):
+    """The rule: the recorded form where its files are there, else what the files say."""
+    if link == 'link' and (record, files) in (('layers', 'both'), ('file', 'squashfs'), ('file', 'both')):
+        return record
+    if link == 'link' and files != 'none':
+        return {'squashfs': 'file', 'both': 'layers'}[files]
+    return 'directory' if directory == 'yes' else 'missing'
+
+
+def form_install_dir(root, link, record, files, directory):
+    """An install dir in the state of the case: its link to a generation, the generation's record and files."""
+    root.mkdir(parents=True)
+    if directory == 'yes':
+        (root / USER_SOFTWARE).mkdir()
+    if link == 'no-link':
+        return
+    generation = root / (GENERATION_PREFIX + 'abcdef')
+    generation.mkdir()
+    (generation / GENERATION_RECORD).write_text('')
+    (root / USER_SOFTWARE_PACKED).symlink_to(generation.name)
+    for name in {'none': (), 'squashfs': (SQUASHFS_NAME,), 'both': (SQUASHFS_NAME, CHANGES_NAME)}[files]:
+        (generation / name).write_text('')
+    if record in ('layers', 'file', 'bogus'):
+        (generation / FORM_RECORD).write_text(record + '\n')
+    elif record == 'link':
+        (root / 'elsewhere').write_text('layers\n')
+        (generation / FORM_RECORD).symlink_to(root / 'elsewhere')
+    elif record == 'fifo':
+        os.mkfifo(generation / FORM_RECORD)
+
+
+def test_the_venvs_form_is_read_alike_by_the_scripts_the_module_and_the_easyblock(install_dir, tmp_path):
+    """On every case of link, record, files and directory: bash's venv_form (venv-pip, the wrappers), the Lua and the
+    Tcl module's, and the easyblock's read the same form, the one the rule gives: the record where it is a regular
+    file with a form in it and that form's files are there, else what the files say."""
+    require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
+    roots = [tmp_path / 'cases' / str(number) for number in range(len(FORM_CASES))]
+    for root, case in zip(roots, FORM_CASES):
+        form_install_dir(root, *case)
+    expected = [expected_form(*case) for case in FORM_CASES]
+    assert set(expected) == {'layers', 'file', 'directory', 'missing'}
+    program = ''.join('venv_form %s "$(current_generation %s)"\n' % ((shlex.quote(str(root)),) * 2) for root in roots)
+    assert decisions(install_dir, [(program,)]) == expected, 'bash'
+    assert [venv_form(str(root)) for root in roots] == expected, 'Python'
+    plan = []
+    for number, root in enumerate(roots):
+        plan += [VenvForm(Var('form%d' % number), str(root), USER_SOFTWARE_FORM, USER_SOFTWARE_SQUASHFS,
+                          USER_SOFTWARE_CHANGES, USER_SOFTWARE),
+                 SetRestorable('FORM_%d' % number, Var('form%d' % number))]
+    for syntax in ('Lua', 'Tcl'):
+        modules = tmp_path / syntax / 'Forms'
+        modules.mkdir(parents=True)
+        text = emit_module_logic(plan, syntax)
+        if syntax == 'Tcl':
+            text = '#%Module\n' + text
+        (modules / ('1.0.lua' if syntax == 'Lua' else '1.0')).write_text(text)
+        proc = run(['bash', '-c', 'source %s\nmodule use %s\nmodule load Forms/1.0\nfor n in $(seq 0 %d); do '
+                    'v=FORM_$n; echo "${!v}"; done' % (LMOD_INIT, shlex.quote(str(tmp_path / syntax)),
+                                                       len(roots) - 1)], env=base_env())
+        assert proc.stdout.split('\n')[:-1] == expected, syntax
+        assert proc.stderr == '', syntax
+
+
+def test_a_commit_records_the_form(install_dir):
+    """commit_change records the form its command gives in the new generation, where the readers find it."""
+    for form in ('layers', 'file'):
+        proc = bash(install_dir, 'begin_change "$root" now\nnew_change_generation "$root"\n'
+                    ': >"$change_new/%s"\n: >"$change_new/%s"\ncommit_change "$root" %s\n'
+                    'venv_form "$root" "$(current_generation "$root")"' % (SQUASHFS_NAME, CHANGES_NAME, form))
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, form + '\n', '')
+        assert (install_dir / USER_SOFTWARE_PACKED / FORM_RECORD).read_text() == form + '\n'

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from singularitycontainer_src.layout import (GENERATION_PREFIX, USER_SOFTWARE_CHANGES, USER_SOFTWARE_PACKED,
-                                             USER_SOFTWARE_SQUASHFS)
+from singularitycontainer_src.layout import (GENERATION_PREFIX, USER_SOFTWARE_CHANGES, USER_SOFTWARE_FORM,
+                                             USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
 from singularitycontainer_src.text import lua_str, tcl_str
 from singularitycontainer_src.module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image,
-                                                  MODULE_STEPS, Overlays, PrependPath, SetRestorable, Var,
+                                                  MODULE_STEPS, Overlays, PrependPath, SetRestorable, Var, VenvForm,
                                                   emit_module_logic)
 from support import EASYBLOCK, require, require_eb
 from testkit.install import LMOD_CMD, LMOD_INIT, Installation, base_env, run
@@ -50,15 +50,19 @@ def small_plan(root):
         (generation / Path(name).name).write_text('')
     (root / 'layers' / USER_SOFTWARE_PACKED).symlink_to(generation.name)
     var = Var
-    image, caches = var('sif'), var('cache_root_dir')
+    image, caches, forms = var('sif'), var('cache_root_dir'), (var('form'), var('layers_form'))
     return [
         Family('PlanFamily'), Conflict('plan-conflict'),
         Image(image, str(root / 'image.sif'), 'image.sif', '', 'sub', '/nowhere', 'Plan/1.0', True),
         SetRestorable('SIF', image), SetRestorable('PLAN_EMPTY', 'a "quoted" $value [x]'),
+        VenvForm(forms[0], str(root), USER_SOFTWARE_FORM, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES,
+                 'user-software'),
+        VenvForm(forms[1], str(root / 'layers'), USER_SOFTWARE_FORM, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES,
+                 'user-software'),
         Binds([str(root), str(root / 'afile') + ':/afile', str(root / 'alink') + ':/alink',
-               str(root / 'missing') + ':/missing', '/usr:/mine'], ['/usr/bin:/always'], str(root),
-              USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, 'user-software', 'Plan/1.0'),
-        Overlays(str(root / 'layers'), USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
+               str(root / 'missing') + ':/missing', '/usr:/mine'], ['/usr/bin:/always'], str(root), forms[0],
+              USER_SOFTWARE_SQUASHFS, 'user-software', 'Plan/1.0'),
+        Overlays(str(root / 'layers'), forms[1], USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
         PrependPath('/runscripts'), ContainerEnv('VIRTUAL_ENV', '/user-software/venv/plan'),
         CacheRoot(caches, 'echo %s' % shlex.quote(str(root / 'caches'))),
         Defaults('SINGULARITYCONTAINER_DEFAULTS_PLAN', [('PLAN_DEFAULT', 'module'),
@@ -179,7 +183,7 @@ def test_a_step_added_to_the_plan_reaches_the_module(tmp_path, syntax):
 
 def test_every_step_has_a_call_in_both_languages():
     """Each kind of step becomes a call in Lua and in Tcl, and the easyblock's plan uses only those kinds."""
-    steps = [Family, Conflict, Image, SetRestorable, Binds,
+    steps = [Family, Conflict, Image, SetRestorable, VenvForm, Binds,
              Overlays, PrependPath, ContainerEnv, CacheRoot,
              Defaults]
     assert sorted(step.__name__ for step in MODULE_STEPS) == sorted(step.__name__ for step in steps)

@@ -69,6 +69,10 @@ EMPTY_LAYER_MARK = '.empty-layer'
 # In a generation of layers: how venv-pip's change gets its writable layer, 'directory' or 'image' (make-squashfs
 # decides by what the runtime allows)
 WRITABLE_LAYER_RECORD = '.writable-layer'
+# In every generation: the venv's form, 'layers' (the SquashFS file with the changes on top, overlays) or 'file' (one
+# SquashFS file, bound), as the command that made it decided; the scripts, the module and the easyblock read it
+# there (a generation of an earlier version has none: its files say)
+FORM_RECORD = '.venv-form'
 # A generation no link names any more is removed this long after it was superseded (a container started just
 # before may still be about to open its files)
 KEEP_SUPERSEDED_MINUTES = 2
@@ -76,6 +80,7 @@ SQUASHFS_NAME, CHANGES_NAME = 'user-software.squashfs', 'user-software.changes.s
 # The two files as the module names them: through the link, from the install dir
 USER_SOFTWARE_SQUASHFS = USER_SOFTWARE_PACKED + '/' + SQUASHFS_NAME
 USER_SOFTWARE_CHANGES = USER_SOFTWARE_PACKED + '/' + CHANGES_NAME
+USER_SOFTWARE_FORM = USER_SOFTWARE_PACKED + '/' + FORM_RECORD
 USER_SOFTWARE_ENTRIES = (USER_SOFTWARE_PACKED, USER_SOFTWARE)
 # The image that make-squashfs tries the layers with, where the module is not loaded (an install)
 LAYERS_IMAGE = 'SINGULARITYCONTAINER_LAYERS_IMAGE'
@@ -580,6 +585,30 @@ def current_generation(installdir):
     if '/' in name or not name.startswith(GENERATION_PREFIX) or os.path.islink(path) or not os.path.isdir(path):
         return None
     return path
+
+
+def venv_form(installdir):
+    """The venv's form in installdir, as the scripts and the module read it: 'layers' or 'file' as the current
+    generation records it where that form's files are there, else (a generation of an earlier version, or a file
+    deleted) as its files say; else 'directory' or 'missing'. The record is read only if it is a regular file (not a
+    link, not a FIFO)."""
+    form, has_squashfs, has_changes = None, False, False
+    generation = current_generation(installdir)
+    if generation:
+        record = os.path.join(generation, FORM_RECORD)
+        try:
+            if stat.S_ISREG(os.lstat(record).st_mode):
+                with open(record) as handle:
+                    form = handle.read(16).split('\n')[0]
+        except OSError:
+            pass
+        has_squashfs = os.path.isfile(os.path.join(installdir, USER_SOFTWARE_SQUASHFS))
+        has_changes = os.path.isfile(os.path.join(installdir, USER_SOFTWARE_CHANGES))
+    if (form == 'layers' and has_squashfs and has_changes) or (form == 'file' and has_squashfs):
+        return form
+    if has_squashfs:
+        return 'layers' if has_changes else 'file'
+    return 'directory' if os.path.isdir(os.path.join(installdir, USER_SOFTWARE)) else 'missing'
 
 
 def installer_container_settings():
@@ -1187,7 +1216,7 @@ class SingularityContainer(EasyBlock):
         output = self.run_checked(cmd, "Packing user-software with make-squashfs")
         if self.dry_run:
             return
-        if not os.path.lexists(os.path.join(self.installdir, USER_SOFTWARE_PACKED)):
+        if venv_form(self.installdir) == 'directory':
             # the runtime can use no SquashFS file at /user-software (make-squashfs says why): the directory stays
             print_msg(output.strip().splitlines()[-1], log=self.log)
             return
@@ -1430,7 +1459,7 @@ class SingularityContainer(EasyBlock):
         """What the module does at load, once for Lua and Tcl: a list of steps (see MODULE_STEPS), in order."""
         installdir, suffix, module = self.installdir, self.var_suffix, self.full_mod_name
         runscripts = os.path.join(installdir, 'runscripts')
-        sif, cache_root = Var('sif'), Var('cache_root_dir')
+        sif, cache_root, form = Var('sif'), Var('cache_root_dir'), Var('venv_form')
         # The cache root: CACHE_ROOT_RULE, run by the shell when the module loads
         rule, call = cache_root_rule(module, self.cfg['container_cache_dirs'].values())
         # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
@@ -1442,11 +1471,13 @@ class SingularityContainer(EasyBlock):
             SetRestorable('SIF', sif), SetRestorable('SIF' + suffix, sif), SetRestorable('CONTAINERROOT', installdir),
             SetRestorable('RUNSCRIPTS', runscripts), SetRestorable('RUNSCRIPTS' + suffix, runscripts),
         ] + [SetRestorable(name, '1') for name in NVIDIA_RUNTIME_VARIABLES if self.cfg['gpu_vendor'] == 'nvidia'] + [
-            # The form of the venv is read at load from the generation the link names (layers, one file, or the
-            # directory), as the scripts read it: make-squashfs decides it
-            Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, USER_SOFTWARE_SQUASHFS,
-                  USER_SOFTWARE_CHANGES, USER_SOFTWARE, module),
-            Overlays(installdir, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
+            # The form of the venv is read at load from the record of the generation the link names (layers, one
+            # file), else it is the directory, as the scripts read it: make-squashfs decides it
+            VenvForm(form, installdir, USER_SOFTWARE_FORM, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES,
+                     USER_SOFTWARE),
+            Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, form,
+                  USER_SOFTWARE_SQUASHFS, USER_SOFTWARE, module),
+            Overlays(installdir, form, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
             PrependPath(self.prepend_path()),
         ] + [ContainerEnv(key, value) for key, value in self.container_environment()] + [
             CacheRoot(cache_root, rule + '\n' + call),
@@ -1604,17 +1635,34 @@ local function keep_binds(binds)
     end
     return kept
 end
--- The user software's bind (nil, and a warning at load, when it is missing; nil too for the layers of the packed
--- venv, which are overlays, see set_overlays)
-local function user_software_bind(installdir, squashfs, changes, directory, mod_name)
-    if isFile(pathJoin(installdir, squashfs)) then
-        if changes ~= "" and isFile(pathJoin(installdir, changes)) then
-            return nil
+-- The venv's form: as the generation that the link names records it ("layers" or "file") where that form's files are
+-- there, else (a generation of an earlier version, or a file deleted) as its files say; with no link, "directory" or
+-- "missing". The record is read only if it is a regular file (a FIFO there would stop the load).
+local function venv_form(installdir, record, squashfs, changes, directory)
+    local path, form = pathJoin(installdir, record), nil
+    if lfs.attributes(path, "mode") == "file" and lfs.symlinkattributes(path, "mode") == "file" then
+        local file = io.open(path, "r")
+        form = file and file:read("*l")
+        if file then
+            file:close()
         end
+    end
+    local has_squashfs, has_changes = isFile(pathJoin(installdir, squashfs)), isFile(pathJoin(installdir, changes))
+    if (form == "layers" and has_squashfs and has_changes) or (form == "file" and has_squashfs) then
+        return form
+    elseif has_squashfs then  -- (no record, or a file deleted: what the files say)
+        return has_changes and "layers" or "file"
+    end
+    return isDir(pathJoin(installdir, directory)) and "directory" or "missing"
+end
+-- The user software's bind for the venv's form (nil, and a warning at load, when it is missing; nil too for layers,
+-- which are overlays, see set_overlays)
+local function user_software_bind(installdir, form, squashfs, directory, mod_name)
+    if form == "file" then
         return pathJoin(installdir, squashfs) .. ":/user-software:image-src=/user-software,ro"
-    elseif isDir(pathJoin(installdir, directory)) then
+    elseif form == "directory" then
         return pathJoin(installdir, directory) .. ":/user-software"
-    elseif mode() == "load" then
+    elseif form == "missing" and mode() == "load" then
         LmodWarning(mod_name .. ": the virtual environment is missing (neither " .. pathJoin(installdir, squashfs) ..
                     " nor " .. pathJoin(installdir, directory) .. " exists): Python in the container is the " ..
                     "image's own. Reinstall the module (eb --rebuild), or put the file back.")
@@ -1633,13 +1681,13 @@ local function users_list(apptainer_name, singularity_name)
     end
     return list
 end
--- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
--- SquashFS file and the changes on top of it, read-only), if both are there
-local function set_overlays(installdir, squashfs, changes)
+-- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
+-- SquashFS file and the changes on top of it, read-only
+local function set_overlays(installdir, form, squashfs, changes)
     local overlays = users_list("APPTAINER_OVERLAY", "SINGULARITY_OVERLAY")
-    local base, top = pathJoin(installdir, squashfs), pathJoin(installdir, changes)
-    if isFile(base) and isFile(top) then
-        overlays = (overlays == "" and "" or (overlays .. ",")) .. base .. ":ro," .. top .. ":ro"
+    if form == "layers" then
+        overlays = (overlays == "" and "" or (overlays .. ",")) .. pathJoin(installdir, squashfs) .. ":ro," ..
+                   pathJoin(installdir, changes) .. ":ro"
     end
     restorable_env("SINGULARITY_OVERLAY", overlays)
     restorable_env("APPTAINER_OVERLAY", overlays)
@@ -1875,17 +1923,33 @@ proc keep_binds {binds} {
     }
     return [concat $kept $targets]
 }
-# The user software's bind ("", and a warning at load, when it is missing; "" too for the layers of the packed
-# venv, which are overlays, see set_overlays)
-proc user_software_bind {installdir squashfs changes directory mod_name} {
-    if { [file isfile [file join $installdir $squashfs]] } {
-        if { $changes ne "" && [file isfile [file join $installdir $changes]] } {
-            return ""
-        }
+# The venv's form: as the generation that the link names records it ("layers" or "file") where that form's files are
+# there, else (a generation of an earlier version, or a file deleted) as its files say; with no link, "directory" or
+# "missing". The record is read only if it is a regular file (a FIFO there would stop the load).
+proc venv_form {installdir record squashfs changes directory} {
+    set path [file join $installdir $record]
+    set form ""
+    if { [file isfile $path] && [file type $path] eq "file" && ![catch {open $path r} file] } {
+        set form [gets $file]
+        close $file
+    }
+    set has_squashfs [file isfile [file join $installdir $squashfs]]
+    set has_changes [file isfile [file join $installdir $changes]]
+    if { ($form eq "layers" && $has_squashfs && $has_changes) || ($form eq "file" && $has_squashfs) } {
+        return $form
+    } elseif { $has_squashfs } {
+        return [expr {$has_changes ? "layers" : "file"}]
+    }
+    return [expr {[file isdirectory [file join $installdir $directory]] ? "directory" : "missing"}]
+}
+# The user software's bind for the venv's form ("", and a warning at load, when it is missing; "" too for layers,
+# which are overlays, see set_overlays)
+proc user_software_bind {installdir form squashfs directory mod_name} {
+    if { $form eq "file" } {
         return "[file join $installdir $squashfs]:/user-software:image-src=/user-software,ro"
-    } elseif { [file isdirectory [file join $installdir $directory]] } {
+    } elseif { $form eq "directory" } {
         return "[file join $installdir $directory]:/user-software"
-    } elseif { [module-info mode load] } {
+    } elseif { $form eq "missing" && [module-info mode load] } {
         puts stderr "$mod_name: the virtual environment is missing (neither\
  [file join $installdir $squashfs] nor [file join $installdir $directory] exists): Python in the container is\
  the image's own. Reinstall the module (eb --rebuild), or put the file back."
@@ -1905,14 +1969,13 @@ proc users_list {apptainer_name singularity_name} {
     }
     return $list
 }
-# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
-# SquashFS file and the changes on top of it, read-only), if both are there
-proc set_overlays {installdir squashfs changes} {
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
+# SquashFS file and the changes on top of it, read-only
+proc set_overlays {installdir form squashfs changes} {
     set overlays [users_list APPTAINER_OVERLAY SINGULARITY_OVERLAY]
-    set base [file join $installdir $squashfs]
-    set top [file join $installdir $changes]
-    if { [file isfile $base] && [file isfile $top] } {
-        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}]$base:ro,$top:ro
+    if { $form eq "layers" } {
+        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}][file join $installdir $squashfs]:ro,[file join\
+ $installdir $changes]:ro
     }
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays
@@ -2011,11 +2074,13 @@ Conflict = namedtuple('Conflict', 'name')
 # The image (path), else the central copy of name; stops: a load without either stops with an error
 Image = namedtuple('Image', 'into path name central_dir central_subdir central_default module stops')
 SetRestorable = namedtuple('SetRestorable', 'name value')  # given back on unload (restorable_env)
+# The venv's form in installdir (layers, file, directory or missing), as the packed venv's record says (else its files)
+VenvForm = namedtuple('VenvForm', 'into installdir record squashfs changes directory')
 # SINGULARITY_BINDPATH and APPTAINER_BINDPATH: the user's binds, then those sources that exist on the node, always,
-# and the user software of installdir (squashfs, else directory)
-Binds = namedtuple('Binds', 'sources always installdir squashfs changes directory module')
-# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv, if both exist
-Overlays = namedtuple('Overlays', 'installdir squashfs changes')
+# and the user software of installdir for its form (squashfs, or directory)
+Binds = namedtuple('Binds', 'sources always installdir form squashfs directory module')
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form
+Overlays = namedtuple('Overlays', 'installdir form squashfs changes')
 PrependPath = namedtuple('PrependPath', 'value')  # SINGULARITYENV_/APPTAINERENV_PREPEND_PATH, before the user's
 ContainerEnv = namedtuple('ContainerEnv', 'name value')  # SINGULARITYENV_<name> and APPTAINERENV_<name>
 CacheRoot = namedtuple('CacheRoot', 'into script')  # the cache root that script (sh) prints at load
@@ -2030,11 +2095,14 @@ MODULE_STEPS = {
             '{stops})',
             'set {into} [find_image {path} {name} {central_dir} {central_subdir} {central_default} {module} {stops}]'),
     SetRestorable: ('restorable_env({name}, {value})', 'restorable_env {name} {value}'),
-    Binds: ('set_binds(keep_binds({sources}), {always}, user_software_bind({installdir}, {squashfs}, {changes}, '
+    VenvForm: ('local {into} = venv_form({installdir}, {record}, {squashfs}, {changes}, {directory})',
+               'set {into} [venv_form {installdir} {record} {squashfs} {changes} {directory}]'),
+    Binds: ('set_binds(keep_binds({sources}), {always}, user_software_bind({installdir}, {form}, {squashfs}, '
             '{directory}, {module}))',
-            'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {squashfs} {changes} '
+            'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {form} {squashfs} '
             '{directory} {module}]'),
-    Overlays: ('set_overlays({installdir}, {squashfs}, {changes})', 'set_overlays {installdir} {squashfs} {changes}'),
+    Overlays: ('set_overlays({installdir}, {form}, {squashfs}, {changes})',
+               'set_overlays {installdir} {form} {squashfs} {changes}'),
     PrependPath: ('container_prepend_path({value})', 'container_prepend_path {value}'),
     ContainerEnv: ('container_env({name}, {value})', 'container_env {name} {value}'),
     CacheRoot: ('local {into} = cache_root({script})', 'set {into} [cache_root {script}]'),
@@ -2597,8 +2665,9 @@ remove_own_tree() {
 VENV_STATE_TEMPLATE = r'''# The packed venv's state (docs/design.md), with FILES.
 # The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
 # holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
-# The form of the venv is read from there and nowhere else: layers (both files), one SquashFS file, or, with no
-# link, the directory @us_dir@/ (also when both are there after unmake-squashfs: the link wins, as in the module).
+# The form of the venv is recorded there, in @form_record@, by the command that made the generation, and read from
+# there by the scripts, the module and the easyblock: layers (both files) or one SquashFS file; with no link, the
+# directory @us_dir@/ (also when both are there after unmake-squashfs: the link wins, as in the module).
 # A generation is never changed once the link names it. A change makes a new one beside it (a SquashFS file that
 # stays is a hard link, no copy) and renames a new link over the old one: one rename(2), so a kill at any moment
 # leaves the old state or the new one, and a container started through the module's commands gets both files of one
@@ -2618,15 +2687,26 @@ current_generation() {  # the generation the link of the install dir $1 names (a
     return 0
 }
 venv_form() {  # layers, file, directory or missing: the venv of the install dir $1 with its generation $2 (or '')
-    if [ -n "$2" ] && [ -f "$2/@us_squashfs@" ] && [ -f "$2/@us_changes@" ]; then
-        echo layers
-    elif [ -n "$2" ] && [ -f "$2/@us_squashfs@" ]; then
-        echo file
-    elif [ -d "$1/@us_dir@" ]; then
-        echo directory
-    else
-        echo missing
+    local form='' squashfs=no changes=no directory=no
+    if [ -n "$2" ]; then
+        if [ -f "$2/@form_record@" ] && [ ! -L "$2/@form_record@" ]; then
+            form=$(head -c 16 -- "$2/@form_record@")
+        fi
+        [ ! -f "$2/@us_squashfs@" ] || squashfs=yes
+        [ ! -f "$2/@us_changes@" ] || changes=yes
     fi
+    [ ! -d "$1/@us_dir@" ] || directory=yes
+    # the recorded form, where its files are there; else (a generation of an earlier version, with no record, or a
+    # file deleted) what the files say
+    case "$form:$squashfs:$changes" in
+        layers:yes:yes | file:yes:*) echo "$form" ;;
+        *:yes:yes) echo layers ;;
+        *:yes:no) echo file ;;
+        *) [ "$directory" = yes ] && echo directory || echo missing ;;
+    esac
+}
+record_form() {  # the form $2 (layers or file) of the new generation $1, which the readers take from there
+    echo "$2" >"$1/@form_record@"
 }
 # A new, empty generation in the install dir $1: its path. It stays private (mktemp's 0700) until make_current gives
 # it the umask's mode: in a project's install, a member who saw it appear could otherwise put links at the names
@@ -3612,7 +3692,8 @@ CHANGE = r'''
 #                              that shares what the change writes, and the signal policy below, from here to the end;
 #                              the command then reads the state, which nobody else changes until it ends
 #   new_change_generation $1   a new generation for the change (change_new): private, and removed unless committed
-#   commit_change $1           change_new becomes the state, in one rename; no signal can come between
+#   commit_change $1 FORM      change_new, recorded as of the form layers or file, becomes the state, in one rename;
+#                              no signal can come between
 #   abort_change $1            what the change made and did not commit goes (run at exit, whatever the exit)
 # The signal policy: HUP, INT and TERM end the command at once, with 128 + the signal's number. A long step runs in
 # the background (in_background), since bash runs a trap only between commands: stop ends it, and what it started,
@@ -3634,6 +3715,7 @@ new_change_generation() {
     change_new=$(new_generation "$1")
 }
 commit_change() {
+    record_form "$change_new" "$2" || return 1
     trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
     if ! make_current "$1" "$change_new"; then
         stop_on_signals
@@ -4145,11 +4227,13 @@ new=$change_new
 say_where_others_can_replace
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
-make_new_current() {
-    if [ -f "$new_changes" ] && ! record_writable_layer_kind "$new" "$writable_kind"; then
-        die "cannot write in $new; the venv was not changed"
+make_new_current() {  # (of the form layers, with a layer on top, else file)
+    local new_form='file'
+    if [ -f "$new_changes" ]; then
+        new_form=layers
+        record_writable_layer_kind "$new" "$writable_kind" || die "cannot write in $new; the venv was not changed"
     fi
-    commit_change "$root" || die "cannot make $packed name $new; nothing was changed"
+    commit_change "$root" "$new_form" || die "cannot make $packed name $new; nothing was changed"
 }
 # The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
 unpack_into() {
@@ -4397,6 +4481,7 @@ chmod "$(umask_mode 666)" "$squashfs" "$changes"
 image="${@image_var@:-${@sif_var@:-$root/@sif_name@}}"
 [ -f "$image" ] || die "the image $image is not there, to try the runtime with: load the module (module load" \
     "$module), which finds it, and run make-squashfs again"
+form='file'
 if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
     rm -f -- "$changes"
     if ! why_not_bound=$(squashfs_binds "$image" "$squashfs"); then
@@ -4416,10 +4501,12 @@ else
             "EXT3 image on top of them ($kind)."
     elif ! record_writable_layer_kind "$new" "$kind"; then
         die "cannot write in $new; nothing was changed"
+    else
+        form=layers
     fi
     remove_own_tree "$work"
 fi
-commit_change "$root" || die "cannot make $packed name $new; nothing was changed"
+commit_change "$root" "$form" || die "cannot make $packed name $new; nothing was changed"
 echo "Created $packed/$squashfs_name."
 echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."
@@ -5331,7 +5418,7 @@ if __name__ == "__main__":
 
 VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
                            link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
-                           empty_mark=EMPTY_LAYER_MARK, writable_record=WRITABLE_LAYER_RECORD,
+                           empty_mark=EMPTY_LAYER_MARK, writable_record=WRITABLE_LAYER_RECORD, form_record=FORM_RECORD,
                            us_dir=USER_SOFTWARE, us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME)
 USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
                                     venv_state=VENV_STATE)

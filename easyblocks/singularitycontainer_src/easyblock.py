@@ -33,7 +33,8 @@ from .layout import (CACHE_ROOT, CONTAINER_CHECK_END, CONTAINER_RUNSCRIPTS, CONT
                      LIBRARY, LUMI_CENTRAL_SIF_DEFAULT, LUMI_CENTRAL_SIF_SUBDIR, MODULE_FAMILY,
                      NVIDIA_RUNTIME_VARIABLES, OVERLAY_REFUSED_STATUS, PREVIOUS_INSTALLATION,
                      PREVIOUS_INSTALLATION_MARKER, SHARED_UMASK_KEEPS, USER_SOFTWARE, USER_SOFTWARE_CHANGES,
-                     USER_SOFTWARE_ENTRIES, USER_SOFTWARE_LOCK, USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
+                     USER_SOFTWARE_ENTRIES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK, USER_SOFTWARE_PACKED,
+                     USER_SOFTWARE_SQUASHFS)
 from .text import fill_template, sh_quoted, sh_str
 from .sif import sif_problem
 from .requirements import requirement_names
@@ -41,9 +42,9 @@ from .install_lock import (group_is_only_yours, group_writable_chosen, keep_lock
                            lock_mode, note_lock_holder, open_lock_file, others_can_replace_in, others_may_write,
                            owner_group_mode, same_file)
 from .install_dir import (current_generation, installer_container_settings, installer_independent_env, link_targets,
-                          not_removable, tree_fingerprint, unused_name)
+                          not_removable, tree_fingerprint, unused_name, venv_form)
 from .module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image, Overlays, PrependPath,
-                          SetRestorable, Var, emit_module_logic)
+                          SetRestorable, Var, VenvForm, emit_module_logic)
 from .scripts import (CACHE_SETUP, COMMAND_HELP, COMMAND_HELPS, CONTAINER_CHECK_SCRIPT, CREATE_VENV,
                       DETECT_IMAGE_PYTHON, EXPORT_UPPER, IMAGE_COMMANDS, IMAGE_PACKAGES, JUPYTER_KERNEL,
                       JUPYTER_KERNEL_ARGS, LAUNCHER, LAUNCH_COMMAND, LAUNCH_COMMAND_WITH_INIT, LAUNCH_START_SHELL,
@@ -617,7 +618,7 @@ class SingularityContainer(EasyBlock):
         output = self.run_checked(cmd, "Packing user-software with make-squashfs")
         if self.dry_run:
             return
-        if not os.path.lexists(os.path.join(self.installdir, USER_SOFTWARE_PACKED)):
+        if venv_form(self.installdir) == 'directory':
             # the runtime can use no SquashFS file at /user-software (make-squashfs says why): the directory stays
             print_msg(output.strip().splitlines()[-1], log=self.log)
             return
@@ -860,7 +861,7 @@ class SingularityContainer(EasyBlock):
         """What the module does at load, once for Lua and Tcl: a list of steps (see MODULE_STEPS), in order."""
         installdir, suffix, module = self.installdir, self.var_suffix, self.full_mod_name
         runscripts = os.path.join(installdir, 'runscripts')
-        sif, cache_root = Var('sif'), Var('cache_root_dir')
+        sif, cache_root, form = Var('sif'), Var('cache_root_dir'), Var('venv_form')
         # The cache root: CACHE_ROOT_RULE, run by the shell when the module loads
         rule, call = cache_root_rule(module, self.cfg['container_cache_dirs'].values())
         # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
@@ -872,11 +873,13 @@ class SingularityContainer(EasyBlock):
             SetRestorable('SIF', sif), SetRestorable('SIF' + suffix, sif), SetRestorable('CONTAINERROOT', installdir),
             SetRestorable('RUNSCRIPTS', runscripts), SetRestorable('RUNSCRIPTS' + suffix, runscripts),
         ] + [SetRestorable(name, '1') for name in NVIDIA_RUNTIME_VARIABLES if self.cfg['gpu_vendor'] == 'nvidia'] + [
-            # The form of the venv is read at load from the generation the link names (layers, one file, or the
-            # directory), as the scripts read it: make-squashfs decides it
-            Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, USER_SOFTWARE_SQUASHFS,
-                  USER_SOFTWARE_CHANGES, USER_SOFTWARE, module),
-            Overlays(installdir, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
+            # The form of the venv is read at load from the record of the generation the link names (layers, one
+            # file), else it is the directory, as the scripts read it: make-squashfs decides it
+            VenvForm(form, installdir, USER_SOFTWARE_FORM, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES,
+                     USER_SOFTWARE),
+            Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, form,
+                  USER_SOFTWARE_SQUASHFS, USER_SOFTWARE, module),
+            Overlays(installdir, form, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
             PrependPath(self.prepend_path()),
         ] + [ContainerEnv(key, value) for key, value in self.container_environment()] + [
             CacheRoot(cache_root, rule + '\n' + call),

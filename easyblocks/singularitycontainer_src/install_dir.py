@@ -1,10 +1,12 @@
 """What the install reads of its install dir (the packed venv's generation, fingerprints, link targets) and of its
 installer's environment, which the container commands must not depend on."""
 import os
+import stat
 
 from easybuild.tools.build_log import EasyBuildError
 
-from .layout import GENERATION_PREFIX, USER_SOFTWARE_PACKED
+from .layout import (FORM_RECORD, GENERATION_PREFIX, USER_SOFTWARE, USER_SOFTWARE_CHANGES, USER_SOFTWARE_PACKED,
+                     USER_SOFTWARE_SQUASHFS)
 from .text import sh_str
 from .install_lock import owner_group_mode
 
@@ -44,6 +46,30 @@ def current_generation(installdir):
     if '/' in name or not name.startswith(GENERATION_PREFIX) or os.path.islink(path) or not os.path.isdir(path):
         return None
     return path
+
+
+def venv_form(installdir):
+    """The venv's form in installdir, as the scripts and the module read it: 'layers' or 'file' as the current
+    generation records it where that form's files are there, else (a generation of an earlier version, or a file
+    deleted) as its files say; else 'directory' or 'missing'. The record is read only if it is a regular file (not a
+    link, not a FIFO)."""
+    form, has_squashfs, has_changes = None, False, False
+    generation = current_generation(installdir)
+    if generation:
+        record = os.path.join(generation, FORM_RECORD)
+        try:
+            if stat.S_ISREG(os.lstat(record).st_mode):
+                with open(record) as handle:
+                    form = handle.read(16).split('\n')[0]
+        except OSError:
+            pass
+        has_squashfs = os.path.isfile(os.path.join(installdir, USER_SOFTWARE_SQUASHFS))
+        has_changes = os.path.isfile(os.path.join(installdir, USER_SOFTWARE_CHANGES))
+    if (form == 'layers' and has_squashfs and has_changes) or (form == 'file' and has_squashfs):
+        return form
+    if has_squashfs:
+        return 'layers' if has_changes else 'file'
+    return 'directory' if os.path.isdir(os.path.join(installdir, USER_SOFTWARE)) else 'missing'
 
 
 def installer_container_settings():

@@ -22,6 +22,10 @@ EMPTY_LAYER_MARK = '.empty-layer'
 # In a generation of layers: how venv-pip's change gets its writable layer, 'directory' or 'image' (make-squashfs
 # decides by what the runtime allows)
 WRITABLE_LAYER_RECORD = '.writable-layer'
+# In every generation: the venv's form, 'layers' (the SquashFS file with the changes on top, overlays) or 'file' (one
+# SquashFS file, bound), as the command that made it decided; the scripts, the module and the easyblock read it
+# there (a generation of an earlier version has none: its files say)
+FORM_RECORD = '.venv-form'
 # A generation no link names any more is removed this long after it was superseded (a container started just
 # before may still be about to open its files)
 KEEP_SUPERSEDED_MINUTES = 2
@@ -29,6 +33,7 @@ SQUASHFS_NAME, CHANGES_NAME = 'user-software.squashfs', 'user-software.changes.s
 # The two files as the module names them: through the link, from the install dir
 USER_SOFTWARE_SQUASHFS = USER_SOFTWARE_PACKED + '/' + SQUASHFS_NAME
 USER_SOFTWARE_CHANGES = USER_SOFTWARE_PACKED + '/' + CHANGES_NAME
+USER_SOFTWARE_FORM = USER_SOFTWARE_PACKED + '/' + FORM_RECORD
 USER_SOFTWARE_ENTRIES = (USER_SOFTWARE_PACKED, USER_SOFTWARE)
 # The image that make-squashfs tries the layers with, where the module is not loaded (an install)
 LAYERS_IMAGE = 'SINGULARITYCONTAINER_LAYERS_IMAGE'

@@ -24,11 +24,13 @@ Conflict = namedtuple('Conflict', 'name')
 # The image (path), else the central copy of name; stops: a load without either stops with an error
 Image = namedtuple('Image', 'into path name central_dir central_subdir central_default module stops')
 SetRestorable = namedtuple('SetRestorable', 'name value')  # given back on unload (restorable_env)
+# The venv's form in installdir (layers, file, directory or missing), as the packed venv's record says (else its files)
+VenvForm = namedtuple('VenvForm', 'into installdir record squashfs changes directory')
 # SINGULARITY_BINDPATH and APPTAINER_BINDPATH: the user's binds, then those sources that exist on the node, always,
-# and the user software of installdir (squashfs, else directory)
-Binds = namedtuple('Binds', 'sources always installdir squashfs changes directory module')
-# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv, if both exist
-Overlays = namedtuple('Overlays', 'installdir squashfs changes')
+# and the user software of installdir for its form (squashfs, or directory)
+Binds = namedtuple('Binds', 'sources always installdir form squashfs directory module')
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form
+Overlays = namedtuple('Overlays', 'installdir form squashfs changes')
 PrependPath = namedtuple('PrependPath', 'value')  # SINGULARITYENV_/APPTAINERENV_PREPEND_PATH, before the user's
 ContainerEnv = namedtuple('ContainerEnv', 'name value')  # SINGULARITYENV_<name> and APPTAINERENV_<name>
 CacheRoot = namedtuple('CacheRoot', 'into script')  # the cache root that script (sh) prints at load
@@ -43,11 +45,14 @@ MODULE_STEPS = {
             '{stops})',
             'set {into} [find_image {path} {name} {central_dir} {central_subdir} {central_default} {module} {stops}]'),
     SetRestorable: ('restorable_env({name}, {value})', 'restorable_env {name} {value}'),
-    Binds: ('set_binds(keep_binds({sources}), {always}, user_software_bind({installdir}, {squashfs}, {changes}, '
+    VenvForm: ('local {into} = venv_form({installdir}, {record}, {squashfs}, {changes}, {directory})',
+               'set {into} [venv_form {installdir} {record} {squashfs} {changes} {directory}]'),
+    Binds: ('set_binds(keep_binds({sources}), {always}, user_software_bind({installdir}, {form}, {squashfs}, '
             '{directory}, {module}))',
-            'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {squashfs} {changes} '
+            'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {form} {squashfs} '
             '{directory} {module}]'),
-    Overlays: ('set_overlays({installdir}, {squashfs}, {changes})', 'set_overlays {installdir} {squashfs} {changes}'),
+    Overlays: ('set_overlays({installdir}, {form}, {squashfs}, {changes})',
+               'set_overlays {installdir} {form} {squashfs} {changes}'),
     PrependPath: ('container_prepend_path({value})', 'container_prepend_path {value}'),
     ContainerEnv: ('container_env({name}, {value})', 'container_env {name} {value}'),
     CacheRoot: ('local {into} = cache_root({script})', 'set {into} [cache_root {script}]'),

@@ -6,10 +6,10 @@ import textwrap
 from collections import namedtuple
 
 from .sources import source
-from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, GENERATION_PREFIX, GENERATION_RECORD,
-                     INSTALL_HOLDS_LOCK, KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS,
-                     NEW_LINK_PREFIX, SHARED_UMASK_KEEPS, SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK,
-                     USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
+from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
+                     GENERATION_RECORD, INSTALL_HOLDS_LOCK, KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY,
+                     MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX, SHARED_UMASK_KEEPS, SQUASHFS_NAME, USER_SOFTWARE,
+                     USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
 from .text import PLACEHOLDER, fill_template, sh_str
 
 
@@ -175,7 +175,7 @@ CONTAINER_CHECK_SCRIPT = source('programs/container_check.py')
 
 VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
                            link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
-                           empty_mark=EMPTY_LAYER_MARK, writable_record=WRITABLE_LAYER_RECORD,
+                           empty_mark=EMPTY_LAYER_MARK, writable_record=WRITABLE_LAYER_RECORD, form_record=FORM_RECORD,
                            us_dir=USER_SOFTWARE, us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME)
 USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
                                     venv_state=VENV_STATE)

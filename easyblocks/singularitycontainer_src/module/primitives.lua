@@ -134,17 +134,34 @@ local function keep_binds(binds)
     end
     return kept
 end
--- The user software's bind (nil, and a warning at load, when it is missing; nil too for the layers of the packed
--- venv, which are overlays, see set_overlays)
-local function user_software_bind(installdir, squashfs, changes, directory, mod_name)
-    if isFile(pathJoin(installdir, squashfs)) then
-        if changes ~= "" and isFile(pathJoin(installdir, changes)) then
-            return nil
+-- The venv's form: as the generation that the link names records it ("layers" or "file") where that form's files are
+-- there, else (a generation of an earlier version, or a file deleted) as its files say; with no link, "directory" or
+-- "missing". The record is read only if it is a regular file (a FIFO there would stop the load).
+local function venv_form(installdir, record, squashfs, changes, directory)
+    local path, form = pathJoin(installdir, record), nil
+    if lfs.attributes(path, "mode") == "file" and lfs.symlinkattributes(path, "mode") == "file" then
+        local file = io.open(path, "r")
+        form = file and file:read("*l")
+        if file then
+            file:close()
         end
+    end
+    local has_squashfs, has_changes = isFile(pathJoin(installdir, squashfs)), isFile(pathJoin(installdir, changes))
+    if (form == "layers" and has_squashfs and has_changes) or (form == "file" and has_squashfs) then
+        return form
+    elseif has_squashfs then  -- (no record, or a file deleted: what the files say)
+        return has_changes and "layers" or "file"
+    end
+    return isDir(pathJoin(installdir, directory)) and "directory" or "missing"
+end
+-- The user software's bind for the venv's form (nil, and a warning at load, when it is missing; nil too for layers,
+-- which are overlays, see set_overlays)
+local function user_software_bind(installdir, form, squashfs, directory, mod_name)
+    if form == "file" then
         return pathJoin(installdir, squashfs) .. ":/user-software:image-src=/user-software,ro"
-    elseif isDir(pathJoin(installdir, directory)) then
+    elseif form == "directory" then
         return pathJoin(installdir, directory) .. ":/user-software"
-    elseif mode() == "load" then
+    elseif form == "missing" and mode() == "load" then
         LmodWarning(mod_name .. ": the virtual environment is missing (neither " .. pathJoin(installdir, squashfs) ..
                     " nor " .. pathJoin(installdir, directory) .. " exists): Python in the container is the " ..
                     "image's own. Reinstall the module (eb --rebuild), or put the file back.")
@@ -163,13 +180,13 @@ local function users_list(apptainer_name, singularity_name)
     end
     return list
 end
--- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
--- SquashFS file and the changes on top of it, read-only), if both are there
-local function set_overlays(installdir, squashfs, changes)
+-- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
+-- SquashFS file and the changes on top of it, read-only
+local function set_overlays(installdir, form, squashfs, changes)
     local overlays = users_list("APPTAINER_OVERLAY", "SINGULARITY_OVERLAY")
-    local base, top = pathJoin(installdir, squashfs), pathJoin(installdir, changes)
-    if isFile(base) and isFile(top) then
-        overlays = (overlays == "" and "" or (overlays .. ",")) .. base .. ":ro," .. top .. ":ro"
+    if form == "layers" then
+        overlays = (overlays == "" and "" or (overlays .. ",")) .. pathJoin(installdir, squashfs) .. ":ro," ..
+                   pathJoin(installdir, changes) .. ":ro"
     end
     restorable_env("SINGULARITY_OVERLAY", overlays)
     restorable_env("APPTAINER_OVERLAY", overlays)

@@ -139,17 +139,33 @@ proc keep_binds {binds} {
     }
     return [concat $kept $targets]
 }
-# The user software's bind ("", and a warning at load, when it is missing; "" too for the layers of the packed
-# venv, which are overlays, see set_overlays)
-proc user_software_bind {installdir squashfs changes directory mod_name} {
-    if { [file isfile [file join $installdir $squashfs]] } {
-        if { $changes ne "" && [file isfile [file join $installdir $changes]] } {
-            return ""
-        }
+# The venv's form: as the generation that the link names records it ("layers" or "file") where that form's files are
+# there, else (a generation of an earlier version, or a file deleted) as its files say; with no link, "directory" or
+# "missing". The record is read only if it is a regular file (a FIFO there would stop the load).
+proc venv_form {installdir record squashfs changes directory} {
+    set path [file join $installdir $record]
+    set form ""
+    if { [file isfile $path] && [file type $path] eq "file" && ![catch {open $path r} file] } {
+        set form [gets $file]
+        close $file
+    }
+    set has_squashfs [file isfile [file join $installdir $squashfs]]
+    set has_changes [file isfile [file join $installdir $changes]]
+    if { ($form eq "layers" && $has_squashfs && $has_changes) || ($form eq "file" && $has_squashfs) } {
+        return $form
+    } elseif { $has_squashfs } {
+        return [expr {$has_changes ? "layers" : "file"}]
+    }
+    return [expr {[file isdirectory [file join $installdir $directory]] ? "directory" : "missing"}]
+}
+# The user software's bind for the venv's form ("", and a warning at load, when it is missing; "" too for layers,
+# which are overlays, see set_overlays)
+proc user_software_bind {installdir form squashfs directory mod_name} {
+    if { $form eq "file" } {
         return "[file join $installdir $squashfs]:/user-software:image-src=/user-software,ro"
-    } elseif { [file isdirectory [file join $installdir $directory]] } {
+    } elseif { $form eq "directory" } {
         return "[file join $installdir $directory]:/user-software"
-    } elseif { [module-info mode load] } {
+    } elseif { $form eq "missing" && [module-info mode load] } {
         puts stderr "$mod_name: the virtual environment is missing (neither\
  [file join $installdir $squashfs] nor [file join $installdir $directory] exists): Python in the container is\
  the image's own. Reinstall the module (eb --rebuild), or put the file back."
@@ -169,14 +185,13 @@ proc users_list {apptainer_name singularity_name} {
     }
     return $list
 }
-# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then the layers of the packed venv (the
-# SquashFS file and the changes on top of it, read-only), if both are there
-proc set_overlays {installdir squashfs changes} {
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
+# SquashFS file and the changes on top of it, read-only
+proc set_overlays {installdir form squashfs changes} {
     set overlays [users_list APPTAINER_OVERLAY SINGULARITY_OVERLAY]
-    set base [file join $installdir $squashfs]
-    set top [file join $installdir $changes]
-    if { [file isfile $base] && [file isfile $top] } {
-        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}]$base:ro,$top:ro
+    if { $form eq "layers" } {
+        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}][file join $installdir $squashfs]:ro,[file join\
+ $installdir $changes]:ro
     }
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays

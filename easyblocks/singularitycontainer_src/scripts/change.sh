@@ -5,7 +5,8 @@
 #                              that shares what the change writes, and the signal policy below, from here to the end;
 #                              the command then reads the state, which nobody else changes until it ends
 #   new_change_generation $1   a new generation for the change (change_new): private, and removed unless committed
-#   commit_change $1           change_new becomes the state, in one rename; no signal can come between
+#   commit_change $1 FORM      change_new, recorded as of the form layers or file, becomes the state, in one rename;
+#                              no signal can come between
 #   abort_change $1            what the change made and did not commit goes (run at exit, whatever the exit)
 # The signal policy: HUP, INT and TERM end the command at once, with 128 + the signal's number. A long step runs in
 # the background (in_background), since bash runs a trap only between commands: stop ends it, and what it started,
@@ -27,6 +28,7 @@ new_change_generation() {
     change_new=$(new_generation "$1")
 }
 commit_change() {
+    record_form "$change_new" "$2" || return 1
     trap '' HUP INT TERM  # (from the rename on, the new generation is the venv: nothing may remove it)
     if ! make_current "$1" "$change_new"; then
         stop_on_signals

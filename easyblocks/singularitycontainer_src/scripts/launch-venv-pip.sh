@@ -160,11 +160,13 @@ new=$change_new
 say_where_others_can_replace
 new_squashfs="$new/$squashfs_name"
 new_changes="$new/$changes_name"
-make_new_current() {
-    if [ -f "$new_changes" ] && ! record_writable_layer_kind "$new" "$writable_kind"; then
-        die "cannot write in $new; the venv was not changed"
+make_new_current() {  # (of the form layers, with a layer on top, else file)
+    local new_form='file'
+    if [ -f "$new_changes" ]; then
+        new_form=layers
+        record_writable_layer_kind "$new" "$writable_kind" || die "cannot write in $new; the venv was not changed"
     fi
-    commit_change "$root" || die "cannot make $packed name $new; nothing was changed"
+    commit_change "$root" "$new_form" || die "cannot make $packed name $new; nothing was changed"
 }
 # The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
 unpack_into() {

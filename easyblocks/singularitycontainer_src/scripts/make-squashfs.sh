@@ -32,6 +32,7 @@ chmod "$(umask_mode 666)" "$squashfs" "$changes"
 image="${@image_var@:-${@sif_var@:-$root/@sif_name@}}"
 [ -f "$image" ] || die "the image $image is not there, to try the runtime with: load the module (module load" \
     "$module), which finds it, and run make-squashfs again"
+form='file'
 if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
     rm -f -- "$changes"
     if ! why_not_bound=$(squashfs_binds "$image" "$squashfs"); then
@@ -51,10 +52,12 @@ else
             "EXT3 image on top of them ($kind)."
     elif ! record_writable_layer_kind "$new" "$kind"; then
         die "cannot write in $new; nothing was changed"
+    else
+        form=layers
     fi
     remove_own_tree "$work"
 fi
-commit_change "$root" || die "cannot make $packed name $new; nothing was changed"
+commit_change "$root" "$form" || die "cannot make $packed name $new; nothing was changed"
 echo "Created $packed/$squashfs_name."
 echo "Reload the module (module load $module) to use it as /user-software (read-only)."
 echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."

@@ -1,8 +1,9 @@
 # The packed venv's state (docs/design.md), with FILES.
 # The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
 # holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
-# The form of the venv is read from there and nowhere else: layers (both files), one SquashFS file, or, with no
-# link, the directory @us_dir@/ (also when both are there after unmake-squashfs: the link wins, as in the module).
+# The form of the venv is recorded there, in @form_record@, by the command that made the generation, and read from
+# there by the scripts, the module and the easyblock: layers (both files) or one SquashFS file; with no link, the
+# directory @us_dir@/ (also when both are there after unmake-squashfs: the link wins, as in the module).
 # A generation is never changed once the link names it. A change makes a new one beside it (a SquashFS file that
 # stays is a hard link, no copy) and renames a new link over the old one: one rename(2), so a kill at any moment
 # leaves the old state or the new one, and a container started through the module's commands gets both files of one
@@ -22,15 +23,26 @@ current_generation() {  # the generation the link of the install dir $1 names (a
     return 0
 }
 venv_form() {  # layers, file, directory or missing: the venv of the install dir $1 with its generation $2 (or '')
-    if [ -n "$2" ] && [ -f "$2/@us_squashfs@" ] && [ -f "$2/@us_changes@" ]; then
-        echo layers
-    elif [ -n "$2" ] && [ -f "$2/@us_squashfs@" ]; then
-        echo file
-    elif [ -d "$1/@us_dir@" ]; then
-        echo directory
-    else
-        echo missing
+    local form='' squashfs=no changes=no directory=no
+    if [ -n "$2" ]; then
+        if [ -f "$2/@form_record@" ] && [ ! -L "$2/@form_record@" ]; then
+            form=$(head -c 16 -- "$2/@form_record@")
+        fi
+        [ ! -f "$2/@us_squashfs@" ] || squashfs=yes
+        [ ! -f "$2/@us_changes@" ] || changes=yes
     fi
+    [ ! -d "$1/@us_dir@" ] || directory=yes
+    # the recorded form, where its files are there; else (a generation of an earlier version, with no record, or a
+    # file deleted) what the files say
+    case "$form:$squashfs:$changes" in
+        layers:yes:yes | file:yes:*) echo "$form" ;;
+        *:yes:yes) echo layers ;;
+        *:yes:no) echo file ;;
+        *) [ "$directory" = yes ] && echo directory || echo missing ;;
+    esac
+}
+record_form() {  # the form $2 (layers or file) of the new generation $1, which the readers take from there
+    echo "$2" >"$1/@form_record@"
 }
 # A new, empty generation in the install dir $1: its path. It stays private (mktemp's 0700) until make_current gives
 # it the umask's mode: in a project's install, a member who saw it appear could otherwise put links at the names
