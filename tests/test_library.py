@@ -14,7 +14,8 @@ import pytest
 from singularitycontainer_src.install_dir import venv_form
 from singularitycontainer_src.layout import (CHANGES_NAME, FORM_RECORD, GENERATION_PREFIX, GENERATION_RECORD, LIBRARY,
                                              SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_CHANGES, USER_SOFTWARE_FORM,
-                                             USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
+                                             USER_SOFTWARE_LOCK as LOCK, USER_SOFTWARE_PACKED,
+                                             USER_SOFTWARE_SQUASHFS)
 from singularitycontainer_src.module_plan import SetRestorable, Var, VenvForm, emit_module_logic
 from singularitycontainer_src.scripts import library_text
 from support import require
@@ -281,3 +282,47 @@ def test_a_commit_records_the_form(install_dir):
                     'venv_form "$root" "$(current_generation "$root")"' % (SQUASHFS_NAME, CHANGES_NAME, form))
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, form + '\n', '')
         assert (install_dir / USER_SOFTWARE_PACKED / FORM_RECORD).read_text() == form + '\n'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The library says what went wrong and returns a status; the command decides
+# ---------------------------------------------------------------------------------------------------------------
+
+def lock_fifo(root):
+    os.mkfifo(root / LOCK)
+
+
+def lock_link(root):
+    (root / 'elsewhere').write_text('')
+    (root / LOCK).symlink_to(root / 'elsewhere')
+
+
+def lock_directory(root):
+    (root / LOCK).mkdir()
+
+
+@pytest.mark.parametrize('spoil', [lock_fifo, lock_link, lock_directory])
+@pytest.mark.parametrize('how', ['now', 'wait'])
+def test_a_lock_that_cannot_be_taken_is_status_2_and_the_command_goes_on(install_dir, spoil, how):
+    """take_lock, and so begin_change, never stop the command: where the lock cannot be taken (a FIFO, a link or a
+    directory at its name) they say why on stderr, with the command's name, and return 2 (1 is another run holding
+    it); the command decides (here it goes on)."""
+    spoil(install_dir)
+    proc = bash(install_dir, 'begin_change "$root" %s || echo "status $?"\necho going on' % how)
+    assert proc.returncode == 0 and proc.stdout == 'status 2\ngoing on\n'
+    assert proc.stderr.startswith('test: error: ') and 'not the lock file' in proc.stderr
+
+
+def test_a_damaged_state_is_said_by_the_command(install_dir):
+    """generation_whole is a test; damaged_state what to say about one that is not whole (and which earlier state
+    the link can name instead): the command decides to stop."""
+    assert change(install_dir, 'old').returncode == 0
+    assert change(install_dir, 'new').returncode == 0
+    current = (install_dir / USER_SOFTWARE_PACKED).resolve()
+    (current / SQUASHFS_NAME).write_text('')  # (as a node that crashed before it wrote the file)
+    proc = bash(install_dir, 'generation=$(current_generation "$root")\ngeneration_whole "$generation" && echo whole\n'
+                'damaged_state "$root" "$generation"')
+    assert proc.returncode == 0 and proc.stderr == ''
+    assert proc.stdout.startswith("the packed venv's state %s is damaged" % current.name)
+    [earlier] = {path.name for path in install_dir.glob(GENERATION_PREFIX + '*')} - {current.name}
+    assert 'ln -sfnT %s %s/%s' % (earlier, install_dir, USER_SOFTWARE_PACKED) in proc.stdout

@@ -2189,9 +2189,13 @@ module=@module_word@
 @user_software_paths@
 squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 
-# The command stops with its name ($command_name, set before this is sourced) and the reason
-die() {
+# What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
+# and return a status, and the command decides whether to stop (die: say it, and stop)
+error() {
     echo "$command_name: error: $*" >&2
+}
+die() {
+    error "$@"
     exit 1
 }
 # The command's help ($command_help, set with $command_name), for -h and --help; and the command ends
@@ -2249,7 +2253,8 @@ fi
 export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
-stop_if_not_whole "$root" "$generation" quick  # (the runtime would only say "image format not recognized")
+# (the runtime would only say "image format not recognized")
+[ -z "$generation" ] || generation_whole "$generation" quick || die "$(damaged_state "$root" "$generation")"
 if [ "$form" = missing ]; then
     echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
         "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
@@ -2786,11 +2791,10 @@ generation_whole() {  # whether the SquashFS files of the generation $1 are whol
         [ ! -e "$file" ] || squashfs_whole "$file" "${2:-}" || return 1
     done
 }
-# Stop if the packed venv's current state, the generation $2 of the install dir $1, is not whole ($3 as for
-# squashfs_whole): say which earlier state the link can name instead
-stop_if_not_whole() {
+# What to say when the packed venv's current state, the generation $2 of the install dir $1, is not whole
+# (generation_whole): which earlier state the link can name instead
+damaged_state() {
     local earlier way=
-    [ -n "$2" ] && ! generation_whole "$2" "${3:-}" || return 0
     # (the latest superseded one: make_current touched it)
     earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\n' |
         sort -rn | head -n 1)
@@ -2798,7 +2802,7 @@ stop_if_not_whole() {
         way="make the link name the state before it (ln -sfnT ${earlier#* } $1/@packed@, then check with"
         way+=" list-packages), or "
     fi
-    die "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
+    echo "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
         "before they were written?): ${way}reinstall the module (eb --rebuild)"
 }
 through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
@@ -2880,26 +2884,29 @@ make_private() {
 # replaces the one another run made meanwhile
 make_lock() {
     local new
-    new=$(new_private_file "$1" "@lock@.new.") || die "cannot write in $1"
-    make_private "$1" "$new" "$2" || { rm -f -- "$new"; die "cannot give $new the mode $2"; }
+    new=$(new_private_file "$1" "@lock@.new.") || { error "cannot write in $1"; return 1; }
+    make_private "$1" "$new" "$2" || { rm -f -- "$new"; error "cannot give $new the mode $2"; return 1; }
     ln -T -- "$new" "$1/@lock@" 2>/dev/null || true  # (-T: never into a directory put there)
     rm -f -- "$new"
 }
 # The lock of the install dir $1 opened on descriptor 9 (made with the mode $2 if missing), only if it is a regular
-# file: opening a FIFO would wait for a writer, forever
+# file: opening a FIFO would wait for a writer, forever. Status 1 (and why) where it cannot be.
 open_lock() {
     local lock="$1/@lock@"
     if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
-        make_lock "$1" "$2"
+        make_lock "$1" "$2" || return 1
     fi
     if [ ! -f "$lock" ] || [ -L "$lock" ]; then
-        die "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock file" \
-            "that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
+        error "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock" \
+            "file that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
+        return 1
     fi
     # read-only, never made by the open (flock takes a read-only descriptor): a link put there since the check is
     # only read through, and take_lock holds it only once it is the file there, which no link is
-    { exec 9<"$lock"; } 2>/dev/null ||
-        die "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
+    if ! { exec 9<"$lock"; } 2>/dev/null; then
+        error "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
+        return 1
+    fi
 }
 # The lock (descriptor 9) of the install dir $1 gets its mode $2 and group from its owner. One that others could open
 # (earlier versions made it 0644) may be open for one of them already: whoever holds it puts a new one of their own in
@@ -2914,11 +2921,12 @@ keep_lock_private() {
     if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
         make_private "$1" /dev/fd/9 "$mode" && return 0
     fi
-    new=$(new_private_file "$1" "@lock@.new.") || die "cannot write in $1"
+    new=$(new_private_file "$1" "@lock@.new.") || { error "cannot write in $1"; return 1; }
     if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 && rename_into_place "$new" "$1/@lock@"; }
     then
         rm -f -- "$new"
-        die "cannot replace $1/@lock@, which others can open, with a private one"
+        error "cannot replace $1/@lock@, which others can open, with a private one"
+        return 1
     fi
     exec 9>&8 8>&-
 }
@@ -2972,22 +2980,28 @@ lock_hint() {
             "the project is changing $1, remove it, then try again"
     fi
 }
-# The lock of the install dir $1 on descriptor 9, with flock's options $2... (-n: return 1 at once if it is taken).
+# The lock of the install dir $1 on descriptor 9, with flock's options $2... (-n: status 1 at once if it is taken).
 # It counts when it is the file that is there now, not a link to one (a reinstall replaces it with the install dir).
+# Status 2 (and why) where it cannot be taken.
 take_lock() {
     local root=$1 mode
     shift
-    [ -w "$root" ] || die "$root is not writable for you: only whoever installed the module can change it"
-    command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
+    if [ ! -w "$root" ]; then
+        error "$root is not writable for you: only whoever installed the module can change it"
+        return 2
+    fi
+    command -v flock >/dev/null || { error "flock not found on PATH (it comes with util-linux)"; return 2; }
     mode=$(lock_mode "$root")
     while :; do
-        open_lock "$root" "$mode"
-        [ -f /dev/fd/9 ] ||
-            die "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
+        open_lock "$root" "$mode" || return 2
+        if [ ! -f /dev/fd/9 ]; then
+            error "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
+            return 2
+        fi
         flock "$@" 9 || return 1
         # (the name's own inode, in one lstat: a link there, or swapped in and out between two checks, is not it)
         if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/@lock@" 2>/dev/null)" ]; then
-            keep_lock_private "$root" "$mode"
+            keep_lock_private "$root" "$mode" || return 2
             note_lock_holder "$root" "$mode"
             remove_lock_leftovers "$root"
             return 0
@@ -2997,8 +3011,10 @@ take_lock() {
 lock_refusal() {  # what to say when another run holds the lock of the install dir $1
     echo "$(lock_holder "$1") is changing $1; try again when it is done$(lock_hint "$1")"
 }
-wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it waits
-    take_lock "$1" -n && return 0
+wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it waits: its status
+    local status=0
+    take_lock "$1" -n || status=$?
+    [ "$status" -eq 1 ] || return "$status"
     echo "${0##*/}: waiting for $(lock_holder "$1") to finish with $1...$(lock_hint "$1")" >&2
     take_lock "$1"
 }
@@ -3632,7 +3648,8 @@ say_where_others_can_replace() {  # the candidates that are not places, and why 
     done < <(workdir_candidates)
 }
 # A new work dir with room for $2 bytes (its path): in the first of workdir_places with room that is none of $3...
-# (places where pip ran out of space), else in the install dir $1, saying so. Removes what ended runs left there.
+# (places where pip ran out of space), else in the install dir $1, saying so; status 1 (and why) where there is none.
+# Removes what ended runs left there.
 make_workdir() {
     local root=$1 need=$2 place tried free places
     shift 2
@@ -3647,15 +3664,17 @@ make_workdir() {
         fi
     done < <(workdir_places)
     for tried in "$@"; do
-        [ ! "$root" -ef "$tried" ] ||
-            die "pip ran out of space in $*; venv-pip works in the first of TMPDIR, /dev/shm and /tmp that has room" \
-                "(then beside the install dir): set TMPDIR to a place with room for the change"
+        if [ "$root" -ef "$tried" ]; then
+            error "pip ran out of space in $*; venv-pip works in the first of TMPDIR, /dev/shm and /tmp that has" \
+                "room (then beside the install dir): set TMPDIR to a place with room for the change"
+            return 1
+        fi
     done
     places=$(workdir_places)
     echo "${0##*/}: working in $root: none of ${places//$'\n'/, } has the $(( need >> 20 )) MiB free that it" \
         "needs${*:+ (pip ran out of space in $*)}; TMPDIR chooses where venv-pip works first" >&2
     remove_ended_runs "$root"
-    new_workdir "$root" || die "cannot make a work directory in $root"
+    new_workdir "$root" || { error "cannot make a work directory in $root"; return 1; }
 }
 # Whether pip's failure in the work dir $1 was for want of space there: (nearly) nothing is free where it is
 ran_out_of_space() {
@@ -3663,23 +3682,22 @@ ran_out_of_space() {
     free=$(free_bytes "$1") || return 1
     [ "${free:-0}" -lt $(( 4 << 20 )) ]
 }
-# Stop with pip's status $1 in a container on the work dir $2, saying what failed and that $3 (what was not changed).
+# Say what failed where pip's status in a container on the work dir $2 is $1, and that $3 (what was not changed).
 # 255 is the runtime's own when the container does not start (an overlay or a bind in the work dir did not mount),
 # and also its status for a command not found in the container: the command $4... (the same container with `true`)
 # tells which.
-stop_as_pip() {
+say_why_pip_failed() {
     local status=$1 work=$2 unchanged=$3
     shift 3
     if [ "$status" -eq 255 ] && ! "$@" >/dev/null 2>&1 9>&-; then
-        echo "${0##*/}: error: the container did not start on the work dir $work (the runtime says why above);" \
-            "$unchanged. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
+        error "the container did not start on the work dir $work (the runtime says why above); $unchanged." \
+            "TMPDIR chooses where venv-pip works first: set it to another place to work there"
     elif [ "$status" -eq 255 ]; then
-        echo "${0##*/}: error: the container starts, but the command in it ended with exit code 255, the runtime's" \
-            "status for a command it did not find there (the runtime says which above); $unchanged" >&2
+        error "the container starts, but the command in it ended with exit code 255, the runtime's status for a" \
+            "command it did not find there (the runtime says which above); $unchanged"
     else
-        echo "${0##*/}: error: pip failed (exit code $status); $unchanged" >&2
+        error "pip failed (exit code $status); $unchanged"
     fi
-    exit "$status"
 }
 '''
 
@@ -3688,7 +3706,8 @@ stop_as_pip() {
 CHANGE = r'''
 # A change of the venv of the install dir $1, made one way by venv-pip, make-squashfs and unmake-squashfs (STATE, with
 # FILES, LOCK_INSTALL_DIR and WORKDIR):
-#   begin_change $1 wait|now   the lock (waiting for it, or status 1 at once where another run holds it), the umask
+#   begin_change $1 wait|now   the lock (waiting for it, or status 1 at once where another run holds it; status 2
+#                              where it cannot be taken, which it says), the umask
 #                              that shares what the change writes, and the signal policy below, from here to the end;
 #                              the command then reads the state, which nobody else changes until it ends
 #   new_change_generation $1   a new generation for the change (change_new): private, and removed unless committed
@@ -3703,9 +3722,9 @@ child=
 begin_change() {
     umask "$(shared_umask "$1")"
     if [ "$2" = wait ]; then
-        wait_for_lock "$1"
+        wait_for_lock "$1" || return
     else
-        take_lock_now "$1" || return 1
+        take_lock_now "$1" || return
     fi
     # shellcheck disable=SC2064  # (the install dir as it is now)
     trap "abort_change $(printf %q "$1")" EXIT
@@ -4145,7 +4164,8 @@ pip_failed() {  # pip (with the arguments $2...) ended with the status $1: say w
     local status=$1
     shift
     [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
-    stop_as_pip "$status" "$work" "the venv was not changed" container_starts
+    say_why_pip_failed "$status" "$work" "the venv was not changed" container_starts
+    exit "$status"
 }
 container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
     "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-
@@ -4191,7 +4211,7 @@ if ! pip_changes_venv "$@"; then
 fi
 ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
-begin_change "$root" wait
+begin_change "$root" wait || exit 1
 # The state as it is now that this run holds the lock: what this run changes
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
@@ -4200,7 +4220,7 @@ kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
-stop_if_not_whole "$root" "$generation"
+[ -z "$generation" ] || generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
 if [ "$form" = directory ]; then
@@ -4450,7 +4470,8 @@ fi
 MAKE_SQUASHFS = r'''@header@
 no_arguments "$@"
 
-begin_change "$root" now || die "$(lock_refusal "$root")"
+# (status 1: another run holds the lock; else the library said why not)
+begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
 generation=$(current_generation "$root")
 remove_superseded "$root"
 [ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
@@ -4493,7 +4514,7 @@ if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."
 else
     say_where_others_can_replace
-    work=$(make_workdir "$root" $(( 64 << 20 ))) || die "cannot make a work directory; nothing was changed"
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1  # (it said why; nothing was changed)
     if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
         rm -f -- "$changes"
         echo "venv-pip will repack the whole venv for each change: the container runtime stacks" \
@@ -4515,9 +4536,10 @@ echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS fi
 UNMAKE_SQUASHFS = r'''@header@
 no_arguments "$@"
 
-begin_change "$root" now || die "$(lock_refusal "$root")"
+# (status 1: another run holds the lock; else the library said why not)
+begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
 generation=$(current_generation "$root")
-stop_if_not_whole "$root" "$generation"
+[ -z "$generation" ] || generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 [ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
 if [ -e "$dir" ] || [ -L "$dir" ]; then

@@ -1,7 +1,8 @@
 
 # A change of the venv of the install dir $1, made one way by venv-pip, make-squashfs and unmake-squashfs (STATE, with
 # FILES, LOCK_INSTALL_DIR and WORKDIR):
-#   begin_change $1 wait|now   the lock (waiting for it, or status 1 at once where another run holds it), the umask
+#   begin_change $1 wait|now   the lock (waiting for it, or status 1 at once where another run holds it; status 2
+#                              where it cannot be taken, which it says), the umask
 #                              that shares what the change writes, and the signal policy below, from here to the end;
 #                              the command then reads the state, which nobody else changes until it ends
 #   new_change_generation $1   a new generation for the change (change_new): private, and removed unless committed
@@ -16,9 +17,9 @@ child=
 begin_change() {
     umask "$(shared_umask "$1")"
     if [ "$2" = wait ]; then
-        wait_for_lock "$1"
+        wait_for_lock "$1" || return
     else
-        take_lock_now "$1" || return 1
+        take_lock_now "$1" || return
     fi
     # shellcheck disable=SC2064  # (the install dir as it is now)
     trap "abort_change $(printf %q "$1")" EXIT

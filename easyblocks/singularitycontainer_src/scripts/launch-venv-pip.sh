@@ -78,7 +78,8 @@ pip_failed() {  # pip (with the arguments $2...) ended with the status $1: say w
     local status=$1
     shift
     [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
-    stop_as_pip "$status" "$work" "the venv was not changed" container_starts
+    say_why_pip_failed "$status" "$work" "the venv was not changed" container_starts
+    exit "$status"
 }
 container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
     "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-
@@ -124,7 +125,7 @@ if ! pip_changes_venv "$@"; then
 fi
 ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
-begin_change "$root" wait
+begin_change "$root" wait || exit 1
 # The state as it is now that this run holds the lock: what this run changes
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
@@ -133,7 +134,7 @@ kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
-stop_if_not_whole "$root" "$generation"
+[ -z "$generation" ] || generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
 if [ "$form" = directory ]; then

@@ -8,9 +8,13 @@ module=@module_word@
 @user_software_paths@
 squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 
-# The command stops with its name ($command_name, set before this is sourced) and the reason
-die() {
+# What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
+# and return a status, and the command decides whether to stop (die: say it, and stop)
+error() {
     echo "$command_name: error: $*" >&2
+}
+die() {
+    error "$@"
     exit 1
 }
 # The command's help ($command_help, set with $command_name), for -h and --help; and the command ends

@@ -19,26 +19,29 @@ make_private() {
 # replaces the one another run made meanwhile
 make_lock() {
     local new
-    new=$(new_private_file "$1" "@lock@.new.") || die "cannot write in $1"
-    make_private "$1" "$new" "$2" || { rm -f -- "$new"; die "cannot give $new the mode $2"; }
+    new=$(new_private_file "$1" "@lock@.new.") || { error "cannot write in $1"; return 1; }
+    make_private "$1" "$new" "$2" || { rm -f -- "$new"; error "cannot give $new the mode $2"; return 1; }
     ln -T -- "$new" "$1/@lock@" 2>/dev/null || true  # (-T: never into a directory put there)
     rm -f -- "$new"
 }
 # The lock of the install dir $1 opened on descriptor 9 (made with the mode $2 if missing), only if it is a regular
-# file: opening a FIFO would wait for a writer, forever
+# file: opening a FIFO would wait for a writer, forever. Status 1 (and why) where it cannot be.
 open_lock() {
     local lock="$1/@lock@"
     if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
-        make_lock "$1" "$2"
+        make_lock "$1" "$2" || return 1
     fi
     if [ ! -f "$lock" ] || [ -L "$lock" ]; then
-        die "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock file" \
-            "that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
+        error "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock" \
+            "file that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
+        return 1
     fi
     # read-only, never made by the open (flock takes a read-only descriptor): a link put there since the check is
     # only read through, and take_lock holds it only once it is the file there, which no link is
-    { exec 9<"$lock"; } 2>/dev/null ||
-        die "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
+    if ! { exec 9<"$lock"; } 2>/dev/null; then
+        error "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
+        return 1
+    fi
 }
 # The lock (descriptor 9) of the install dir $1 gets its mode $2 and group from its owner. One that others could open
 # (earlier versions made it 0644) may be open for one of them already: whoever holds it puts a new one of their own in
@@ -53,11 +56,12 @@ keep_lock_private() {
     if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
         make_private "$1" /dev/fd/9 "$mode" && return 0
     fi
-    new=$(new_private_file "$1" "@lock@.new.") || die "cannot write in $1"
+    new=$(new_private_file "$1" "@lock@.new.") || { error "cannot write in $1"; return 1; }
     if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 && rename_into_place "$new" "$1/@lock@"; }
     then
         rm -f -- "$new"
-        die "cannot replace $1/@lock@, which others can open, with a private one"
+        error "cannot replace $1/@lock@, which others can open, with a private one"
+        return 1
     fi
     exec 9>&8 8>&-
 }
@@ -111,22 +115,28 @@ lock_hint() {
             "the project is changing $1, remove it, then try again"
     fi
 }
-# The lock of the install dir $1 on descriptor 9, with flock's options $2... (-n: return 1 at once if it is taken).
+# The lock of the install dir $1 on descriptor 9, with flock's options $2... (-n: status 1 at once if it is taken).
 # It counts when it is the file that is there now, not a link to one (a reinstall replaces it with the install dir).
+# Status 2 (and why) where it cannot be taken.
 take_lock() {
     local root=$1 mode
     shift
-    [ -w "$root" ] || die "$root is not writable for you: only whoever installed the module can change it"
-    command -v flock >/dev/null || die "flock not found on PATH (it comes with util-linux)"
+    if [ ! -w "$root" ]; then
+        error "$root is not writable for you: only whoever installed the module can change it"
+        return 2
+    fi
+    command -v flock >/dev/null || { error "flock not found on PATH (it comes with util-linux)"; return 2; }
     mode=$(lock_mode "$root")
     while :; do
-        open_lock "$root" "$mode"
-        [ -f /dev/fd/9 ] ||
-            die "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
+        open_lock "$root" "$mode" || return 2
+        if [ ! -f /dev/fd/9 ]; then
+            error "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
+            return 2
+        fi
         flock "$@" 9 || return 1
         # (the name's own inode, in one lstat: a link there, or swapped in and out between two checks, is not it)
         if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/@lock@" 2>/dev/null)" ]; then
-            keep_lock_private "$root" "$mode"
+            keep_lock_private "$root" "$mode" || return 2
             note_lock_holder "$root" "$mode"
             remove_lock_leftovers "$root"
             return 0
@@ -136,8 +146,10 @@ take_lock() {
 lock_refusal() {  # what to say when another run holds the lock of the install dir $1
     echo "$(lock_holder "$1") is changing $1; try again when it is done$(lock_hint "$1")"
 }
-wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it waits
-    take_lock "$1" -n && return 0
+wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it waits: its status
+    local status=0
+    take_lock "$1" -n || status=$?
+    [ "$status" -eq 1 ] || return "$status"
     echo "${0##*/}: waiting for $(lock_holder "$1") to finish with $1...$(lock_hint "$1")" >&2
     take_lock "$1"
 }

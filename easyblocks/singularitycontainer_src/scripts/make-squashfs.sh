@@ -1,7 +1,8 @@
 @header@
 no_arguments "$@"
 
-begin_change "$root" now || die "$(lock_refusal "$root")"
+# (status 1: another run holds the lock; else the library said why not)
+begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
 generation=$(current_generation "$root")
 remove_superseded "$root"
 [ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
@@ -44,7 +45,7 @@ if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
         "$packed/$squashfs_name and a layer on top as overlays here ($why)."
 else
     say_where_others_can_replace
-    work=$(make_workdir "$root" $(( 64 << 20 ))) || die "cannot make a work directory; nothing was changed"
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1  # (it said why; nothing was changed)
     if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
         rm -f -- "$changes"
         echo "venv-pip will repack the whole venv for each change: the container runtime stacks" \

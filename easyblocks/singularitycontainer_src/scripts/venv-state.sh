@@ -122,11 +122,10 @@ generation_whole() {  # whether the SquashFS files of the generation $1 are whol
         [ ! -e "$file" ] || squashfs_whole "$file" "${2:-}" || return 1
     done
 }
-# Stop if the packed venv's current state, the generation $2 of the install dir $1, is not whole ($3 as for
-# squashfs_whole): say which earlier state the link can name instead
-stop_if_not_whole() {
+# What to say when the packed venv's current state, the generation $2 of the install dir $1, is not whole
+# (generation_whole): which earlier state the link can name instead
+damaged_state() {
     local earlier way=
-    [ -n "$2" ] && ! generation_whole "$2" "${3:-}" || return 0
     # (the latest superseded one: make_current touched it)
     earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\n' |
         sort -rn | head -n 1)
@@ -134,7 +133,7 @@ stop_if_not_whole() {
         way="make the link name the state before it (ln -sfnT ${earlier#* } $1/@packed@, then check with"
         way+=" list-packages), or "
     fi
-    die "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
+    echo "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
         "before they were written?): ${way}reinstall the module (eb --rebuild)"
 }
 through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)

@@ -63,7 +63,8 @@ say_where_others_can_replace() {  # the candidates that are not places, and why 
     done < <(workdir_candidates)
 }
 # A new work dir with room for $2 bytes (its path): in the first of workdir_places with room that is none of $3...
-# (places where pip ran out of space), else in the install dir $1, saying so. Removes what ended runs left there.
+# (places where pip ran out of space), else in the install dir $1, saying so; status 1 (and why) where there is none.
+# Removes what ended runs left there.
 make_workdir() {
     local root=$1 need=$2 place tried free places
     shift 2
@@ -78,15 +79,17 @@ make_workdir() {
         fi
     done < <(workdir_places)
     for tried in "$@"; do
-        [ ! "$root" -ef "$tried" ] ||
-            die "pip ran out of space in $*; venv-pip works in the first of TMPDIR, /dev/shm and /tmp that has room" \
-                "(then beside the install dir): set TMPDIR to a place with room for the change"
+        if [ "$root" -ef "$tried" ]; then
+            error "pip ran out of space in $*; venv-pip works in the first of TMPDIR, /dev/shm and /tmp that has" \
+                "room (then beside the install dir): set TMPDIR to a place with room for the change"
+            return 1
+        fi
     done
     places=$(workdir_places)
     echo "${0##*/}: working in $root: none of ${places//$'\n'/, } has the $(( need >> 20 )) MiB free that it" \
         "needs${*:+ (pip ran out of space in $*)}; TMPDIR chooses where venv-pip works first" >&2
     remove_ended_runs "$root"
-    new_workdir "$root" || die "cannot make a work directory in $root"
+    new_workdir "$root" || { error "cannot make a work directory in $root"; return 1; }
 }
 # Whether pip's failure in the work dir $1 was for want of space there: (nearly) nothing is free where it is
 ran_out_of_space() {
@@ -94,21 +97,20 @@ ran_out_of_space() {
     free=$(free_bytes "$1") || return 1
     [ "${free:-0}" -lt $(( 4 << 20 )) ]
 }
-# Stop with pip's status $1 in a container on the work dir $2, saying what failed and that $3 (what was not changed).
+# Say what failed where pip's status in a container on the work dir $2 is $1, and that $3 (what was not changed).
 # 255 is the runtime's own when the container does not start (an overlay or a bind in the work dir did not mount),
 # and also its status for a command not found in the container: the command $4... (the same container with `true`)
 # tells which.
-stop_as_pip() {
+say_why_pip_failed() {
     local status=$1 work=$2 unchanged=$3
     shift 3
     if [ "$status" -eq 255 ] && ! "$@" >/dev/null 2>&1 9>&-; then
-        echo "${0##*/}: error: the container did not start on the work dir $work (the runtime says why above);" \
-            "$unchanged. TMPDIR chooses where venv-pip works first: set it to another place to work there" >&2
+        error "the container did not start on the work dir $work (the runtime says why above); $unchanged." \
+            "TMPDIR chooses where venv-pip works first: set it to another place to work there"
     elif [ "$status" -eq 255 ]; then
-        echo "${0##*/}: error: the container starts, but the command in it ended with exit code 255, the runtime's" \
-            "status for a command it did not find there (the runtime says which above); $unchanged" >&2
+        error "the container starts, but the command in it ended with exit code 255, the runtime's status for a" \
+            "command it did not find there (the runtime says which above); $unchanged"
     else
-        echo "${0##*/}: error: pip failed (exit code $status); $unchanged" >&2
+        error "pip failed (exit code $status); $unchanged"
     fi
-    exit "$status"
 }
