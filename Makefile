@@ -123,11 +123,12 @@ test: $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp
 	$(RUN_TESTS) $(abspath $(SINGULARITY))
 endif
 
-# The fast tier, for the developer loop: the tests that start neither a container (not marked runtime, needing no
-# feature of a runtime) nor EasyBuild (not marked eb): under a minute here, with the tools made
+# The unit tier, for the developer loop: the tests that start neither a container (not marked runtime, needing no
+# feature of a runtime) nor EasyBuild (not marked eb), nor are of the system tier (tests/conftest.py's tier_of): under
+# a minute here, with the tools made
 check: setup
 	$(INSTALL_THIS)
-	$(RUN_TESTS) $(TOOLS)/apptainer/bin/singularity -- -m 'not runtime and not needs and not eb'
+	$(RUN_TESTS) $(TOOLS)/apptainer/bin/singularity -- --tier unit
 
 demo: setup
 	$(INSTALL_THIS)

@@ -1,6 +1,7 @@
 """The fixtures of the suite: test images, test installations, a Slurm cluster; what the runtime in use leaves
 out; and a test kit install that finds a tool missing skips the test (in CI: fails). The helpers themselves are in
 the package testkit (install, images, slurm), and what they need from pytest in support.py."""
+import json
 import os
 from pathlib import Path
 
@@ -182,7 +183,29 @@ def demo_install(container_modules):
     return container_modules('5', 'Lua')
 
 
+# The suite's tiers (docs/tests.md), each test in one: unit (no EasyBuild, no container: make check), integration (eb
+# with EasyBuild 5, the module and its commands in containers), system (marked system: Slurm, other users, shared
+# installs, the differential sequences, kills and crashes at every step, the demo and the benchmarks; and the
+# EasyBuild 4.9 variants, where the version makes a difference)
+TIERS = ('unit', 'integration', 'system')
+
+
+def tier_of(item):
+    if item.get_closest_marker('system') or (getattr(item, 'callspec', None) and
+                                             item.callspec.params.get('eb_version') == '4.9'):
+        return 'system'
+    if any(item.get_closest_marker(mark) for mark in ('runtime', 'eb', 'needs')):
+        return 'integration'
+    return 'unit'
+
+
+def pytest_addoption(parser):
+    parser.addoption('--tier', action='append', choices=TIERS, help='run only the tests of this tier (again: and '
+                     'of that one too); make check runs --tier unit')
+
+
 def pytest_configure(config):
+    config.addinivalue_line('markers', 'system: of the system tier (Slurm, other users, faults at every step, ...)')
     config.addinivalue_line('markers', 'runtime: drives the container runtime (run again with a real one)')
     config.addinivalue_line('markers', 'eb: runs EasyBuild (not in make check, the tier without eb or a container)')
     config.addinivalue_line('markers', 'needs(feature): needs a feature of testkit.install.FEATURES from the runtime')
@@ -215,8 +238,8 @@ LEFT_OUT = {}
 # What the run with the setuid runtime (make test's second run) leaves to the other run, by why: the EasyBuild 4.9
 # variants of the tests that start a container (marked runtime), as the scripts and the module's behaviour in the
 # container do not depend on the EasyBuild version (EasyBuild 4.9 writes the same scripts: test_venv_pip.py's
-# test_easybuild_49_writes_the_same_scripts); and the tests marked once_only(why), which check nothing that starts a
-# container, or nothing that differs under both runtimes past what another test checks under both
+# test_easybuild_49_writes_the_same_scripts_and_module); and the tests marked once_only(why), which check nothing
+# that starts a container, or nothing that differs under both runtimes past what another test checks under both
 LEFT_TO_THE_OTHER_RUN = {}
 
 
@@ -241,7 +264,13 @@ def left_to_the_other_run(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Leave out the tests that need something the runtime in use lacks, and say so in the summary."""
+    """Leave out the tests that need something the runtime in use lacks, and say so in the summary; and those of
+    the tiers not asked for (--tier)."""
+    tiers = config.getoption('tier')
+    if tiers:
+        other_tiers = [item for item in items if tier_of(item) not in tiers]
+        config.hook.pytest_deselected(items=other_tiers)
+        items[:] = [item for item in items if tier_of(item) in tiers]
     kept, left_out = [], []
     for item in items:
         lacking = [feature for mark in item.iter_markers('needs') for feature in mark.args
@@ -257,7 +286,29 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
+# Per tier: how many tests ran and their time (setup, call and teardown), for the summary and, where make test asks
+# for it (LUMI_CT_TIER_REPORT names a file), for tools/run-tests.sh's last lines
+TIER_TIMES = {tier: [0, 0.0] for tier in TIERS}
+TIER_OF_TEST = {}
+
+
+def pytest_itemcollected(item):
+    TIER_OF_TEST[item.nodeid] = tier_of(item)
+
+
+def pytest_runtest_logreport(report):
+    tier = TIER_TIMES[TIER_OF_TEST.get(report.nodeid, 'unit')]
+    tier[0] += report.when == 'call'
+    tier[1] += report.duration
+
+
 def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line('tiers: ' + ', '.join('%s %d tests in %.0f s' % (tier, TIER_TIMES[tier][0],
+                                                                                 TIER_TIMES[tier][1])
+                                                      for tier in TIERS))
+    if os.environ.get('LUMI_CT_TIER_REPORT'):
+        with open(os.environ['LUMI_CT_TIER_REPORT'], 'w') as report:
+            json.dump(TIER_TIMES, report)
     terminalreporter.write_line('container runtime: %s (%s), as the test users %s, %s and %s' % (
         RUNTIME, 'setuid' if RUNTIME_SETUID else 'user namespace', OWNER, MEMBER, OUTSIDER))
     for why, nodeids in sorted(LEFT_TO_THE_OTHER_RUN.items()):

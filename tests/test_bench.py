@@ -12,7 +12,8 @@ import pytest
 from support import REPO, require_eb, require_runtime, require_tools
 from testkit.install import SETUID_RUNTIME
 
-pytestmark = [pytest.mark.runtime,  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytest.mark.system,  # the system tier: the benchmarks
+              pytest.mark.runtime,  # drives the container runtime: make test runs it with a real one too
               pytest.mark.once_only('the quick benchmarks run once: they measure venv-pip under both runtimes, '
                                     'whichever runtime runs the tests', in_setuid_run=True)]
 

@@ -27,7 +27,7 @@ from test_venv_pip_faults import (Shims, age_leftovers, fuse_daemons, kill_lefto
                                   start_with_shims, state, switch_or_name)
 from testkit.install import local_wheels, run
 
-pytestmark = pytest.mark.needs('image-src')
+pytestmark = [pytest.mark.needs('image-src'), pytest.mark.system]  # (crashes at every step)
 
 CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 0x40000
 EXT4_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)

@@ -13,6 +13,7 @@ from support import require_runtime, require_tools
 DEMO = Path(__file__).resolve().parent.parent / 'demo' / 'demo.py'
 
 
+@pytest.mark.system
 @pytest.mark.needs('image-src')  # its venv is packed, as on LUMI
 def test_demo():
     require_runtime()

@@ -19,6 +19,7 @@ from testkit.install import (LAIF_MODULE, LMOD_INIT, RUNTIME_FEATURES, Installat
 from testkit.users import OUTSIDER, give, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytestmark, pytest.mark.system]  # the system tier: Slurm
 
 HOSTLISTS = [
     ('nid005000', 'nid005000'),

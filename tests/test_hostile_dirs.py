@@ -40,6 +40,7 @@ from testkit.install import (EB_SITE, LUMI_MODULES_TREE, LUMI_SOFTWARE_TREE, bas
 from testkit.users import MEMBER, OUTSIDER, OWNER, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytestmark, pytest.mark.system]  # the system tier: other users
 
 TIMEOUT = 180  # seconds any one command may take here; a hang is a failure, not a wait until CI's time limit
 

@@ -1,5 +1,7 @@
 """LUMI AI Factory (LAIF) images: Python in a venv at /opt/venv, started through their runscript, 20+ GB and used in
-place. Installed end to end with EasyBuild 5 and 4.9.4 from a LAIF-like test image (conftest.laif_sif)."""
+place. Installed end to end from a LAIF-like test image (conftest.laif_sif) with EasyBuild 5 and Lua modules, and
+once with EasyBuild 4.9.4 and Tcl (test_image_used_in_place[eb4.9]: the module and the scripts do not depend on
+the version, test_venv_pip.py's test_easybuild_49_writes_the_same_scripts_and_module)."""
 import hashlib
 import json
 import os
@@ -21,13 +23,15 @@ SITE = '/opt/venv/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 
 
 @pytest.fixture(scope='module')
-def laif(laif_installs, eb_version):
-    return laif_installs(eb_version)
+def laif(laif_installs):
+    return laif_installs('5')
 
 
-def test_image_used_in_place(laif):
+@pytest.mark.parametrize('eb_version', ['5', '4.9'], ids=['eb5', 'eb4.9'])
+def test_image_used_in_place(laif_installs, eb_version):
     """copy_image = False: a link to the central image, no copy; SIF is the central file; the image's Python
     environment was found at install time and recorded."""
+    laif = laif_installs(eb_version)
     inst, idir, central_sif = laif
     link = idir / LAIF_SIF_NAME
     assert link.is_symlink() and os.readlink(link) == str(central_sif)

@@ -22,6 +22,7 @@ from testkit.install import (EB_SITE, EB_VENVS, RUNTIME, Installation, base_env,
 from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytestmark, pytest.mark.system]  # the system tier: shared installs
 
 
 @pytest.fixture(autouse=True)

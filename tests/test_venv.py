@@ -13,10 +13,12 @@ pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs
 
 
 @pytest.fixture(scope='module')
-def venv_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
+def venv_install(tmp_path_factory, demo_sif, wheelhouse):
+    """With EasyBuild 5: the tests that take it use the module and its commands, which EasyBuild 4.9 writes the same
+    (test_venv_pip.py's test_easybuild_49_writes_the_same_scripts_and_module)."""
     require_runtime()
     require_tools('mksquashfs', 'unsquashfs')
-    return install_demo(tmp_path_factory.mktemp('venv'), demo_sif, eb_version, pip_requirements=['lumi-top'],
+    return install_demo(tmp_path_factory.mktemp('venv'), demo_sif, '5', pip_requirements=['lumi-top'],
                         pip_install_options=local_wheels(wheelhouse), squash_user_software=SQUASHFS_WORKS)
 
 
@@ -92,6 +94,7 @@ def test_broken_wheel_fails(tmp_path, demo_sif, eb_version):
     assert 'Installing the pip requirements in /user-software/venv/demo failed' in str(err.value)
 
 
+@pytest.mark.parametrize('eb_version', ['5'], ids=['eb5'])  # (the easyblock's own text: no EasyBuild in between)
 def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, eb_version):
     require_runtime()
     lines = ['lumi-base ; python_version >= "3"  # a comment with $HOME and `false` and \'quotes\'',
@@ -176,6 +179,7 @@ def test_what_a_failed_install_left_is_not_kept(failed_install, wheelhouse, eb_v
     assert not list(idir.parent.glob('1.0.user-software*'))
 
 
+@pytest.mark.parametrize('eb_version', ['5'], ids=['eb5'])  # (the easyblock's own container commands)
 def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse, eb_version):
     require_runtime()
     init = 'source /opt/miniconda3/bin/activate pytorch'

@@ -18,7 +18,7 @@ from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, writ
 from testkit.install import (LAIF_MODULE, RUNTIME, RUNTIME_SETUID, SQUASHFS_WORKS, Installation, base_env,
                              demo_easyconfig, fake_command, install_demo, install_laif, run, spawn, local_wheels,
                              slow_step, wait_for, write_wheel)
-from singularitycontainer_src.layout import GENERATION_PREFIX, KEEP_SUPERSEDED_MINUTES, WRITABLE_LAYER_RECORD
+from singularitycontainer_src.layout import GENERATION_PREFIX, KEEP_SUPERSEDED_MINUTES, LIBRARY, WRITABLE_LAYER_RECORD
 from testkit.users import OUTSIDER, OWNER, give
 
 # who holds the lock, as those who wait or are refused hear it
@@ -67,8 +67,9 @@ def fresh(installed):
 
 @pytest.fixture(scope='module')
 def eb_version():
-    """venv-pip's tests run with EasyBuild 5 only: with 4.9.4 the install writes the same scripts
-    (test_easybuild_49_writes_the_same_scripts); the install itself runs with both in test_venv and test_easyblock."""
+    """venv-pip's tests run with EasyBuild 5 only: with 4.9.4 the install writes the same scripts and module
+    (test_easybuild_49_writes_the_same_scripts_and_module); the install itself runs with both in test_venv and
+    test_easyblock."""
     return '5'
 
 
@@ -341,14 +342,22 @@ def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, whee
     assert not list(work.iterdir())
 
 
-def test_easybuild_49_writes_the_same_scripts(packed_install, tmp_path, demo_sif, wheelhouse):
-    """An install with EasyBuild 4.9.4 writes venv-pip, make-squashfs, unmake-squashfs and the wrappers as 5.x does
-    (the tests of venv-pip need one of them), and its venv-pip changes the venv."""
+def test_easybuild_49_writes_the_same_scripts_and_module(packed_install, tmp_path, demo_sif, wheelhouse):
+    """An install with EasyBuild 4.9.4 writes venv-pip, make-squashfs, unmake-squashfs, the wrappers, the library
+    and the module as 5.x does (the tests of the module and its commands need one of them, EasyBuild 5's), and its
+    venv-pip changes the venv. In the module, only EasyBuild's own lines differ (its version, the devel module's
+    path written another way), and the install's paths."""
     inst, idir, _ = packed_install
     inst49, idir49, _ = install(tmp_path, demo_sif, wheelhouse, '4.9', squash=True)
-    for script in sorted((idir / 'bin').iterdir()):
+    for script in sorted(path.relative_to(idir) for path in (idir / 'bin').iterdir()) + [Path(LIBRARY)]:
         if script.name != 'jupyter-container-kernel':  # (it names the module's directory)
-            assert (idir49 / 'bin' / script.name).read_text() == script.read_text(), script.name
+            assert (idir49 / script).read_text() == (idir / script).read_text(), script
+
+    def module_text(installation):
+        text = installation.module_file('Demo', '1.0').read_text().replace(str(installation.root), '<root>')
+        return [line for line in text.splitlines() if 'Built with EasyBuild version' not in line and
+                not line.startswith('setenv("EBDEVELDEMO"')]
+    assert module_text(inst49) == module_text(inst)
     out = inst49.module_shell('Demo/1.0', 'venv-pip install -q %s lumi-later\npython -c "import lumi_later"'
                               % ' '.join(local_wheels(wheelhouse)))
     assert 'has the change as a layer' in out.stdout and out.stderr == ''

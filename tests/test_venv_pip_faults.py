@@ -26,6 +26,7 @@ from testkit.install import RUNTIME, base_env, local_wheels, run, spawn, write_w
 from testkit.users import OWNER, give, user as user_named
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytestmark, pytest.mark.system]  # the system tier: kills at every step
 
 # The commands whose calls on the install dir are the steps (the runtime's: the pip step)
 STEPS = ['mktemp', 'chmod', 'chgrp', 'ln', 'mv', 'touch', 'rm', 'mkdir', 'cp', 'mksquashfs', 'unsquashfs',

@@ -23,7 +23,7 @@ from testkit.pip_reference import (LINK, REPACK, SNAPSHOT, describe, differences
                                    random_operations, snapshot_command, status_of, write_wheels)
 from testkit.users import give
 
-pytestmark = [pytest.mark.runtime, pytest.mark.needs('image-src')]
+pytestmark = [pytest.mark.runtime, pytest.mark.needs('image-src'), pytest.mark.system]  # (the differential tests)
 
 SEED = int(os.environ.get('LUMI_CT_DIFF_SEED', '21'))
 STEPS = int(os.environ.get('LUMI_CT_DIFF_STEPS', '8'))

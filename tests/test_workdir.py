@@ -16,6 +16,7 @@ from testkit.install import (RUNTIME, base_env, fake_command, install_demo, loca
 from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytestmark, pytest.mark.system]  # the system tier: other users
 
 MODULE = 'Demo/1.0'
 

@@ -23,11 +23,15 @@ base=$(mktemp -d /tmp/lumi-ct-tests-XXXXXX) || exit 1
 chmod 755 "$base"
 trap 'rm -rf "$base"' EXIT
 
-run() {  # NAME RUNTIME USERS [PYTEST-ARGS...]: one pytest session, its results also in $base/NAME.xml
-    local name=$1 runtime=$2 users=$3
+run() {  # NAME RUNTIME USERS [PYTEST-ARGS...]: one pytest session, its results also in $base/NAME.xml, its tiers' counts
+    # and times in $base/NAME.tiers, its wall time in $base/NAME.wall
+    local name=$1 runtime=$2 users=$3 start=$SECONDS status=0
     shift 3
-    LUMI_CT_SINGULARITY=$runtime LUMI_CT_USERS=$users LUMI_CT_PAIRED=$setuid "$python" -m pytest -ra --durations=20 -p no:cacheprovider \
-        --basetemp="$base/$name" --junitxml="$base/$name.xml" "$@"
+    LUMI_CT_SINGULARITY=$runtime LUMI_CT_USERS=$users LUMI_CT_PAIRED=$setuid LUMI_CT_TIER_REPORT="$base/$name.tiers" \
+        "$python" -m pytest -ra --durations=20 -p no:cacheprovider --basetemp="$base/$name" --junitxml="$base/$name.xml" \
+        "$@" || status=$?
+    echo $(( SECONDS - start )) >"$base/$name.wall"
+    return "$status"
 }
 
 only=()
@@ -45,13 +49,24 @@ if [ -n "$setuid" ]; then
     echo "=== The tests that start a container, again with the setuid runtime $setuid (as LUMI runs it) ==="
     cat "$base/setuid.log"
     [ "$status" -ne 0 ] || status=$setuid_status
-    # Both runs' counts, as the last line
-    "$python" - "$base"/userns.xml "$base"/setuid.xml <<'PYTHON'
+    # Each run's wall time and tiers, then both runs' counts, as the last line
+    "$python" - "$base" <<'PYTHON'
+import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 
+base = sys.argv[1]
+for name in ('userns', 'setuid'):
+    try:
+        with open(os.path.join(base, name + '.wall')) as wall, open(os.path.join(base, name + '.tiers')) as tiers:
+            seconds, tiers = int(wall.read()), json.load(tiers)
+    except (OSError, ValueError):
+        continue
+    print('%s run: %d s; ' % (name, seconds) + ', '.join('%s tier %d tests (%.0f s)' % (tier, count, time)
+                                                      for tier, (count, time) in tiers.items()))
 total = dict(tests=0, failures=0, errors=0, skipped=0)
-for path in sys.argv[1:]:
+for path in (os.path.join(base, 'userns.xml'), os.path.join(base, 'setuid.xml')):
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):

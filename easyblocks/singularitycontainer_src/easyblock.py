@@ -861,7 +861,7 @@ class SingularityContainer(EasyBlock):
         """What the module does at load, once for Lua and Tcl: a list of steps (see MODULE_STEPS), in order."""
         installdir, suffix, module = self.installdir, self.var_suffix, self.full_mod_name
         runscripts = os.path.join(installdir, 'runscripts')
-        sif, cache_root, form = Var('sif'), Var('cache_root_dir'), Var('venv_form')
+        sif, cache_root, form = Var('sif'), Var('cache_root_dir'), Var('form')
         # The cache root: CACHE_ROOT_RULE, run by the shell when the module loads
         rule, call = cache_root_rule(module, self.cfg['container_cache_dirs'].values())
         # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
