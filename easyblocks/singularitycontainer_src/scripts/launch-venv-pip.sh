@@ -153,21 +153,22 @@ fi
 [ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
     "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
 
-# The change goes into a new generation, made current by one rename when it is whole (STATE). This run's work dir
-# (work) and new generation (new) go when it ends, unless the rename made the new one the venv (CHANGE).
+# The change goes into a new generation, made current by one rename when it is whole (STATE); the functions below take
+# it as their first argument. What they read besides is the state as this run read it under the lock (generation,
+# form, squashfs, changes, user_overlays: not set again from here on), and what they set is the work dir the change is
+# being made in (work: the next place where one runs out of space) and the writable layer's kind (writable_kind,
+# kind_refused: another where the runtime refuses one). This run's work dir and new generation go when it ends,
+# unless the rename made the new one the venv (CHANGE).
 work=
 new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
-new=$change_new
 say_where_others_can_replace
-new_squashfs="$new/$squashfs_name"
-new_changes="$new/$changes_name"
-make_new_current() {  # (of the form layers, with a layer on top, else file)
+make_new_current() {  # the new generation $1 (of the form layers, with a layer on top, else file)
     local new_form='file'
-    if [ -f "$new_changes" ]; then
+    if [ -f "$1/$changes_name" ]; then
         new_form=layers
-        record_writable_layer_kind "$new" "$writable_kind" || die "cannot write in $new; the venv was not changed"
+        record_writable_layer_kind "$1" "$writable_kind" || die "cannot write in $1; the venv was not changed"
     fi
-    commit_change "$root" "$new_form" || die "cannot make $packed name $new; nothing was changed"
+    commit_change "$root" "$new_form" || die "cannot make $packed name $1; nothing was changed"
 }
 # The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
 unpack_into() {
@@ -254,9 +255,11 @@ unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpack
     echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
 }
 
-# pip on the whole venv, unpacked in a work dir, packed again into a new generation (with an empty layer, in that form)
+# pip (with the arguments $2...) on the whole venv, unpacked in a work dir, packed again into the new generation $1
+# (with an empty layer, in that form)
 change_by_repacking() {
-    local status=0
+    local new=$1 status=0
+    shift
     pip_where_there_is_room repack "$(unpacked_need "$squashfs" "$changes")" "$@" || status=$?
     [ "$status" -eq 0 ] || pip_failed "$status" "$@"
     keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
@@ -265,17 +268,18 @@ change_by_repacking() {
         echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
-    pack_base "$work/tree"
-    make_new_current
+    pack_base "$work/tree" "$new"
+    make_new_current "$new"
     echo "venv-pip: $packed has the change; new jobs use it (no module reload needed), running ones keep the old one."
 }
-pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an empty layer in the layers form
+pack_base() {  # the tree $1 becomes the SquashFS file of the new generation $2, with an empty layer in the layers form
+    local new_squashfs="$2/$squashfs_name" new_changes="$2/$changes_name"
     in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
     [ -n "$(printf '%s\0' "$venv_bin/python" | in_squashfs "$new_squashfs" | tr -d '\0')" ] ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
     like "$squashfs" "$new_squashfs"
     if [ "$form" = layers ]; then
-        if ! empty_layer "$new_changes" || ! mark_empty_layer "$new"; then
+        if ! empty_layer "$new_changes" || ! mark_empty_layer "$2"; then
             die "cannot write $new_changes; the venv was not changed"
         fi
         like "$changes" "$new_changes"
@@ -285,15 +289,17 @@ pack_base() {  # the tree $1 becomes the new generation's SquashFS file, with an
 newline_in_a_name="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
 python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
 python_changed+=" Python"
-repack_instead() {  # the change (pip $2...) on the whole venv instead of as a layer, saying why ($1) if it says
+repack_instead() {  # the change (pip $3...) into the new generation $2 on the whole venv instead of as a layer,
+    # saying why ($1) if it says
     [ -z "$1" ] || echo "venv-pip: $1"
     remove_own_tree "$work"
     change_by_repacking "${@:2}"
 }
-# pip on the layers, with a writable directory on top that gets the change; that becomes part of the new layer
-# (layer_or_merge).
+# pip (with the arguments $2...) on the layers, with a writable directory on top that gets the change; that becomes
+# part of the new layer of the new generation $1 (layer_or_merge).
 change_in_layers() {
-    local upper whiteouts tree status=0 python=no newline=no changed=no
+    local new=$1 upper whiteouts tree status=0 python=no newline=no changed=no
+    shift
     pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
@@ -307,9 +313,9 @@ change_in_layers() {
     fi
     case "$(layers_outcome "$status" @refused_status@ "$python" "$newline" "$changed")" in
         failed) pip_failed "$status" "$@" ;;
-        refused) repack_instead "" "$@"; return ;;  # (OVERLAY_PYTHON said why)
-        python) repack_instead "$python_changed" "$@"; return ;;
-        newline) repack_instead "$newline_in_a_name" "$@"; return ;;
+        refused) repack_instead "" "$new" "$@"; return ;;  # (OVERLAY_PYTHON said why)
+        python) repack_instead "$python_changed" "$new" "$@"; return ;;
+        newline) repack_instead "$newline_in_a_name" "$new" "$@"; return ;;
         unchanged)
             echo "venv-pip: nothing changed in $venv; $packed stays as it was."
             exit 0
@@ -318,31 +324,32 @@ change_in_layers() {
     tree="$work/tree"
     if ! { mkdir "$tree" && layer_whiteouts "$changes" >"$work/removed" &&
         in_background apply_layer "$changes" "$tree"; }; then
-        again_where_there_is_room "cannot unpack $changes into $work; nothing was changed" "$@"
+        again_where_there_is_room "cannot unpack $changes into $work; nothing was changed" "$new" "$@"
         return
     fi
     if ! apply_upper "$upper" "$tree" "$work/removed" "$whiteouts" ||
         ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
-        again_where_there_is_room "cannot put the change together in $work; nothing was changed" "$@"
+        again_where_there_is_room "cannot put the change together in $work; nothing was changed" "$new" "$@"
         return
     fi
     if [ -n "$(tr -cd '\n' <"$work/removed" | head -c 1)" ]; then
         # (what the layer must hide below a new directory: a name of the SquashFS file's)
-        repack_instead "$newline_in_a_name" "$@"
+        repack_instead "$newline_in_a_name" "$new" "$@"
         return
     fi
-    in_background pack_layer "$tree" "$work/removed" "$new_changes" "$squashfs" ||
+    in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "$squashfs" ||
         die "mksquashfs failed; nothing was changed"
-    like "$changes" "$new_changes"
-    layer_or_merge
+    like "$changes" "$new/$changes_name"
+    layer_or_merge "$new"
 }
-# The new layer, put together, becomes the new generation's, on the SquashFS file as it is; or, when it grows beyond a
-# quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file
+# The new layer, put together, becomes the new generation $1's, on the SquashFS file as it is; or, when it grows
+# beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file
 layer_or_merge() {
+    local new=$1 new_squashfs="$1/$squashfs_name" new_changes="$1/$changes_name"
     if [ "$(layer_or_merge_choice "$(stat -c %s "$new_changes")" "$(stat -c %s "$squashfs")")" = layer ]; then
         # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
         ln -- "$squashfs" "$new_squashfs" || die "cannot link $squashfs into $new; nothing was changed"
-        make_new_current
+        make_new_current "$new"
         echo "venv-pip: $packed has the change as a layer; new jobs use it (no module reload needed), running ones" \
             "keep the old one."
         return
@@ -352,14 +359,15 @@ layer_or_merge() {
     work=$(make_workdir "$root" "$(unpacked_need "$squashfs" "$new_changes")") || exit 1
     unpack_into "$work" "$squashfs" "$new_changes"
     rm -f -- "$new_changes"
-    pack_base "$work/tree"
-    make_new_current
+    pack_base "$work/tree" "$new"
+    make_new_current "$new"
     echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
 }
 
 # A step that puts the change together in the work dir failed: where that was for want of space there, the whole
-# change (pip $@) again in the next place, as when pip runs out of it; else stop, saying $1
+# change (into the new generation $2, pip $3...) again in the next place, as when pip runs out of it; else stop,
+# saying $1
 again_where_there_is_room() {
     local why=$1
     shift
@@ -369,7 +377,7 @@ again_where_there_is_room() {
 }
 
 if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
-    change_in_layers "$@"
+    change_in_layers "$change_new" "$@"
 else
     if [ "$form" = layers ]; then
         theirs=$changes
@@ -377,5 +385,5 @@ else
         echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \
             "repacking the whole venv"
     fi
-    change_by_repacking "$@"
+    change_by_repacking "$change_new" "$@"
 fi
