@@ -5,7 +5,9 @@ which must keep the old state or have the new one, and nothing of a stopped run'
 the generation, read alike by the scripts, the module (Lua and Tcl) and the easyblock on every case."""
 import itertools
 import os
+import random
 import shlex
+import shutil
 import signal
 import subprocess
 
@@ -326,3 +328,168 @@ def test_a_damaged_state_is_said_by_the_command(install_dir):
     assert proc.stdout.startswith("the packed venv's state %s is damaged" % current.name)
     [earlier] = {path.name for path in install_dir.glob(GENERATION_PREFIX + '*')} - {current.name}
     assert 'ln -sfnT %s %s/%s' % (earlier, install_dir, USER_SOFTWARE_PACKED) in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A change as a layer, on tiny SquashFS trees: what the layer and the SquashFS file unpack to is the venv as changed
+# ---------------------------------------------------------------------------------------------------------------
+
+# Names that the layers' lists must keep as they are: blanks, wildcards and brackets (unsquashfs patterns), ';' (the
+# end of -ex's list), a backslash, ' -> ' (a link in unsquashfs's listing), a leading dash, a non-ASCII letter. (A name
+# with a newline is not made a layer: venv-pip repacks.)
+ODD_NAMES = ['plain', 'a b', 'st*r', 'q?', '[x]', 'semi;colon', 'back\\slash', 'to -> there', '-dash', 'ü', 'm.py']
+LAYER_CASES = 24
+
+
+def random_tree(rng):
+    """A venv-like tree: {path: ('d',) | ('f', text) | ('l', target)}, below user-software/venv."""
+    tree = {'user-software': ('d',), 'user-software/venv': ('d',)}
+    for number in range(rng.randint(4, 12)):
+        parent = rng.choice([path for path, entry in tree.items() if entry == ('d',)])
+        path = '%s/%s%d' % (parent, rng.choice(ODD_NAMES), number)
+        tree[path] = rng.choice([('d',), ('d',), ('f', 'text %d' % number), ('l', 'target%d' % number)])
+    return tree
+
+
+def changed_tree(rng, old):
+    """The tree after a change of pip's: entries removed (a file, a link, a whole directory), added (in new
+    directories too), rewritten, and a file made a directory or a directory a file."""
+    new = dict(old)
+    for number in range(rng.randint(1, 5)):
+        paths = sorted(path for path in new if path.count('/') > 1)
+        op = rng.choice(['remove', 'add', 'add', 'rewrite', 'retype'] if paths else ['add'])
+        if op == 'remove' or op == 'retype':
+            path = rng.choice(paths)
+            was_directory = new[path] == ('d',)
+            for gone in [p for p in new if p == path or p.startswith(path + '/')]:
+                del new[gone]
+            if op == 'retype':
+                new[path] = ('f', 'was a directory') if was_directory else ('d',)
+        elif op == 'add':
+            parent = rng.choice([path for path, entry in new.items() if entry == ('d',)])
+            path = '%s/new %s%d' % (parent, rng.choice(ODD_NAMES), number)
+            new[path] = rng.choice([('d',), ('f', 'new %d' % number), ('l', 'new-target')])
+            if new[path] == ('d',) and rng.random() < 0.5:
+                new[path + '/inside'] = ('f', 'inside')
+        else:
+            files = [path for path in paths if new[path][0] == 'f']
+            if files:
+                new[rng.choice(files)] = ('f', 'rewritten %d' % number)
+    return new
+
+
+def parent(path):
+    return path.rsplit('/', 1)[0]
+
+
+def upper_and_whiteouts(old, new):
+    """What the writable overlay holds after the change, as the kernel's overlay leaves it: what is new or changed,
+    with the directories above it; and where it removed something of the layers below, a whiteout (at the top of
+    what went, where its directory stays)."""
+    upper = {}
+    for path, entry in new.items():
+        if old.get(path) != entry and path != 'user-software':
+            upper[path] = entry
+            above = path
+            while '/' in above:
+                above = parent(above)
+                upper[above] = ('d',)
+    whiteouts = [path for path in old if path not in new and new.get(parent(path)) == ('d',)]
+    return upper, whiteouts
+
+
+def write_tree(root, tree):
+    root.mkdir(parents=True)
+    for path in sorted(tree):
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if tree[path] == ('d',):
+            target.mkdir(parents=True, exist_ok=True)
+        elif tree[path][0] == 'f':
+            target.write_text(tree[path][1])
+        else:
+            target.symlink_to(tree[path][1])
+
+
+def read_tree(root):
+    tree = {}
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            key = os.path.relpath(path, root)
+            if os.path.islink(path):
+                tree[key] = ('l', os.readlink(path))
+            elif os.path.isdir(path):
+                tree[key] = ('d',)
+            else:
+                with open(path) as handle:
+                    tree[key] = ('f', handle.read())
+    return tree
+
+
+# One change as venv-pip makes it in layers (change_in_layers): the layer on top so far unpacked, pip's upper
+# directory and whiteouts put on it, what the SquashFS file holds below the new directories hidden, packed as the new
+# layer; then the SquashFS file and the new layer unpacked, as unmake-squashfs does
+LAYER_CHANGE = r'''
+mkdir "$work/tree"
+layer_whiteouts "$layer" >"$work/removed"
+apply_layer "$layer" "$work/tree"
+apply_upper "$work/upper" "$work/tree" "$work/removed" "$work/whiteouts"
+hide_below_new_directories "$work/tree" "$work/removed" "$squashfs"
+pack_layer "$work/tree" "$work/removed" "$new_layer" "$squashfs"
+unpack_venv "$work/unpacked" "$squashfs" "$new_layer"
+'''
+
+
+def test_changes_as_layers_unpack_to_the_changed_venv(install_dir, tmp_path):
+    """On generated trees with odd names: a SquashFS file, then two changes, each a new layer made by the library's
+    functions from what the overlay would hold (as venv-pip makes it, without the container): the SquashFS file with
+    each layer on top unpacks to the tree as changed, every entry with its type, content and link target."""
+    require(all(shutil.which(tool) for tool in ('mksquashfs', 'unsquashfs')), 'mksquashfs and unsquashfs')
+    rng = random.Random(41)
+    for case in range(LAYER_CASES):
+        root = tmp_path / str(case)
+        trees = [random_tree(rng)]
+        write_tree(root / 'base', trees[0])
+        layer = root / 'layer0.squashfs'
+        proc = bash(install_dir, 'pack_tree "$base" "$squashfs"\nempty_layer "$layer"', env=dict(
+            base=str(root / 'base'), squashfs=str(root / 'base.squashfs'), layer=str(layer)))
+        assert proc.returncode == 0, proc.stderr
+        for step in (1, 2):
+            trees.append(changed_tree(rng, trees[-1]))
+            upper, whiteouts = upper_and_whiteouts(trees[-2], trees[-1])
+            work = root / ('work%d' % step)
+            write_tree(work / 'upper', upper)
+            (work / 'whiteouts').write_bytes(b''.join(path.encode() + b'\0' for path in whiteouts))
+            new_layer = root / ('layer%d.squashfs' % step)
+            proc = bash(install_dir, LAYER_CHANGE, env=dict(work=str(work), layer=str(layer), new_layer=str(
+                new_layer), squashfs=str(root / 'base.squashfs')))
+            assert proc.returncode == 0 and proc.stderr == '', proc.stderr
+            assert read_tree(work / 'unpacked') == trees[-1], 'case %d, change %d' % (case, step)
+            layer = new_layer
+
+
+def test_a_layer_is_never_unpacked_through_a_link_or_into_a_hard_linked_file(install_dir, tmp_path):
+    """The SquashFS file holds a link to a file outside the tree and two names of one file (a hard link); the layer
+    makes the link a file and rewrites one of the names. Unpacked (unmake-squashfs, venv-pip's repack), the layer's
+    file replaces the link and the one name: the file the link named and the other name stay as they were."""
+    require(all(shutil.which(tool) for tool in ('mksquashfs', 'unsquashfs')), 'mksquashfs and unsquashfs')
+    victim = tmp_path / 'outside' / 'victim'
+    victim.parent.mkdir()
+    victim.write_text('theirs')
+    base = {'user-software': ('d',), 'user-software/venv': ('d',), 'user-software/venv/link': ('l', str(victim)),
+            'user-software/venv/one': ('f', 'shared')}
+    write_tree(tmp_path / 'base', base)
+    os.link(tmp_path / 'base' / 'user-software/venv/one', tmp_path / 'base' / 'user-software/venv/other')
+    changed = dict(base, **{'user-software/venv/link': ('f', 'mine'), 'user-software/venv/one': ('f', 'new')})
+    upper, whiteouts = upper_and_whiteouts(dict(base, **{'user-software/venv/other': ('f', 'shared')}), changed)
+    work = tmp_path / 'work'
+    write_tree(work / 'upper', upper)
+    (work / 'whiteouts').write_bytes(b'')
+    squashfs, layer = tmp_path / 'base.squashfs', tmp_path / 'layer0.squashfs'
+    proc = bash(install_dir, 'pack_tree "$base" "$squashfs"\nempty_layer "$layer"\n' + LAYER_CHANGE, env=dict(
+        base=str(tmp_path / 'base'), squashfs=str(squashfs), layer=str(layer), work=str(work),
+        new_layer=str(tmp_path / 'layer1.squashfs')))
+    assert proc.returncode == 0 and proc.stderr == '', proc.stderr
+    assert victim.read_text() == 'theirs'
+    assert read_tree(work / 'unpacked') == dict(changed, **{'user-software/venv/other': ('f', 'shared')})

@@ -3387,7 +3387,9 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
     return 1
 }
 # Where the layer $1 has a directory and the tree $2 a file or a link, or the other way round, the tree's goes (in the
-# overlay, the layer's hides it; unsquashfs cannot write one over the other)
+# overlay, the layer's hides it; unsquashfs cannot write one over the other). So does a file or a link of the tree
+# where the layer has one: unsquashfs -f would write the layer's file through a link, wherever it points, or into a
+# file that another name of the tree shares (a hard link).
 remove_other_types() {
     local entry path
     while IFS= read -r -d '' entry; do
@@ -3398,6 +3400,8 @@ remove_other_types() {
             fi
         elif [ -d "$2/$path" ] && [ ! -L "$2/$path" ]; then
             rm -rf -- "${2:?}/$path"
+        elif [ -L "$2/$path" ] || [ -e "$2/$path" ]; then
+            rm -f -- "${2:?}/$path"
         fi
     done < <(squashfs_entries "$1")
 }
