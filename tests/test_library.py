@@ -493,3 +493,25 @@ def test_a_layer_is_never_unpacked_through_a_link_or_into_a_hard_linked_file(ins
     assert proc.returncode == 0 and proc.stderr == '', proc.stderr
     assert victim.read_text() == 'theirs'
     assert read_tree(work / 'unpacked') == dict(changed, **{'user-software/venv/other': ('f', 'shared')})
+
+
+def test_a_whiteout_below_a_link_removes_nothing_where_the_link_points(install_dir, tmp_path):
+    """A layer (made by hand: venv-pip makes none such) whose directory replaces a link of the SquashFS file to a
+    directory outside the tree, with a whiteout inside: unpacked, the link goes, the layer's directory is there, and
+    nothing of the directory the link named is removed."""
+    require(all(shutil.which(tool) for tool in ('mksquashfs', 'unsquashfs')), 'mksquashfs and unsquashfs')
+    outside = tmp_path / 'outside'
+    outside.mkdir()
+    (outside / 'b').write_text('theirs')
+    write_tree(tmp_path / 'base', {'user-software': ('d',), 'user-software/venv': ('d',),
+                                   'user-software/venv/a': ('l', str(outside))})
+    write_tree(tmp_path / 'layer', {'user-software': ('d',), 'user-software/venv': ('d',),
+                                    'user-software/venv/a': ('d',), 'user-software/venv/a/c': ('f', 'mine')})
+    (tmp_path / 'pseudo').write_text('user-software/venv/a/b c 0 0 0 0 0\n')
+    proc = bash(install_dir, 'pack_tree "$work/base" "$work/base.squashfs"\n'
+                'pack_tree "$work/layer" "$work/layer.squashfs" -pf "$work/pseudo"\n'
+                'unpack_venv "$work/unpacked" "$work/base.squashfs" "$work/layer.squashfs"', env=dict(work=str(tmp_path)))
+    assert proc.returncode == 0 and proc.stderr == '', proc.stderr
+    assert (outside / 'b').read_text() == 'theirs'
+    assert read_tree(tmp_path / 'unpacked') == {'user-software': ('d',), 'user-software/venv': ('d',),
+                                                'user-software/venv/a': ('d',), 'user-software/venv/a/c': ('f', 'mine')}

@@ -91,7 +91,8 @@ remove_other_types() {
 apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
     local path pattern excluded=()
     while IFS= read -r -d '' path; do
-        rm -rf -- "${2:?}/$path"
+        # (below a file or a link of the tree there is nothing of the tree's to remove: a link's target is not)
+        under_non_directory "$2" "$path" || rm -rf -- "${2:?}/$path"
         pattern_of "$path"
         excluded+=("$pattern")
     done < <(layer_whiteouts "$1")
@@ -120,7 +121,7 @@ apply_upper() {
             path=${path#/}
             if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
                 [ -n "$(find "$1/$path" ! -type d ! -type c -print -quit)" ] || rm -rf -- "${1:?}/$path"
-                rm -rf -- "${2:?}/$path"
+                under_non_directory "$2" "$path" || rm -rf -- "${2:?}/$path"
                 # (what is below a listed directory is hidden with it)
                 if [ -z "$top" ] || [ "${path#"$top"/}" = "$path" ]; then
                     top=$path
@@ -131,7 +132,8 @@ apply_upper() {
         rm -f "$1@record@"
     fi
     while IFS= read -r -d '' path; do
-        rm -rf -- "${1:?}/$path" "${2:?}/$path"
+        under_non_directory "$1" "$path" || rm -rf -- "${1:?}/$path"
+        under_non_directory "$2" "$path" || rm -rf -- "${2:?}/$path"
         printf '%s\0' "$path" >>"$3"
     done <"$4"
     while IFS= read -r -d '' path; do
