@@ -510,7 +510,8 @@ def test_a_whiteout_below_a_link_removes_nothing_where_the_link_points(install_d
     (tmp_path / 'pseudo').write_text('user-software/venv/a/b c 0 0 0 0 0\n')
     proc = bash(install_dir, 'pack_tree "$work/base" "$work/base.squashfs"\n'
                 'pack_tree "$work/layer" "$work/layer.squashfs" -pf "$work/pseudo"\n'
-                'unpack_venv "$work/unpacked" "$work/base.squashfs" "$work/layer.squashfs"', env=dict(work=str(tmp_path)))
+                'unpack_venv "$work/unpacked" "$work/base.squashfs" "$work/layer.squashfs"',
+                env=dict(work=str(tmp_path)))
     assert proc.returncode == 0 and proc.stderr == '', proc.stderr
     assert (outside / 'b').read_text() == 'theirs'
     assert read_tree(tmp_path / 'unpacked') == {'user-software': ('d',), 'user-software/venv': ('d',),
