@@ -14,10 +14,10 @@ import subprocess
 import pytest
 
 from singularitycontainer_src.install_dir import venv_form
-from singularitycontainer_src.layout import (CHANGES_NAME, FORM_RECORD, GENERATION_PREFIX, GENERATION_RECORD, LIBRARY,
-                                             SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_CHANGES, USER_SOFTWARE_FORM,
-                                             USER_SOFTWARE_LOCK as LOCK, USER_SOFTWARE_PACKED,
-                                             USER_SOFTWARE_SQUASHFS)
+from singularitycontainer_src.layout import (CHANGES_NAME, EMPTIED_RECORD, FORM_RECORD, GENERATION_PREFIX,
+                                             GENERATION_RECORD, LIBRARY, SQUASHFS_NAME, USER_SOFTWARE,
+                                             USER_SOFTWARE_CHANGES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK as LOCK,
+                                             USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
 from singularitycontainer_src.module_plan import SetRestorable, Var, VenvForm, emit_module_logic
 from singularitycontainer_src.scripts import library_text
 from support import require
@@ -353,7 +353,8 @@ def random_tree(rng):
 
 def changed_tree(rng, old):
     """The tree after a change of pip's: entries removed (a file, a link, a whole directory), added (in new
-    directories too), rewritten, and a file made a directory or a directory a file."""
+    directories too), rewritten, and a file made a directory or a directory a file; and, last, maybe a directory of
+    the tree before removed and made again with a new file in it. Returns (tree, that directory or None)."""
     new = dict(old)
     for number in range(rng.randint(1, 5)):
         paths = sorted(path for path in new if path.count('/') > 1)
@@ -375,27 +376,41 @@ def changed_tree(rng, old):
             files = [path for path in paths if new[path][0] == 'f']
             if files:
                 new[rng.choice(files)] = ('f', 'rewritten %d' % number)
-    return new
+    directories = sorted(path for path in new if path.count('/') > 1 and new[path] == old.get(path) == ('d',))
+    if directories and rng.random() < 0.5:
+        again = rng.choice(directories)
+        for gone in [path for path in new if path.startswith(again + '/')]:
+            del new[gone]
+        new[again + '/fresh'] = ('f', 'made again')
+        return new, again
+    return new, None
 
 
 def parent(path):
     return path.rsplit('/', 1)[0]
 
 
-def upper_and_whiteouts(old, new):
-    """What the writable overlay holds after the change, as the kernel's overlay leaves it: what is new or changed,
-    with the directories above it; and where it removed something of the layers below, a whiteout (at the top of
-    what went, where its directory stays)."""
-    upper = {}
+def upper_and_whiteouts(old, new, again=None):
+    """What the writable overlay holds after the change, as the kernel's overlay (a privileged one) leaves it: what
+    is new or changed, with the directories above it; and where it removed something of the layers below, a
+    whiteout (at the top of what went, where its directory stays); a directory removed and made again (again) is
+    opaque, all it holds is new, and OVERLAY_PYTHON's record lists it with the directories removed in it (returned
+    as NUL-terminated text, or None)."""
+    upper, below_again = {}, (again + '/') if again else None
     for path, entry in new.items():
-        if old.get(path) != entry and path != 'user-software':
+        if (old.get(path) != entry or (again and path.startswith(below_again))) and path != 'user-software':
             upper[path] = entry
             above = path
             while '/' in above:
                 above = parent(above)
                 upper[above] = ('d',)
-    whiteouts = [path for path in old if path not in new and new.get(parent(path)) == ('d',)]
-    return upper, whiteouts
+    whiteouts = [path for path in old if path not in new and new.get(parent(path)) == ('d',) and
+                 not (again and path.startswith(below_again))]
+    record = None
+    if again:
+        removed = [again] + [path for path in old if path.startswith(below_again) and old[path] == ('d',)]
+        record = ''.join('/%s\0' % path for path in sorted(removed))
+    return upper, whiteouts, record
 
 
 def write_tree(root, tree):
@@ -443,8 +458,9 @@ unpack_venv "$work/unpacked" "$squashfs" "$new_layer"
 
 def test_changes_as_layers_unpack_to_the_changed_venv(install_dir, tmp_path):
     """On generated trees with odd names: a SquashFS file, then two changes, each a new layer made by the library's
-    functions from what the overlay would hold (as venv-pip makes it, without the container): the SquashFS file with
-    each layer on top unpacks to the tree as changed, every entry with its type, content and link target."""
+    functions from what the overlay would hold (as venv-pip makes it, without the container; a directory made again
+    as OVERLAY_PYTHON records it): the SquashFS file with each layer on top unpacks to the tree as changed, every
+    entry with its type, content and link target."""
     require(all(shutil.which(tool) for tool in ('mksquashfs', 'unsquashfs')), 'mksquashfs and unsquashfs')
     rng = random.Random(41)
     for case in range(LAYER_CASES):
@@ -456,10 +472,13 @@ def test_changes_as_layers_unpack_to_the_changed_venv(install_dir, tmp_path):
             base=str(root / 'base'), squashfs=str(root / 'base.squashfs'), layer=str(layer)))
         assert proc.returncode == 0, proc.stderr
         for step in (1, 2):
-            trees.append(changed_tree(rng, trees[-1]))
-            upper, whiteouts = upper_and_whiteouts(trees[-2], trees[-1])
+            tree, again = changed_tree(rng, trees[-1])
+            trees.append(tree)
+            upper, whiteouts, record = upper_and_whiteouts(trees[-2], trees[-1], again)
             work = root / ('work%d' % step)
             write_tree(work / 'upper', upper)
+            if record:
+                (work / 'upper' / EMPTIED_RECORD.lstrip('/')).write_text(record)
             (work / 'whiteouts').write_bytes(b''.join(path.encode() + b'\0' for path in whiteouts))
             new_layer = root / ('layer%d.squashfs' % step)
             proc = bash(install_dir, LAYER_CHANGE, env=dict(work=str(work), layer=str(layer), new_layer=str(
@@ -482,7 +501,7 @@ def test_a_layer_is_never_unpacked_through_a_link_or_into_a_hard_linked_file(ins
     write_tree(tmp_path / 'base', base)
     os.link(tmp_path / 'base' / 'user-software/venv/one', tmp_path / 'base' / 'user-software/venv/other')
     changed = dict(base, **{'user-software/venv/link': ('f', 'mine'), 'user-software/venv/one': ('f', 'new')})
-    upper, whiteouts = upper_and_whiteouts(dict(base, **{'user-software/venv/other': ('f', 'shared')}), changed)
+    upper, whiteouts, _ = upper_and_whiteouts(dict(base, **{'user-software/venv/other': ('f', 'shared')}), changed)
     work = tmp_path / 'work'
     write_tree(work / 'upper', upper)
     (work / 'whiteouts').write_bytes(b'')
