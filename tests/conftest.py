@@ -190,9 +190,13 @@ def demo_install(container_modules):
 TIERS = ('unit', 'integration', 'system')
 
 
+def eb49_variant(item):
+    """Whether the test item is the EasyBuild 4.9 variant of a test (its eb_version parameter)."""
+    return bool(getattr(item, 'callspec', None)) and item.callspec.params.get('eb_version') == '4.9'
+
+
 def tier_of(item):
-    if item.get_closest_marker('system') or (getattr(item, 'callspec', None) and
-                                             item.callspec.params.get('eb_version') == '4.9'):
+    if item.get_closest_marker('system') or eb49_variant(item):
         return 'system'
     if any(item.get_closest_marker(mark) for mark in ('runtime', 'eb', 'needs')):
         return 'integration'
@@ -255,8 +259,7 @@ def left_to_the_other_run(item):
     in_setuid_run = bool(once_only and once_only.kwargs.get('in_setuid_run'))
     if not RUNTIME_SETUID:
         return 'the tests marked once_only for the setuid run' if PAIRED and in_setuid_run else None
-    if item.get_closest_marker('runtime') and getattr(item, 'callspec', None) and \
-            item.callspec.params.get('eb_version') == '4.9':
+    if item.get_closest_marker('runtime') and eb49_variant(item):
         return 'the EasyBuild 4.9 variants'
     if once_only and not in_setuid_run:
         return 'the tests marked once_only (they say why)'

@@ -2254,7 +2254,7 @@ export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
 # (the runtime would only say "image format not recognized")
-[ -z "$generation" ] || generation_whole "$generation" quick || die "$(damaged_state "$root" "$generation")"
+generation_whole "$generation" quick || die "$(damaged_state "$root" "$generation")"
 if [ "$form" = missing ]; then
     echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
         "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
@@ -2753,7 +2753,7 @@ remove_superseded() {
             continue
         fi
         # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
-        [ -z "$current" ] || generation_whole "$current" || return 0
+        generation_whole "$current" || return 0
         case "$entry" in
             "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
@@ -2785,8 +2785,11 @@ squashfs_whole() {
     used=$(od -An -j 40 -N 8 -t u8 -- "$1") || return 1
     [ "$(stat -c %s -- "$1")" -ge "${used//[^0-9]/}" ]
 }
-generation_whole() {  # whether the SquashFS files of the generation $1 are whole (squashfs_whole, $2 as there)
+# Whether the SquashFS files of the generation $1 are whole (squashfs_whole, $2 as there); no generation (no packed
+# venv) is
+generation_whole() {
     local file
+    [ -n "$1" ] || return 0
     for file in "$1/@us_squashfs@" "$1/@us_changes@"; do
         [ ! -e "$file" ] || squashfs_whole "$file" "${2:-}" || return 1
     done
@@ -4226,7 +4229,7 @@ kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
-[ -z "$generation" ] || generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
+generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
 if [ "$form" = directory ]; then
@@ -4553,7 +4556,7 @@ no_arguments "$@"
 # (status 1: another run holds the lock; else the library said why not)
 begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
 generation=$(current_generation "$root")
-[ -z "$generation" ] || generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
+generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 [ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
 if [ -e "$dir" ] || [ -L "$dir" ]; then

@@ -134,7 +134,7 @@ kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
 user_overlays=$(others_overlays "$root")  # (before this run adds its own)
-[ -z "$generation" ] || generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
+generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
 if [ "$form" = directory ]; then

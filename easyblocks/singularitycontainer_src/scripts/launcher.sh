@@ -19,7 +19,7 @@ export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
 generation=$(current_generation "$root")
 form=$(venv_form "$root" "$generation")
 # (the runtime would only say "image format not recognized")
-[ -z "$generation" ] || generation_whole "$generation" quick || die "$(damaged_state "$root" "$generation")"
+generation_whole "$generation" quick || die "$(damaged_state "$root" "$generation")"
 if [ "$form" = missing ]; then
     echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
         "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2

@@ -4,7 +4,7 @@ no_arguments "$@"
 # (status 1: another run holds the lock; else the library said why not)
 begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
 generation=$(current_generation "$root")
-[ -z "$generation" ] || generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
+generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 [ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
 if [ -e "$dir" ] || [ -L "$dir" ]; then

@@ -84,7 +84,7 @@ remove_superseded() {
             continue
         fi
         # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
-        [ -z "$current" ] || generation_whole "$current" || return 0
+        generation_whole "$current" || return 0
         case "$entry" in
             "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
@@ -116,8 +116,11 @@ squashfs_whole() {
     used=$(od -An -j 40 -N 8 -t u8 -- "$1") || return 1
     [ "$(stat -c %s -- "$1")" -ge "${used//[^0-9]/}" ]
 }
-generation_whole() {  # whether the SquashFS files of the generation $1 are whole (squashfs_whole, $2 as there)
+# Whether the SquashFS files of the generation $1 are whole (squashfs_whole, $2 as there); no generation (no packed
+# venv) is
+generation_whole() {
     local file
+    [ -n "$1" ] || return 0
     for file in "$1/@us_squashfs@" "$1/@us_changes@"; do
         [ ! -e "$file" ] || squashfs_whole "$file" "${2:-}" || return 1
     done
