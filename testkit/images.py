@@ -82,16 +82,24 @@ def _run(cmd, **kwargs):
     return r.stdout
 
 
-def build_sif(rootfs: Path, sif: Path, builder: str = "siftool", partition: bool = True) -> Path:
+# The test images' SquashFS compression: lz4, which the runtimes read as they read the gzip of the sites' images
+# (apptainer build's default), only faster: Python, and pip most, start about 1.7 times as fast from it in either mode
+# (lz4 ~ no compression; gzip level 1 reads 3 times the CPU time of lz4), and every test starts many; an image is 30%
+# larger than with gzip level 1. tests/test_runtimes.py runs an image of the default compression.
+IMAGE_COMPRESSION = ("-comp", "lz4")
+
+
+def build_sif(rootfs: Path, sif: Path, builder: str = "siftool", partition: bool = True,
+              compression: tuple = IMAGE_COMPRESSION) -> Path:
     """Pack directory `rootfs` into a SIF file at `sif` (overwritten), with `apptainer build` or, as it does it,
-    with mksquashfs and siftool (a SquashFS root file system partition in a new SIF file; level 1 compression for
-    both, as the images are packed again and again). partition=False (siftool only): a SIF file without any data
-    object, a broken image."""
+    with mksquashfs and siftool (a SquashFS root file system partition in a new SIF file). Compressed with
+    `compression`, mksquashfs's options (none: its default, gzip, as in the sites' images). partition=False (siftool only): a SIF file without any data object, a broken image."""
     sif = Path(sif)
     if sif.exists():
         sif.unlink()
     if builder == "apptainer":
-        _run([APPTAINER, "--quiet", "build", "--mksquashfs-args", "-Xcompression-level 1", sif, rootfs])
+        _run([APPTAINER, "--quiet", "build"] + ["--mksquashfs-args", " ".join(compression)] * bool(compression) +
+             [sif, rootfs])
         return sif
     if not partition:
         _run(["siftool", "new", sif])
@@ -99,8 +107,7 @@ def build_sif(rootfs: Path, sif: Path, builder: str = "siftool", partition: bool
     fd, sqfs = tempfile.mkstemp(suffix=".sqfs", dir=sif.parent)
     os.close(fd)
     try:
-        _run(["mksquashfs", rootfs, sqfs, "-noappend", "-quiet", "-no-progress", "-all-root",
-              "-comp", "gzip", "-Xcompression-level", "1"])
+        _run(["mksquashfs", rootfs, sqfs, "-noappend", "-quiet", "-no-progress", "-all-root", *compression])
         _run(["siftool", "new", sif])
         _run(["siftool", "add"] + SIFTOOL_ROOTFS_PARTITION + [sif, sqfs])
     finally:
@@ -361,7 +368,7 @@ def image_layer(root: Path, *, conda: bool = False, laif: dict | None = None, la
     return root
 
 
-def make_test_sif(dest: Path, builder: str = "siftool", **layer) -> Path:
+def make_test_sif(dest: Path, builder: str = "siftool", compression: tuple = IMAGE_COMPRESSION, **layer) -> Path:
     """A SIF image at `dest`, packed by `builder` (see build_sif): the Debian root file system with
     image_layer(**layer) on top. The layer only adds files, so the image tree can share the root file system's
     files (hard links; a copy on another file system)."""
@@ -374,4 +381,4 @@ def make_test_sif(dest: Path, builder: str = "siftool", **layer) -> Path:
             shutil.rmtree(root, ignore_errors=True)
             _run(["cp", "-a", ROOTFS, root])
         image_layer(root, **layer)
-        return build_sif(root, dest, builder)
+        return build_sif(root, dest, builder, compression=compression)

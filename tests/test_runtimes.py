@@ -3,6 +3,7 @@ suite drives (Apptainer 1.4.5 from make setup, called as singularity; or the one
 case names the part of the product that depends on it. The cases marked needs('apptainer') are Apptainer's own
 behaviour; SingularityCE 4.x shares the rest as far as known (not run here)."""
 import json
+import re
 import signal
 import subprocess
 
@@ -133,3 +134,22 @@ def test_default_binds_and_working_directory(image, tmp_path):
     rc, out, _ = contain('exec', image, 'sh', '-c', 'cat here; test -e /work && echo host-work || echo no-host-work',
                          cwd=tmp_path)
     assert (rc, out) == (0, 'host fileno-host-work\n')
+
+
+def squashfs_compression(sif):
+    """The compression of the image's root file system partition (unsquashfs -s at its offset)."""
+    proc = subprocess.run(['unsquashfs', '-s', '-o', str(sif_partition_offset(sif)), str(sif)], capture_output=True,
+                          text=True, check=True)
+    return re.search(r'^Compression (\S+)$', proc.stdout, re.M).group(1)
+
+
+def test_the_sites_compression_runs_as_the_test_images_do(image, tmp_path):
+    """The test images are lz4 (testkit.images.IMAGE_COMPRESSION: Python starts faster); the sites' images have
+    apptainer build's default, gzip: the runtime runs both alike."""
+    require_tools('unsquashfs')
+    default = make_test_sif(tmp_path / 'gzip.sif', builder='apptainer', compression=(),
+                            env={'GREETING': 'hello from the image', 'IMAGE_SET': 'by the image'})
+    assert (squashfs_compression(image), squashfs_compression(default)) == ('lz4', 'gzip')
+    for sif in (image, default):
+        assert contain('exec', sif, 'python3', '-c', SHOW + '; import os; print(os.environ["GREETING"])',
+                       *ARGS)[:2] == (0, json.dumps(ARGS) + '\nhello from the image\n')
