@@ -92,8 +92,9 @@ IMAGE_COMPRESSION = ("-comp", "lz4")
 def build_sif(rootfs: Path, sif: Path, builder: str = "siftool", partition: bool = True,
               compression: tuple = IMAGE_COMPRESSION) -> Path:
     """Pack directory `rootfs` into a SIF file at `sif` (overwritten), with `apptainer build` or, as it does it,
-    with mksquashfs and siftool (a SquashFS root file system partition in a new SIF file). Compressed with
-    `compression`, mksquashfs's options (none: its default, gzip, as in the sites' images). partition=False (siftool only): a SIF file without any data object, a broken image."""
+    with mksquashfs and siftool (a SquashFS root file system partition in a new SIF file), compressed with
+    `compression`, mksquashfs's options (none: its default, gzip, as in the sites' images). partition=False
+    (siftool only): a SIF file without any data object, a broken image."""
     sif = Path(sif)
     if sif.exists():
         sif.unlink()

@@ -264,6 +264,7 @@ def test_sif_fallback_from_easyconfig_parameter(tmp_path, demo_sif):
     assert 'after=unset' in out.stdout
 
 
+@pytest.mark.once_only('eb stops at the source, before any container')
 @pytest.mark.parametrize('content,expected', [
     (b'version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n', 'Git LFS pointer'),
     (b'<!DOCTYPE html><html><body>404 Not Found</body></html>' * 4, 'HTML page'),
@@ -307,6 +308,7 @@ def test_checksum_is_verified_once(tmp_path, demo_sif, eb_version):
     assert 'checksum for %s' % (inst.sources / 'demo.sif') not in log  # fetch_step's log-only checksums
 
 
+@pytest.mark.once_only('eb stops at the source, before any container')
 def test_missing_source(tmp_path):
     inst = Installation(tmp_path)
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig())
@@ -379,6 +381,8 @@ def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, fresh_demo):
     assert (idir / 'user-software' / 'venv' / 'demo' / 'bin' / 'python').is_symlink()
 
 
+@pytest.mark.once_only('shellcheck reads the installed scripts, the same text under both runtimes; no container',
+                       in_setuid_run=True)
 def test_scripts_pass_shellcheck(demo_install):
     require_tools('shellcheck')
     inst, idir = demo_install
@@ -440,6 +444,7 @@ def test_the_design_lists_what_the_install_dir_has(fresh_demo):
     assert (inst.prefix / 'modules' / 'all' / 'Demo' / '1.0.lua').is_file()
 
 
+@pytest.mark.once_only('eb lists the parameters: no container')
 def test_avail_easyconfig_params(tmp_path):
     inst = Installation(tmp_path)
     out = inst.eb('--avail-easyconfig-params', '--easyblock', 'SingularityContainer').stdout
@@ -452,6 +457,7 @@ def test_avail_easyconfig_params(tmp_path):
     assert 'container_cache_dirs*' in out and '[default: %s]' % default in ' '.join(out.split())
 
 
+@pytest.mark.once_only('a dry run starts no container')
 def test_extended_dry_run_runs_no_container(tmp_path, demo_sif):
     inst = Installation(tmp_path)
     (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
@@ -699,24 +705,6 @@ def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):
         '--no-index'])
     out = inst.module_shell('Demo/1.0', 'python -c "import lumi_base, lumi_top, lumi_later; print(lumi_top.TOP)"')
     assert out.stdout == 'base+top\n'
-
-
-REQUIREMENT_LINES = [
-    ('torch', ['torch']), ('lightning[extra] >= 2 ; python_version >= "3.10"', ['lightning']),
-    ('Foo_Bar.baz==1', ['Foo_Bar.baz']), ('name @ https://example.org/name-1.0.tar.gz', ['name']),
-    ('x[y]@file:///w/x-1.whl', ['x']), ('git+https://github.com/o/r.git@v1#egg=r-pkg', ['r-pkg']),
-    ('git+https://github.com/o/r.git', []), ('-e git+https://github.com/o/r.git#egg=editable', ['editable']),
-    ('--editable=./dir#egg=ed2', ['ed2']), ('-e ./dir', []), ('./pkg-1.0-py3-none-any.whl', []),
-    ('pkg-1.0-py3-none-any.whl', []), ('pkg-1.0.tar.gz', []), ('/wheels/pkg-1.0-py3-none-any.whl', []),
-    ('file:///wheels/pkg-1.0-py3-none-any.whl', []), ('https://example.org/pkg-1.0.zip#egg=pkg', ['pkg']),
-    ('--index-url https://example.org/simple', []), ('-r other.txt', []), ('--find-links=/w', []),
-    ('# torch', []), ('torch  # comment', ['torch']), ('', [])]
-
-
-@pytest.mark.parametrize('line, names', REQUIREMENT_LINES)
-def test_requirement_names(line, names):
-    from singularitycontainer_src.requirements import requirement_names
-    assert requirement_names([line]) == names
 
 
 def test_the_installers_container_settings_stay_out_of_the_install(tmp_path, demo_sif):

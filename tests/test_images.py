@@ -20,6 +20,8 @@ def singularity_d(sif, dest):
             for path in sorted(root.rglob('*'))}
 
 
+@pytest.mark.once_only('the images are built (by root, with make setup\'s Apptainer) and read with unsquashfs: no '
+                       'container', in_setuid_run=True)
 def test_test_images_have_the_layout_of_apptainer_build(tmp_path):
     """A test image packed with mksquashfs and siftool against one that the real apptainer build makes from the
     same tree: the same files with the same text and modes in /.singularity.d, but for the labels and the
