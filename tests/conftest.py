@@ -239,26 +239,34 @@ def pytest_runtest_call(item):
 LEFT_OUT = {}
 
 
-# What the run with the setuid runtime (make test's second run) leaves to the other run, by why: the EasyBuild 4.9
-# variants of the tests that start a container (marked runtime), as the scripts and the module's behaviour in the
-# container do not depend on the EasyBuild version (EasyBuild 4.9 writes the same scripts: test_venv_pip.py's
-# test_easybuild_49_writes_the_same_scripts_and_module); and the tests marked once_only(why), which check nothing
-# that starts a container, or nothing that differs under both runtimes past what another test checks under both
+# What each of make test's two runs (tools/run-tests.sh sets LUMI_CT_PAIRED in both) leaves to the other, by why.
+# The run with the setuid runtime leaves: the EasyBuild 4.9 variants of the tests that start a container (marked
+# runtime), as the scripts and the module's behaviour in the container do not depend on the EasyBuild version
+# (EasyBuild 4.9 writes the same scripts: test_venv_pip.py's test_easybuild_49_writes_the_same_scripts_and_module); the
+# tests marked once_only(why), which check nothing that starts a container, or nothing that differs under both
+# runtimes past what another test checks under both; and the unit tier. The other run leaves the tests marked
+# once_only(in_setuid_run=True) and those of the integration and system tiers that start no container (not marked
+# runtime: EasyBuild's own easyblock tests, the modules that eb writes under Lmod, the crashed file systems, the
+# demo). So the unit tier goes where the other tests leave room: the two runs take about as long.
 LEFT_TO_THE_OTHER_RUN = {}
-
-
-# The tests marked once_only(in_setuid_run=True) go the other way, where make test runs both (tools/run-tests.sh sets
-# LUMI_CT_PAIRED), so that the two runs take about as long
 PAIRED = bool(os.environ.get('LUMI_CT_PAIRED'))
 
 
 def left_to_the_other_run(item):
-    """Why the run with the setuid runtime (or, for once_only(in_setuid_run=True), the other) leaves the test item to
-    the other run, or None."""
+    """Why this run of make test leaves the test item to the other run, or None (always None when not paired)."""
+    if not PAIRED:
+        return None
     once_only = item.get_closest_marker('once_only')
     in_setuid_run = bool(once_only and once_only.kwargs.get('in_setuid_run'))
+    unit = tier_of(item) == 'unit'
     if not RUNTIME_SETUID:
-        return 'the tests marked once_only for the setuid run' if PAIRED and in_setuid_run else None
+        if in_setuid_run:
+            return 'the tests marked once_only for the setuid run'
+        if not item.get_closest_marker('runtime') and not unit:
+            return 'the integration and system tests not marked runtime'
+        return None
+    if unit:
+        return 'the unit tier'
     if item.get_closest_marker('runtime') and eb49_variant(item):
         return 'the EasyBuild 4.9 variants'
     if once_only and not in_setuid_run:

@@ -1,8 +1,9 @@
 #!/bin/bash
 # The suite, as make test runs it: everything with the runtime $2 (a user namespace: Apptainer without setuid, as on
 # Dawn and most Apptainer sites); where a setuid runtime $3 is given (as LUMI runs SingularityCE), every test that
-# starts a container (marked runtime) again with that one, at the same time on the other core, and the tests that
-# start none (not marked runtime) go to that run instead, which has less to do. Each run has users of its own
+# starts a container (marked runtime) again with that one, at the same time on the other core, and the others are
+# shared out so that the two runs take about as long (tests/conftest.py's left_to_the_other_run: the unit tier in the
+# first run, the other tests not marked runtime in the second). Each run has users of its own
 # (testkit/users.py: lumi-* and lumis-*), its own pytest directory and its own Slurm cluster, so the two do not meet.
 # The setuid run's output follows the other's; the last line counts both.
 #
@@ -34,14 +35,12 @@ run() {  # NAME RUNTIME USERS [PYTEST-ARGS...]: one pytest session, its results 
     return "$status"
 }
 
-only=()
 if [ -n "$setuid" ]; then
     run setuid "$setuid" lumis "$@" tests >"$base/setuid.log" 2>&1 &
     setuid_pid=$!
-    only=(-m runtime)
 fi
 status=0
-run userns "$runtime" lumi "${only[@]}" "$@" tests || status=$?
+run userns "$runtime" lumi "$@" tests || status=$?
 if [ -n "$setuid" ]; then
     setuid_status=0
     wait "$setuid_pid" || setuid_status=$?
