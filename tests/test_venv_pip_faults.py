@@ -48,13 +48,20 @@ case " $* " in
                 : >{kill_at}.reached
                 sleep 600
             fi
-            if [ {name} = singularity ]; then  # while it runs: once it has mounted the venv
+            if [ {name} = singularity ]; then  # while it runs: once the command runs in the container (in a mount
+                # namespace of its own, all mounted), under either runtime, or once the runtime is done
                 {real} "$@" &
-                for _ in $(seq 200); do
-                    ! pgrep -u "$(id -u)" -x squashfuse_ll >/dev/null || break
-                    sleep 0.1
+                runtime=$!
+                here=$(readlink /proc/self/ns/mnt)
+                for _ in $(seq 400); do
+                    kill -0 "$runtime" 2>/dev/null || break
+                    for pid in $(pgrep -u "$(id -u)"); do
+                        case $(cat "/proc/$pid/comm" 2>/dev/null) in starter* | squashfuse* | Apptainer* | Singularity* | '') continue ;; esac
+                        there=$(readlink "/proc/$pid/ns/mnt" 2>/dev/null) || continue
+                        [ "$there" = "$here" ] || break 2
+                    done
+                    sleep 0.05
                 done
-                sleep 1
             fi
             kill -KILL 0
         fi
