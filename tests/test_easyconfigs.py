@@ -79,7 +79,7 @@ def test_every_spec_is_in_sync(spec):
     assert DAWN_DIR / 'PyTorch.yaml' in SPECS and EC_DIR / 'PyTorch.yaml' in SPECS
 
 
-@pytest.mark.once_only('--check-style and --dry-run start no container')
+@pytest.mark.once_only('--check-style and --dry-run start no container', in_setuid_run=True)
 @pytest.mark.parametrize('eb_version', ['5', '4.9'])
 def test_check_style_and_dry_run(tmp_path, eb_version):
     inst = Installation(tmp_path, eb_version=eb_version)
@@ -198,7 +198,8 @@ def test_lumi_user_repo_in_a_projects_prefix_is_the_projects(tmp_path):
     assert easyblock.owner() == MEMBER and easyblock.read_bytes() == EASYBLOCK.read_bytes()
 
 
-@pytest.mark.once_only('make lumi-user-repo, --avail-easyconfig-params and --dry-run start no container')
+@pytest.mark.once_only('make lumi-user-repo, --avail-easyconfig-params and --dry-run start no container',
+                       in_setuid_run=True)
 def test_lumi_user_repo_target(tmp_path):
     """make lumi-user-repo puts the easyblock and the easyconfigs where LUMI's EasyBuild-user module looks: its
     include glob finds the easyblock, its robot path the easyconfigs."""

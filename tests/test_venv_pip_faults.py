@@ -56,7 +56,9 @@ case " $* " in
                 for _ in $(seq 400); do
                     kill -0 "$runtime" 2>/dev/null || break
                     for pid in $(pgrep -u "$(id -u)"); do
-                        case $(cat "/proc/$pid/comm" 2>/dev/null) in starter* | squashfuse* | Apptainer* | Singularity* | '') continue ;; esac
+                        case $(cat "/proc/$pid/comm" 2>/dev/null) in
+                            starter* | squashfuse* | Apptainer* | Singularity* | '') continue ;;
+                        esac
                         there=$(readlink "/proc/$pid/ns/mnt" 2>/dev/null) || continue
                         [ "$there" = "$here" ] || break 2
                     done
