@@ -252,14 +252,15 @@ LEFT_TO_THE_OTHER_RUN = {}
 PAIRED = bool(os.environ.get('LUMI_CT_PAIRED'))
 
 
-def left_to_the_other_run(item):
-    """Why this run of make test leaves the test item to the other run, or None (always None when not paired)."""
-    if not PAIRED:
+def left_to_the_other_run(item, setuid=RUNTIME_SETUID, paired=PAIRED):
+    """Why this run of make test (the setuid one, or the other) leaves the test item to the other run, or None
+    (always None when not paired)."""
+    if not paired:
         return None
     once_only = item.get_closest_marker('once_only')
     in_setuid_run = bool(once_only and once_only.kwargs.get('in_setuid_run'))
     unit = tier_of(item) == 'unit'
-    if not RUNTIME_SETUID:
+    if not setuid:
         if in_setuid_run:
             return 'the tests marked once_only for the setuid run'
         if not item.get_closest_marker('runtime') and not unit:
@@ -267,16 +268,24 @@ def left_to_the_other_run(item):
         return None
     if unit:
         return 'the unit tier'
+    if in_setuid_run:  # (an EasyBuild 4.9 variant too: the other run leaves it)
+        return None
     if item.get_closest_marker('runtime') and eb49_variant(item):
         return 'the EasyBuild 4.9 variants'
-    if once_only and not in_setuid_run:
+    if once_only:
         return 'the tests marked once_only (they say why)'
     return None
 
 
 def pytest_collection_modifyitems(config, items):
     """Leave out the tests that need something the runtime in use lacks, and say so in the summary; and those of
-    the tiers not asked for (--tier)."""
+    the tiers not asked for (--tier). Stop if make test's two runs would each leave a test to the other."""
+    nowhere = [item.nodeid for item in items
+               if left_to_the_other_run(item, setuid=True, paired=True) and
+               left_to_the_other_run(item, setuid=False, paired=True)]
+    if nowhere:
+        raise pytest.UsageError('neither run of make test would run these tests (left_to_the_other_run in '
+                                'tests/conftest.py: each leaves them to the other): %s' % ', '.join(nowhere))
     tiers = config.getoption('tier')
     if tiers:
         other_tiers = [item for item in items if tier_of(item) not in tiers]
