@@ -22,7 +22,7 @@ from singularitycontainer_src.text import fill_template
 from singularitycontainer_src.scripts import CACHE_ROOT_RULE, cache_root_rule
 from support import require_other_users, require_tools
 from testkit.install import base_env, run
-from testkit.users import OUTSIDER, OWNER, user
+from testkit.users import OUTSIDER, OWNER, TEST_USERS, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
@@ -63,8 +63,13 @@ def job():
     Everything made under that name (and its fresh siblings) is removed afterwards."""
     job_id = str(random.randrange(10 ** 8, 10 ** 9))
     yield job_id
-    for path in Path('/tmp').glob('*-caches-%s-*' % job_id):
+    for path in job_caches(job_id):
         remove(path)
+
+
+def job_caches(job_id):
+    """The cache roots in /tmp of this run's test users in the job job_id (not those of make test's other run)."""
+    return [path for name in TEST_USERS for path in Path('/tmp').glob('%s-caches-%s-*' % (name, job_id))]
 
 
 def remove(path):
@@ -201,7 +206,7 @@ def test_unload_and_show_make_nothing(modules, job):
         assert cache_root(job).is_dir()
         assert not os.path.lexists(cache_root(other_job))
     finally:
-        for path in Path('/tmp').glob('*-caches-%s-*' % other_job):
+        for path in job_caches(other_job):
             remove(path)
 
 
