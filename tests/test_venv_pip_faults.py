@@ -248,7 +248,8 @@ def test_kill_a_layered_change_at_every_step(packed_install, tmp_path, wheelhous
 def test_kill_a_merge_at_every_step(packed_install, tmp_path):
     wheels = tmp_path / 'wheels'
     wheels.mkdir()
-    write_wheel(wheels, 'lumi-big', modules={'data.py': 'DATA = %r\n' % os.urandom(9 << 20).hex()})
+    # (random bytes: the layer they make passes the merge limit, 16 MiB, on its own)
+    write_wheel(wheels, 'lumi-big', modules={'data.bin': os.urandom(17 << 20)})
     give(wheels, None)
     seen = kill_at_every_step(packed_install, tmp_path, 'venv-pip install -q %s lumi-big'
                               % ' '.join(local_wheels(wheels)),
@@ -261,7 +262,7 @@ def test_kill_a_merge_at_every_step(packed_install, tmp_path):
 
 @pytest.mark.needs('image-src')
 @pytest.mark.once_only('what it changes it changes on the host (mksquashfs, the rename of the link), the same under '
-                       'both runtimes; the containers of its probes change nothing')
+                       'both runtimes; the containers of its probes change nothing', in_setuid_run=True)
 def test_kill_make_squashfs_at_every_step(packed_install, tmp_path):
     """make-squashfs after unmake-squashfs and a removed link: killed, there is no packed venv or the new one."""
     inst, idir = fresh(packed_install)
