@@ -15,7 +15,7 @@ from testkit.install import SETUID_RUNTIME
 pytestmark = [pytest.mark.system,  # the system tier: the benchmarks
               pytest.mark.runtime,  # drives the container runtime: make test runs it with a real one too
               pytest.mark.once_only('the quick benchmarks run once: they measure venv-pip under both runtimes, '
-                                    'whichever runtime runs the tests', in_setuid_run=True)]
+                                    'whichever runtime runs the tests')]
 
 RUNNER = REPO / 'benchmarks' / 'run.py'
 BENCHMARKS = ['install', 'squash', 'venv_pip', 'wrapper', 'container_start', 'module_load',

@@ -25,6 +25,10 @@ from testkit.install import base_env, run
 from testkit.users import OUTSIDER, OWNER, TEST_USERS, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytestmark, pytest.mark.once_only(
+    'the cache roots are the doing of the module, the wrappers and the run scripts on the host; the containers only '
+    'write into the /tmp they bind, as both runtimes do (test_distributed.py::test_caches_per_job_off_home checks '
+    'every way into the container under both)', in_setuid_run=True)]
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,10 @@ from testkit.install import (CONTAINER_PYTHON_VERSION, KERNEL_WHEELS, RUNTIME, S
 from testkit.users import give
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytestmark, pytest.mark.once_only(
+    'the image activates its environment in its /.singularity.d/env scripts, which both runtimes source alike '
+    '(test_easyblock.py::test_python_in_container_is_the_venv, under both); its set-up\'s venv-pip install is '
+    'checked under both in test_venv_pip.py', in_setuid_run=True)]
 
 MODULE = 'Demo/1.0'
 ENV_PREFIX = '%s/envs/%s' % (COTAINR_PREFIX, COTAINR_ENV)

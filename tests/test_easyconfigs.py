@@ -107,6 +107,9 @@ def check_easybuild_5_names(tmp_path, ec):
     assert proc.returncode != 0 and 'version_suffix -> versionsuffix' in proc.stdout + proc.stderr
 
 
+@pytest.mark.once_only('it checks generate-ec\'s easyconfigs as EasyBuild installs them; the container commands of '
+                       'the install are every install\'s (test_easyblock.py, test_venv.py, under both runtimes); '
+                       'run under LUMI\'s', in_setuid_run=True)
 @pytest.mark.parametrize('names', ['4.9-and-5', '5'])
 def test_generated_easyconfig_installs_and_works(tmp_path, names):
     """The shipped spec's exampleVenv entry, adapted only to this machine, generated and installed with eb (5):

@@ -19,6 +19,9 @@ from testkit.install import KERNEL_WHEELS, base_env, install_demo, local_wheels,
 from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytestmark, pytest.mark.once_only(
+    'the kernel is the module\'s container, started as every wrapper starts one (test_easyblock.py, under both '
+    'runtimes); its set-up\'s venv-pip install is checked under both in test_venv_pip.py', in_setuid_run=True)]
 
 MODULE = 'Demo/1.0'
 ERROR = 'jupyter-container-kernel: error: '

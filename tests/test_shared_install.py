@@ -355,6 +355,8 @@ while True:  # the lock's name: a link to the owner's private file, then the loc
 """
 
 
+@pytest.mark.once_only('the lock is taken on the host, by the library\'s bash (unmake-squashfs of an unpacked venv '
+                       'starts no container): run where the install is LUMI\'s, group-writable', in_setuid_run=True)
 def test_the_lock_is_never_a_link_that_was_swapped_in(shared_unpacked, tmp_path):
     """A member swaps the lock's name with a link to a private file of the owner's, again and again, while the
     owner's commands take the lock: they open it without creating anything and hold it only once it is the file

@@ -23,7 +23,9 @@ from testkit.install import (CONTAINER_PYTHON_VERSION, RUNTIME, SQUASHFS_WORKS, 
 from testkit.users import give
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
-pytestmark = [pytestmark, pytest.mark.system]  # the system tier: Dawn's job scripts under Slurm
+pytestmark = [pytestmark, pytest.mark.system,  # the system tier: Dawn's job scripts under Slurm
+              pytest.mark.once_only('Dawn\'s Apptainer as it installs by default (1.1 on): without setuid, in a user '
+                                    'namespace; the setuid runtime is LUMI\'s, whose modules the other tests check')]
 
 SPEC = REPO / 'easyconfigs' / 'dawn' / 'p' / 'PyTorch' / 'PyTorch.yaml'
 SUFFIX = '-ipex-2.8.10-python-%s-singularity-dawn-exampleVenv-20251107' % CONTAINER_PYTHON_VERSION
