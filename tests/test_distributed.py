@@ -689,6 +689,9 @@ DEVICES = [
 ]
 
 
+@pytest.mark.once_only('the device of each rank is the run script\'s arithmetic on the launcher\'s and the node\'s '
+                       'variables, in one container start as test_every_launcher_gives_the_rank\'s, under both '
+                       'runtimes')
 @pytest.mark.parametrize('module,setting,devices', DEVICES)
 def test_each_local_rank_gets_its_device_by_vendor(pytorch, vendors, module, setting, devices):
     """The device variable of the module's gpu_vendor, per local rank (8 on a node), from fake device counts: the

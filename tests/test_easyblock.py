@@ -162,6 +162,8 @@ def test_the_images_commands_run_with_the_venv(demo_install):
     assert [json.loads(line) for line in out.stdout.splitlines()] == [expected] * 2
 
 
+@pytest.mark.once_only('both runtimes bind the home and pass PYTHONPATH alike: what it checks is what the easyblock '
+                       'keeps of the installer\'s environment, whose container starts are every install\'s')
 def test_nothing_of_the_installers_home_or_environment_is_installed(tmp_path, demo_sif):
     """The installer's ~/.local (their home is bound into the container) and PYTHONPATH stay out of the install:
     image-python.json names the image's directories only, and Python in the container does not import from them
@@ -285,6 +287,8 @@ def test_source_that_is_not_a_sif(tmp_path, demo_sif, content, expected):
     assert (inst.sources / 'demo.sif').read_bytes() == (data[:len(data) // 2] if content is None else content)
 
 
+@pytest.mark.once_only('EasyBuild\'s checksum step runs before any container; the install after it is every '
+                       'install\'s (the other tests here, under both runtimes)')
 @pytest.mark.parametrize('eb_version', ['5', '4.9'])
 def test_checksum_is_verified_once(tmp_path, demo_sif, eb_version):
     """A wrong checksum stops the install before anything is copied; the right one installs. The image is read
