@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .easyblock import EASYBLOCK
 from .images import ROOTFS, make_test_sif
-from .users import OWNER, as_user, give, missing_users, user as test_user
+from .users import OWNER, TEST_USERS, as_user, give, missing_users, user as test_user
 
 
 TOOLS = Path(os.environ.get('LUMI_CT_TOOLS', '/opt/lumi-container-tools'))
@@ -342,6 +342,13 @@ def slow_step(directory, step):
         return fake_command(directory / 'slow', 'unsquashfs', 'echo $$ > %s\nexec sleep 300\n' % started), started
     return fake_command(directory / 'slow', 'mksquashfs',
                         'echo partial > "$2"\necho $$ > %s\nexec sleep 300\n' % started), started
+
+
+def cache_roots(suffix='*'):
+    """The cache roots in /tmp of this run's test users whose names go on with `suffix` (a glob: '-<job>-*', a job's):
+    /tmp is the machine's, and make test's other run (its users of their own) has roots there too, not this run's to
+    remove."""
+    return {path for name in TEST_USERS for path in Path('/tmp').glob(name + '-caches' + suffix)}
 
 
 def wait_for(predicate, what, timeout=60):

@@ -21,8 +21,8 @@ from singularitycontainer_src.layout import CACHE_DIRS
 from singularitycontainer_src.text import fill_template
 from singularitycontainer_src.scripts import CACHE_ROOT_RULE, cache_root_rule
 from support import require_other_users, require_tools
-from testkit.install import base_env, run
-from testkit.users import OUTSIDER, OWNER, TEST_USERS, user
+from testkit.install import base_env, cache_roots, run
+from testkit.users import OUTSIDER, OWNER, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 pytestmark = [pytestmark, pytest.mark.once_only(
@@ -67,13 +67,8 @@ def job():
     Everything made under that name (and its fresh siblings) is removed afterwards."""
     job_id = str(random.randrange(10 ** 8, 10 ** 9))
     yield job_id
-    for path in job_caches(job_id):
+    for path in cache_roots('-%s-*' % job_id):
         remove(path)
-
-
-def job_caches(job_id):
-    """The cache roots in /tmp of this run's test users in the job job_id (not those of make test's other run)."""
-    return [path for name in TEST_USERS for path in Path('/tmp').glob('%s-caches-%s-*' % (name, job_id))]
 
 
 def remove(path):
@@ -210,7 +205,7 @@ def test_unload_and_show_make_nothing(modules, job):
         assert cache_root(job).is_dir()
         assert not os.path.lexists(cache_root(other_job))
     finally:
-        for path in job_caches(other_job):
+        for path in cache_roots('-%s-*' % other_job):
             remove(path)
 
 

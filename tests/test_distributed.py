@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from support import require_tools
-from testkit.install import (LAIF_MODULE, LMOD_INIT, RUNTIME_FEATURES, Installation, demo_easyconfig, fake_command,
-                             run, spawn, torch_bind)
-from testkit.users import OUTSIDER, TEST_USERS, give, user
+from testkit.install import (LAIF_MODULE, LMOD_INIT, RUNTIME_FEATURES, Installation, cache_roots, demo_easyconfig,
+                             fake_command, run, spawn, torch_bind)
+from testkit.users import OUTSIDER, give, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 pytestmark = [pytestmark, pytest.mark.system]  # the system tier: Slurm
@@ -106,20 +106,14 @@ def pytorch(tmp_path_factory, torch_sif):
         container_bind=['/tmp', torch_bind()], container_env_defaults=RCCL_DEFAULTS, wrapped_commands=['python']))
     inst.eb(ec)
     (root / 'ddp_check.py').write_text(DDP_CHECK)
-    caches = run_users_caches()
+    caches = cache_roots()
     ports = user().home / '.singularitycontainer-ports'
     port_files = set(ports.glob('*.port'))
     yield inst, root
-    for cache in run_users_caches() - caches:  # the jobs' caches, kept by design
+    for cache in cache_roots() - caches:  # the jobs' caches, kept by design
         shutil.rmtree(cache, ignore_errors=True)
     for port_file in set(ports.glob('*.port')) - port_files:  # the job steps' ports, kept for a week by design
         port_file.unlink()
-
-
-def run_users_caches():
-    """The cache roots in /tmp of this run's test users: make test's other run (its users of their own) has jobs
-    running meanwhile, whose caches are not this run's to remove."""
-    return {path for name in TEST_USERS for path in Path('/tmp').glob(name + '-caches*')}
 
 
 def get_master(pytorch, *args, env=None):

@@ -10,7 +10,6 @@ import re
 import shlex
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -19,7 +18,7 @@ from support import REPO, generate_ec_command, require, require_runtime, require
 from generator.families import dawn
 from testkit.images import make_test_sif
 from testkit.install import (CONTAINER_PYTHON_VERSION, RUNTIME, SQUASHFS_WORKS, TORCH_IN_CONTAINER, TORCH_SITE,
-                             Installation, base_env, local_wheels, run, torch_bind, write_wheel)
+                             Installation, base_env, cache_roots, local_wheels, run, torch_bind, write_wheel)
 from testkit.users import give
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -214,7 +213,7 @@ def dawn_jobs(dawn_install, tmp_path_factory):
         if made_local:
             local.rmdir()
         for job in jobs:  # the jobs' caches and their steps' ports, kept by design (a week for the ports)
-            for cache in Path('/tmp').glob('%s-caches-%s-*' % (inst.user.name, job)):
+            for cache in cache_roots('-%s-*' % job):
                 shutil.rmtree(cache)
             for port_file in (inst.user.home / '.singularitycontainer-ports').glob('%s.*.port' % job):
                 port_file.unlink()
