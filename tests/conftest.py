@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from _pytest.tmpdir import TempPathFactory
 
-from support import IN_CI, require, require_runtime, require_tools
+from support import IN_CI, install, require, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND, make_test_sif
 from testkit.install import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,
                              RUNTIME_SETUID, TORCH_IN_CONTAINER, TORCH_SITE, Missing, demo_easyconfig, install_demo,
@@ -140,6 +140,13 @@ def wheelhouse(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def packed_install(tmp_path_factory, demo_sif, wheelhouse):
+    """Demo/1.0 (EasyBuild 5) with lumi-base in its packed venv, installed once for the tests that change the venv
+    (test_venv_pip, test_venv_pip_faults, test_crash), each from the venv as installed (support.fresh)."""
+    return install(tmp_path_factory.mktemp('packed'), demo_sif, wheelhouse, '5', squash=True)
+
+
+@pytest.fixture(scope='session')
 def slurm():
     """A real Slurm cluster of two nodes (munged and slurmctld here, a slurmd per node in its own namespaces),
     stopped at the end of the session. Its daemons run as root, as on LUMI; the jobs run as the user who submits
@@ -170,7 +177,7 @@ def container_modules(tmp_path_factory, demo_sif):
                                       syntax=syntax, container_env={'DEMO_VAR': 'a b "c"'},
                                       container_env_defaults={'DEMO_DEFAULT': LITERAL_DEFAULT},
                                       container_conflicts=['lumi-aif-singularity-bindings'])
-            (inst.sources / 'other.sif').write_bytes(demo_sif.read_bytes())
+            inst.add_source(demo_sif, 'other.sif')
             inst.eb(inst.write_easyconfig('Other-1.0.eb', demo_easyconfig(name='Other', sif='other.sif')))
             installs[eb_version, syntax] = inst, idir
         return installs[eb_version, syntax]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.install import RUNTIME, eb_missing, runtime_probe
-from testkit.users import SWITCHING, TEST_USERS
+from testkit.install import RUNTIME, eb_missing, install_demo, local_wheels, runtime_probe
+from testkit.users import SWITCHING, TEST_USERS, give
 
 REPO = Path(__file__).resolve().parent.parent
 # The easyblock's source in this checkout (the installs use the installed copy: testkit.install.EASYBLOCK)
@@ -78,3 +78,43 @@ def tool(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# A module installed once, whose venv each test puts back as installed
+
+def install(root, demo_sif, wheelhouse, eb_version, squash):
+    """Demo/1.0 with lumi-base in its venv, packed or not; (Installation, install dir, a copy of the venv as
+    installed, which fresh() puts back)."""
+    require_runtime()
+    require_tools('mksquashfs', 'unsquashfs', 'flock')
+    inst, idir = install_demo(root / 'install', demo_sif, eb_version, pip_requirements=['lumi-base'],
+                              squash_user_software=squash, pip_install_options=local_wheels(wheelhouse))
+    saved = root / 'as-installed'
+    saved.mkdir()
+    for path in user_software(idir):
+        copy_entry(path, saved / path.name)
+    return inst, idir, saved
+
+
+def copy_entry(path, target):
+    """A copy of the file, directory or link (the packed venv's, which names its generation) path at target."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.copytree(path, target, symlinks=True)
+    else:
+        shutil.copy2(path, target, follow_symlinks=False)
+
+
+def user_software(idir):
+    """What venv-pip, make-squashfs and unmake-squashfs work on: the venv, packed or not, their lock and leftovers."""
+    return [path for path in idir.iterdir() if path.name.startswith(('user-software', '.user-software'))]
+
+
+def fresh(installed):
+    """The install as eb left it (installing once per module and EasyBuild version saves minutes)."""
+    inst, idir, saved = installed
+    for path in user_software(idir):
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    for path in saved.iterdir():
+        copy_entry(path, idir / path.name)
+        give(idir / path.name, inst.user)  # copied by root: the user's again, as eb left it
+    return inst, idir

@@ -21,8 +21,8 @@ import traceback
 
 import pytest
 
-from support import require_runtime, require_tools
-from test_venv_pip import PACKED, fresh, generations, install
+from support import fresh, require_tools
+from test_venv_pip import PACKED, generations
 from test_venv_pip_faults import (Shims, age_leftovers, fuse_daemons, kill_leftover_daemons, run_killed,
                                   start_with_shims, state, switch_or_name)
 from testkit.install import local_wheels, run
@@ -35,13 +35,14 @@ EXT4_GOING_FLAGS_NOLOGFLUSH = 2  # (what the journal has not committed is lost t
 WRITTEN_BACK_AFTER = 3  # seconds: more than the commit interval, less than ext4's 30 s before it writes data back
 
 
-@pytest.fixture(scope='module')
-def crash_install(tmp_path_factory, demo_sif, wheelhouse):
-    require_runtime()
+@pytest.fixture
+def crash_install(packed_install):
+    """The shared packed install (each test mounts its file system over the install dir in a mount namespace of its
+    own, and starts from the venv as installed)."""
     require_tools('mkfs.ext4', 'mount', 'umount', 'sync')
     if os.geteuid() != 0:
         pytest.fail('the crash test mounts a file system: it runs as root (make test does)')
-    return install(tmp_path_factory.mktemp('crash'), demo_sif, wheelhouse, '5', squash=True)
+    return packed_install
 
 
 class Ext4:

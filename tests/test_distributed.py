@@ -9,7 +9,6 @@ import socket
 import stat
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -100,7 +99,7 @@ def pytorch(tmp_path_factory, torch_sif):
     """The torch image installed with eb as PyTorch/2.13.0, its sanity check importing torch."""
     root = tmp_path_factory.mktemp('pytorch')
     inst = Installation(root)
-    (inst.sources / 'pytorch.sif').write_bytes(Path(torch_sif).read_bytes())
+    inst.add_source(torch_sif, 'pytorch.sif')
     ec = inst.write_easyconfig('PyTorch-2.13.0.eb', demo_easyconfig(
         name='PyTorch', version='2.13.0', sif='pytorch.sif', container_components={'torch': '2.13.0+cpu'},
         container_bind=['/tmp', torch_bind()], container_env_defaults=RCCL_DEFAULTS, wrapped_commands=['python']))
@@ -639,7 +638,7 @@ def vendors(tmp_path_factory, demo_sif):
     one eb run. Also a stand-in for torch.distributed.run that prints what torchrun-distributed passes it."""
     root = tmp_path_factory.mktemp('vendors')
     inst = Installation(root)
-    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    inst.add_source(demo_sif, 'demo.sif')
     give(inst.sources, inst.user)
     inst.eb(*[inst.write_easyconfig('Demo-1.0-%s.eb' % vendor, demo_easyconfig(
         suffix='-' + vendor, gpu_vendor=vendor, wrapped_commands=['python3']))

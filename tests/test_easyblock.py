@@ -178,7 +178,7 @@ def test_nothing_of_the_installers_home_or_environment_is_installed(tmp_path, de
     (tmp_path / 'pythonpath' / (name + '_pp.py')).write_text('')
     try:
         inst = Installation(tmp_path)
-        (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+        inst.add_source(demo_sif, 'demo.sif')
         ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
         inst.eb(ec, env=inst.env(PYTHONPATH=str(tmp_path / 'pythonpath'), PYTHONUSERBASE=str(Path.home() / '.local')))
         written = (inst.installdir('Demo', '1.0') / 'image-python.json').read_text()
@@ -464,7 +464,7 @@ def test_avail_easyconfig_params(tmp_path):
 @pytest.mark.once_only('a dry run starts no container')
 def test_extended_dry_run_runs_no_container(tmp_path, demo_sif):
     inst = Installation(tmp_path)
-    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    inst.add_source(demo_sif, 'demo.sif')
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['six']))
     env = inst.env(PATH='/nonexistent:' + base_env()['PATH'].replace(os.path.dirname(RUNTIME), '/none'))
     proc = inst.eb(ec, '-x', env=env)
@@ -567,7 +567,7 @@ def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_s
     marker = tmp_path / 'ran'
     init = "test -n '`touch %s` $(touch %s) \\\\' && false" % (marker, marker)
     inst = Installation(tmp_path / 'i')
-    (inst.sources / 'demo.sif').write_bytes(conda_sif.read_bytes())
+    inst.add_source(conda_sif, 'demo.sif')
     proc = inst.eb(inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_init=init)), check=False)
     assert proc.returncode != 0
     assert 'container_init failed: %s' % init in proc.stdout + proc.stderr
@@ -613,7 +613,7 @@ def test_a_failed_container_check_shows_its_reason_on_screen(tmp_path, demo_sif)
     the container (PIP_*, PYTHON*), and no line of the check's program is on screen."""
     require_runtime()
     inst = Installation(tmp_path / 'i', eb_version='4.9')
-    (inst.sources / 'demo.sif').write_bytes(demo_sif.read_bytes())
+    inst.add_source(demo_sif, 'demo.sif')
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_components={'lumi-missing': '1.0'},
                                                               squash_user_software=False))
     env = dict(inst.env(), **{'PIP_INSTALLERS_SETTING_%d' % number: 'x' for number in range(20)})
@@ -719,7 +719,7 @@ def test_the_installers_container_settings_stay_out_of_the_install(tmp_path, dem
     pythonpath = tmp_path / 'installers-pythonpath'
     pythonpath.mkdir()
     inst = Installation(tmp_path)
-    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    inst.add_source(demo_sif, 'demo.sif')
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
     settings = {'SINGULARITYENV_PYTHONPATH': str(pythonpath), 'APPTAINERENV_PYTHONPATH': str(pythonpath),
                 'SINGULARITYENV_PREPEND_PATH': '/installers/bin', 'SINGULARITY_BIND': '/nonexistent-a:/a',

@@ -203,7 +203,7 @@ def test_bad_parameters_stop_eb_before_the_copy(tmp_path, demo_sif, eb_version):
     """Each bad value is named with what is allowed, all at once, before the image is copied; '$(id)' never
     runs."""
     inst = Installation(tmp_path, eb_version=eb_version)
-    (inst.sources / 'demo.sif').write_bytes(demo_sif.read_bytes())
+    inst.add_source(demo_sif, 'demo.sif')
     marker = tmp_path / 'id-ran'
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
         container_venv='a$(touch %s)b' % marker, container_bind=['/tmp:/mnt:bogus'], pip_requirements='lumi-base',

@@ -1,7 +1,6 @@
 """Pip requirements in the container's virtual environment, the SquashFS image, and reinstalls that keep
 the user's software."""
 import os
-from pathlib import Path
 
 import pytest
 
@@ -117,7 +116,7 @@ def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, 
     require_runtime()
     fake = failing_mksquashfs(tmp_path / 'fakebin')
     inst = Installation(tmp_path / 'i', eb_version)
-    (inst.sources / 'demo.sif').write_bytes(Path(demo_sif).read_bytes())
+    inst.add_source(demo_sif, 'demo.sif')
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-base'],
                                                               pip_install_options=local_wheels(wheelhouse)))
     env = inst.env()
@@ -195,7 +194,7 @@ def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse, eb_ve
     assert out.splitlines()[-1].startswith('/user-software/venv/demo/lib/python')
 
     bad = Installation(tmp_path / 'bad', eb_version)
-    (bad.sources / 'demo.sif').write_bytes(Path(conda_sif).read_bytes())
+    bad.add_source(conda_sif, 'demo.sif')
     ec = bad.write_easyconfig('Demo-1.0.eb', demo_easyconfig(container_init='source /opt/miniconda3/bin/activate nope'))
     proc = bad.eb(ec, check=False)
     assert proc.returncode != 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from support import require_other_users, require_runtime, require_tools
+from support import fresh, install, require_other_users, require_runtime, require_tools
 from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, write_distribution
 from testkit.install import (LAIF_MODULE, RUNTIME, RUNTIME_SETUID, SQUASHFS_WORKS, Installation, base_env,
                              demo_easyconfig, fake_command, install_demo, install_laif, run, spawn, local_wheels,
@@ -27,55 +27,12 @@ HOLDER = "%s's venv-pip on %s (process %%d)" % (OWNER, socket.gethostname())
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
 
 
-def install(root, demo_sif, wheelhouse, eb_version, squash):
-    """Demo/1.0 with lumi-base in its venv, packed or not; (Installation, install dir, a copy of the venv as
-    installed, which fresh() puts back)."""
-    require_runtime()
-    require_tools('mksquashfs', 'unsquashfs', 'flock')
-    inst, idir = install_demo(root / 'install', demo_sif, eb_version, pip_requirements=['lumi-base'],
-                              squash_user_software=squash, pip_install_options=local_wheels(wheelhouse))
-    saved = root / 'as-installed'
-    saved.mkdir()
-    for path in user_software(idir):
-        copy_entry(path, saved / path.name)
-    return inst, idir, saved
-
-
-def copy_entry(path, target):
-    """A copy of the file, directory or link (the packed venv's, which names its generation) path at target."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.copytree(path, target, symlinks=True)
-    else:
-        shutil.copy2(path, target, follow_symlinks=False)
-
-
-def user_software(idir):
-    """What venv-pip, make-squashfs and unmake-squashfs work on: the venv, packed or not, their lock and leftovers."""
-    return [path for path in idir.iterdir() if path.name.startswith(('user-software', '.user-software'))]
-
-
-def fresh(installed):
-    """The install as eb left it (installing once per module and EasyBuild version saves minutes)."""
-    inst, idir, saved = installed
-    for path in user_software(idir):
-        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-    for path in saved.iterdir():
-        copy_entry(path, idir / path.name)
-        give(idir / path.name, inst.user)  # copied by root: the user's again, as eb left it
-    return inst, idir
-
-
 @pytest.fixture(scope='module')
 def eb_version():
     """venv-pip's tests run with EasyBuild 5 only: with 4.9.4 the install writes the same scripts and module
     (test_easybuild_49_writes_the_same_scripts_and_module); the install itself runs with both in test_venv and
     test_easyblock."""
     return '5'
-
-
-@pytest.fixture(scope='module')
-def packed_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
-    return install(tmp_path_factory.mktemp('packed'), demo_sif, wheelhouse, eb_version, squash=True)
 
 
 @pytest.fixture(scope='module')
@@ -269,7 +226,7 @@ def test_a_runtime_that_mounts_no_squashfs_file_keeps_the_venv_a_directory(tmp_p
     (native / 'singularity').write_text(NATIVE_SINGULARITYCE % RUNTIME)
     (native / 'singularity').chmod(0o755)
     inst = Installation(tmp_path / 'install')
-    (inst.sources / 'demo.sif').write_bytes(demo_sif.read_bytes())
+    inst.add_source(demo_sif, 'demo.sif')
     give(inst.sources, inst.user)
     ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
         wrapped_commands=['python'], pip_requirements=['lumi-base'], squash_user_software=True,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from support import require_tools
-from test_venv_pip import PACKED, fresh, generations, install, packed_files  # noqa: F401 (fixtures)
+from support import fresh, require_tools
+from test_venv_pip import PACKED, generations, packed_files
 from singularitycontainer_src.layout import KEEP_SUPERSEDED_MINUTES
 from testkit.install import RUNTIME, base_env, local_wheels, run, spawn, write_wheel
 from testkit.users import OWNER, give, user as user_named
@@ -71,16 +71,6 @@ case " $* " in
 esac
 exec {real} "$@"
 '''
-
-
-@pytest.fixture(scope='module')
-def eb_version():
-    return '5'
-
-
-@pytest.fixture(scope='module')
-def packed_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
-    return install(tmp_path_factory.mktemp('faults'), demo_sif, wheelhouse, eb_version, squash=True)
 
 
 class Shims:
