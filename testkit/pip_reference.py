@@ -123,10 +123,11 @@ def csv_text(rows):
 
 
 # Printed in the container by the venv's Python: what it sees of /user-software (each entry's type, mode, link
-# target and content digest; a .pyc's without its header, which holds the source's mtime), pip freeze, and
-# importlib.util.find_spec of MODULES. One JSON object.
+# target and content digest; a .pyc's without its header, which holds the source's mtime), the distributions it
+# finds (name, version, where: what pip freeze lists, as pip reads it on Python 3.11 too, with importlib.metadata;
+# without pip's 0.5 s start, twice per step), and importlib.util.find_spec of MODULES. One JSON object.
 SNAPSHOT = r'''
-import contextlib, hashlib, importlib.util, io, json, os, stat, sys
+import hashlib, importlib.metadata, importlib.util, json, os, stat, sys
 root = "/user-software"
 entries = {}
 for where, dirs, files in os.walk(root):
@@ -145,10 +146,8 @@ for where, dirs, files in os.walk(root):
                 data = f.read()
             entry.append(hashlib.sha256(data[16:] if name.endswith(".pyc") else data).hexdigest())
         entries[os.path.relpath(path, root)] = entry
-from pip._internal.cli.main import main as pip_main
-out = io.StringIO()
-with contextlib.redirect_stdout(out):
-    pip_main(["freeze", "--all"])
+distributions = sorted([dist.metadata["Name"], dist.version, str(dist.locate_file(""))]
+                       for dist in importlib.metadata.distributions())
 specs = {}
 for module in sys.argv[1:]:
     try:
@@ -157,7 +156,7 @@ for module in sys.argv[1:]:
         specs[module] = "error: %s" % type(error).__name__
         continue
     specs[module] = spec and [spec.origin, list(spec.submodule_search_locations or [])]
-print(json.dumps({"entries": entries, "freeze": out.getvalue().splitlines(), "specs": specs}))
+print(json.dumps({"entries": entries, "distributions": distributions, "specs": specs}))
 '''
 
 
@@ -180,7 +179,7 @@ def differences(packed, reference, limit=20):
         if a.get(path) != b.get(path):
             lines.append('%r: venv-pip %s, pip %s' % (path, a.get(path, 'absent'), b.get(path, 'absent')))
     lines = lines[:limit] + ['... %d more' % (len(lines) - limit)] * (len(lines) > limit)
-    for key in ('freeze', 'specs'):
+    for key in ('distributions', 'specs'):
         if packed[key] != reference[key]:
             lines.append('%s: venv-pip %s, pip %s' % (key, packed[key], reference[key]))
     return lines

@@ -1,8 +1,8 @@
 """venv-pip's result equals plain pip's: the same pip operations on a packed module (its venv in SquashFS layers:
 venv-pip adds a layer, merges it into the SquashFS file, or repacks) and on a reference module whose venv is a
 directory (venv-pip runs pip straight on it), and after each what the container sees is compared: every entry of
-/user-software with its type, mode, link target and content, pip freeze, and find_spec of the packages, also of the
-removed ones. Fixed cases, then a random sequence from a fixed seed.
+/user-software with its type, mode, link target and content, the distributions Python finds (pip freeze's list), and
+find_spec of the packages, also of the removed ones. Fixed cases, then a random sequence from a fixed seed.
 
 A longer run by hand, with make test's pytest and settings: LUMI_CT_DIFF_SEED=7 LUMI_CT_DIFF_STEPS=200 pytest
 tests/test_venv_pip_reference.py -k random (40 steps: about 4 minutes here). A failure prints the seed, the steps and
