@@ -474,6 +474,9 @@ def laif_pytorch(laif_installs):
     return inst, root
 
 
+@pytest.mark.once_only('LAIF images run on LUMI, under its setuid runtime; under a user namespace, a LAIF module is '
+                       'test_laif.py\'s and test_venv_pip.py\'s, and ranks under srun on two nodes are '
+                       'test_srun_ranks_on_two_nodes_all_reduce_and_ddp\'s', in_setuid_run=True)
 def test_laif_image_under_srun(laif_pytorch, slurm):
     """A LAIF image, started through its runscript as LAIF's guides do, on 2 nodes (a rank on each: the many
     ranks per node are test_srun_ranks_on_two_nodes_all_reduce_and_ddp's): one task per GPU with
@@ -533,7 +536,15 @@ def run_batch_job(inst, root, slurm, name, script):
     return text
 
 
-@pytest.mark.parametrize('mpi', sorted(MPI_LAUNCHERS))
+# Each launcher under one runtime: what it adds (its ranks' variables, its daemons started through Slurm) is the same
+# under both, and the container starts of ranks under each runtime are test_srun_ranks_on_two_nodes_all_reduce_and_ddp's
+LAUNCHER_ONCE = {
+    'hydra': pytest.mark.once_only('hydra\'s mpiexec as on Dawn, whose Apptainer runs in a user namespace'),
+    'openmpi': pytest.mark.once_only('mpirun under the setuid runtime, as LUMI runs it', in_setuid_run=True),
+}
+
+
+@pytest.mark.parametrize('mpi', [pytest.param(mpi, marks=LAUNCHER_ONCE[mpi]) for mpi in sorted(MPI_LAUNCHERS)])
 def test_mpi_launchers_in_a_batch_job(pytorch, slurm, mpi):
     """MPICH's hydra mpiexec and Open MPI's mpirun, started in a batch job on 2 nodes as on Dawn: 2 x 2 ranks of
     conda-python-distributed (gloo all_reduce and DDP across nodes), then torchrun-distributed with one task per
