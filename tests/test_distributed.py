@@ -274,6 +274,8 @@ srun singularity exec "$SIFPYTORCH" conda-python-distributed -u {root}/ddp_check
 '''
 
 
+@pytest.mark.once_only('each job\'s master port is chosen on the host; ranks in containers under srun are '
+                       'test_srun_ranks_on_two_nodes_all_reduce_and_ddp\'s, under both runtimes', in_setuid_run=True)
 def test_two_concurrent_jobs_do_not_collide(pytorch, slurm):
     """Two batch jobs at once on the same two nodes, the module loaded in the job script: each its own master
     port, so neither job's ranks meet the other's."""
@@ -430,6 +432,9 @@ def check_torchrun_lines(out, slurm, launcher='srun'):
     assert sorted(lines) == [(str(node), slurm.nodes[node], slurm.master, lines[0][3]) for node in (0, 1)], out
 
 
+@pytest.mark.once_only('torchrun starts its processes in the one container of its task, the same under both '
+                       'runtimes; ranks in containers under srun are '
+                       'test_srun_ranks_on_two_nodes_all_reduce_and_ddp\'s')
 def test_torchrun_one_task_per_node_two_processes_ddp(pytorch, slurm):
     """torchrun-distributed: one Slurm task on each of 2 nodes, torchrun starts 2 processes on each (gloo)."""
     inst, root = pytorch

@@ -233,6 +233,8 @@ def test_wrapper_errors(demo_install):
     assert 'container image /nonexistent/x.sif not found' in proc.stderr
 
 
+@pytest.mark.once_only('where the module finds the image is its own logic on the host; the container it starts is '
+                       'every module\'s (the other tests here, under both runtimes)')
 def test_sif_fallback_to_central_dir(tmp_path, fresh_demo):
     require_runtime()
     inst, idir = fresh_demo
@@ -255,6 +257,8 @@ def test_sif_fallback_to_central_dir(tmp_path, fresh_demo):
     assert 'binds=/mine' in proc.stdout
 
 
+@pytest.mark.once_only('where the install finds the image is the easyblock\'s, on the host; the container part is '
+                       'every install\'s (the other tests here, under both runtimes)')
 def test_sif_fallback_from_easyconfig_parameter(tmp_path, demo_sif):
     require_runtime()
     central = tmp_path / 'central'
@@ -385,8 +389,7 @@ def test_make_squashfs_failure_leaves_nothing_behind(tmp_path, fresh_demo):
     assert (idir / 'user-software' / 'venv' / 'demo' / 'bin' / 'python').is_symlink()
 
 
-@pytest.mark.once_only('shellcheck reads the installed scripts, the same text under both runtimes; no container',
-                       in_setuid_run=True)
+@pytest.mark.once_only('shellcheck reads the installed scripts, the same text under both runtimes; no container')
 def test_scripts_pass_shellcheck(demo_install):
     require_tools('shellcheck')
     inst, idir = demo_install
@@ -560,6 +563,8 @@ def test_a_wrapper_never_calls_itself(demo_install, tmp_path):
         runtime, idir / 'bin' / 'python', idir / 'bin' / 'python3')) in ' '.join(proc.stderr.split())
 
 
+@pytest.mark.once_only('the error messages are written on the host (the easyblock\'s, and runscripts/init-conda-venv, '
+                       'a script that the container runs the same under both runtimes)')
 def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_sif):
     """Backticks, $() and backslashes in container_init reach the error messages as text, at install time and in
     runscripts/init-conda-venv."""
@@ -624,7 +629,15 @@ def test_a_failed_container_check_shows_its_reason_on_screen(tmp_path, demo_sif)
     assert 'importlib' not in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize('syntax', ['Lua', 'Tcl'])
+# Lua and Tcl keep the same binds (one plan: test_module_plan.py); each syntax under one runtime, so that what the
+# runtime does with the binds is checked under both
+BINDS_ONCE = {
+    'Lua': pytest.mark.once_only('the Lua module under the setuid runtime, as on LUMI', in_setuid_run=True),
+    'Tcl': pytest.mark.once_only('the Tcl module under a user namespace, as at Apptainer sites'),
+}
+
+
+@pytest.mark.parametrize('syntax', [pytest.param(syntax, marks=BINDS_ONCE[syntax]) for syntax in ('Lua', 'Tcl')])
 def test_the_binds_a_module_keeps(tmp_path, demo_sif, syntax):
     """Lua and Tcl keep the same binds: those whose source is a directory or a regular file, also through a link;
     not a link to nothing, a FIFO, a device or a missing path. None whose destination one of the user's own binds
@@ -699,6 +712,8 @@ def test_the_files_a_bound_link_brings(tmp_path):
         '%s/runscripts:/runscripts' % Install.installdir]
 
 
+@pytest.mark.once_only('the requirements file is the easyblock\'s, written on the host; pip\'s run in the container is '
+                       'every install\'s (the other tests here, under both runtimes)')
 def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):
     """Requirements given as a file: URL, a path or 'name @ URL' install; the sanity check looks for the names that
     lines have, and no made-up one ('file')."""
@@ -711,6 +726,8 @@ def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):
     assert out.stdout == 'base+top\n'
 
 
+@pytest.mark.once_only('what reaches the runtime is the easyblock\'s choice on the host; both runtimes read '
+                       'these variables alike (test_runtimes.py)')
 def test_the_installers_container_settings_stay_out_of_the_install(tmp_path, demo_sif):
     """The installer's SINGULARITYENV_*, APPTAINERENV_*, SINGULARITY_BIND, APPTAINER_BIND and bind paths reach none
     of the install's container commands (a bind of a missing path would stop them, PYTHONPATH would count as the

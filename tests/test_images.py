@@ -49,6 +49,8 @@ def test_test_images_have_the_layout_of_apptainer_build(tmp_path):
     assert 'LAIF_RUNSCRIPT_RAN=yes' in real['runscript'][0]
 
 
+@pytest.mark.once_only('which Python the install finds is the easyblock\'s, from one container start that is every '
+                       'install\'s (the other tests, under both runtimes)')
 def test_an_image_with_python3_only(tmp_path):
     """No python in the image, only python3: the install finds it, and the wrappers run the venv's python."""
     require_runtime()

@@ -17,7 +17,9 @@ from testkit.install import (CONTAINER_PYTHON_VERSION, LAIF_DEFAULTS, LAIF_MODUL
                              Installation, base_env, install_laif, run, torch_bind)
 from test_easyconfigs import generate_ec_command
 
-pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+pytestmark = [pytest.mark.runtime,  # drives the container runtime: make test runs it with a real one too
+              pytest.mark.once_only('LAIF images run on LUMI, under its setuid runtime; a LAIF module under a user '
+                                    'namespace is test_venv_pip.py\'s test_in_a_laif_module', in_setuid_run=True)]
 
 SITE = '/opt/venv/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 

@@ -72,6 +72,8 @@ def failed_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
     return root, str(err.value)
 
 
+@pytest.mark.once_only('what a failed pip run stops and says is the easyblock\'s, on the host; pip\'s run in the '
+                       'container is every install\'s (the other tests here, under both runtimes)')
 def test_bad_requirement_fails_with_pips_message(failed_install):
     text = failed_install[1]
     # The cause comes first: EasyBuild 4.9 shows only the first 300 characters of the error.
@@ -81,6 +83,8 @@ def test_bad_requirement_fails_with_pips_message(failed_install):
 
 # EasyBuild 5 only: a failed pip install goes the way of test_bad_requirement_fails_with_pips_message's (run_checked),
 # which takes both versions; only pip's own message differs here
+@pytest.mark.once_only('what a failed pip run stops and says is the easyblock\'s, on the host; pip\'s run in the '
+                       'container is every install\'s (the other tests here, under both runtimes)')
 @pytest.mark.parametrize('eb_version', ['5'], ids=['eb5'])
 def test_broken_wheel_fails(tmp_path, demo_sif, eb_version):
     require_runtime()
@@ -93,6 +97,8 @@ def test_broken_wheel_fails(tmp_path, demo_sif, eb_version):
     assert 'Installing the pip requirements in /user-software/venv/demo failed' in str(err.value)
 
 
+@pytest.mark.once_only('the requirements file is the easyblock\'s, written on the host; pip\'s run in the container is '
+                       'every install\'s (the other tests here, under both runtimes)')
 @pytest.mark.parametrize('eb_version', ['5'], ids=['eb5'])  # (the easyblock's own text: no EasyBuild in between)
 def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, eb_version):
     require_runtime()
@@ -112,6 +118,8 @@ def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, e
     assert out.startswith('pip ') and 'lumi-base==1.0' in out.splitlines()
 
 
+@pytest.mark.once_only('mksquashfs runs on the host; the container part is every install\'s (the other tests here, '
+                       'under both runtimes)')
 def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, eb_version):
     require_runtime()
     fake = failing_mksquashfs(tmp_path / 'fakebin')
@@ -129,6 +137,8 @@ def test_failing_mksquashfs_keeps_user_software(tmp_path, demo_sif, wheelhouse, 
     assert (idir / 'user-software' / 'venv' / 'demo' / 'lib').is_dir()
 
 
+@pytest.mark.once_only('what a reinstall keeps is the easyblock\'s, on the host; the container parts are every '
+                       'install\'s and venv-pip\'s (test_venv_pip.py, under both runtimes)', in_setuid_run=True)
 @pytest.mark.needs('image-src')
 def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, eb_version):
     """A reinstall moves the packed venv (its generation: the SquashFS file with the layer of venv-pip's changes)
@@ -165,6 +175,8 @@ def test_reinstall_keeps_what_the_user_changed(tmp_path, demo_sif, wheelhouse, e
     assert out.stdout.splitlines()[-1] == 'True'
 
 
+@pytest.mark.once_only('what a reinstall replaces is the easyblock\'s, on the host; its container part is every '
+                       'install\'s (the other tests here, under both runtimes)')
 def test_what_a_failed_install_left_is_not_kept(failed_install, wheelhouse, eb_version):
     require_tools('mksquashfs')
     inst = Installation(failed_install[0], eb_version)
@@ -178,6 +190,8 @@ def test_what_a_failed_install_left_is_not_kept(failed_install, wheelhouse, eb_v
     assert not list(idir.parent.glob('1.0.user-software*'))
 
 
+@pytest.mark.once_only('the conda images are the AMD line on LUMI, under its setuid runtime; the activation is a '
+                       'shell\'s in the container, the same under both', in_setuid_run=True)
 @pytest.mark.parametrize('eb_version', ['5'], ids=['eb5'])  # (the easyblock's own container commands)
 def test_conda_image_needs_container_init(tmp_path, conda_sif, wheelhouse, eb_version):
     require_runtime()

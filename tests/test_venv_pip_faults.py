@@ -252,7 +252,7 @@ def test_kill_a_merge_at_every_step(packed_install, tmp_path):
 
 @pytest.mark.needs('image-src')
 @pytest.mark.once_only('what it changes it changes on the host (mksquashfs, the rename of the link), the same under '
-                       'both runtimes; the containers of its probes change nothing', in_setuid_run=True)
+                       'both runtimes; the containers of its probes change nothing')
 def test_kill_make_squashfs_at_every_step(packed_install, tmp_path):
     """make-squashfs after unmake-squashfs and a removed link: killed, there is no packed venv or the new one."""
     inst, idir = fresh(packed_install)
