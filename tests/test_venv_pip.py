@@ -299,6 +299,8 @@ def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, whee
     assert not list(work.iterdir())
 
 
+@pytest.mark.once_only('EasyBuild 4.9\'s install is compared with 5\'s as text; its container commands are 5\'s, '
+                       'which run under both runtimes (the EasyBuild 4.9 variants run where this one does)')
 def test_easybuild_49_writes_the_same_scripts_and_module(packed_install, tmp_path, demo_sif, wheelhouse):
     """An install with EasyBuild 4.9.4 writes venv-pip, make-squashfs, unmake-squashfs, the wrappers, the library
     and the module as 5.x does (the tests of the module and its commands need one of them, EasyBuild 5's), and its
