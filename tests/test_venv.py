@@ -9,6 +9,10 @@ from testkit.install import (SQUASHFS_WORKS, Installation, demo_easyconfig, fail
                              local_wheels, write_wheel)
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
+# (the failures of pip at install: once, in the run with the EasyBuild 4.9 variants)
+PIP_FAILURE_ONCE = pytest.mark.once_only('what a failed pip run stops and says is the easyblock\'s, on the host; '
+                                         'pip\'s run in the container is every install\'s (the other tests here, '
+                                         'under both runtimes)')
 
 
 @pytest.fixture(scope='module')
@@ -72,8 +76,7 @@ def failed_install(tmp_path_factory, demo_sif, wheelhouse, eb_version):
     return root, str(err.value)
 
 
-@pytest.mark.once_only('what a failed pip run stops and says is the easyblock\'s, on the host; pip\'s run in the '
-                       'container is every install\'s (the other tests here, under both runtimes)')
+@PIP_FAILURE_ONCE
 def test_bad_requirement_fails_with_pips_message(failed_install):
     text = failed_install[1]
     # The cause comes first: EasyBuild 4.9 shows only the first 300 characters of the error.
@@ -83,8 +86,7 @@ def test_bad_requirement_fails_with_pips_message(failed_install):
 
 # EasyBuild 5 only: a failed pip install goes the way of test_bad_requirement_fails_with_pips_message's (run_checked),
 # which takes both versions; only pip's own message differs here
-@pytest.mark.once_only('what a failed pip run stops and says is the easyblock\'s, on the host; pip\'s run in the '
-                       'container is every install\'s (the other tests here, under both runtimes)')
+@PIP_FAILURE_ONCE
 @pytest.mark.parametrize('eb_version', ['5'], ids=['eb5'])
 def test_broken_wheel_fails(tmp_path, demo_sif, eb_version):
     require_runtime()
