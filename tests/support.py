@@ -21,6 +21,12 @@ EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
 PROGRAMS = REPO / 'easyblocks' / 'singularitycontainer_src' / 'programs'
 IN_CI = os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
 
+# The tests of how the easyblock writes pip_requirements to the requirements file (test_easyblock.py, test_venv.py):
+# once, as pip's run in the container is every install's
+REQUIREMENTS_FILE_ONCE = pytest.mark.once_only('the requirements file is the easyblock\'s, written on the host; pip\'s '
+                                               'run in the container is every install\'s (the installs of '
+                                               'test_venv.py and test_easyblock.py, under both runtimes)')
+
 
 def require(condition, what):
     """Skip when a tool is missing, but fail in CI, where every tool must be there."""

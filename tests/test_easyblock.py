@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from support import EASYBLOCK, REPO, require_runtime, require_tools
+from support import EASYBLOCK, REPO, REQUIREMENTS_FILE_ONCE, require_runtime, require_tools
 from testkit.images import IMAGE_TOOL_COMMAND
 from testkit.install import (LITERAL_DEFAULT, RUNTIME, Installation, base_env, demo_easyconfig, failing_mksquashfs,
                              install_demo, run, slow_step, spawn, wait_for)
@@ -712,8 +712,7 @@ def test_the_files_a_bound_link_brings(tmp_path):
         '%s/runscripts:/runscripts' % Install.installdir]
 
 
-@pytest.mark.once_only('the requirements file is the easyblock\'s, written on the host; pip\'s run in the container is '
-                       'every install\'s (the other tests here, under both runtimes)')
+@REQUIREMENTS_FILE_ONCE
 def test_requirement_lines_of_a_url_or_a_path(tmp_path, demo_sif, wheelhouse):
     """Requirements given as a file: URL, a path or 'name @ URL' install; the sanity check looks for the names that
     lines have, and no made-up one ('file')."""

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from support import require_runtime, require_tools
+from support import REQUIREMENTS_FILE_ONCE, require_runtime, require_tools
 from testkit.install import (SQUASHFS_WORKS, Installation, demo_easyconfig, failing_mksquashfs, install_demo,
                              local_wheels, write_wheel)
 
@@ -99,8 +99,7 @@ def test_broken_wheel_fails(tmp_path, demo_sif, eb_version):
     assert 'Installing the pip requirements in /user-software/venv/demo failed' in str(err.value)
 
 
-@pytest.mark.once_only('the requirements file is the easyblock\'s, written on the host; pip\'s run in the container is '
-                       'every install\'s (the other tests here, under both runtimes)')
+@REQUIREMENTS_FILE_ONCE
 @pytest.mark.parametrize('eb_version', ['5'], ids=['eb5'])  # (the easyblock's own text: no EasyBuild in between)
 def test_requirement_lines_reach_pip_literally(tmp_path, demo_sif, wheelhouse, eb_version):
     require_runtime()
