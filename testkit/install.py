@@ -188,6 +188,7 @@ class Installation:
         self.prefix = self.root / 'prefix'
         self.sources = self.root / 'sources'
         self.sources.mkdir(parents=True, exist_ok=True)
+        (self.root / 'tmp').mkdir(exist_ok=True)  # EASYBUILD_TMPDIR, and eb's TMPDIR (eb_environment)
         self.eb_version = eb_version
         self.syntax = syntax
         self.user_name = user
@@ -241,7 +242,7 @@ class Installation:
 
     def eb(self, *args, check=True, env=None):
         cmd = [str(EB_VENVS[self.eb_version] / 'bin' / 'eb')] + [str(a) for a in args]
-        return run(cmd, env=env or self.env(), check=check, user=self.user_name)
+        return run(cmd, env=eb_environment(env or self.env()), check=check, user=self.user_name)
 
     def write_easyconfig(self, filename, text):
         path = self.root / 'easyconfigs' / filename
@@ -266,6 +267,12 @@ class Installation:
     def module_shell(self, module, script, **kwargs):
         """Run a bash script after 'module load module' (keyword arguments as for shell)."""
         return self.shell('module load %s\n%s' % (module, script), **kwargs)
+
+
+def eb_environment(env):
+    """env for eb, with TMPDIR its EASYBUILD_TMPDIR: EasyBuild makes a directory of a fake vsc package with mkdtemp
+    before it reads its configuration, and leaves it (in /tmp, at every eb); EasyBuild sets TMPDIR itself after."""
+    return dict(env, TMPDIR=env['EASYBUILD_TMPDIR'])
 
 
 def demo_easyconfig(name='Demo', version='1.0', suffix='', sif='demo.sif', **params):

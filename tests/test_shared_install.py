@@ -17,8 +17,8 @@ import pytest
 from support import require_other_users, require_runtime, require_tools
 from singularitycontainer_src.layout import KEEP_SUPERSEDED_MINUTES
 from singularitycontainer_src.install_lock import lock_holder
-from testkit.install import (EB_SITE, EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, fake_command,
-                             local_wheels, run, slow_step, spawn, wait_for)
+from testkit.install import (EB_SITE, EB_VENVS, RUNTIME, Installation, base_env, demo_easyconfig, eb_environment,
+                             fake_command, local_wheels, run, slow_step, spawn, wait_for)
 from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -81,7 +81,8 @@ def eb_command(inst, umask):
 
 def eb(inst, *args, umask='002', who=OWNER, env=None, check=True):
     """eb as `who`, under `umask`, with the installation's settings."""
-    return run(eb_command(inst, umask) + [str(a) for a in args], env=env or inst.env(), check=check, user=who)
+    return run(eb_command(inst, umask) + [str(a) for a in args], env=eb_environment(env or inst.env()), check=check,
+               user=who)
 
 
 def easyconfig(inst):
