@@ -334,10 +334,12 @@ def test_a_damaged_state_is_said_by_the_command(install_dir):
 # A change as a layer, on tiny SquashFS trees: what the layer and the SquashFS file unpack to is the venv as changed
 # ---------------------------------------------------------------------------------------------------------------
 
-# Names that the layers' lists must keep as they are: blanks, wildcards and brackets (unsquashfs patterns), ';' (the
-# end of -ex's list), a backslash, ' -> ' (a link in unsquashfs's listing), a leading dash, a non-ASCII letter. (A name
-# with a newline is not made a layer: venv-pip repacks.)
-ODD_NAMES = ['plain', 'a b', 'st*r', 'q?', '[x]', 'semi;colon', 'back\\slash', 'to -> there', '-dash', 'ü', 'm.py']
+# Names that the layers' lists must keep as they are: blanks, wildcards and brackets (unsquashfs patterns), its
+# extended wildcards (@( +( !( *( ?(: '!(y)' matched every name but y), ';' (the end of -ex's list), a backslash,
+# ' -> ' (a link in unsquashfs's listing), a leading dash, blank or '#' (an exclude file's line), a non-ASCII letter.
+# (A name with a newline is not made a layer: venv-pip repacks.)
+ODD_NAMES = ['plain', 'a b', 'st*r', 'q?', '[x]', 'semi;colon', 'back\\slash', 'to -> there', '-dash', 'ü', 'm.py',
+             '@(m.py)', '+(plain)', '!(y)', '*(x)', '?(q)', 'a|b', '#hash', ' lead']
 LAYER_CASES = 24
 
 
@@ -535,3 +537,32 @@ def test_a_whiteout_below_a_link_removes_nothing_where_the_link_points(install_d
     assert (outside / 'b').read_text() == 'theirs'
     assert read_tree(tmp_path / 'unpacked') == {'user-software': ('d',), 'user-software/venv': ('d',),
                                                 'user-software/venv/a': ('d',), 'user-software/venv/a/c': ('f', 'mine')}
+
+
+def test_a_layer_that_removes_thousands_of_paths_unpacks_without_them(install_dir, tmp_path):
+    """A change that removes more than 4096 paths of the SquashFS file (a big package upgraded: its directories stay)
+    beside names that are unsquashfs's extended wildcards: packed as a layer of whiteouts, the SquashFS file and the
+    layer unpack to the tree without them, and with every other name; and the layer made after it, on top of it, too
+    (apply_layer, then pack_layer again, as the next change does)."""
+    require(all(shutil.which(tool) for tool in ('mksquashfs', 'unsquashfs')), 'mksquashfs and unsquashfs')
+    many = {'user-software/venv/many/%s/f%d.py' % (number % 7, number): ('f', '') for number in range(4200)}
+    many.update({'user-software/venv/many/%d' % number: ('d',) for number in range(7)})
+    kept = {'user-software/venv/%s' % name: ('f', name) for name in ('!(x)', 'x', 'y', '@(y)', '+(z)', 'z', '*(q)')}
+    base = dict({'user-software': ('d',), 'user-software/venv': ('d',), 'user-software/venv/many': ('d',),
+                 'user-software/venv/many/0/keep.py': ('f', 'kept')}, **many, **kept)
+    write_tree(tmp_path / 'base', base)
+    removed = [path for path in sorted(many) if many[path] != ('d',)] + ['user-software/venv/!(x)']
+    after = {path: entry for path, entry in base.items() if path not in removed}
+    (tmp_path / 'work' / 'tree').mkdir(parents=True)
+    (tmp_path / 'work' / 'removed').write_bytes(b''.join(path.encode() + b'\0' for path in removed))
+    proc = bash(install_dir, 'pack_tree "$work/base" "$work/base.squashfs"\n'
+                'pack_layer "$work/work/tree" "$work/work/removed" "$work/layer.squashfs" "$work/base.squashfs"\n'
+                'unpack_venv "$work/unpacked" "$work/base.squashfs" "$work/layer.squashfs"\n'
+                'mkdir "$work/next" && layer_whiteouts "$work/layer.squashfs" >"$work/next.removed"\n'
+                'apply_layer "$work/layer.squashfs" "$work/next"\n'
+                'pack_layer "$work/next" "$work/next.removed" "$work/layer2.squashfs" "$work/base.squashfs"\n'
+                'unpack_venv "$work/unpacked2" "$work/base.squashfs" "$work/layer2.squashfs"\n', env=dict(
+                    work=str(tmp_path)))
+    assert proc.returncode == 0 and proc.stderr == '', proc.stderr
+    assert read_tree(tmp_path / 'unpacked') == after
+    assert read_tree(tmp_path / 'unpacked2') == after

@@ -127,7 +127,8 @@ def run_sequence(sides, ops, replay, repacks=None):
 # Then odd names across merges (big) and a repack: a name with a newline, which the layer cannot list, makes venv-pip
 # repack (pip installs it, and cannot remove it: it stays, in both). What issue 40 found: B, a file named 'x -> y.txt'
 # or 'd ' beside another distribution's directory x or d, which a listing parsed as text took for the directory (the
-# repack removed it); C, a name with a tab, whose whiteout mksquashfs refused.
+# repack removed it); C, a name with a tab, whose whiteout mksquashfs refused. What issue 54 found: names that are
+# unsquashfs's extended wildcards ('!(y).txt' dropped the other .txt files), and more than 4096 paths removed at once.
 SITE = '/user-software/venv/demo/lib/python%s/site-packages' % CONTAINER_PYTHON_VERSION
 CASES = {
     'C-E-F': ([['install', 'pkgtree==1.0', 'minor==1.0', 'tool==1.0'], ['install', 'pkgtree==2.0', 'minor==1.1'],
@@ -146,6 +147,8 @@ CASES = {
     # (a directory of the SquashFS file that the layer has as a file: a merge, unmake-squashfs unpack it)
     'D-merged': ([['install', 'linky==2.0'], ['install', 'big==1.0'], ['uninstall', '-y', 'linky'],
                   ['install', 'linky==1.0'], REPACK], {}),
+    # more than 4096 paths removed in one change, then changes on top of that layer, then a merge
+    'many-removed': ([['install', 'many==1.0'], ['install', 'many==2.0'], ['install', 'leaf==2.0'], REPACK], {}),
     'odd-names-and-merges': ([['install', 'oddnames==1.0', 'oddsiblings==1.0', 'newline==1.0', 'pkgtree==1.0'],
                               ['install', 'big==1.0'], ['install', 'oddnames==2.0', 'pkgtree==2.0'], REPACK,
                               ['install', 'newline==2.0'],

@@ -3336,15 +3336,12 @@ pack_tree() {
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
         -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
 }
-# The path $1 as an unsquashfs pattern that matches it only (its wildcards escaped; and ';', which ends -ex's list),
-# into the variable pattern (no subshell: it runs once per path of a change)
-pattern_of() {
-    pattern=${1//\\/\\\\}
-    pattern=${pattern//\*/\\*}
-    pattern=${pattern//\?/\\?}
-    pattern=${pattern//\[/\\[}
-    pattern=${pattern//]/\\]}
-    pattern=${pattern//;/\\;}
+# The paths on stdin (NUL-terminated) as unsquashfs patterns that match each path only, NUL-terminated: every ASCII
+# punctuation and blank is escaped with a backslash, which makes it itself (the wildcards * ? [, the extended ones @( +(
+# !( *( ?(, a backslash, and ';', which ends -ex's list); '/' stays, the separator of a pattern's parts. One sed for
+# all paths (a change's may be tens of thousands).
+patterns_of() {
+    LC_ALL=C sed -z -e 's/[[:punct:][:blank:]]/\\&/g' -e 's|\\/|/|g'
 }
 # Each entry of the SquashFS file $1 (below the patterns $2..., and the directories above them) as "<type> <path>",
 # NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
@@ -3389,6 +3386,16 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
     done
     return 1
 }
+# The paths on stdin (NUL-terminated) removed from the tree $1 where they are there: not below a file or a link of the
+# tree, below which nothing is the tree's (a link's target is not). One rm for all: a change may remove thousands.
+remove_paths() {
+    local path
+    while IFS= read -r -d '' path; do
+        if { [ -e "$1/$path" ] || [ -L "$1/$path" ]; } && ! under_non_directory "$1" "$path"; then
+            printf '%s\0' "$path"
+        fi
+    done | (cd -- "$1" && xargs -0r rm -rf --)
+}
 # Where the layer $1 has a directory and the tree $2 a file or a link, or the other way round, the tree's goes (in the
 # overlay, the layer's hides it; unsquashfs cannot write one over the other). So does a file or a link of the tree
 # where the layer has one: unsquashfs -f would write the layer's file through a link, wherever it points, or into a
@@ -3408,22 +3415,21 @@ remove_other_types() {
         fi
     done < <(squashfs_entries "$1")
 }
-apply_layer() {  # unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces
-    local path pattern excluded=()
-    while IFS= read -r -d '' path; do
-        # (below a file or a link of the tree there is nothing of the tree's to remove: a link's target is not)
-        under_non_directory "$2" "$path" || rm -rf -- "${2:?}/$path"
-        pattern_of "$path"
-        excluded+=("$pattern")
-    done < <(layer_whiteouts "$1")
-    [ -z "$(find "$2" -mindepth 1 -print -quit)" ] || remove_other_types "$1" "$2" || return 1
-    # (without root, unsquashfs cannot make the whiteouts' devices: they are left out, named as arguments, which
-    # keep every byte of a name)
-    if [ "${#excluded[@]}" -gt 0 ]; then
-        unsquashfs -f -no-progress -quiet -d "$2" -ex "${excluded[@]}" \; "$1" >/dev/null
-    else
-        unsquashfs -f -no-progress -quiet -d "$2" "$1" >/dev/null
+# Unpack the layer $1 over the tree $2: what it removes goes, what it holds replaces. (Without root, unsquashfs cannot
+# make the whiteouts' devices: they are left out by a file of patterns beside the tree, each matching one name
+# (patterns_of), which no count of them outgrows.)
+apply_layer() {
+    local excluded="$2.excluded" status=0
+    layer_whiteouts "$1" >"$excluded" && remove_paths "$2" <"$excluded" || return 1
+    if [ -n "$(tr -cd '\n' <"$excluded" | head -c 1)" ]; then
+        rm -f -- "$excluded"
+        return 1  # (an exclude file's lines cannot hold a newline: venv-pip makes no such layer, it repacks)
     fi
+    { [ -z "$(find "$2" -mindepth 1 -print -quit)" ] || remove_other_types "$1" "$2"; } &&
+        patterns_of <"$excluded" | tr '\0' '\n' >"$excluded.patterns" &&
+        unsquashfs -f -no-progress -quiet -d "$2" -exclude-file "$excluded.patterns" "$1" >/dev/null || status=$?
+    rm -f -- "$excluded" "$excluded.patterns"
+    return "$status"
 }
 unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is one, unpacked into the new directory $1
     unsquashfs -no-progress -quiet -dest "$1" "$2" >/dev/null || return 1
@@ -3451,11 +3457,7 @@ apply_upper() {
         done <"$1@record@"
         rm -f "$1@record@"
     fi
-    while IFS= read -r -d '' path; do
-        under_non_directory "$1" "$path" || rm -rf -- "${1:?}/$path"
-        under_non_directory "$2" "$path" || rm -rf -- "${2:?}/$path"
-        printf '%s\0' "$path" >>"$3"
-    done <"$4"
+    remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && cat -- "$4" >>"$3" || return 1
     while IFS= read -r -d '' path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
@@ -3476,7 +3478,7 @@ hide_below_new_directories() {
     LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
     while IFS= read -r -d '' path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
-            pattern_of "$path"
+            pattern=$(printf '%s\0' "$path" | patterns_of | tr -d '\0')
             while IFS= read -r -d '' entry; do
                 entry=${entry:2}
                 if [ "${entry#"$path"/}" != "$entry" ] && [ ! -e "$1/$entry" ] && [ ! -L "$1/$entry" ] &&
@@ -3491,41 +3493,36 @@ hide_below_new_directories() {
 # The paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came: of a listing of those paths only
 # (the whole file's, 60,000 entries and more, takes a second), unless they are very many
 in_squashfs() {
-    local path pattern paths=() patterns=()
-    while IFS= read -r -d '' path; do
-        paths+=("$path")
-        pattern_of "$path"
-        patterns+=("$pattern")
-    done
+    local paths=() patterns=()
+    mapfile -d '' paths
     [ "${#paths[@]}" -gt 0 ] || return 0
-    [ "${#paths[@]}" -le 4096 ] || patterns=()
+    [ "${#paths[@]}" -gt 4096 ] || mapfile -d '' patterns < <(printf '%s\0' "${paths[@]}" | patterns_of)
     printf '%s\0' "${paths[@]}" | LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
                                                 $0 in held { printf "%s%c", $0, 0 }' \
         <(squashfs_entries "$1" "${patterns[@]}") -
 }
-# A path as a pseudo file's definition names it: a blank, a tab, a quote and a backslash escaped (it cannot hold a
-# newline: venv-pip repacks where a whiteout would need one)
-pseudo_name() {
-    local name=${1//\\/\\\\}
-    name=${name//\"/\\\"}
-    name=${name// /\\ }
-    printf '%s' "${name//$'\t'/\\$'\t'}"
+# The paths on stdin (NUL-terminated) as pseudo file definitions name them, NUL-terminated: a blank, a tab, a quote and
+# a backslash escaped (a path cannot hold a newline there: venv-pip repacks where a whiteout would need one)
+pseudo_names() {
+    LC_ALL=C sed -z -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/ /\\ /g' -e 's/\t/\\\t/g'
 }
 # Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
 # lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds
 # nothing, a whiteout would hide nothing, and in a directory that only the layer has, the overlay would list it as an
-# entry that cannot be opened.
+# entry that cannot be opened. (A few processes for all the paths: an upgrade may remove tens of thousands.)
 pack_layer() {
-    local pseudo="$1.whiteouts" path
+    local whiteouts="$1.whiteouts" path
     LC_ALL=C sort -zu "$2" | while IFS= read -r -d '' path; do
         [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || printf '%s\0' "$path"
     done | in_squashfs "$4" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
                  for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
-                 gone[$0] = 1; printf "%s%c", $0, 0 }' | while IFS= read -r -d '' path; do
-        mkdir -p -- "$(dirname -- "$1/$path")"
-        printf '%s c 0 %s %s 0 0\n' "$(pseudo_name "$path")" "$(id -u)" "$(id -g)"
-    done >"$pseudo"
-    pack_tree "$1" "$3" -pf "$pseudo"
+                 gone[$0] = 1; printf "%s%c", $0, 0 }' >"$whiteouts" || return 1
+    # (the directories above them, in the tree: none is below a file or a link of it)
+    LC_ALL=C sed -z -n 's|/[^/]*$||p' "$whiteouts" | LC_ALL=C sort -zu | (cd -- "$1" && xargs -0r mkdir -p --) ||
+        return 1
+    pseudo_names <"$whiteouts" | LC_ALL=C sed -z "s/\$/ c 0 $(id -u) $(id -g) 0 0/" | tr '\0' '\n' \
+        >"$whiteouts.pseudo" || return 1
+    pack_tree "$1" "$3" -pf "$whiteouts.pseudo"
 }
 empty_layer() {  # the layer $1 that changes nothing (made from a directory beside it: in a new generation, which
     local empty status=0  # goes whole if this is killed)
