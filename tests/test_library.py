@@ -9,6 +9,7 @@ import random
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 
 import pytest
@@ -17,7 +18,7 @@ from singularitycontainer_src.install_dir import venv_form
 from singularitycontainer_src.layout import (CHANGES_NAME, EMPTIED_RECORD, FORM_RECORD, GENERATION_PREFIX,
                                              GENERATION_RECORD, LIBRARY, SQUASHFS_NAME, USER_SOFTWARE,
                                              USER_SOFTWARE_CHANGES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK as LOCK,
-                                             USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
+                                             USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS, install_umask)
 from singularitycontainer_src.module_plan import SetRestorable, Var, VenvForm, emit_module_logic
 from singularitycontainer_src.scripts import library_text
 from support import require
@@ -566,3 +567,26 @@ def test_a_layer_that_removes_thousands_of_paths_unpacks_without_them(install_di
     assert proc.returncode == 0 and proc.stderr == '', proc.stderr
     assert read_tree(tmp_path / 'unpacked') == after
     assert read_tree(tmp_path / 'unpacked2') == after
+
+
+@pytest.mark.parametrize('caller_umask', ['000', '002', '022', '077'])
+def test_what_a_change_writes_takes_the_installs_umask_not_the_callers(install_dir, tmp_path, caller_umask):
+    """One rule for the modes, whatever the caller's umask: the library's shared_umask (venv-pip, make-squashfs,
+    unmake-squashfs) is the easyblock's install_umask of the install's row: group-writable only in a group install
+    (a group-writable install dir), never writable by others; and share_modes gives a tree's files those modes."""
+    for group_install in (False, True):
+        os.chmod(install_dir, 0o775 if group_install else 0o755)
+        tree = tmp_path / ('tree-%s-%s' % (caller_umask, group_install))
+        (tree / 'sub').mkdir(parents=True)
+        (tree / 'sub' / 'file').write_text('')
+        (tree / 'tool').write_text('')
+        os.chmod(tree / 'sub' / 'file', 0o666)
+        os.chmod(tree / 'tool', 0o777)
+        os.chmod(tree / 'sub', 0o700)
+        proc = bash(install_dir, 'umask %s\nshared_umask "$root"\nshare_modes "$root" "$tree"' % caller_umask,
+                    env=dict(root=str(install_dir), tree=str(tree)))
+        assert proc.returncode == 0 and not proc.stderr, proc.stderr
+        assert proc.stdout == '%04o\n' % install_umask(group_install)
+        group = 0o020 if group_install else 0
+        assert [stat.S_IMODE(os.stat(tree / path).st_mode) for path in ('sub', 'sub/file', 'tool')] == [
+            0o755 | group, 0o644 | group, 0o755 | group]

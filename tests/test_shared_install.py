@@ -563,6 +563,47 @@ def test_what_the_install_packs_is_readable_for_all_under_umask_027(umask_027_in
     assert not unreadable, unreadable
 
 
+def writable_by_others(idir, group_install):
+    """What the packed venv's current state lets others write: {path (a file of the generation, or an entry of its
+    SquashFS files): mode}, where others may write, or the group in an install that is not a group install."""
+    forbidden = 0o002 if group_install else 0o022
+    generation = idir / 'user-software.packed'
+    found = {}
+    for path in [generation.resolve()] + sorted(generation.resolve().iterdir()):
+        if stat.S_IMODE(path.stat().st_mode) & forbidden:
+            found[str(path)] = '%04o' % stat.S_IMODE(path.stat().st_mode)
+        if path.name.endswith('.squashfs'):
+            found.update({'%s:%s' % (path.name, entry): mode for entry, mode in squashfs_modes(path).items()
+                          if mode[8] == 'w' or (mode[5] == 'w' and not group_install)})
+    return found
+
+
+@pytest.mark.needs('image-src')
+@pytest.mark.parametrize('umask', ['000', '002', '077'])
+def test_what_a_change_writes_has_the_installs_modes_whatever_the_umask(umask_027_install, shared_packed, wheelhouse,
+                                                                         umask):
+    """venv-pip (a layer, then a repack by unmake-squashfs and make-squashfs) under the caller's umask 000, 002
+    (README's project recipe, LUMI's EasyBuild-user) or 077: in an install only its owner may change, nothing of the
+    new state is writable by the group or by others (under 002 a member replaced the owner's layer); in a group
+    install a member's change under 000 is writable by the group only, never by others; and all of it readable."""
+    for (inst, idir), who, group_install in ((umask_027_install, OWNER, False), (shared_packed, MEMBER, True)):
+        venv_pip(inst, '%s %s lumi-later' % ('uninstall -y' if umask == '002' else 'install',
+                                             ' '.join(local_wheels(wheelhouse)) if umask != '002' else ''), who,
+                 umask=umask)
+        assert not writable_by_others(idir, group_install), (umask, who)
+        unreadable = {path: mode for path, mode in squashfs_modes(idir / 'user-software.packed' /
+                                                                  'user-software.changes.squashfs').items()
+                      if mode[7] != 'r'}
+        assert not unreadable, (umask, unreadable)
+    inst, idir = umask_027_install
+    inst.module_shell(MODULE, 'umask %s\nunmake-squashfs >/dev/null\nrm %s/user-software.packed\n'
+                      'make-squashfs >/dev/null' % (umask, idir), user=OWNER)
+    assert not writable_by_others(idir, False), umask
+    assert not [path for path in (idir / 'user-software').rglob('*') if not path.is_symlink() and
+                stat.S_IMODE(path.stat().st_mode) & 0o022], 'unmake-squashfs under umask %s' % umask
+    inst.module_shell(MODULE, 'rm -rf %s/user-software' % idir, user=OWNER)
+
+
 @pytest.mark.needs('image-src')
 def test_a_reinstall_holds_the_lock_until_the_venv_is_packed(umask_027_install, tmp_path):
     """eb --rebuild keeps the lock from before it moves anything until the new venv is packed: a make-squashfs

@@ -102,10 +102,17 @@ USER_SOFTWARE_LOCK = '.user-software.lock'
 USER_SOFTWARE_LOCK_RECORD = '.user-software.lock.holder'
 # Set to the install dir (its real path) for the make-squashfs that an install runs while it holds the lock itself
 INSTALL_HOLDS_LOCK = 'SINGULARITYCONTAINER_INSTALL_HOLDS_LOCK'
-# What the install, venv-pip, make-squashfs and unmake-squashfs write is readable for all who can read the install
-# dir and keeps the group's write bit where the install dir has it: of the user's umask only these bits are kept
-# (write for group and others), and the group's goes where the install dir is group-writable
-SHARED_UMASK_KEEPS = 0o022
+# The umask of everything the install, venv-pip, make-squashfs and unmake-squashfs write (and of the processes they
+# start: pip in the container, mksquashfs), whatever the caller's (000, 002, 022, 077): readable for all who may read
+# the install dir, never writable by others, writable by the group only in a group install (a group-writable install
+# dir: README's trust table)
+INSTALL_UMASK = 0o022
+GROUP_INSTALL_UMASK = 0o002
+
+
+def install_umask(group_install):
+    """The umask of what a change or an install writes (INSTALL_UMASK, or GROUP_INSTALL_UMASK in a group install)."""
+    return GROUP_INSTALL_UMASK if group_install else INSTALL_UMASK
 CONTAINER_USER_SOFTWARE = '/user-software'
 # A reinstall moves the directories running jobs have bound to <installdir>.previous-<date> (keep_for_running_jobs),
 # removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days). Only a directory
@@ -905,15 +912,10 @@ class SingularityContainer(EasyBlock):
             os.close(old)
 
     def shared_umask(self):
-        """The umask for what the install writes: the current one, of which only the write bits for group and
-        others are kept (SHARED_UMASK_KEEPS), without the group's with eb --group-writable-installdir. EasyBuild
-        sets the install dir's modes at the end, but cannot reach into user-software.squashfs."""
-        current = os.umask(0)
-        os.umask(current)
-        mask = current & SHARED_UMASK_KEEPS
-        if build_option('group_writable_installdir'):
-            mask &= ~0o020
-        return mask
+        """The umask for what the install writes, whatever the installer's: the install's row of the trust table
+        (install_umask: group-writable only with eb --group-writable-installdir). EasyBuild sets the install dir's
+        modes at the end, but cannot reach into user-software.squashfs."""
+        return install_umask(bool(build_option('group_writable_installdir')))
 
     def back_up_user_software(self):
         """Move the user software of a previous installation (the packed venv's generation, user-software/) next
@@ -3061,35 +3063,37 @@ pip_wants_user() {
 }
 '''
 
-# What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir, and writable
-# by the group where the install dir is (after $root is set); the install's is shared_umask().
-READABLE_BY_ALL_TEMPLATE = r'''
-# What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir (a project's
-# shared install), whatever your umask: who that is, the install dir's own permissions say.
+# What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in the trust table,
+# whatever the caller's umask (INSTALL_UMASK, after $root is set); the install's is SingularityContainer.shared_umask().
+READABLE_BY_ALL_TEMPLATE = r'''# What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in README's trust table,
+# whatever your umask (000, 002, 022, 077): readable for everyone who may read the install dir, never writable by
+# others, writable by the group only in a group install. So do the processes they start (pip in the container,
+# mksquashfs, unsquashfs), which take the umask.
 install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
     (( 8#$(stat -c %a "$1") & 8#020 ))
 }
-# The umask to write in the install dir $1 with: of yours only the write bits for group and others stay, the group's
-# only where the install dir is not group-writable
-shared_umask() {
-    local umask
-    # shellcheck disable=SC1102,SC2091  # @keeps@ is an octal number, filled at install
-    umask=$(( $(umask) & @keeps@ ))
+shared_umask() {  # the umask to write in the install dir $1 with
     if install_is_group_writable "$1"; then
-        umask=$(( umask & ~8#020 ))
+        echo @group_install_umask@
+    else
+        echo @install_umask@
     fi
-    printf '%04o\n' "$umask"
 }
-# The same for the files of yours in the tree $2 that you wrote with a tighter umask (pip in start-shell, say), for the
-# install dir $1: before mksquashfs takes their modes, which nobody can change in the SquashFS file. Other members'
-# are as they made them.
+# The same modes for the files of yours in the tree $2 that were written with another umask (pip in start-shell under
+# a tighter or a looser one, say), for the install dir $1: before mksquashfs takes their modes, which nobody can change
+# in the SquashFS file. Other members' are as they made them.
 share_modes() {
-    local executable=0555 readable=0444 modes=a+rX  # directories and executables, other files
+    local executable=0555 readable=0444 forbidden=022 modes=a+rX,go-w  # directories and executables, other files
     if install_is_group_writable "$1"; then
-        executable=0575 readable=0464 modes=a+rX,g+w
+        executable=0575 readable=0464 forbidden=002 modes=a+rX,g+w,o-w
     fi
-    find "$2" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" \) \
-        -exec chmod "$modes" {} +
+    find "$2" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" -o \
+        -perm "/$forbidden" \) -exec chmod "$modes" {} +
+}
+# The mode and group of the file $1 for the new file $2, less the write bits that the install dir $3 forbids
+like() {
+    chmod --reference="$1" "$2" && chmod "$(install_is_group_writable "$3" && echo o-w || echo go-w)" "$2"
+    chgrp --reference="$1" "$2" 2>/dev/null || true
 }
 '''
 
@@ -4191,10 +4195,6 @@ yes_if() {  # yes if the command $@ succeeds, else no: a fact for the decisions 
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
 }
-like() {  # the new file $2 gets the mode and group of $1, for whoever could read it (a project's shared install)
-    chmod --reference="$1" "$2"
-    chgrp --reference="$1" "$2" 2>/dev/null || true
-}
 # The container sees the venv of the state of the install dir (STATE) read-only: of the form $1, the generation $2
 use_state() {
     local others
@@ -4366,15 +4366,16 @@ change_by_repacking() {
 }
 pack_base() {  # the tree $1 becomes the SquashFS file of the new generation $2, with an empty layer in the layers form
     local new_squashfs="$2/$squashfs_name" new_changes="$2/$changes_name"
+    share_modes "$root" "$1"
     in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
     [ -n "$(printf '%s\0' "$venv_bin/python" | in_squashfs "$new_squashfs" | tr -d '\0')" ] ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
-    like "$squashfs" "$new_squashfs"
+    like "$squashfs" "$new_squashfs" "$root"
     if [ "$form" = layers ]; then
         if ! empty_layer "$new_changes" || ! mark_empty_layer "$2"; then
             die "cannot write $new_changes; the venv was not changed"
         fi
-        like "$changes" "$new_changes"
+        like "$changes" "$new_changes" "$root"
     fi
 }
 
@@ -4429,9 +4430,10 @@ change_in_layers() {
         repack_instead "$newline_in_a_name" "$new" "$@"
         return
     fi
+    share_modes "$root" "$tree"
     in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "$squashfs" ||
         die "mksquashfs failed; nothing was changed"
-    like "$changes" "$new/$changes_name"
+    like "$changes" "$new/$changes_name" "$root"
     layer_or_merge "$new"
 }
 # The new layer, put together, becomes the new generation $1's, on the SquashFS file as it is; or, when it grows
@@ -4567,6 +4569,8 @@ new_change_generation "$root" || die "cannot make a directory in $root; nothing 
 tmp=$change_new
 in_background unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
     die "unsquashfs failed; nothing was changed"
+# (the modes of the install's row, whatever umask packed the SquashFS file)
+share_modes "$root" "$tmp/unpacked"
 # (on disk before it has its name: a crash leaves no $dir with empty files)
 sync -f -- "$tmp/unpacked" || die "cannot write the unpacked venv to disk; nothing was changed"
 mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
@@ -5462,7 +5466,8 @@ LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, r
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
                                  lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
                                  holds_lock=INSTALL_HOLDS_LOCK)
-READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, keeps='0%o' % SHARED_UMASK_KEEPS)
+READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, install_umask='%04o' % INSTALL_UMASK,
+                                group_install_umask='%04o' % GROUP_INSTALL_UMASK)
 
 
 def cache_root_rule(module, subdirs):

@@ -32,9 +32,9 @@ from .layout import (CACHE_ROOT, CONTAINER_CHECK_END, CONTAINER_RUNSCRIPTS, CONT
                      IMAGE_PACKAGES_MODULE, IMAGE_PYTHON_JSON, INSTALL_HOLDS_LOCK, KEEP_PREVIOUS_DAYS, LAYERS_IMAGE,
                      LIBRARY, LUMI_CENTRAL_SIF_DEFAULT, LUMI_CENTRAL_SIF_SUBDIR, MODULE_FAMILY,
                      NVIDIA_RUNTIME_VARIABLES, OVERLAY_REFUSED_STATUS, PREVIOUS_INSTALLATION,
-                     PREVIOUS_INSTALLATION_MARKER, SHARED_UMASK_KEEPS, USER_SOFTWARE, USER_SOFTWARE_CHANGES,
+                     PREVIOUS_INSTALLATION_MARKER, USER_SOFTWARE, USER_SOFTWARE_CHANGES,
                      USER_SOFTWARE_ENTRIES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK, USER_SOFTWARE_PACKED,
-                     USER_SOFTWARE_SQUASHFS)
+                     USER_SOFTWARE_SQUASHFS, install_umask)
 from .text import fill_template, sh_quoted, sh_str
 from .sif import sif_problem
 from .requirements import requirement_names
@@ -307,15 +307,10 @@ class SingularityContainer(EasyBlock):
             os.close(old)
 
     def shared_umask(self):
-        """The umask for what the install writes: the current one, of which only the write bits for group and
-        others are kept (SHARED_UMASK_KEEPS), without the group's with eb --group-writable-installdir. EasyBuild
-        sets the install dir's modes at the end, but cannot reach into user-software.squashfs."""
-        current = os.umask(0)
-        os.umask(current)
-        mask = current & SHARED_UMASK_KEEPS
-        if build_option('group_writable_installdir'):
-            mask &= ~0o020
-        return mask
+        """The umask for what the install writes, whatever the installer's: the install's row of the trust table
+        (install_umask: group-writable only with eb --group-writable-installdir). EasyBuild sets the install dir's
+        modes at the end, but cannot reach into user-software.squashfs."""
+        return install_umask(bool(build_option('group_writable_installdir')))
 
     def back_up_user_software(self):
         """Move the user software of a previous installation (the packed venv's generation, user-software/) next

@@ -55,10 +55,17 @@ USER_SOFTWARE_LOCK = '.user-software.lock'
 USER_SOFTWARE_LOCK_RECORD = '.user-software.lock.holder'
 # Set to the install dir (its real path) for the make-squashfs that an install runs while it holds the lock itself
 INSTALL_HOLDS_LOCK = 'SINGULARITYCONTAINER_INSTALL_HOLDS_LOCK'
-# What the install, venv-pip, make-squashfs and unmake-squashfs write is readable for all who can read the install
-# dir and keeps the group's write bit where the install dir has it: of the user's umask only these bits are kept
-# (write for group and others), and the group's goes where the install dir is group-writable
-SHARED_UMASK_KEEPS = 0o022
+# The umask of everything the install, venv-pip, make-squashfs and unmake-squashfs write (and of the processes they
+# start: pip in the container, mksquashfs), whatever the caller's (000, 002, 022, 077): readable for all who may read
+# the install dir, never writable by others, writable by the group only in a group install (a group-writable install
+# dir: README's trust table)
+INSTALL_UMASK = 0o022
+GROUP_INSTALL_UMASK = 0o002
+
+
+def install_umask(group_install):
+    """The umask of what a change or an install writes (INSTALL_UMASK, or GROUP_INSTALL_UMASK in a group install)."""
+    return GROUP_INSTALL_UMASK if group_install else INSTALL_UMASK
 CONTAINER_USER_SOFTWARE = '/user-software'
 # A reinstall moves the directories running jobs have bound to <installdir>.previous-<date> (keep_for_running_jobs),
 # removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days). Only a directory

@@ -7,9 +7,9 @@ from collections import namedtuple
 
 from .sources import source
 from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
-                     GENERATION_RECORD, INSTALL_HOLDS_LOCK, KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY,
-                     MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX, SHARED_UMASK_KEEPS, SQUASHFS_NAME, USER_SOFTWARE,
-                     USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
+                     GENERATION_RECORD, GROUP_INSTALL_UMASK, INSTALL_HOLDS_LOCK, INSTALL_UMASK,
+                     KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX,
+                     SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
 from .text import PLACEHOLDER, fill_template, sh_str
 
 
@@ -65,8 +65,8 @@ LOCK_INSTALL_DIR_TEMPLATE = source('scripts/lock-install-dir.sh')
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = source('scripts/pip-changes-venv.sh')
 
-# What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir, and writable
-# by the group where the install dir is (after $root is set); the install's is shared_umask().
+# What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in the trust table,
+# whatever the caller's umask (INSTALL_UMASK, after $root is set); the install's is SingularityContainer.shared_umask().
 READABLE_BY_ALL_TEMPLATE = source('scripts/readable-by-all.sh')
 
 # The cache root (module help), written once: the module runs it at load (sh -c), the wrappers and init-conda-venv
@@ -183,7 +183,8 @@ LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, r
 LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
                                  lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
                                  holds_lock=INSTALL_HOLDS_LOCK)
-READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, keeps='0%o' % SHARED_UMASK_KEEPS)
+READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, install_umask='%04o' % INSTALL_UMASK,
+                                group_install_umask='%04o' % GROUP_INSTALL_UMASK)
 
 
 def cache_root_rule(module, subdirs):

@@ -99,10 +99,6 @@ yes_if() {  # yes if the command $@ succeeds, else no: a fact for the decisions 
 venv_state() {
     find "$1" -printf '%P %y %s %T@ %m\n' | sort | cksum
 }
-like() {  # the new file $2 gets the mode and group of $1, for whoever could read it (a project's shared install)
-    chmod --reference="$1" "$2"
-    chgrp --reference="$1" "$2" 2>/dev/null || true
-}
 # The container sees the venv of the state of the install dir (STATE) read-only: of the form $1, the generation $2
 use_state() {
     local others
@@ -274,15 +270,16 @@ change_by_repacking() {
 }
 pack_base() {  # the tree $1 becomes the SquashFS file of the new generation $2, with an empty layer in the layers form
     local new_squashfs="$2/$squashfs_name" new_changes="$2/$changes_name"
+    share_modes "$root" "$1"
     in_background pack_tree "$1" "$new_squashfs" || die "mksquashfs failed; the venv was not changed"
     [ -n "$(printf '%s\0' "$venv_bin/python" | in_squashfs "$new_squashfs" | tr -d '\0')" ] ||
         die "the new SquashFS file lacks $venv/bin/python; the venv was not changed"
-    like "$squashfs" "$new_squashfs"
+    like "$squashfs" "$new_squashfs" "$root"
     if [ "$form" = layers ]; then
         if ! empty_layer "$new_changes" || ! mark_empty_layer "$2"; then
             die "cannot write $new_changes; the venv was not changed"
         fi
-        like "$changes" "$new_changes"
+        like "$changes" "$new_changes" "$root"
     fi
 }
 
@@ -337,9 +334,10 @@ change_in_layers() {
         repack_instead "$newline_in_a_name" "$new" "$@"
         return
     fi
+    share_modes "$root" "$tree"
     in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "$squashfs" ||
         die "mksquashfs failed; nothing was changed"
-    like "$changes" "$new/$changes_name"
+    like "$changes" "$new/$changes_name" "$root"
     layer_or_merge "$new"
 }
 # The new layer, put together, becomes the new generation $1's, on the SquashFS file as it is; or, when it grows

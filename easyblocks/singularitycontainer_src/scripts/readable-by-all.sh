@@ -1,28 +1,30 @@
-
-# What venv-pip, make-squashfs and unmake-squashfs write is for everyone who may read the install dir (a project's
-# shared install), whatever your umask: who that is, the install dir's own permissions say.
+# What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in README's trust table,
+# whatever your umask (000, 002, 022, 077): readable for everyone who may read the install dir, never writable by
+# others, writable by the group only in a group install. So do the processes they start (pip in the container,
+# mksquashfs, unsquashfs), which take the umask.
 install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
     (( 8#$(stat -c %a "$1") & 8#020 ))
 }
-# The umask to write in the install dir $1 with: of yours only the write bits for group and others stay, the group's
-# only where the install dir is not group-writable
-shared_umask() {
-    local umask
-    # shellcheck disable=SC1102,SC2091  # @keeps@ is an octal number, filled at install
-    umask=$(( $(umask) & @keeps@ ))
+shared_umask() {  # the umask to write in the install dir $1 with
     if install_is_group_writable "$1"; then
-        umask=$(( umask & ~8#020 ))
+        echo @group_install_umask@
+    else
+        echo @install_umask@
     fi
-    printf '%04o\n' "$umask"
 }
-# The same for the files of yours in the tree $2 that you wrote with a tighter umask (pip in start-shell, say), for the
-# install dir $1: before mksquashfs takes their modes, which nobody can change in the SquashFS file. Other members'
-# are as they made them.
+# The same modes for the files of yours in the tree $2 that were written with another umask (pip in start-shell under
+# a tighter or a looser one, say), for the install dir $1: before mksquashfs takes their modes, which nobody can change
+# in the SquashFS file. Other members' are as they made them.
 share_modes() {
-    local executable=0555 readable=0444 modes=a+rX  # directories and executables, other files
+    local executable=0555 readable=0444 forbidden=022 modes=a+rX,go-w  # directories and executables, other files
     if install_is_group_writable "$1"; then
-        executable=0575 readable=0464 modes=a+rX,g+w
+        executable=0575 readable=0464 forbidden=002 modes=a+rX,g+w,o-w
     fi
-    find "$2" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" \) \
-        -exec chmod "$modes" {} +
+    find "$2" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" -o \
+        -perm "/$forbidden" \) -exec chmod "$modes" {} +
+}
+# The mode and group of the file $1 for the new file $2, less the write bits that the install dir $3 forbids
+like() {
+    chmod --reference="$1" "$2" && chmod "$(install_is_group_writable "$3" && echo o-w || echo go-w)" "$2"
+    chgrp --reference="$1" "$2" 2>/dev/null || true
 }

@@ -18,6 +18,8 @@ new_change_generation "$root" || die "cannot make a directory in $root; nothing 
 tmp=$change_new
 in_background unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
     die "unsquashfs failed; nothing was changed"
+# (the modes of the install's row, whatever umask packed the SquashFS file)
+share_modes "$root" "$tmp/unpacked"
 # (on disk before it has its name: a crash leaves no $dir with empty files)
 sync -f -- "$tmp/unpacked" || die "cannot write the unpacked venv to disk; nothing was changed"
 mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
