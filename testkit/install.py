@@ -4,7 +4,9 @@ the container runtime in use and what it can do, the demo and LAIF-like test ins
 No pytest: the tests, make demo and make bench use it alike. Where something it needs is not installed, it raises
 Missing (the tests skip on it, or fail in CI: tests/conftest.py).
 """
+import contextlib
 import functools
+import http.server
 import os
 import re
 import shlex
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -325,6 +328,40 @@ def write_wheel(wheels, name, version='1.0', requires=(), code='VALUE = 1\n', br
 def local_wheels(wheels):
     """pip options that install from the directory wheels only."""
     return ['--no-index', '--find-links=%s' % wheels]
+
+
+@contextlib.contextmanager
+def package_index(wheels):
+    """The wheels of the directory `wheels` as a package index (PEP 503's simple form) served over HTTP on this
+    machine's loopback while the block runs, as pip meets an index: it downloads each file into its temporary
+    directory. Yields pip's options to install from it alone."""
+    root = Path(tempfile.mkdtemp(prefix='lumi-ct-index-'))
+    os.chmod(root, 0o755)
+    try:
+        projects = {}
+        for wheel in sorted(Path(wheels).glob('*.whl')):
+            projects.setdefault(re.sub(r'[-_.]+', '-', wheel.name.split('-')[0]).lower(), []).append(wheel)
+        for project, files in projects.items():
+            (root / 'simple' / project).mkdir(parents=True)
+            links = ''.join('<a href="/files/%s">%s</a>\n' % (wheel.name, wheel.name) for wheel in files)
+            (root / 'simple' / project / 'index.html').write_text('<html><body>\n%s</body></html>\n' % links)
+        shutil.copytree(wheels, root / 'files')
+        handler = functools.partial(_QuietHandler, directory=str(root))
+        server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield ['--index-url', 'http://127.0.0.1:%d/simple/' % server.server_address[1]]
+        finally:
+            server.shutdown()
+            server.server_close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
 
 
 def fake_command(directory, name, script):

@@ -2,6 +2,7 @@
 finds there of others is left alone and never followed, a setgid place works, and where pip runs out of space it
 works in the next place. One EasyBuild version: the script is the same under both."""
 import os
+import re
 import signal
 import socket
 import stat
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from support import require_other_users, require_runtime, require_tools
-from testkit.install import (RUNTIME, base_env, fake_command, install_demo, local_wheels, run, spawn,
+from testkit.install import (RUNTIME, base_env, fake_command, install_demo, local_wheels, package_index, run, spawn,
                              write_wheel)
 from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
@@ -125,6 +126,57 @@ def test_a_tmpdir_where_members_can_rename_is_not_used(packed, tmp_path, wheelho
     finally:
         os.killpg(watcher.pid, signal.SIGKILL)
     assert 'swapped' not in watcher.communicate()[0]
+
+
+def record_names(*places):
+    """inotifywait, as root, printing the path of every name made or moved in below places (recursively) until killed:
+    the process, whose output is read after killpg."""
+    require_tools('inotifywait')
+    watcher = spawn(['inotifywait', '-q', '-m', '-r', '-e', 'create', '-e', 'moved_to', '--format', '%w%f'] +
+                    [str(place) for place in places], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                    start_new_session=True)
+    time.sleep(1)  # (inotifywait is watching)
+    return watcher
+
+
+def recorded(watcher):
+    time.sleep(0.5)
+    os.killpg(watcher.pid, signal.SIGKILL)
+    return watcher.communicate()[0].splitlines()
+
+
+@pytest.mark.needs('image-src')
+def test_pip_keeps_its_temporary_files_in_the_work_dir(packed, tmp_path, wheelhouse):
+    """pip installing from an index (a local one, over HTTP) downloads and unpacks in its temporary directory: that
+    is the work dir's private one, never the caller's TMPDIR, for a change and for a command that changes nothing
+    (download, install --dry-run). In a project's TMPDIR (group-writable, no sticky bit) a member swapped the owner's
+    pip-unpack-* for a wheel with a .pth of theirs, which went into the venv: inotify sees no name made there now. In
+    the owner's own TMPDIR, only venv-pip's work dirs, with pip's temporary files in them."""
+    inst, idir = packed
+    project_tmp = place(tmp_path / 'project-tmp', 0o2770, group=project_gid())
+    own, downloads = tmp_path / 'own', tmp_path / 'downloads'
+    for directory in (own, downloads):
+        directory.mkdir()
+        give(directory, user(OWNER))
+    with package_index(wheelhouse) as index:
+        index = ' '.join(index)
+        watcher = record_names(project_tmp, own)
+        try:
+            for tmpdir, args in [(project_tmp, 'install %s lumi-later' % index),
+                                 (project_tmp, 'download -d %s %s lumi-top' % (downloads, index)),
+                                 (project_tmp, 'install --dry-run %s lumi-top' % index),
+                                 (project_tmp, 'uninstall -y lumi-later'),
+                                 (own, 'install %s lumi-later' % index), (own, 'uninstall -y lumi-later')]:
+                proc = venv_pip(inst, tmpdir, args)
+                assert 'WARNING' not in proc.stderr, proc.stderr
+        finally:
+            names = recorded(watcher)
+    assert sorted(path.name for path in downloads.iterdir()) == ['lumi_base-1.0-py3-none-any.whl',
+                                                                  'lumi_top-1.0-py3-none-any.whl']
+    assert not [name for name in names if name.startswith(str(project_tmp))], names
+    tops = {os.path.relpath(name, own).split('/')[0] for name in names}
+    assert tops and all(top.startswith('venv-pip.') for top in tops), tops
+    assert [name for name in names if re.search(r'/venv-pip\.[^/]*/tmp/pip-unpack-[^/]*$', name)], names
 
 
 @pytest.mark.needs('image-src')

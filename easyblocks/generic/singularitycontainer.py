@@ -1232,18 +1232,41 @@ class SingularityContainer(EasyBlock):
 
     def run_in_container(self, script, what, extra_binds=None):
         """
-        Run a bash script in the container with the module's binds and environment.
+        Run a bash script in the container with the module's binds and environment, and a private temporary directory
+        of its own (TMPDIR, bound at its own path: pip and the builds it runs keep their temporary files there).
         The script reaches bash as one argument: nothing in it is expanded on the host.
         """
-        binds = ','.join(self.install_binds() + (extra_binds or []))
-        env = [('SINGULARITY_BINDPATH', binds), ('APPTAINER_BINDPATH', binds)]
-        for key, value in self.container_environment():
-            env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
-        env += [(key, value) for key, value in self.cfg['container_env_defaults'].items() if key not in os.environ]
-        cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
-                       [sh_str(self.container_runtime()), self.cfg['container_entry'], sh_str(self.installed_sif()),
-                        '/bin/bash', '-c', sh_str('umask %04o\n%s' % (self.shared_umask(), script))])
-        return self.run_checked(cmd, what)
+        tmpdir = self.private_tmpdir()
+        try:
+            binds = ','.join(self.install_binds() + (extra_binds or []) + ['%s:%s' % (tmpdir, tmpdir)])
+            env = [('TMPDIR', tmpdir), ('SINGULARITY_BINDPATH', binds), ('APPTAINER_BINDPATH', binds)]
+            for key, value in self.container_environment():
+                env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
+            env += [(key, value) for key, value in self.cfg['container_env_defaults'].items()
+                    if key not in os.environ]
+            cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
+                           [sh_str(self.container_runtime()), self.cfg['container_entry'],
+                            sh_str(self.installed_sif()), '/bin/bash', '-c',
+                            sh_str('umask %04o\n%s' % (self.shared_umask(), script))])
+            return self.run_checked(cmd, what)
+        finally:
+            if not self.dry_run:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+
+    def private_tmpdir(self):
+        """A new private directory (mkdtemp) for the temporary files of what the install runs in the container: in
+        the first of TMPDIR (EasyBuild's), /dev/shm and /tmp where no other user can rename or replace what it makes
+        (others_can_replace_in: not a project's TMPDIR without the sticky bit), else in the build directory."""
+        if self.dry_run:
+            return '$TMPDIR'
+        for place in (os.environ.get('TMPDIR'), '/dev/shm', '/tmp', self.builddir):
+            if place and os.path.isdir(place) and os.access(place, os.W_OK | os.X_OK) and \
+                    not others_can_replace_in(place) and ',' not in place and ':' not in place:
+                return tempfile.mkdtemp(prefix='container-tmp.', dir=place)
+        raise EasyBuildError("No place for the temporary files of the container: TMPDIR (%s), /dev/shm, /tmp and the "
+                             "build directory %s are each missing, not writable for you, or a place where other users "
+                             "can rename what you make. Set TMPDIR (eb --tmpdir) to a directory of yours.",
+                             os.environ.get('TMPDIR'), self.builddir)
 
     def run_checked(self, cmd, what):
         """Run a shell command with EasyBuild, log its output; fail with its last lines if it fails."""
@@ -3600,6 +3623,8 @@ WORKDIR = r'''
 # namespace does not map, and the overlay would not mount.
 workdir_record=.venv-pip-run  # (this fragment's own constant, as are the names below)
 workdir_prefix='venv-pip.'
+workdir_tmp=tmp  # (in a work dir: the temporary directory of what the change starts, use_workdir_tmp)
+caller_tmpdir=${TMPDIR:-}  # (the caller's TMPDIR: where a work dir may go; the processes get the work dir's)
 
 remove_ended_runs() {  # in the place $1
     local old
@@ -3625,11 +3650,35 @@ remove_workdirs_of_this_run() {
 new_workdir() {  # a new work dir in the place $1: its path
     local work
     work=$(new_private_dir "$1" "$workdir_prefix") || return 1
-    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record"; }; then
+    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record" &&
+        mkdir "$work/$workdir_tmp"; }; then
         remove_own_tree "$work"
         return 1
     fi
     echo "$work"
+}
+# Every process that the change starts in the work dir $1 (the runtime, pip in the container and the builds it runs,
+# mksquashfs, sort) keeps its temporary files in the work dir's private temporary directory: TMPDIR, which the
+# container gets (in_container binds it), never the caller's, where others may rename what pip makes (a project's
+# TMPDIR). pip's own settings that would send them elsewhere go.
+use_workdir_tmp() {
+    export TMPDIR="$1/$workdir_tmp"
+    unset PIP_BUILD_TRACKER
+}
+# pip's cache (PIP_CACHE_DIR, else pip's in XDG_CACHE_HOME or ~/.cache) only where no other user can rename or replace
+# what pip keeps there (its nearest directory that exists, and up: others_can_replace_in): a wheel planted there would
+# go into the venv. Elsewhere it is off for this run, which says so in one line.
+use_private_pip_cache() {
+    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} why
+    [ -z "${PIP_NO_CACHE_DIR:-}" ] || return 0
+    while [ ! -e "$cache" ] && [ "$cache" != "${cache%/*}" ]; do
+        cache=${cache%/*}
+    done
+    if why=$(others_can_replace_in "${cache:-/}"); then
+        echo "${0##*/}: not using pip's cache in ${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip}: other" \
+            "users can rename or replace what pip keeps in $why" >&2
+        export PIP_NO_CACHE_DIR=1
+    fi
 }
 free_bytes() {  # what is free where the path $1 is
     df -B1 --output=avail "$1" 2>/dev/null | tail -n 1
@@ -3639,7 +3688,7 @@ free_bytes() {  # what is free where the path $1 is
 # a member could swap your work dir for theirs); then beside the install dir
 workdir_candidates() {
     local place
-    for place in "${TMPDIR:-}" /dev/shm /tmp; do
+    for place in "$caller_tmpdir" /dev/shm /tmp; do
         [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ] || echo "$place"
     done
 }
@@ -4096,21 +4145,29 @@ if __name__ == "__main__":
 # mounted keep it.
 LAUNCH_VENV_PIP = r'''venv=@venv@
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
-# The runtime never gets the lock's descriptor (9): its FUSE daemons outlive a killed venv-pip, and would hold the lock
-# for everyone
+# Every container venv-pip starts (in place of the shell that calls it): the runtime with the arguments $@, with the
+# work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at its own path, where pip and what it runs keep their
+# temporary files; never with the lock's descriptor (9): the runtime's FUSE daemons outlive a killed venv-pip, and
+# would hold the lock for everyone
+in_container() {
+    local bind=${work:+$work/$workdir_tmp:$work/$workdir_tmp}
+    SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:-}${bind:+${SINGULARITY_BINDPATH:+,}$bind}" \
+        APPTAINER_BINDPATH="${APPTAINER_BINDPATH:-}${bind:+${APPTAINER_BINDPATH:+,}$bind}" \
+        exec "$runtime" "$@" 9>&-
+}
 pip() {
-    exec "$runtime" @entry@ "$sif" @python@ -m pip "$@" 9>&-
+    in_container @entry@ "$sif" @python@ -m pip "$@"
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@ 9>&-
+    in_container @entry@ "$sif" @python@ -m @image_commands_module@
 }
 overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@" 9>&-
+    in_container @entry@ "$sif" @python@ -c "$overlay_python" "$@"
 }
 export_python=$(cat <<'PYTHON'
 @export_upper@
@@ -4123,7 +4180,7 @@ export_upper() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,${2%/*}:${2%/*}"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        exec "$runtime" @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3" 9>&-
+        in_container @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
@@ -4159,8 +4216,8 @@ say_paths_the_container_lacks() {
     done
     [ "${#paths[@]}" -gt 0 ] || return 0
     # shellcheck disable=SC2016  # (expanded in the container)
-    missing=$("$runtime" exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
-        "${paths[@]}" 2>/dev/null 9>&-) || return 0
+    missing=$(in_container exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
+        "${paths[@]}" 2>/dev/null) || return 0
     while IFS= read -r path; do
         [ -n "$path" ] || continue
         dir=$(dirname -- "$path")
@@ -4178,7 +4235,7 @@ pip_failed() {  # pip (with the arguments $2...) ended with the status $1: say w
     exit "$status"
 }
 container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
-    "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-
+    (in_container exec "$sif" true) >/dev/null 2>&1
 }
 # Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
 layer_is_full() {
@@ -4213,7 +4270,16 @@ umask "$(shared_umask "$root")"
 # the venv as it is now, read-only if packed.
 if ! pip_changes_venv "$@"; then
     use_state "$form" "$generation"
-    pip "$@"
+    # (a work dir too: pip downloads, and builds to read a package's metadata, in its temporary directory)
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
+    use_workdir_tmp "$work"
+    use_private_pip_cache
+    # shellcheck disable=SC2064  # (this run's work dir)
+    trap "remove_own_tree $(printf %q "$work")" EXIT
+    stop_on_signals
+    status=0
+    in_background pip "$@" || status=$?
+    exit "$status"
 fi
 ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
@@ -4229,9 +4295,12 @@ user_overlays=$(others_overlays "$root")  # (before this run adds its own)
 generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
+use_private_pip_cache
 if [ "$form" = directory ]; then
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
     use_state "$form" "$generation"
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
+    use_workdir_tmp "$work"
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
     status=0
     in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
@@ -4281,6 +4350,7 @@ pip_where_there_is_room() {
     shift 2
     while :; do
         work=$(make_workdir "$root" "$need" "${full_places[@]}") || exit 1
+        use_workdir_tmp "$work"
         status=0
         if [ "$how" = repack ]; then
             unpack_into "$work" "$squashfs" "$changes"
@@ -4451,6 +4521,7 @@ layer_or_merge() {
     # (a fresh work dir: the whole venv may not fit where the changes did)
     remove_own_tree "$work"
     work=$(make_workdir "$root" "$(unpacked_need "$squashfs" "$new_changes")") || exit 1
+    use_workdir_tmp "$work"
     unpack_into "$work" "$squashfs" "$new_changes"
     rm -f -- "$new_changes"
     pack_base "$work/tree" "$new"
@@ -4531,6 +4602,7 @@ if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
 else
     say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1  # (it said why; nothing was changed)
+    use_workdir_tmp "$work"
     if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
         rm -f -- "$changes"
         echo "venv-pip will repack the whole venv for each change: the container runtime stacks" \

@@ -627,18 +627,41 @@ class SingularityContainer(EasyBlock):
 
     def run_in_container(self, script, what, extra_binds=None):
         """
-        Run a bash script in the container with the module's binds and environment.
+        Run a bash script in the container with the module's binds and environment, and a private temporary directory
+        of its own (TMPDIR, bound at its own path: pip and the builds it runs keep their temporary files there).
         The script reaches bash as one argument: nothing in it is expanded on the host.
         """
-        binds = ','.join(self.install_binds() + (extra_binds or []))
-        env = [('SINGULARITY_BINDPATH', binds), ('APPTAINER_BINDPATH', binds)]
-        for key, value in self.container_environment():
-            env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
-        env += [(key, value) for key, value in self.cfg['container_env_defaults'].items() if key not in os.environ]
-        cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
-                       [sh_str(self.container_runtime()), self.cfg['container_entry'], sh_str(self.installed_sif()),
-                        '/bin/bash', '-c', sh_str('umask %04o\n%s' % (self.shared_umask(), script))])
-        return self.run_checked(cmd, what)
+        tmpdir = self.private_tmpdir()
+        try:
+            binds = ','.join(self.install_binds() + (extra_binds or []) + ['%s:%s' % (tmpdir, tmpdir)])
+            env = [('TMPDIR', tmpdir), ('SINGULARITY_BINDPATH', binds), ('APPTAINER_BINDPATH', binds)]
+            for key, value in self.container_environment():
+                env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
+            env += [(key, value) for key, value in self.cfg['container_env_defaults'].items()
+                    if key not in os.environ]
+            cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
+                           [sh_str(self.container_runtime()), self.cfg['container_entry'],
+                            sh_str(self.installed_sif()), '/bin/bash', '-c',
+                            sh_str('umask %04o\n%s' % (self.shared_umask(), script))])
+            return self.run_checked(cmd, what)
+        finally:
+            if not self.dry_run:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+
+    def private_tmpdir(self):
+        """A new private directory (mkdtemp) for the temporary files of what the install runs in the container: in
+        the first of TMPDIR (EasyBuild's), /dev/shm and /tmp where no other user can rename or replace what it makes
+        (others_can_replace_in: not a project's TMPDIR without the sticky bit), else in the build directory."""
+        if self.dry_run:
+            return '$TMPDIR'
+        for place in (os.environ.get('TMPDIR'), '/dev/shm', '/tmp', self.builddir):
+            if place and os.path.isdir(place) and os.access(place, os.W_OK | os.X_OK) and \
+                    not others_can_replace_in(place) and ',' not in place and ':' not in place:
+                return tempfile.mkdtemp(prefix='container-tmp.', dir=place)
+        raise EasyBuildError("No place for the temporary files of the container: TMPDIR (%s), /dev/shm, /tmp and the "
+                             "build directory %s are each missing, not writable for you, or a place where other users "
+                             "can rename what you make. Set TMPDIR (eb --tmpdir) to a directory of yours.",
+                             os.environ.get('TMPDIR'), self.builddir)
 
     def run_checked(self, cmd, what):
         """Run a shell command with EasyBuild, log its output; fail with its last lines if it fails."""

@@ -1,20 +1,28 @@
 venv=@venv@
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
-# The runtime never gets the lock's descriptor (9): its FUSE daemons outlive a killed venv-pip, and would hold the lock
-# for everyone
+# Every container venv-pip starts (in place of the shell that calls it): the runtime with the arguments $@, with the
+# work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at its own path, where pip and what it runs keep their
+# temporary files; never with the lock's descriptor (9): the runtime's FUSE daemons outlive a killed venv-pip, and
+# would hold the lock for everyone
+in_container() {
+    local bind=${work:+$work/$workdir_tmp:$work/$workdir_tmp}
+    SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:-}${bind:+${SINGULARITY_BINDPATH:+,}$bind}" \
+        APPTAINER_BINDPATH="${APPTAINER_BINDPATH:-}${bind:+${APPTAINER_BINDPATH:+,}$bind}" \
+        exec "$runtime" "$@" 9>&-
+}
 pip() {
-    exec "$runtime" @entry@ "$sif" @python@ -m pip "$@" 9>&-
+    in_container @entry@ "$sif" @python@ -m pip "$@"
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    exec "$runtime" @entry@ "$sif" @python@ -m @image_commands_module@ 9>&-
+    in_container @entry@ "$sif" @python@ -m @image_commands_module@
 }
 overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    exec "$runtime" @entry@ "$sif" @python@ -c "$overlay_python" "$@" 9>&-
+    in_container @entry@ "$sif" @python@ -c "$overlay_python" "$@"
 }
 export_python=$(cat <<'PYTHON'
 @export_upper@
@@ -27,7 +35,7 @@ export_upper() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,${2%/*}:${2%/*}"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        exec "$runtime" @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3" 9>&-
+        in_container @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
@@ -63,8 +71,8 @@ say_paths_the_container_lacks() {
     done
     [ "${#paths[@]}" -gt 0 ] || return 0
     # shellcheck disable=SC2016  # (expanded in the container)
-    missing=$("$runtime" exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
-        "${paths[@]}" 2>/dev/null 9>&-) || return 0
+    missing=$(in_container exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
+        "${paths[@]}" 2>/dev/null) || return 0
     while IFS= read -r path; do
         [ -n "$path" ] || continue
         dir=$(dirname -- "$path")
@@ -82,7 +90,7 @@ pip_failed() {  # pip (with the arguments $2...) ended with the status $1: say w
     exit "$status"
 }
 container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
-    "$runtime" exec "$sif" true >/dev/null 2>&1 9>&-
+    (in_container exec "$sif" true) >/dev/null 2>&1
 }
 # Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
 layer_is_full() {
@@ -117,7 +125,16 @@ umask "$(shared_umask "$root")"
 # the venv as it is now, read-only if packed.
 if ! pip_changes_venv "$@"; then
     use_state "$form" "$generation"
-    pip "$@"
+    # (a work dir too: pip downloads, and builds to read a package's metadata, in its temporary directory)
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
+    use_workdir_tmp "$work"
+    use_private_pip_cache
+    # shellcheck disable=SC2064  # (this run's work dir)
+    trap "remove_own_tree $(printf %q "$work")" EXIT
+    stop_on_signals
+    status=0
+    in_background pip "$@" || status=$?
+    exit "$status"
 fi
 ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
 
@@ -133,9 +150,12 @@ user_overlays=$(others_overlays "$root")  # (before this run adds its own)
 generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
+use_private_pip_cache
 if [ "$form" = directory ]; then
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
     use_state "$form" "$generation"
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
+    use_workdir_tmp "$work"
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
     status=0
     in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
@@ -185,6 +205,7 @@ pip_where_there_is_room() {
     shift 2
     while :; do
         work=$(make_workdir "$root" "$need" "${full_places[@]}") || exit 1
+        use_workdir_tmp "$work"
         status=0
         if [ "$how" = repack ]; then
             unpack_into "$work" "$squashfs" "$changes"
@@ -355,6 +376,7 @@ layer_or_merge() {
     # (a fresh work dir: the whole venv may not fit where the changes did)
     remove_own_tree "$work"
     work=$(make_workdir "$root" "$(unpacked_need "$squashfs" "$new_changes")") || exit 1
+    use_workdir_tmp "$work"
     unpack_into "$work" "$squashfs" "$new_changes"
     rm -f -- "$new_changes"
     pack_base "$work/tree" "$new"

@@ -46,6 +46,7 @@ if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
 else
     say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1  # (it said why; nothing was changed)
+    use_workdir_tmp "$work"
     if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
         rm -f -- "$changes"
         echo "venv-pip will repack the whole venv for each change: the container runtime stacks" \

@@ -5,6 +5,8 @@
 # namespace does not map, and the overlay would not mount.
 workdir_record=.venv-pip-run  # (this fragment's own constant, as are the names below)
 workdir_prefix='venv-pip.'
+workdir_tmp=tmp  # (in a work dir: the temporary directory of what the change starts, use_workdir_tmp)
+caller_tmpdir=${TMPDIR:-}  # (the caller's TMPDIR: where a work dir may go; the processes get the work dir's)
 
 remove_ended_runs() {  # in the place $1
     local old
@@ -30,11 +32,35 @@ remove_workdirs_of_this_run() {
 new_workdir() {  # a new work dir in the place $1: its path
     local work
     work=$(new_private_dir "$1" "$workdir_prefix") || return 1
-    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record"; }; then
+    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record" &&
+        mkdir "$work/$workdir_tmp"; }; then
         remove_own_tree "$work"
         return 1
     fi
     echo "$work"
+}
+# Every process that the change starts in the work dir $1 (the runtime, pip in the container and the builds it runs,
+# mksquashfs, sort) keeps its temporary files in the work dir's private temporary directory: TMPDIR, which the
+# container gets (in_container binds it), never the caller's, where others may rename what pip makes (a project's
+# TMPDIR). pip's own settings that would send them elsewhere go.
+use_workdir_tmp() {
+    export TMPDIR="$1/$workdir_tmp"
+    unset PIP_BUILD_TRACKER
+}
+# pip's cache (PIP_CACHE_DIR, else pip's in XDG_CACHE_HOME or ~/.cache) only where no other user can rename or replace
+# what pip keeps there (its nearest directory that exists, and up: others_can_replace_in): a wheel planted there would
+# go into the venv. Elsewhere it is off for this run, which says so in one line.
+use_private_pip_cache() {
+    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} why
+    [ -z "${PIP_NO_CACHE_DIR:-}" ] || return 0
+    while [ ! -e "$cache" ] && [ "$cache" != "${cache%/*}" ]; do
+        cache=${cache%/*}
+    done
+    if why=$(others_can_replace_in "${cache:-/}"); then
+        echo "${0##*/}: not using pip's cache in ${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip}: other" \
+            "users can rename or replace what pip keeps in $why" >&2
+        export PIP_NO_CACHE_DIR=1
+    fi
 }
 free_bytes() {  # what is free where the path $1 is
     df -B1 --output=avail "$1" 2>/dev/null | tail -n 1
@@ -44,7 +70,7 @@ free_bytes() {  # what is free where the path $1 is
 # a member could swap your work dir for theirs); then beside the install dir
 workdir_candidates() {
     local place
-    for place in "${TMPDIR:-}" /dev/shm /tmp; do
+    for place in "$caller_tmpdir" /dev/shm /tmp; do
         [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ] || echo "$place"
     done
 }
