@@ -4,7 +4,7 @@
 TOOLS ?= /opt/lumi-container-tools
 PY := $(TOOLS)/venv/bin/python
 APT_PACKAGES := lmod lua5.3 tcl8.6 squashfs-tools siftool shellcheck python3 python3-venv python3-pip slurm-wlm munge mmdebstrap \
-		patchelf squashfuse fuse2fs gocryptfs iproute2 util-linux mpich openmpi-bin inotify-tools e2fsprogs
+		patchelf squashfuse fuse2fs gocryptfs iproute2 util-linux mpich openmpi-bin inotify-tools e2fsprogs acl
 PYTHON ?= python3
 # The Python of the users' EasyBuild: Debian's, which every user can run (root's python3 may live under /root)
 SYSTEM_PYTHON := /usr/bin/python3

@@ -128,6 +128,33 @@ def test_a_tmpdir_where_members_can_rename_is_not_used(packed, tmp_path, wheelho
     assert 'swapped' not in watcher.communicate()[0]
 
 
+@pytest.mark.needs('image-src')
+def test_a_tmpdir_that_an_acl_opens_to_a_member_is_not_used(packed, tmp_path, wheelhouse):
+    """The owner's own TMPDIR (0700 and the owner's own group) with a POSIX ACL that lets a member write: a member
+    watching it swapped venv-pip's work dir for theirs, and their EXT3 image with a .pth went into the venv, since the
+    mode bits and /etc/group said nobody else could. The kernel's answer counts (tests/test_others_can_write.py):
+    venv-pip does not work there, says why in one line, and works in the next place."""
+    require_tools('setfacl')
+    inst, idir = packed
+    acl_tmp = tmp_path / 'acl-tmp'
+    acl_tmp.mkdir()
+    give(acl_tmp, user(OWNER))
+    acl_tmp.chmod(0o700)
+    run(['setfacl', '-m', 'u:%s:rwx' % MEMBER, str(acl_tmp)], user=None)
+    watcher = swap_what_appears(acl_tmp, tmp_path)
+    try:
+        for args in ('install %s lumi-later' % ' '.join(local_wheels(wheelhouse)), 'uninstall -y lumi-later'):
+            proc = venv_pip(inst, acl_tmp, args)
+            assert 'has the change' in proc.stdout
+            assert proc.stderr.count('venv-pip: not working in %s: other users can rename or replace what you make '
+                                     'in %s (whose ACL lets the user %s write in it, without the sticky bit)' % (
+                                         acl_tmp, acl_tmp, MEMBER)) == 1, proc.stderr
+            assert not list(acl_tmp.iterdir())
+    finally:
+        os.killpg(watcher.pid, signal.SIGKILL)
+    assert 'swapped' not in watcher.communicate()[0]
+
+
 def record_names(*places):
     """inotifywait, as root, printing the path of every name made or moved in below places (recursively) until killed:
     the process, whose output is read after killpg."""

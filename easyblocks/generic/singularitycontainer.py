@@ -348,20 +348,71 @@ def group_writable_chosen():
 
 
 def group_is_only_yours(gid):
-    """Whether the group gid is this user's primary group and lists no other member (a user's private group)."""
+    """Whether the group gid is this user's primary group and nobody else's: it lists no other member, and no other
+    user the user database lists has it as their primary group (a user's private group). (As the scripts'.)"""
     if gid != os.getgid():
         return False
+    me = pwd.getpwuid(os.getuid()).pw_name
     try:
         members = grp.getgrgid(gid).gr_mem
     except KeyError:
-        return True
-    return not [member for member in members if member != pwd.getpwuid(os.getuid()).pw_name]
+        members = []
+    return not [member for member in members if member != me] and \
+        not [entry for entry in pwd.getpwall() if entry.pw_gid == gid and entry.pw_name != me]
 
 
-def others_may_write(info):
-    """Whether the file of the stat result info is writable for users other than this one: for all, or for a group
-    that is not group_is_only_yours."""
-    return bool(info.st_mode & stat.S_IWOTH or (info.st_mode & stat.S_IWGRP and not group_is_only_yours(info.st_gid)))
+# A POSIX ACL as the kernel keeps it (the extended attribute system.posix_acl_access): a version, then entries of a tag,
+# permissions and an id; the write permission
+ACL_XATTR, ACL_HEADER, ACL_ENTRY = 'system.posix_acl_access', struct.Struct('<I'), struct.Struct('<HHI')
+ACL_USER, ACL_GROUP_OBJ, ACL_GROUP, ACL_MASK, ACL_WRITE = 0x02, 0x04, 0x08, 0x10, 0x2
+
+
+def group_class_writers(path, info):
+    """Who other than this user and root the group class of path (of the stat result info), which its mode lets
+    write, lets write: its group, where that is not group_is_only_yours, or, where it has a POSIX ACL, what the mask
+    leaves of the group's entry and of those of named users and groups; in words, '' for nobody. An ACL that cannot
+    be read counts. (As the scripts' group_class_writers.)"""
+    group = 'the group %s may write in it' % group_name(info.st_gid)
+    try:
+        acl = os.getxattr(path, ACL_XATTR, follow_symlinks=False)
+    except OSError as err:
+        if err.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return 'whose ACL cannot be read here (%s)' % err.strerror
+        acl = b''  # (no ACL, or a file system without them: the mode's group bits are the group's)
+    entries = [ACL_ENTRY.unpack_from(acl, offset) for offset in range(ACL_HEADER.size, len(acl), ACL_ENTRY.size)]
+    if any(tag == ACL_MASK and not perm & ACL_WRITE for tag, perm, _ in entries):
+        return ''
+    group_writes = all(perm & ACL_WRITE for tag, perm, _ in entries if tag == ACL_GROUP_OBJ)
+    if group_writes and not group_is_only_yours(info.st_gid):
+        return group
+    for tag, perm, ident in entries:
+        if perm & ACL_WRITE and tag == ACL_USER and ident not in (0, os.getuid()):
+            return 'whose ACL lets the user %s write in it' % user_name(ident)
+        if perm & ACL_WRITE and tag == ACL_GROUP and not group_is_only_yours(ident):
+            return 'whose ACL lets the group %s write in it' % group_name(ident)
+    return ''
+
+
+def user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def group_name(gid):
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def others_may_write(info, path):
+    """Why the file at path (of the stat result info) is writable for users other than this one and root, in words:
+    for all, or through its group class (group_class_writers); '' where it is not."""
+    if info.st_mode & stat.S_IWOTH:
+        return 'all users may write in it'
+    return group_class_writers(path, info) if info.st_mode & stat.S_IWGRP else ''
 
 
 def others_can_replace_in(directory):
@@ -373,8 +424,10 @@ def others_can_replace_in(directory):
         info = os.stat(path)
         if info.st_uid not in (0, os.getuid()):
             return '%s (%s)' % (path, owner_group_mode(path))
-        if others_may_write(info) and not info.st_mode & stat.S_ISVTX:
-            return '%s (%s, without the sticky bit)' % (path, owner_group_mode(path))
+        why = '' if info.st_mode & stat.S_ISVTX else others_may_write(info, path)
+        if why:  # (the owner, group and mode say the rest; an ACL's entries, not)
+            return '%s (%s%s, without the sticky bit)' % (path, owner_group_mode(path),
+                                                          ', ' + why if why.startswith('whose ') else '')
         if path == '/':
             return ''
         path = os.path.dirname(path)
@@ -1399,7 +1452,7 @@ class SingularityContainer(EasyBlock):
                               "--umask=022 ..." % self.installdir, silent=build_option('silent'))
             return
         found = []
-        if os.path.isfile(self.mod_filepath) and others_may_write(os.stat(self.mod_filepath)):
+        if os.path.isfile(self.mod_filepath) and others_may_write(os.stat(self.mod_filepath), self.mod_filepath):
             found.append('the module file %s (%s; eb --umask=022 makes it yours alone)' %
                          (self.mod_filepath, owner_group_mode(self.mod_filepath)))
         for above in (os.path.dirname(self.installdir), os.path.dirname(self.mod_filepath)):
@@ -2595,14 +2648,16 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
     ln -sT -- "$1" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
     echo "$link"
 }
-# Whether users other than you and root can rename or replace what you make in the directory $1: prints the first
-# directory from $1 up to / that lets them (another user's, or writable for the group or for all without the sticky
-# bit, as a project's directory on /scratch is), and how; prints nothing and fails where nobody can. A group counts
-# unless it is your own primary group with no other members (a user's private group, as on LUMI). $2 "group": the
-# group's members may, as you chose (umask 002): only a directory that all may write in counts. $1 is taken as it
-# resolves (realpath), which is what the caller should use from then on.
+# Whether users other than you and root can rename or replace what you make in the directory $1, as the kernel decides
+# it: prints the first directory from $1 up to / that lets them (another user's; or one without the sticky bit that
+# all may write in, that its group may write in, or that its POSIX ACL lets a named user or group write in, as a
+# project's directory on /scratch), and how; prints nothing and fails where nobody can. A group counts unless it is
+# your own primary group and nobody else's (group_is_only_yours: a user's private group, as on LUMI). Where it cannot
+# tell (an ACL that cannot be read), it counts. $2 "group": the group's members may, as you chose (umask 002): only
+# others than the directory's group count. $1 is taken as it resolves (realpath), which is what the caller should use
+# from then on.
 others_can_replace_in() {
-    local dir me dirs=() uid mode gid group i=0
+    local dir me dirs=() uid mode gid group i=0 why
     dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
     me=$(id -u)
     while dirs+=("$dir") && [ "$dir" != / ]; do
@@ -2619,8 +2674,10 @@ others_can_replace_in() {
             continue  # sticky: only a name's owner, the directory's and root may rename it
         elif (( 8#$mode & 8#002 )); then
             echo "$dir (which all users may write in)"
-        elif [ "${2:-}" != group ] && (( 8#$mode & 8#020 )) && ! group_is_only_yours "$gid"; then
-            echo "$dir (which the group $group may write in, without the sticky bit)"
+        elif ! (( 8#$mode & 8#020 )); then
+            continue  # (with an ACL these bits are its mask: no named user or group may write either)
+        elif why=$(group_class_writers "$dir" "$gid" "$group" "${2:-}"); then
+            echo "$dir ($why, without the sticky bit)"
         else
             continue
         fi
@@ -2628,12 +2685,53 @@ others_can_replace_in() {
     done < <(stat -c '%u %a %g %G' -- "${dirs[@]}")
     return 1
 }
-# Whether the group $1 (a number) is your primary group and lists no other member (getent's fourth field)
+# Whether the group class of the directory $1 (the group $2, named $3; $4 as others_can_replace_in's $2), which its
+# mode lets write, lets others than you and root write: its group, where that is not group_is_only_yours, or, where
+# it has a POSIX ACL, what the mask leaves of the group's entry and of those of named users and groups. Says who. An
+# ACL that cannot be read counts (getfacl is in Debian's and SUSE's acl package).
+group_class_writers() {
+    local acl tag id perms mask=w group_writes=w who=
+    if ! command -v getfacl >/dev/null || ! acl=$(getfacl -cn -- "$1" 2>/dev/null); then
+        if [ "$4" != group ] && ! group_is_only_yours "$2"; then
+            echo "which the group $3 may write in"
+        else
+            echo "whose ACL cannot be read here (getfacl, of the acl package)"
+        fi
+        return 0
+    fi
+    while IFS=: read -r tag id perms; do
+        case "$tag:$id" in
+            mask:) mask=${perms:1:1} ;;
+            group:) group_writes=${perms:1:1} ;;
+        esac
+    done <<<"$acl"
+    [ "$mask" = w ] || return 1
+    if [ "$group_writes" = w ] && [ "$4" != group ] && ! group_is_only_yours "$2"; then
+        echo "which the group $3 may write in"
+        return 0
+    fi
+    while IFS=: read -r tag id perms; do
+        [ -n "$id" ] && [ "${perms:1:1}" = w ] || continue
+        case "$tag" in
+            user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(getent passwd "$id" | cut -d: -f1)" ;;
+            group) [ "$4" = group ] && [ "$id" = "$2" ] || group_is_only_yours "$id" ||
+                who="the group $(getent group "$id" | cut -d: -f1)" ;;
+        esac
+        if [ -n "$who" ]; then
+            echo "whose ACL lets $who write in it"
+            return 0
+        fi
+    done <<<"$acl"
+    return 1
+}
+# Whether the group $1 (a number) is your primary group and nobody else's: it lists no other member (getent's fourth
+# field), and no other user the user database lists has it as their primary group
 group_is_only_yours() {
     local members
     [ "$1" = "$(id -g)" ] || return 1
     members=$(getent group "$1" | cut -d: -f4)
-    [ -z "$members" ] || [ "$members" = "$(id -un)" ]
+    [ -z "$members" ] || [ "$members" = "$(id -un)" ] || return 1
+    [ -z "$(getent passwd | awk -F: -v gid="$1" -v me="$(id -un)" '$4 == gid && $1 != me { print; exit }')" ]
 }
 # The text $1 with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote
 printable() {

@@ -794,7 +794,7 @@ class SingularityContainer(EasyBlock):
                               "--umask=022 ..." % self.installdir, silent=build_option('silent'))
             return
         found = []
-        if os.path.isfile(self.mod_filepath) and others_may_write(os.stat(self.mod_filepath)):
+        if os.path.isfile(self.mod_filepath) and others_may_write(os.stat(self.mod_filepath), self.mod_filepath):
             found.append('the module file %s (%s; eb --umask=022 makes it yours alone)' %
                          (self.mod_filepath, owner_group_mode(self.mod_filepath)))
         for above in (os.path.dirname(self.installdir), os.path.dirname(self.mod_filepath)):

@@ -7,6 +7,7 @@ import os
 import pwd
 import re
 import stat
+import struct
 import sys
 import tempfile
 import time
@@ -41,20 +42,71 @@ def group_writable_chosen():
 
 
 def group_is_only_yours(gid):
-    """Whether the group gid is this user's primary group and lists no other member (a user's private group)."""
+    """Whether the group gid is this user's primary group and nobody else's: it lists no other member, and no other
+    user the user database lists has it as their primary group (a user's private group). (As the scripts'.)"""
     if gid != os.getgid():
         return False
+    me = pwd.getpwuid(os.getuid()).pw_name
     try:
         members = grp.getgrgid(gid).gr_mem
     except KeyError:
-        return True
-    return not [member for member in members if member != pwd.getpwuid(os.getuid()).pw_name]
+        members = []
+    return not [member for member in members if member != me] and \
+        not [entry for entry in pwd.getpwall() if entry.pw_gid == gid and entry.pw_name != me]
 
 
-def others_may_write(info):
-    """Whether the file of the stat result info is writable for users other than this one: for all, or for a group
-    that is not group_is_only_yours."""
-    return bool(info.st_mode & stat.S_IWOTH or (info.st_mode & stat.S_IWGRP and not group_is_only_yours(info.st_gid)))
+# A POSIX ACL as the kernel keeps it (the extended attribute system.posix_acl_access): a version, then entries of a tag,
+# permissions and an id; the write permission
+ACL_XATTR, ACL_HEADER, ACL_ENTRY = 'system.posix_acl_access', struct.Struct('<I'), struct.Struct('<HHI')
+ACL_USER, ACL_GROUP_OBJ, ACL_GROUP, ACL_MASK, ACL_WRITE = 0x02, 0x04, 0x08, 0x10, 0x2
+
+
+def group_class_writers(path, info):
+    """Who other than this user and root the group class of path (of the stat result info), which its mode lets
+    write, lets write: its group, where that is not group_is_only_yours, or, where it has a POSIX ACL, what the mask
+    leaves of the group's entry and of those of named users and groups; in words, '' for nobody. An ACL that cannot
+    be read counts. (As the scripts' group_class_writers.)"""
+    group = 'the group %s may write in it' % group_name(info.st_gid)
+    try:
+        acl = os.getxattr(path, ACL_XATTR, follow_symlinks=False)
+    except OSError as err:
+        if err.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return 'whose ACL cannot be read here (%s)' % err.strerror
+        acl = b''  # (no ACL, or a file system without them: the mode's group bits are the group's)
+    entries = [ACL_ENTRY.unpack_from(acl, offset) for offset in range(ACL_HEADER.size, len(acl), ACL_ENTRY.size)]
+    if any(tag == ACL_MASK and not perm & ACL_WRITE for tag, perm, _ in entries):
+        return ''
+    group_writes = all(perm & ACL_WRITE for tag, perm, _ in entries if tag == ACL_GROUP_OBJ)
+    if group_writes and not group_is_only_yours(info.st_gid):
+        return group
+    for tag, perm, ident in entries:
+        if perm & ACL_WRITE and tag == ACL_USER and ident not in (0, os.getuid()):
+            return 'whose ACL lets the user %s write in it' % user_name(ident)
+        if perm & ACL_WRITE and tag == ACL_GROUP and not group_is_only_yours(ident):
+            return 'whose ACL lets the group %s write in it' % group_name(ident)
+    return ''
+
+
+def user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def group_name(gid):
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def others_may_write(info, path):
+    """Why the file at path (of the stat result info) is writable for users other than this one and root, in words:
+    for all, or through its group class (group_class_writers); '' where it is not."""
+    if info.st_mode & stat.S_IWOTH:
+        return 'all users may write in it'
+    return group_class_writers(path, info) if info.st_mode & stat.S_IWGRP else ''
 
 
 def others_can_replace_in(directory):
@@ -66,8 +118,10 @@ def others_can_replace_in(directory):
         info = os.stat(path)
         if info.st_uid not in (0, os.getuid()):
             return '%s (%s)' % (path, owner_group_mode(path))
-        if others_may_write(info) and not info.st_mode & stat.S_ISVTX:
-            return '%s (%s, without the sticky bit)' % (path, owner_group_mode(path))
+        why = '' if info.st_mode & stat.S_ISVTX else others_may_write(info, path)
+        if why:  # (the owner, group and mode say the rest; an ACL's entries, not)
+            return '%s (%s%s, without the sticky bit)' % (path, owner_group_mode(path),
+                                                          ', ' + why if why.startswith('whose ') else '')
         if path == '/':
             return ''
         path = os.path.dirname(path)

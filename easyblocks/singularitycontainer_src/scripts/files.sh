@@ -18,14 +18,16 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
     ln -sT -- "$1" "$link" || return 1  # (symlink(2) makes the name or fails: no one else's is used)
     echo "$link"
 }
-# Whether users other than you and root can rename or replace what you make in the directory $1: prints the first
-# directory from $1 up to / that lets them (another user's, or writable for the group or for all without the sticky
-# bit, as a project's directory on /scratch is), and how; prints nothing and fails where nobody can. A group counts
-# unless it is your own primary group with no other members (a user's private group, as on LUMI). $2 "group": the
-# group's members may, as you chose (umask 002): only a directory that all may write in counts. $1 is taken as it
-# resolves (realpath), which is what the caller should use from then on.
+# Whether users other than you and root can rename or replace what you make in the directory $1, as the kernel decides
+# it: prints the first directory from $1 up to / that lets them (another user's; or one without the sticky bit that
+# all may write in, that its group may write in, or that its POSIX ACL lets a named user or group write in, as a
+# project's directory on /scratch), and how; prints nothing and fails where nobody can. A group counts unless it is
+# your own primary group and nobody else's (group_is_only_yours: a user's private group, as on LUMI). Where it cannot
+# tell (an ACL that cannot be read), it counts. $2 "group": the group's members may, as you chose (umask 002): only
+# others than the directory's group count. $1 is taken as it resolves (realpath), which is what the caller should use
+# from then on.
 others_can_replace_in() {
-    local dir me dirs=() uid mode gid group i=0
+    local dir me dirs=() uid mode gid group i=0 why
     dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
     me=$(id -u)
     while dirs+=("$dir") && [ "$dir" != / ]; do
@@ -42,8 +44,10 @@ others_can_replace_in() {
             continue  # sticky: only a name's owner, the directory's and root may rename it
         elif (( 8#$mode & 8#002 )); then
             echo "$dir (which all users may write in)"
-        elif [ "${2:-}" != group ] && (( 8#$mode & 8#020 )) && ! group_is_only_yours "$gid"; then
-            echo "$dir (which the group $group may write in, without the sticky bit)"
+        elif ! (( 8#$mode & 8#020 )); then
+            continue  # (with an ACL these bits are its mask: no named user or group may write either)
+        elif why=$(group_class_writers "$dir" "$gid" "$group" "${2:-}"); then
+            echo "$dir ($why, without the sticky bit)"
         else
             continue
         fi
@@ -51,12 +55,53 @@ others_can_replace_in() {
     done < <(stat -c '%u %a %g %G' -- "${dirs[@]}")
     return 1
 }
-# Whether the group $1 (a number) is your primary group and lists no other member (getent's fourth field)
+# Whether the group class of the directory $1 (the group $2, named $3; $4 as others_can_replace_in's $2), which its
+# mode lets write, lets others than you and root write: its group, where that is not group_is_only_yours, or, where
+# it has a POSIX ACL, what the mask leaves of the group's entry and of those of named users and groups. Says who. An
+# ACL that cannot be read counts (getfacl is in Debian's and SUSE's acl package).
+group_class_writers() {
+    local acl tag id perms mask=w group_writes=w who=
+    if ! command -v getfacl >/dev/null || ! acl=$(getfacl -cn -- "$1" 2>/dev/null); then
+        if [ "$4" != group ] && ! group_is_only_yours "$2"; then
+            echo "which the group $3 may write in"
+        else
+            echo "whose ACL cannot be read here (getfacl, of the acl package)"
+        fi
+        return 0
+    fi
+    while IFS=: read -r tag id perms; do
+        case "$tag:$id" in
+            mask:) mask=${perms:1:1} ;;
+            group:) group_writes=${perms:1:1} ;;
+        esac
+    done <<<"$acl"
+    [ "$mask" = w ] || return 1
+    if [ "$group_writes" = w ] && [ "$4" != group ] && ! group_is_only_yours "$2"; then
+        echo "which the group $3 may write in"
+        return 0
+    fi
+    while IFS=: read -r tag id perms; do
+        [ -n "$id" ] && [ "${perms:1:1}" = w ] || continue
+        case "$tag" in
+            user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(getent passwd "$id" | cut -d: -f1)" ;;
+            group) [ "$4" = group ] && [ "$id" = "$2" ] || group_is_only_yours "$id" ||
+                who="the group $(getent group "$id" | cut -d: -f1)" ;;
+        esac
+        if [ -n "$who" ]; then
+            echo "whose ACL lets $who write in it"
+            return 0
+        fi
+    done <<<"$acl"
+    return 1
+}
+# Whether the group $1 (a number) is your primary group and nobody else's: it lists no other member (getent's fourth
+# field), and no other user the user database lists has it as their primary group
 group_is_only_yours() {
     local members
     [ "$1" = "$(id -g)" ] || return 1
     members=$(getent group "$1" | cut -d: -f4)
-    [ -z "$members" ] || [ "$members" = "$(id -un)" ]
+    [ -z "$members" ] || [ "$members" = "$(id -un)" ] || return 1
+    [ -z "$(getent passwd | awk -F: -v gid="$1" -v me="$(id -un)" '$4 == gid && $1 != me { print; exit }')" ]
 }
 # The text $1 with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote
 printable() {
