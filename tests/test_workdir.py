@@ -3,11 +3,14 @@ finds there of others is left alone and never followed, a setgid place works, an
 works in the next place. One EasyBuild version: the script is the same under both."""
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -204,6 +207,35 @@ def test_pip_keeps_its_temporary_files_in_the_work_dir(packed, tmp_path, wheelho
     tops = {os.path.relpath(name, own).split('/')[0] for name in names}
     assert tops and all(top.startswith('venv-pip.') for top in tops), tops
     assert [name for name in names if re.search(r'/venv-pip\.[^/]*/tmp/pip-unpack-[^/]*$', name)], names
+
+
+@pytest.fixture
+def outside_the_binds():
+    """A directory of root's in /opt (which the runtime does not bind into the container), and in it one of the
+    owner's, 0700: a TMPDIR the container cannot see, as /run/user/<uid> or a node-local /local on a cluster."""
+    top = Path(tempfile.mkdtemp(prefix='lumi-ct-unbound-', dir='/opt'))
+    top.chmod(0o755)
+    (top / 'tmp').mkdir()
+    give(top / 'tmp', user(OWNER))
+    (top / 'tmp').chmod(0o700)
+    yield top / 'tmp'
+    shutil.rmtree(top)
+
+
+@pytest.mark.needs('image-src')
+def test_a_tmpdir_the_container_cannot_see(packed, outside_the_binds, wheelhouse):
+    """A TMPDIR outside the container's binds is where venv-pip works: the change (under a setuid runtime, the copy
+    out of the EXT3 image too) and pip's temporary files are there, bound into the container, and the change is made
+    without a word about it."""
+    inst, idir = packed
+    for args in ('install %s lumi-later' % ' '.join(local_wheels(wheelhouse)), 'uninstall -y lumi-later'):
+        proc = venv_pip(inst, outside_the_binds, args)
+        assert 'has the change' in proc.stdout, proc.stderr
+        assert 'warning' not in proc.stderr.lower(), proc.stderr
+        assert not list(outside_the_binds.iterdir())
+        listing = run(['unsquashfs', '-d', '', '-lc', str(idir / 'user-software.packed' /
+                                                       'user-software.changes.squashfs')], user=None).stdout
+        assert set(path.split('/')[1] for path in listing.split('\n') if path.count('/') > 1) <= {'user-software'}
 
 
 @pytest.mark.needs('image-src')

@@ -39,9 +39,14 @@ def copy_tree(source, target, whiteouts, path):
 
 
 def main(upper, copy, whiteouts):
-    os.mkdir(copy)
-    with open(whiteouts, "xb") as listing:
-        copy_tree(os.fsencode(upper), os.fsencode(copy), listing, b"")
+    try:
+        os.mkdir(copy)
+        with open(whiteouts, "xb") as listing:
+            copy_tree(os.fsencode(upper), os.fsencode(copy), listing, b"")
+    except OSError as err:  # (one line: venv-pip says what it means, e.g. that the work dir ran out of space)
+        print("venv-pip: copying the change out: %s%s" % (err.strerror, ": %s" % err.filename if err.filename else ""),
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,14 +1,16 @@
 venv=@venv@
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # Every container venv-pip starts (in place of the shell that calls it): the runtime with the arguments $@, with the
-# work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at its own path, where pip and what it runs keep their
-# temporary files; never with the lock's descriptor (9): the runtime's FUSE daemons outlive a killed venv-pip, and
-# would hold the lock for everyone
+# work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
+# pip and what it runs keep their temporary files (at a path of the container's own: the work dir may be where the
+# runtime binds nothing, and the container could not make its path); never with the lock's descriptor (9): the
+# runtime's FUSE daemons outlive a killed venv-pip, and would hold the lock for everyone
+container_tmp=/venv-pip-tmp
 in_container() {
-    local bind=${work:+$work/$workdir_tmp:$work/$workdir_tmp}
+    local bind=${work:+$work/$workdir_tmp:$container_tmp}
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:-}${bind:+${SINGULARITY_BINDPATH:+,}$bind}" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:-}${bind:+${APPTAINER_BINDPATH:+,}$bind}" \
-        exec "$runtime" "$@" 9>&-
+        SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp exec "$runtime" "$@" 9>&-
 }
 pip() {
     in_container @entry@ "$sif" @python@ -m pip "$@"
@@ -29,13 +31,15 @@ export_python=$(cat <<'PYTHON'
 PYTHON
 )
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
-# listed in the new file $3 (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
-# layers by now: the image is mounted once.
+# listed in the new file $3 there (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
+# layers by now: the image is mounted once. The work dir is bound at a path of the container's own (a setuid runtime
+# cannot make a path such as /run/user/<uid>/... in an image with read-only overlays: it left the bind out).
 export_upper() {
-    local binds="$1:/venv-pip-upper:image-src=/upper,ro,${2%/*}:${2%/*}"
+    local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        in_container @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "$2" "$3"
+        in_container @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "/venv-pip-work/${2#"$work"/}" \
+        "/venv-pip-work/${3#"$work"/}"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
@@ -266,7 +270,17 @@ pip_on_layers() {
     then
         die "cannot write in $work; nothing was changed"
     fi
+    if [ "$status" -eq 0 ] && ! only_the_venvs_part "$work/overlay/upper" "$work/whiteouts"; then
+        die "cannot write in $work; nothing was changed"
+    fi
     return "$status"
+}
+# What the writable layer $1 and its whiteouts (the list $2) hold outside /user-software is not the venv's (the mount
+# points the runtime made there for its binds): it goes
+only_the_venvs_part() {
+    find "$1" -mindepth 1 -maxdepth 1 ! -name user-software -exec rm -rf -- {} + &&
+        LC_ALL=C awk 'BEGIN { RS = "\0" } /^user-software\// { printf "%s%c", $0, 0 }' "$2" >"$2.venv" &&
+        mv -f -- "$2.venv" "$2"
 }
 unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
     echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
