@@ -71,6 +71,22 @@ def small_plan(root):
     ]
 
 
+def test_a_bind_of_the_users_in_singularity_bind_takes_its_destination(tmp_path):
+    """A bind of the user's in SINGULARITY_BIND (the runtime's --bind, which LUMI's documentation recommends) or
+    APPTAINER_BIND takes its destination as one in the *_BINDPATH lists does: the module binds nothing else there
+    (the runtime warned at every start), and leaves the variable as the user set it."""
+    require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
+    plan = small_plan(tmp_path)
+    for variable in ('SINGULARITY_BIND', 'APPTAINER_BIND'):
+        shots = load_both(tmp_path / variable, plan, before='export %s=/usr/local/bin:/always,'
+                          '/opt:/afile:ro\n' % variable)
+        for syntax in SYNTAXES:
+            loaded = shots[syntax]['loaded']
+            assert loaded['SINGULARITY_BINDPATH'] == '%s,%s/alink:/alink,/usr:/mine,%s/user-software:/user-software' % (
+                (tmp_path,) * 3), (variable, syntax)
+            assert loaded[variable] == '/usr/local/bin:/always,/opt:/afile:ro'
+
+
 def packed_layers(root):
     """The overlays of small_plan's packed venv, as the module names them: through its link."""
     packed = root / 'layers' / USER_SOFTWARE_PACKED

@@ -196,11 +196,12 @@ local function bind_destination(bind)  -- of src[:dst[:opts]]
     return target ~= "" and target or source
 end
 -- The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
--- the module goes where one of the user's goes: the runtime would say so at every start.
+-- the module goes where one of the user's goes, in the *_BINDPATH lists or in SINGULARITY_BIND and APPTAINER_BIND
+-- (the runtime's --bind, which LUMI's documentation uses): the runtime would say so at every start.
 local function set_binds(kept, always, user_software)
     local mine = users_list("APPTAINER_BINDPATH", "SINGULARITY_BINDPATH")
     local taken = {}
-    for entry in mine:gmatch("[^,]+") do
+    for entry in (mine .. "," .. users_list("APPTAINER_BIND", "SINGULARITY_BIND")):gmatch("[^,]+") do
         if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
             taken[bind_destination(entry)] = true  -- (not an option of the bind before)
         end

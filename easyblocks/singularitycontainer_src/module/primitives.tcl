@@ -201,11 +201,12 @@ proc bind_destination {bind} {
     return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
 }
 # The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
-# the module goes where one of the user's goes: the runtime would say so at every start.
+# the module goes where one of the user's goes, in the *_BINDPATH lists or in SINGULARITY_BIND and APPTAINER_BIND
+# (the runtime's --bind, which LUMI's documentation uses): the runtime would say so at every start.
 proc set_binds {kept always user_software} {
     set mine [users_list APPTAINER_BINDPATH SINGULARITY_BINDPATH]
     set taken {}
-    foreach entry [split $mine ,] {
+    foreach entry [split "$mine,[users_list APPTAINER_BIND SINGULARITY_BIND]" ,] {
         if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
             lappend taken [bind_destination $entry]
         }
