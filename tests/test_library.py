@@ -590,3 +590,16 @@ def test_what_a_change_writes_takes_the_installs_umask_not_the_callers(install_d
         group = 0o020 if group_install else 0
         assert [stat.S_IMODE(os.stat(tree / path).st_mode) for path in ('sub', 'sub/file', 'tool')] == [
             0o755 | group, 0o644 | group, 0o755 | group]
+
+
+def test_the_overlays_are_read_as_the_runtime_reads_them(install_dir, tmp_path):
+    """venv-pip takes the user's overlays from the variable the runtime reads: SingularityCE (LUMI's 'singularity')
+    only SINGULARITY_OVERLAY; Apptainer, also as 'singularity' (a link to it), APPTAINER_OVERLAY first."""
+    (tmp_path / 'ce').mkdir()
+    (tmp_path / 'ce' / 'singularity').write_text('')
+    (tmp_path / 'apptainer').write_text('')
+    (tmp_path / 'singularity').symlink_to('apptainer')
+    program = 'for runtime in ce/singularity apptainer singularity; do runtime_overlays "$runtime"; done'
+    proc = subprocess.run(command(install_dir, program), capture_output=True, text=True, cwd=tmp_path,
+                          env=dict(os.environ, SINGULARITY_OVERLAY='/s.img', APPTAINER_OVERLAY='/a.img'))
+    assert proc.stdout.split() == ['/s.img', '/a.img', '/a.img'], proc.stderr

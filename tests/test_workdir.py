@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from support import require_other_users, require_runtime, require_tools
-from testkit.install import (RUNTIME, base_env, fake_command, install_demo, local_wheels, package_index, run, spawn,
-                             write_wheel)
+from testkit.install import (RUNTIME, RUNTIME_SETUID, base_env, fake_command, install_demo, local_wheels,
+                             package_index, run, spawn, write_wheel)
 from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -236,6 +236,29 @@ def test_a_tmpdir_the_container_cannot_see(packed, outside_the_binds, wheelhouse
         listing = run(['unsquashfs', '-d', '', '-lc', str(idir / 'user-software.packed' /
                                                        'user-software.changes.squashfs')], user=None).stdout
         assert set(path.split('/')[1] for path in listing.split('\n') if path.count('/') > 1) <= {'user-software'}
+
+
+@pytest.mark.needs('image-src')
+def test_a_writable_overlay_of_the_users_is_left_out_of_a_change(packed, tmp_path, wheelhouse):
+    """The user's own writable overlay in SINGULARITY_OVERLAY (README invites one: a directory in a user namespace,
+    an EXT3 image under a setuid runtime) made every change fail ("more than one writable overlay"): a change leaves
+    it out, saying so in one line, and the user's containers still have it, with the change."""
+    inst, idir = packed
+    if RUNTIME_SETUID:
+        overlay = tmp_path / 'mine.img'
+        run([RUNTIME, 'overlay', 'create', '--size', '64', str(overlay)], env=dict(base_env(), TMPDIR=str(tmp_path)),
+            user=None)
+    else:
+        overlay = tmp_path / 'mine'
+        overlay.mkdir()
+    give(overlay, user(OWNER))
+    env = dict(base_env(), SINGULARITY_OVERLAY=str(overlay), APPTAINER_OVERLAY=str(overlay))
+    install = 'venv-pip install %s lumi-later' % ' '.join(local_wheels(wheelhouse))
+    proc = inst.module_shell(MODULE, install + '\necho "$SINGULARITY_OVERLAY"\npython -c "import lumi_later"\n'
+                             'venv-pip uninstall -y lumi-later', env=env)
+    assert proc.stderr.count('venv-pip: leaving your writable overlay %s out of the change\'s containers' % overlay) \
+        == 2, proc.stderr
+    assert 'has the change' in proc.stdout and '\n%s,' % overlay in proc.stdout
 
 
 @pytest.mark.needs('image-src')

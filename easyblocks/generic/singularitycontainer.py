@@ -3364,16 +3364,43 @@ use_for_user_software() {
     APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
-# The overlays of SINGULARITY_OVERLAY or APPTAINER_OVERLAY but those of the packed venv of the install dir $1 (in a
+# The overlays that the runtime $2 reads (runtime_overlays) but those of the packed venv of the install dir $1 (in a
 # generation of it, named through its link or not, see STATE): the user's own, which the module found
 others_overlays() {
     local IFS=, entry entries kept=()
-    read -ra entries <<<"${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
+    read -ra entries <<<"$(runtime_overlays "$2")"
     for entry in "${entries[@]}"; do
         if [ -n "$entry" ] && ! of_the_packed_venv "$1" "${entry%:ro}"; then
             kept+=("$entry")
         fi
     done
+    echo "${kept[*]}"
+}
+# The overlays the runtime $1 reads: Apptainer (also as 'singularity', a link to it) APPTAINER_OVERLAY, else
+# SINGULARITY_OVERLAY; SingularityCE only SINGULARITY_OVERLAY (the module sets both alike; a user may change one)
+runtime_overlays() {
+    case "$(readlink -f -- "$1")" in
+        */apptainer) echo "${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}" ;;
+        *) echo "${SINGULARITY_OVERLAY:-}" ;;
+    esac
+}
+# The user's overlays $1 (others_overlays) that a change's containers take: the read-only ones (a SquashFS file, or
+# an entry with :ro). A writable one (a directory, an EXT3 image) would be a second beside the change's own, which the
+# runtime refuses; it is left out, saying so in one line (pip does not see what it holds)
+read_only_overlays() {
+    local IFS=, entry entries kept=() left=()
+    read -ra entries <<<"$1"
+    for entry in "${entries[@]}"; do
+        if [ "${entry%:ro}" != "$entry" ] || squashfs_whole "$entry" quick; then
+            kept+=("$entry")
+        else
+            left+=("$entry")
+        fi
+    done
+    if [ "${#left[@]}" -gt 0 ]; then
+        echo "${0##*/}: leaving your writable overlay ${left[*]} out of the change's containers (a change has one" \
+            "writable layer, its own); pip does not see what it holds" >&2
+    fi
     echo "${kept[*]}"
 }
 # The runtime's overlays: the list $1 (others_overlays), then $2... (the packed venv's layers, a writable directory)
@@ -4364,7 +4391,7 @@ venv_state() {
 # The container sees the venv of the state of the install dir (STATE) read-only: of the form $1, the generation $2
 use_state() {
     local others
-    others=$(others_overlays "$root")
+    others=$(others_overlays "$root" "$runtime")
     case "$1" in
         layers) use_overlays "$others" "$2/$squashfs_name:ro" "$2/$changes_name:ro"; use_for_user_software "" ;;
         file) use_overlays "$others"; use_for_user_software "$2/$squashfs_name" image-src=/user-software,ro ;;
@@ -4400,7 +4427,7 @@ writable_kind=$(writable_layer_kind "$generation")
 kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
-user_overlays=$(others_overlays "$root")  # (before this run adds its own)
+user_overlays=$(read_only_overlays "$(others_overlays "$root" "$runtime")")  # (before this run adds its own)
 generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 

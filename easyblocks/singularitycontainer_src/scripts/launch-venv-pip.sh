@@ -114,7 +114,7 @@ venv_state() {
 # The container sees the venv of the state of the install dir (STATE) read-only: of the form $1, the generation $2
 use_state() {
     local others
-    others=$(others_overlays "$root")
+    others=$(others_overlays "$root" "$runtime")
     case "$1" in
         layers) use_overlays "$others" "$2/$squashfs_name:ro" "$2/$changes_name:ro"; use_for_user_software "" ;;
         file) use_overlays "$others"; use_for_user_software "$2/$squashfs_name" image-src=/user-software,ro ;;
@@ -150,7 +150,7 @@ writable_kind=$(writable_layer_kind "$generation")
 kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
-user_overlays=$(others_overlays "$root")  # (before this run adds its own)
+user_overlays=$(read_only_overlays "$(others_overlays "$root" "$runtime")")  # (before this run adds its own)
 generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
