@@ -681,6 +681,28 @@ def test_a_requirements_file_the_container_does_not_see_is_named(packed, wheelho
 
 
 @pytest.mark.needs('image-src')
+def test_a_wheel_directory_the_container_does_not_see_is_named_in_an_unpacked_venv(unpacked, wheelhouse):
+    """In an unpacked venv (every LAIF easyconfig's, the plain AMD one's) too, a --find-links directory on a host
+    path that the runtime does not bind is named after pip's failure, and the bind that venv-pip advises is that
+    directory's, not its parent's (binding /srv for /srv/wheels would hide the image's own /srv)."""
+    inst, idir = unpacked
+    unbound = Path(tempfile.mkdtemp(prefix='lumi-ct-unbound-', dir='/srv'))
+    try:
+        shutil.copytree(wheelhouse, unbound / 'wheels')
+        give(unbound, inst.user)
+        proc = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-later' % (
+            unbound / 'wheels'), check=False)
+        assert proc.returncode != 0
+        assert ("venv-pip: pip runs in the container, which does not see %s/wheels: it sees the host's paths that the "
+                "runtime binds (your home, the current directory, /tmp, and SINGULARITY_BINDPATH's). Bind it (export "
+                "SINGULARITY_BINDPATH=%s/wheels,$SINGULARITY_BINDPATH APPTAINER_BINDPATH=%s/wheels,"
+                "$APPTAINER_BINDPATH) and run venv-pip again\n" % (unbound, unbound, unbound)) in proc.stderr, \
+            proc.stderr
+    finally:
+        shutil.rmtree(unbound)
+
+
+@pytest.mark.needs('image-src')
 def test_a_deleted_venv_is_reported(packed):
     """The packed venv deleted (its link, or the SquashFS file in it): module load and the wrappers say so, and what
     to do."""

@@ -4356,7 +4356,12 @@ say_paths_the_container_lacks() {
         "${paths[@]}" 2>/dev/null) || return 0
     while IFS= read -r path; do
         [ -n "$path" ] || continue
-        dir=$(dirname -- "$path")
+        # (a directory itself: its parent, /opt say, would hide the image's own)
+        if [ -d "$path" ]; then
+            dir=$path
+        else
+            dir=$(dirname -- "$path")
+        fi
         echo "venv-pip: pip runs in the container, which does not see $path: it sees the host's paths that the" \
             "runtime binds (your home, the current directory, /tmp, and SINGULARITY_BINDPATH's). Bind it (export" \
             "SINGULARITY_BINDPATH=$dir,\$SINGULARITY_BINDPATH APPTAINER_BINDPATH=$dir,\$APPTAINER_BINDPATH) and" \
@@ -4415,6 +4420,7 @@ if ! pip_changes_venv "$@"; then
     stop_on_signals
     status=0
     in_background pip "$@" || status=$?
+    [ "$status" -eq 0 ] || [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
     exit "$status"
 fi
 ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
@@ -4441,7 +4447,10 @@ if [ "$form" = directory ]; then
     status=0
     in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
     keep_venv_python "$dir${venv#/user-software}/bin" "$links"
-    [ "$status" -eq 0 ] || exit "$status"
+    if [ "$status" -ne 0 ]; then
+        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
+        exit "$status"
+    fi
     in_background image_commands
     exit 0
 fi
