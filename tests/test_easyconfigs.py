@@ -11,7 +11,7 @@ import yaml
 
 from support import EASYBLOCK, REPO, generate_ec_command, require_other_users, require_runtime, require_tools
 from testkit.images import make_test_sif
-from testkit.install import CONTAINER_PYTHON_VERSION, SQUASHFS_WORKS, Installation, run, write_wheel
+from testkit.install import CONTAINER_PYTHON_VERSION, SQUASHFS_WORKS, Installation, base_env, run, write_wheel
 from testkit.users import MEMBER, OWNER, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -199,6 +199,37 @@ def test_lumi_user_repo_in_a_projects_prefix_is_the_projects(tmp_path):
     run(command, cwd=checkout, env=env, user=MEMBER)  # (install replaces the owner's files in the group's dirs)
     easyblock = repo / 'easyblocks' / 'generic' / 'singularitycontainer.py'
     assert easyblock.owner() == MEMBER and easyblock.read_bytes() == EASYBLOCK.read_bytes()
+    # an easyconfig that a member edited stays, and is named; removed, it is this checkout's again
+    edited = repo / 'easyconfigs' / 'p' / 'PyTorch' / EASYCONFIGS[1].name
+    run(['bash', '-c', 'echo "# mine" >> "$1"', 'edit', str(edited)], user=MEMBER)
+    said = run(command, cwd=checkout, env=env, user=OWNER).stdout
+    assert '%s was changed since lumi-user-repo wrote it (by you or another member): left as it is. Remove it (rm %s)' \
+        % (edited, edited) in said
+    assert edited.read_text().endswith('# mine\n') and edited.owner() == MEMBER
+    assert run(command, cwd=checkout, env=env, user=OWNER).stdout.count('was changed since') == 1
+    run(['rm', str(edited)], user=OWNER)
+    assert 'was changed since' not in run(command, cwd=checkout, env=env, user=OWNER).stdout
+    assert edited.read_bytes() == EASYCONFIGS[1].read_bytes()
+
+
+def test_lumi_user_repo_names_what_it_shadows_as_lumis_robot_path_finds_it(tmp_path):
+    """LUMI's robot path (partition/container) holds the root of LUMI-EasyBuild-containers, whose easyconfigs are
+    under easybuild/easyconfigs/, and EasyBuild finds an easyconfig by its name anywhere below a robot path: make
+    lumi-user-repo names those it shadows, with EasyBuild-user's EASYBUILD_ROBOT_PATHS and without it (LUMI's
+    LUMI-EasyBuild-contrib and LUMI_CONTAINER_REPOSITORY_ROOT's LUMI-EasyBuild-containers)."""
+    containers = tmp_path / 'containers' / 'LUMI-EasyBuild-containers'
+    theirs = containers / 'easybuild' / 'easyconfigs' / 'p' / 'PyTorch' / EASYCONFIGS[0].name
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("name = 'PyTorch'\n")
+    repo = tmp_path / 'EasyBuild' / 'UserRepo' / 'easybuild'
+    for robot_paths in ('%s:%s' % (repo / 'easyconfigs', containers), None):
+        env = dict(base_env(), LUMI_CONTAINER_REPOSITORY_ROOT=str(tmp_path / 'containers'))
+        if robot_paths:
+            env['EASYBUILD_ROBOT_PATHS'] = robot_paths
+        said = run(['tools/lumi-user-repo.sh', str(repo)], cwd=REPO, env=env, user=None).stdout
+        assert said.count('shadows') == 1, said
+        assert '%s shadows %s, which has the same name' % (repo / 'easyconfigs' / 'p' / 'PyTorch' / theirs.name,
+                                                           theirs) in said
 
 
 @pytest.mark.once_only('make lumi-user-repo, --avail-easyconfig-params and --dry-run start no container',
