@@ -663,7 +663,9 @@ def vendors(tmp_path_factory, demo_sif):
     fake_torch.mkdir(parents=True)
     (fake_torch.parent / '__init__.py').write_text('')
     (fake_torch / '__init__.py').write_text('')
-    (fake_torch / 'run.py').write_text('import sys\nprint("TORCHRUN " + " ".join(sys.argv[1:]))\n')
+    (fake_torch / 'run.py').write_text('import os, sys\nprint("TORCHRUN " + " ".join(sys.argv[1:]))\n'
+                                       'print("TORCHRUN-ENV " + " ".join(name + "=" + os.environ[name] for name in %r '
+                                       'if name in os.environ))\n' % (DEVICE_VARIABLES,))
     give(root / 'fake-torch', inst.user)
     return inst, root
 
@@ -688,6 +690,12 @@ DEVICES = [
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=2,3 SLURM_GPUS_ON_NODE=2', ['ZE_AFFINITY_MASK', [4, 5, 6, 7] * 2]),
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3 SLURM_GPUS_ON_NODE=4 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE',
      ['ZE_AFFINITY_MASK', [0, 1, 2, 3] * 2]),
+    # a GPU per task (srun --gpu-bind=single:N, map_gpu, --gpus-per-task): the task's GPU in ZE_AFFINITY_MASK and
+    # SLURM_STEP_GPUS, the node's count in SLURM_GPUS_ON_NODE; it is 2 devices under FLAT, not stack 1
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=1 SLURM_STEP_GPUS=1 SLURM_GPUS_ON_NODE=4', ['ZE_AFFINITY_MASK',
+                                                                                            [2, 3] * 4]),
+    ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=3 SLURM_STEP_GPUS=3 SLURM_GPUS_ON_NODE=4 '
+     'ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE', ['ZE_AFFINITY_MASK', [3] * 8]),
     # (yours: without a GPU count, or as Dawn's setup_mpi.sh rewrites Slurm's, a device each)
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3', ['ZE_AFFINITY_MASK', [0, 1, 2, 3] * 2]),
     ('Demo/1.0-intel', 'export ZE_AFFINITY_MASK=0,1,2,3,4,5,6,7 SLURM_GPUS_ON_NODE=4',
@@ -757,6 +765,15 @@ def test_slurms_gpus_are_each_two_devices_under_flat(vendors, slurm):
     assert proc.stdout.count("torchrun with 8 processes per node (Slurm's GPUs ZE_AFFINITY_MASK=0,1,2,3 x 2 stacks "
                              "(ZE_FLAT_DEVICE_HIERARCHY=FLAT))") == 2, proc.stdout
     assert proc.stdout.count('TORCHRUN --nnodes=2 --nproc-per-node=8 ') == 2, proc.stdout
+    # (torchrun's processes get the 8 devices, not Slurm's 4 GPUs, each of which is 2 devices)
+    assert len(re.findall(r'^TORCHRUN-ENV .*\bZE_AFFINITY_MASK=0,1,2,3,4,5,6,7\b', proc.stdout, re.M)) == 2, \
+        proc.stdout
+    # A GPU per task, as Slurm binds it (map_gpu: GPUs 2 and 3): each task's GPU is 2 devices, stacks 4-5 and 6-7;
+    # the local rank takes one of them (issue 54: ranks took the GPU's number as a stack, 2 and 3, on GPU 1)
+    proc = inst.shell('module load Demo/1.0-intel\nsrun -N2 --ntasks-per-node=2 --gres=gpu:4 --gpu-bind=map_gpu:2,3 '
+                      'singularity exec "$SIF" conda-python-distributed -c %s' % shlex.quote(SHOW_RANK), env=env)
+    assert sorted((rank['LOCAL_RANK'], rank['ZE_AFFINITY_MASK']) for rank in seen(proc.stdout)) == [
+        ('0', '4'), ('0', '4'), ('1', '7'), ('1', '7')], proc.stdout
 
 
 def test_device_line_once_per_node_where_the_vendor_tool_is(vendors, tmp_path):

@@ -119,13 +119,16 @@ esac
 #   vendor  variable              a value set (by Slurm or you)                  no value: SLURM_GPUS_ON_NODE=N
 #   amd     ROCR_VISIBLE_DEVICES  its entries                                    0..N-1
 #   nvidia  CUDA_VISIBLE_DEVICES  its entries                                    0..N-1
-#   intel   ZE_AFFINITY_MASK      FLAT: Slurm's list of the N GPUs (N numbers)   FLAT: 0..N*S-1 (S stacks per GPU,
-#                                 is S stacks per GPU, G*S..G*S+S-1; any other   each a device)
-#                                 value (Dawn's 0..N*S-1, say), its entries;
+#   intel   ZE_AFFINITY_MASK      FLAT: Slurm's list of GPUs (numbers, as many   FLAT: 0..N*S-1 (S stacks per GPU,
+#                                 as the step's SLURM_STEP_GPUS or N) is S       each a device)
+#                                 stacks per GPU, G*S..G*S+S-1; any other value
+#                                 (Dawn's 0..N*S-1, say), its entries;
 #                                 COMPOSITE: its entries                         COMPOSITE: 0..N-1
 # FLAT or COMPOSITE is ZE_FLAT_DEVICE_HIERARCHY (Level Zero's default: FLAT); S is $SINGULARITYCONTAINER_STACKS_PER_GPU
 # (default 2: a Data Center GPU Max 1550, as Dawn's). Slurm's value names GPUs, which under FLAT are not devices:
 # taken as they are, 8 ranks of a node with 4 GPUs would share stacks 0-3 (Dawn's own scripts rewrite it for this).
+# With a GPU per task (srun --gpu-bind=single:N or map_gpu, --gpus-per-task), Slurm gives each task its GPUs in both
+# ZE_AFFINITY_MASK and SLURM_STEP_GPUS, and SLURM_GPUS_ON_NODE stays the node's count.
 # Nothing when there are no GPUs, or nothing tells.
 stacks_per_gpu="${SINGULARITYCONTAINER_STACKS_PER_GPU:-2}"
 [[ "$stacks_per_gpu" =~ ^[1-9][0-9]*$ ]] ||
@@ -140,13 +143,23 @@ stacks_of_gpus() {  # the devices of the comma-separated GPUs $1 under FLAT
     done
     echo "${stacks[*]}"
 }
+count_of() {  # the entries of the comma-separated list $1
+    local IFS=, entries
+    read -ra entries <<<"$1"
+    echo "${#entries[@]}"
+}
+slurms_gpus() {  # whether ZE_AFFINITY_MASK is a list of GPUs that Slurm gave (numbers, as many as it gave the step)
+    [[ "${ZE_AFFINITY_MASK:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] || return 1
+    [ "$(count_of "$ZE_AFFINITY_MASK")" = "${SLURM_GPUS_ON_NODE:-}" ] ||
+        { [[ "${SLURM_STEP_GPUS:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] &&
+            [ "$(count_of "$ZE_AFFINITY_MASK")" = "$(count_of "$SLURM_STEP_GPUS")" ]; }
+}
 node_devices() {
     local gpus="${SLURM_GPUS_ON_NODE:-}" flat=
     [ "$gpu_vendor" != intel ] || [ "${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}" != FLAT ] || flat=yes
     if [ -z "$device_variable" ]; then
         return
-    elif [ -n "$flat" ] && [[ "${ZE_AFFINITY_MASK:-}" =~ ^[0-9]+(,[0-9]+)*$ ]] && [[ "$gpus" =~ ^[1-9][0-9]*$ ]] &&
-        [ "$(tr -cd , <<<"$ZE_AFFINITY_MASK" | wc -c)" -eq "$((gpus - 1))" ]; then
+    elif [ -n "$flat" ] && slurms_gpus; then
         echo "$(stacks_of_gpus "$ZE_AFFINITY_MASK") Slurm's GPUs ZE_AFFINITY_MASK=$ZE_AFFINITY_MASK x" \
             "$stacks_per_gpu stacks (ZE_FLAT_DEVICE_HIERARCHY=FLAT)"
     elif [ -n "${!device_variable:-}" ]; then

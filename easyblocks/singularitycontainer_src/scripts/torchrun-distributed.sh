@@ -18,6 +18,9 @@ source /runscripts/distributed-env
 if [ -n "$devices" ]; then
     IFS=, read -r -a device_list <<< "$devices"
     nproc="${#device_list[@]}" source_of_nproc="$devices_from"
+    # (torchrun's processes see the node's devices, each taking its local rank's: Slurm's list of GPUs, under FLAT
+    # each of several devices, would give them too few)
+    export "$device_variable=$devices"
 else
     nproc=1 source_of_nproc="no GPUs in the job"
 fi
