@@ -11,6 +11,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -603,3 +604,19 @@ def test_the_overlays_are_read_as_the_runtime_reads_them(install_dir, tmp_path):
     proc = subprocess.run(command(install_dir, program), capture_output=True, text=True, cwd=tmp_path,
                           env=dict(os.environ, SINGULARITY_OVERLAY='/s.img', APPTAINER_OVERLAY='/a.img'))
     assert proc.stdout.split() == ['/s.img', '/a.img', '/a.img'], proc.stderr
+
+
+def test_a_generation_name_another_member_chose_is_printed_as_text(install_dir):
+    """A directory that another member made under the generations' names, with escape sequences and a newline in its
+    name: what the commands say of it (the earlier state to go back to) holds none of them, and the command they
+    advise names it quoted for the shell ($'...'), never as a pattern. (remove_superseded's warnings quote alike.)"""
+    assert change(install_dir, 'old').returncode == 0
+    current = (install_dir / USER_SOFTWARE_PACKED).resolve()
+    (current / SQUASHFS_NAME).write_text('')
+    theirs = install_dir / (GENERATION_PREFIX + '\x1b[31mred\nline')
+    theirs.mkdir(mode=0o600)
+    os.chown(theirs, 12345, 12345)
+    os.utime(theirs, (time.time() + 60, time.time() + 60))  # (the latest: the one damaged_state names)
+    proc = bash(install_dir, 'damaged_state "$root" "$(current_generation "$root")"')
+    assert proc.returncode == 0 and '\x1b' not in proc.stdout and proc.stdout.count('\n') == 1, proc.stdout
+    assert "ln -sfnT $'%s\\E[31mred\\nline' %s/" % (GENERATION_PREFIX, install_dir) in proc.stdout, proc.stdout

@@ -2884,15 +2884,17 @@ remove_superseded() {
             *)
                 if [ ! -L "$entry" ] && [ -d "$entry" ] && [ ! -O "$entry" ] && [ ! -x "$entry" ]; then
                     # (a generation is private to its maker until it is made current: one that never was)
-                    echo "${0##*/}: warning: $entry is what a killed venv-pip, make-squashfs or unmake-squashfs of" \
-                        "$(stat -c %U -- "$entry") left, private to them: only they can remove it (rm -rf $entry)" >&2
+                    # (its name is another user's choice: printed as text, and quoted for the shell)
+                    echo "${0##*/}: warning: $(printable "$entry") is what a killed venv-pip, make-squashfs or" \
+                        "unmake-squashfs of $(stat -c %U -- "$entry") left, private to them: only they can remove it" \
+                        "(rm -rf $(printable "$(printf %q "$entry")"))" >&2
                     continue
                 fi
                 if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ] &&
                     [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/@record@")" ]; then
                     rm -rf --one-file-system -- "$entry" 2>/dev/null ||
-                        echo "${0##*/}: warning: cannot remove $entry, an old state of the venv ($(stat -c %U -- \
-                            "$entry")'s): remove it when no job runs from it" >&2
+                        echo "${0##*/}: warning: cannot remove $(printable "$entry"), an old state of the venv" \
+                            "($(stat -c %U -- "$entry")'s): remove it when no job runs from it" >&2
                 fi
                 ;;
         esac
@@ -2924,10 +2926,12 @@ generation_whole() {
 damaged_state() {
     local earlier way=
     # (the latest superseded one: make_current touched it)
-    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\n' |
-        sort -rn | head -n 1)
+    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\0' |
+        sort -zrn | head -z -n 1 | tr -d '\0')
     if [ -n "$earlier" ]; then
-        way="make the link name the state before it (ln -sfnT ${earlier#* } $1/@packed@, then check with"
+        # (a name that another member may have chosen: quoted for the shell, and printable)
+        way="make the link name the state before it (ln -sfnT $(printable "$(printf %q "${earlier#* }")")"
+        way+=" $1/@packed@, then check with"
         way+=" list-packages), or "
     fi
     echo "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
