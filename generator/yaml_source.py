@@ -208,8 +208,9 @@ def load_yaml(path):
     except UnicodeDecodeError as err:
         raise LoadError(Issue(path, 0, '', 'cannot read spec file: not UTF-8 (%s)' % err.reason)) from None
 
-    loader = _LineLoader(text, path)
+    loader = None
     try:
+        loader = _LineLoader(text, path)  # (its reader refuses a control character here: ReaderError)
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
         smap = SourceMap()
@@ -222,8 +223,14 @@ def load_yaml(path):
             problem = '%s %s' % (err.context, err.problem)
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
         raise LoadError(Issue(path, line, '', 'invalid YAML: %s' % problem, column=col)) from None
+    except yaml.reader.ReaderError as err:
+        line = text.count('\n', 0, err.position) + 1
+        column = err.position - (text.rfind('\n', 0, err.position) + 1) + 1
+        raise LoadError(Issue(path, line, '', 'invalid YAML: the character U+%04X (a control character) is not '
+                              'allowed in a spec; remove it' % err.character, column=column)) from None
     except yaml.YAMLError as err:
         raise LoadError(Issue(path, 1, '', 'invalid YAML: %s' % err, column=1)) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, smap

@@ -126,6 +126,16 @@ def test_python_m_generator(tmp_path):
     assert proc.stderr.startswith('bad.yaml:2:1: invalid YAML: ')
     assert 'Traceback' not in proc.stderr
     assert not (tmp_path / 'none').exists()
+    # a control character in the spec (NUL, BEL), which YAML's reader refuses: where it is, in one line
+    for text, character, position in (('name: PyTorch\nhomepage: \0\n', '\0', '2:11'),
+                                      ('name: PyTorch\a\n', '\a', '1:14')):
+        bad.write_text(text)
+        proc = subprocess.run([sys.executable, '-m', 'generator', 'bad.yaml', '-o', str(tmp_path / 'none')],
+                              cwd=str(tmp_path), env=env, capture_output=True, text=True)
+        assert (proc.returncode, proc.stderr) == (2, 'bad.yaml:%s: invalid YAML: the character U+%04X (a control '
+                                                     'character) is not allowed in a spec; remove it\ngenerate-ec: 1 '
+                                                     'error(s), nothing written\n' % (position, ord(character)))
+        assert not (tmp_path / 'none').exists()
 
 
 # generate-ec with every import of EasyBuild failing, as where it is installed without it

@@ -69,6 +69,8 @@ CASES = [
     ('wrapped_commands', ['python', 'venv-pip'], False),
     ('wrapped_commands', ['start-shell'], False),
     ('wrapped_commands', ['python', 'python'], False),
+    ('wrapped_commands', ['singularity'], False),
+    ('wrapped_commands', ['python', 'apptainer'], False),
     ('container_entry', 'run', True),
     ('container_entry', 'shell', False),
     ('gpu_vendor', 'intel', True),

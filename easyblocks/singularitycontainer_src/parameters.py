@@ -71,11 +71,19 @@ def bind_problem(value):
     return None
 
 
+# The container runtime's names: a wrapper of one would come first on PATH and start itself, for ever
+RUNTIME_COMMANDS = ('singularity', 'apptainer')
+
+
 def wrapped_command_problem(value):
-    """A command name that is not one of the module's own commands (a wrapper would replace it)."""
+    """A command name that is not one of the module's own commands (a wrapper would replace it), nor the runtime's
+    (a wrapper would start itself)."""
     problem = pattern_problem(COMMAND_NAME, 'a command name')(value)
     if problem is None and value in MODULE_COMMANDS:
         problem = "%r is a command of the module itself (%s): leave it out" % (value, ', '.join(MODULE_COMMANDS))
+    if problem is None and value in RUNTIME_COMMANDS:
+        problem = ("%r is the container runtime, which the wrappers start: a wrapper of it would start itself. Leave "
+                   "it out (singularity exec $SIF ... runs a command in the container)" % value)
     return problem
 
 
@@ -299,7 +307,8 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               "Commands that get a wrapper in bin/ running them in the container, e.g. ['python', 'pip', "
               "'torchrun']",
               ListOf(wrapped_command_problem, unique=True),
-              "a list of command names (letters, digits and '_.+-'), each once, none of the module's own"),
+              "a list of command names (letters, digits and '_.+-'), each once, none of the module's own nor the "
+              "runtime's"),
     Parameter('container_cache_dirs', CACHE_DIRS,
               "Cache directories the module sets where the user has not set them ({'VARIABLE': 'subdirectory'}), "
               "so that PyTorch's and its tools' caches stay off $HOME (quota, Lustre) and apart per job and node: "
