@@ -620,3 +620,23 @@ def test_a_generation_name_another_member_chose_is_printed_as_text(install_dir):
     proc = bash(install_dir, 'damaged_state "$root" "$(current_generation "$root")"')
     assert proc.returncode == 0 and '\x1b' not in proc.stdout and proc.stdout.count('\n') == 1, proc.stdout
     assert "ln -sfnT $'%s\\E[31mred\\nline' %s/" % (GENERATION_PREFIX, install_dir) in proc.stdout, proc.stdout
+
+
+def test_a_fifo_swapped_in_for_the_lock_while_it_is_opened_ends_the_run(install_dir):
+    """Another user puts a FIFO in place of the lock between its check and its open (bash opens without O_NONBLOCK:
+    the open waited for a writer, for ever, in 4 of 24 races): the run ends, saying why and what to do, and leaves no
+    process behind."""
+    lock = install_dir / LOCK
+    program = ('lock_open_seconds=1\neval "checking_$(declare -f lock_is_a_file)"\n'
+               'lock_is_a_file() { checking_lock_is_a_file "$@" && rm -f "$1" && mkfifo "$1"; }\n'
+               'begin_change "$root" now\necho "not reached"\n')
+    started = time.monotonic()
+    proc = subprocess.Popen(command(install_dir, program, 'make-squashfs'), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 10
+    assert proc.returncode == -signal.SIGTERM and out == ''
+    assert err == ('make-squashfs: error: %s is no longer the lock file (a FIFO, put in its place while it was '
+                   'opened, keeps the open waiting): remove it (rm %s), then try again\n' % (lock, lock)), err
+    time.sleep(0.2)
+    assert subprocess.run(['pgrep', '-s', str(proc.pid)], capture_output=True).stdout == b''

@@ -3024,21 +3024,43 @@ make_lock() {
 # The lock of the install dir $1 opened on descriptor 9 (made with the mode $2 if missing), only if it is a regular
 # file: opening a FIFO would wait for a writer, forever. Status 1 (and why) where it cannot be.
 open_lock() {
-    local lock="$1/@lock@"
+    local lock="$1/@lock@" watchdog
     if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
         make_lock "$1" "$2" || return 1
     fi
-    if [ ! -f "$lock" ] || [ -L "$lock" ]; then
+    if ! lock_is_a_file "$lock"; then
         error "$lock is a $(stat -c '%F of %U' "$lock" 2>/dev/null || echo 'file that went away'), not the lock" \
             "file that venv-pip, make-squashfs and unmake-squashfs share: remove it (rm $lock), then try again"
         return 1
     fi
     # read-only, never made by the open (flock takes a read-only descriptor): a link put there since the check is
-    # only read through, and take_lock holds it only once it is the file there, which no link is
+    # only read through, and take_lock holds it only once it is the file there, which no link is. A FIFO put there
+    # since would keep the open waiting for a writer (bash opens without O_NONBLOCK): a watchdog ends the run then.
+    watchdog=$(lock_open_watchdog "$lock")
     if ! { exec 9<"$lock"; } 2>/dev/null; then
+        stop_watchdog "$watchdog"
         error "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
         return 1
     fi
+    stop_watchdog "$watchdog"
+}
+lock_is_a_file() {  # whether the lock $1 is a regular file (not a link)
+    [ -f "$1" ] && [ ! -L "$1" ]
+}
+lock_open_seconds=10  # (an open of a regular file takes microseconds)
+# A process (its pid) that ends this run, saying why, unless stop_watchdog stops it within lock_open_seconds: the open
+# of the lock $1 is waiting on a FIFO that another user put in its place. A session of its own, whose processes
+# stop_watchdog ends together (a sleep left behind would hold the caller's output for as long).
+lock_open_watchdog() {
+    local why="$command_name: error: $1 is no longer the lock file (a FIFO, put in its place while it was opened, keeps"
+    why+=" the open waiting): remove it (rm $1), then try again"
+    # shellcheck disable=SC2016  # (expanded by the watchdog's bash)
+    setsid bash -c 'sleep "$1" && echo "$2" >&2 && kill -TERM "$3"' watchdog "$lock_open_seconds" "$why" "$$" \
+        </dev/null >/dev/null 9>&- &
+    echo "$!"
+}
+stop_watchdog() {  # the watchdog $1 (lock_open_watchdog), with its sleep; before its setsid, itself
+    kill -TERM -- "-$1" 2>/dev/null || kill -TERM "$1" 2>/dev/null || true
 }
 # The lock (descriptor 9) of the install dir $1 gets its mode $2 and group from its owner. One that others could open
 # (earlier versions made it 0644) may be open for one of them already: whoever holds it puts a new one of their own in
