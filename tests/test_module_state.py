@@ -133,6 +133,12 @@ def test_conflicts_with_lumis_binding_modules(two_modules, tmp_path):
     message = ' '.join(proc.stderr.split())
     assert 'Cannot load module "Demo/1.0" because these module(s) are loaded: lumi-aif-singularity-bindings' in message
     assert 'SIF=unset' in proc.stdout
+    # the other way round, which Lmod lets be: the module's commands refuse to start, in one line
+    proc = inst.shell('module use %s\nmodule load Demo/1.0\nmodule load lumi-aif-singularity-bindings/1.0\n'
+                      'python -c pass' % (tmp_path / 'modules'), check=False)
+    assert (proc.returncode, proc.stderr) == (1, 'python: error: module lumi-aif-singularity-bindings/1.0, loaded '
+                                                 'after Demo/1.0, conflicts with it (their binds collide): module '
+                                                 'unload lumi-aif-singularity-bindings/1.0\n')
 
 
 @pytest.mark.needs('apptainer')

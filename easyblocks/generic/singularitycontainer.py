@@ -1105,7 +1105,8 @@ class SingularityContainer(EasyBlock):
     def write_scripts(self):
         """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
         inside)."""
-        write_file(os.path.join(self.installdir, LIBRARY), library_text(self.full_mod_name, self.cache_setup()))
+        library = library_text(self.full_mod_name, self.cache_setup(), self.cfg['container_conflicts'])
+        write_file(os.path.join(self.installdir, LIBRARY), library)
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
             write_file(path, self.script_text(script))
@@ -2268,6 +2269,7 @@ LIBRARY_TEMPLATE = r'''# shellcheck shell=bash
 module=@module_word@
 @user_software_paths@
 squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+conflicting_modules=(@conflicts@)  # (container_conflicts)
 
 # What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
 # and return a status, and the command decides whether to stop (die: say it, and stop)
@@ -2277,6 +2279,21 @@ error() {
 die() {
     error "$@"
     exit 1
+}
+# The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
+# loaded: Lmod refuses this module after one of them, but not one of them after this module
+conflicting_module_loaded() {
+    local name conflict loaded=()
+    IFS=: read -ra loaded <<<"${LOADEDMODULES:-}"
+    for name in "${loaded[@]}"; do
+        for conflict in "${conflicting_modules[@]}"; do
+            if [ "$name" = "$conflict" ] || [ "${name#"$conflict"/}" != "$name" ]; then
+                echo "$name"
+                return 0
+            fi
+        done
+    done
+    return 1
 }
 # The command's help ($command_help, set with $command_name), for -h and --help; and the command ends
 print_help() {
@@ -2323,6 +2340,10 @@ fi
 sif="${@sif_var@:-}"
 [ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
 [ -f "$sif" ] || die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
+if conflicting=$(conflicting_module_loaded); then
+    die "module $conflicting, loaded after $module, conflicts with it (their binds collide): module unload" \
+        "$conflicting"
+fi
 runtime=$(command -v singularity || command -v apptainer) || die "neither singularity nor apptainer is on PATH"
 # A runtime that is a script (#!/usr/bin/env python3, say) finds this module's wrappers first on PATH: it would
 # start a wrapper, which starts the runtime again, for ever.
@@ -5774,10 +5795,11 @@ def fill_script_template(template, **values):
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
 
-def library_text(module, cache_setup):
-    """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP)."""
+def library_text(module, cache_setup, conflicts=()):
+    """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP),
+    which conflicts with the modules conflicts (container_conflicts)."""
     return fill_script_template(LIBRARY_TEMPLATE, module=module, module_word=sh_str(module), library=LIBRARY,
-                                cache_setup=cache_setup)
+                                cache_setup=cache_setup, conflicts=' '.join(sh_str(name) for name in conflicts))
 
 
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose

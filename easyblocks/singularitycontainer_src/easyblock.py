@@ -447,7 +447,8 @@ class SingularityContainer(EasyBlock):
     def write_scripts(self):
         """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
         inside)."""
-        write_file(os.path.join(self.installdir, LIBRARY), library_text(self.full_mod_name, self.cache_setup()))
+        library = library_text(self.full_mod_name, self.cache_setup(), self.cfg['container_conflicts'])
+        write_file(os.path.join(self.installdir, LIBRARY), library)
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
             write_file(path, self.script_text(script))

@@ -222,10 +222,11 @@ def fill_script_template(template, **values):
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
 
-def library_text(module, cache_setup):
-    """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP)."""
+def library_text(module, cache_setup, conflicts=()):
+    """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP),
+    which conflicts with the modules conflicts (container_conflicts)."""
     return fill_script_template(LIBRARY_TEMPLATE, module=module, module_word=sh_str(module), library=LIBRARY,
-                                cache_setup=cache_setup)
+                                cache_setup=cache_setup, conflicts=' '.join(sh_str(name) for name in conflicts))
 
 
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose

@@ -8,6 +8,10 @@ fi
 sif="${@sif_var@:-}"
 [ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
 [ -f "$sif" ] || die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
+if conflicting=$(conflicting_module_loaded); then
+    die "module $conflicting, loaded after $module, conflicts with it (their binds collide): module unload" \
+        "$conflicting"
+fi
 runtime=$(command -v singularity || command -v apptainer) || die "neither singularity nor apptainer is on PATH"
 # A runtime that is a script (#!/usr/bin/env python3, say) finds this module's wrappers first on PATH: it would
 # start a wrapper, which starts the runtime again, for ever.

@@ -7,6 +7,7 @@
 module=@module_word@
 @user_software_paths@
 squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
+conflicting_modules=(@conflicts@)  # (container_conflicts)
 
 # What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
 # and return a status, and the command decides whether to stop (die: say it, and stop)
@@ -16,6 +17,21 @@ error() {
 die() {
     error "$@"
     exit 1
+}
+# The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
+# loaded: Lmod refuses this module after one of them, but not one of them after this module
+conflicting_module_loaded() {
+    local name conflict loaded=()
+    IFS=: read -ra loaded <<<"${LOADEDMODULES:-}"
+    for name in "${loaded[@]}"; do
+        for conflict in "${conflicting_modules[@]}"; do
+            if [ "$name" = "$conflict" ] || [ "${name#"$conflict"/}" != "$name" ]; then
+                echo "$name"
+                return 0
+            fi
+        done
+    done
+    return 1
 }
 # The command's help ($command_help, set with $command_name), for -h and --help; and the command ends
 print_help() {
