@@ -261,6 +261,26 @@ def test_a_writable_overlay_of_the_users_is_left_out_of_a_change(packed, tmp_pat
     assert 'has the change' in proc.stdout and '\n%s,' % overlay in proc.stdout
 
 
+@pytest.mark.once_only('a writable EXT3 image is the setuid runtime\'s (in a user namespace the change gets a '
+                       'directory, which needs no mkfs.ext3)', in_setuid_run=True)
+@pytest.mark.needs('image-src')
+def test_without_mkfs_ext3_a_change_is_a_repack(packed, tmp_path, wheelhouse):
+    """A node without mkfs.ext3 (the runtime makes the change's EXT3 image with it): venv-pip stopped. It repacks the
+    whole venv instead, which needs no writable layer, saying why in one line."""
+    inst, idir = packed
+    shim = fake_command(tmp_path / 'shim', 'singularity', (
+        'if [ "$1 $2" = "overlay create" ]; then echo "FATAL:   mkfs.ext3 not found on this node" >&2; exit 255; fi\n'
+        'exec %s "$@"\n') % RUNTIME)
+    proc = venv_pip(inst, tmp_path, 'install %s lumi-later' % ' '.join(local_wheels(wheelhouse)), path=[shim])
+    assert 'has the change' in proc.stdout, proc.stderr
+    if RUNTIME_SETUID:
+        assert proc.stderr.startswith('venv-pip: cannot make a writable image for the change in %s/venv-pip.' %
+                                      tmp_path), proc.stderr
+        assert proc.stderr.endswith(' (FATAL:   mkfs.ext3 not found on this node): repacking the whole venv '
+                                    'instead\n') and proc.stderr.count('\n') == 1, proc.stderr
+    venv_pip(inst, tmp_path, 'uninstall -y lumi-later')
+
+
 @pytest.mark.needs('image-src')
 def test_what_others_plant_where_venv_pip_works_is_left_alone(packed, tmp_path, wheelhouse):
     """In /dev/shm (sticky, anyone writes) an outsider, in a project's TMPDIR (setgid, group-writable, sticky) a

@@ -4377,6 +4377,15 @@ writable_layer() {
     mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
     ext3_layer "$1/overlay.img" "$(( mib > 16384 ? mib : 16384 ))" && echo "$1/overlay.img"
 }
+# What the writable layer takes in the work dir before pip writes to it: an EXT3 image's journal (134 MiB of a sparse
+# 16 GiB image, as mkfs.ext3 makes it), a directory nothing
+writable_layer_room() {
+    if [ "$writable_kind" = image ]; then
+        echo $(( 136 << 20 ))
+    else
+        echo 0
+    fi
+}
 # pip failed: a file or directory that it was given (a requirements or constraints file, --find-links, a wheel or a
 # project) and that exists here but not in the container, where pip runs and sees only what the runtime binds, is
 # named, with what to do (one container start, after a failure only)
@@ -4569,10 +4578,15 @@ pip_where_there_is_room() {
 # user namespace an EXT3 image), the other kind from then on, saying so once it worked (where neither starts, the
 # status stays the runtime's 255).
 pip_on_layers() {
-    local writable status=0 refused
-    if ! writable=$(writable_layer "$work" "$writable_kind"); then
+    local writable status=0 refused why
+    if ! writable=$(writable_layer "$work" "$writable_kind" 2>"$work/layer.err"); then
         [ -z "$kind_refused" ] || return 255
-        die "cannot make a writable layer ($writable_kind) in $work; nothing was changed"
+        ! ran_out_of_space "$work" || return 1  # (pip_where_there_is_room goes on in the next place)
+        # (no mkfs.ext3 on this node, say: the change is made as a repack, which needs no writable layer)
+        why=$(tail -n 1 "$work/layer.err")
+        echo "venv-pip: cannot make a writable $writable_kind for the change in $work (${why:-no reason given}):" \
+            "repacking the whole venv instead" >&2
+        return @refused_status@
     fi
     use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
@@ -4665,7 +4679,8 @@ repack_instead() {  # the change (pip $3...) into the new generation $2 on the w
 change_in_layers() {
     local new=$1 upper whiteouts tree status=0 python=no newline=no changed=no
     shift
-    pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) ))" "$@" || status=$?
+    pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) + $(writable_layer_room) ))" \
+        "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
     if [ "$status" -eq 0 ]; then
