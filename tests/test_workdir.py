@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from support import require_other_users, require_runtime, require_tools
-from testkit.install import (RUNTIME, RUNTIME_SETUID, base_env, fake_command, install_demo, local_wheels,
-                             package_index, run, spawn, write_wheel)
+from testkit.install import (RUNTIME, RUNTIME_SETUID, Installation, base_env, demo_easyconfig, fake_command,
+                             install_demo, local_wheels, package_index, run, spawn, write_wheel)
 from testkit.users import MEMBER, OUTSIDER, OWNER, PROJECT_GROUP, give, project_gid, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -279,6 +279,26 @@ def test_without_mkfs_ext3_a_change_is_a_repack(packed, tmp_path, wheelhouse):
         assert proc.stderr.endswith(' (FATAL:   mkfs.ext3 not found on this node): repacking the whole venv '
                                     'instead\n') and proc.stderr.count('\n') == 1, proc.stderr
     venv_pip(inst, tmp_path, 'uninstall -y lumi-later')
+
+
+def test_the_installs_pip_keeps_its_temporary_files_private(tmp_path, demo_sif, wheelhouse):
+    """The install's own pip (pip_requirements from an index, over HTTP) keeps what it downloads and unpacks in a
+    private directory of the install's, not in EasyBuild's TMPDIR where that is in a project's directory
+    (group-writable, no sticky bit): inotify sees EasyBuild's own names made there, none of pip's."""
+    project_tmp = place(tmp_path / 'project-tmp', 0o2770, group=project_gid())
+    inst = Installation(tmp_path / 'eb')
+    inst.add_source(demo_sif, 'demo.sif')
+    with package_index(wheelhouse) as index:
+        ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-top'],
+                                                                  pip_install_options=index, squash_user_software=False))
+        watcher = record_names(project_tmp)
+        try:
+            inst.eb(ec, env=inst.env(EASYBUILD_TMPDIR=str(project_tmp)))
+        finally:
+            names = recorded(watcher)
+    assert names and not [name for name in names if '/pip-' in name], names
+    listing = inst.module_shell(MODULE, 'list-packages --format=freeze').stdout
+    assert 'lumi-top==1.0' in listing and 'lumi-base==1.0' in listing
 
 
 @pytest.mark.needs('image-src')
