@@ -19,8 +19,9 @@ USERS = os.environ.get('LUMI_CT_USERS') or 'lumi'
 OWNER = USERS + '-owner'          # installs and uses the modules; in PROJECT_GROUP
 MEMBER = USERS + '-member'        # another member of PROJECT_GROUP
 OUTSIDER = USERS + '-outsider'    # another user of the same nodes, in no group of the others
-PARTNER = USERS + '-partner'      # a user whose primary group is OUTSIDER's own: a group that lists no member, and yet
-                                  # is not OUTSIDER's alone (where "others can write here" must ask the kernel's view)
+# a user whose primary group is OUTSIDER's own: a group that lists no member, and yet is not OUTSIDER's alone (where
+# "others can write here" must take the kernel's view)
+PARTNER = USERS + '-partner'
 PROJECT_GROUP = USERS + '-project'
 TEST_USERS = (OWNER, MEMBER, OUTSIDER, PARTNER)
 

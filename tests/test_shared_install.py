@@ -580,8 +580,8 @@ def writable_by_others(idir, group_install):
 
 @pytest.mark.needs('image-src')
 @pytest.mark.parametrize('umask', ['000', '002', '077'])
-def test_what_a_change_writes_has_the_installs_modes_whatever_the_umask(umask_027_install, shared_packed, wheelhouse,
-                                                                         umask):
+def test_what_a_change_writes_has_the_installs_modes_whatever_the_umask(umask_027_install, shared_packed,
+                                                                        wheelhouse, umask):
     """venv-pip (a layer, then a repack by unmake-squashfs and make-squashfs) under the caller's umask 000, 002
     (README's project recipe, LUMI's EasyBuild-user) or 077: in an install only its owner may change, nothing of the
     new state is writable by the group or by others (under 002 a member replaced the owner's layer); in a group

@@ -201,8 +201,8 @@ def test_pip_keeps_its_temporary_files_in_the_work_dir(packed, tmp_path, wheelho
                 assert 'WARNING' not in proc.stderr, proc.stderr
         finally:
             names = recorded(watcher)
-    assert sorted(path.name for path in downloads.iterdir()) == ['lumi_base-1.0-py3-none-any.whl',
-                                                                  'lumi_top-1.0-py3-none-any.whl']
+    assert sorted(path.name for path in downloads.iterdir()) == [
+        'lumi_base-1.0-py3-none-any.whl', 'lumi_top-1.0-py3-none-any.whl']
     assert not [name for name in names if name.startswith(str(project_tmp))], names
     tops = {os.path.relpath(name, own).split('/')[0] for name in names}
     assert tops and all(top.startswith('venv-pip.') for top in tops), tops
@@ -233,8 +233,8 @@ def test_a_tmpdir_the_container_cannot_see(packed, outside_the_binds, wheelhouse
         assert 'has the change' in proc.stdout, proc.stderr
         assert 'warning' not in proc.stderr.lower(), proc.stderr
         assert not list(outside_the_binds.iterdir())
-        listing = run(['unsquashfs', '-d', '', '-lc', str(idir / 'user-software.packed' /
-                                                       'user-software.changes.squashfs')], user=None).stdout
+        layer = idir / 'user-software.packed' / 'user-software.changes.squashfs'
+        listing = run(['unsquashfs', '-d', '', '-lc', str(layer)], user=None).stdout
         assert set(path.split('/')[1] for path in listing.split('\n') if path.count('/') > 1) <= {'user-software'}
 
 
@@ -289,8 +289,8 @@ def test_the_installs_pip_keeps_its_temporary_files_private(tmp_path, demo_sif, 
     inst = Installation(tmp_path / 'eb')
     inst.add_source(demo_sif, 'demo.sif')
     with package_index(wheelhouse) as index:
-        ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(pip_requirements=['lumi-top'],
-                                                                  pip_install_options=index, squash_user_software=False))
+        ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(
+            pip_requirements=['lumi-top'], pip_install_options=index, squash_user_software=False))
         watcher = record_names(project_tmp)
         try:
             inst.eb(ec, env=inst.env(EASYBUILD_TMPDIR=str(project_tmp)))

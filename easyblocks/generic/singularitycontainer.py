@@ -109,10 +109,6 @@ INSTALL_HOLDS_LOCK = 'SINGULARITYCONTAINER_INSTALL_HOLDS_LOCK'
 INSTALL_UMASK = 0o022
 GROUP_INSTALL_UMASK = 0o002
 
-
-def install_umask(group_install):
-    """The umask of what a change or an install writes (INSTALL_UMASK, or GROUP_INSTALL_UMASK in a group install)."""
-    return GROUP_INSTALL_UMASK if group_install else INSTALL_UMASK
 CONTAINER_USER_SOFTWARE = '/user-software'
 # A reinstall moves the directories running jobs have bound to <installdir>.previous-<date> (keep_for_running_jobs),
 # removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days). Only a directory
@@ -155,6 +151,11 @@ MODULE_CONTAINER_VARIABLES = ('PATH', 'PREPEND_PATH', 'APPEND_PATH', 'VIRTUAL_EN
 
 # The end of the container check's program in its script (a here-document's delimiter: container_check_command)
 CONTAINER_CHECK_END = 'END_OF_CONTAINER_CHECK'
+
+
+def install_umask(group_install):
+    """The umask of what a change or an install writes (INSTALL_UMASK, or GROUP_INSTALL_UMASK in a group install)."""
+    return GROUP_INSTALL_UMASK if group_install else INSTALL_UMASK
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -2734,11 +2735,16 @@ group_class_writers() {
         return 0
     fi
     while IFS=: read -r tag id perms; do
-        [ -n "$id" ] && [ "${perms:1:1}" = w ] || continue
+        if [ -z "$id" ] || [ "${perms:1:1}" != w ]; then
+            continue
+        fi
         case "$tag" in
             user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(getent passwd "$id" | cut -d: -f1)" ;;
-            group) [ "$4" = group ] && [ "$id" = "$2" ] || group_is_only_yours "$id" ||
-                who="the group $(getent group "$id" | cut -d: -f1)" ;;
+            group)
+                if { [ "$4" != group ] || [ "$id" != "$2" ]; } && ! group_is_only_yours "$id"; then
+                    who="the group $(getent group "$id" | cut -d: -f1)"
+                fi
+                ;;
         esac
         if [ -n "$who" ]; then
             echo "whose ACL lets $who write in it"
@@ -3073,6 +3079,7 @@ lock_open_seconds=10  # (an open of a regular file takes microseconds)
 # of the lock $1 is waiting on a FIFO that another user put in its place. A session of its own, whose processes
 # stop_watchdog ends together (a sleep left behind would hold the caller's output for as long).
 lock_open_watchdog() {
+    # shellcheck disable=SC2154  # (command_name: the command's, set before it sources the library)
     local why="$command_name: error: $1 is no longer the lock file (a FIFO, put in its place while it was opened, keeps"
     why+=" the open waiting): remove it (rm $1), then try again"
     # shellcheck disable=SC2016  # (expanded by the watchdog's bash)
@@ -3235,10 +3242,10 @@ pip_wants_user() {
 
 # What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in the trust table,
 # whatever the caller's umask (INSTALL_UMASK, after $root is set); the install's is SingularityContainer.shared_umask().
-READABLE_BY_ALL_TEMPLATE = r'''# What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in README's trust table,
-# whatever your umask (000, 002, 022, 077): readable for everyone who may read the install dir, never writable by
-# others, writable by the group only in a group install. So do the processes they start (pip in the container,
-# mksquashfs, unsquashfs), which take the umask.
+READABLE_BY_ALL_TEMPLATE = r'''# The modes of what venv-pip, make-squashfs and unmake-squashfs write:
+# the install's row in README's trust table, whatever your umask (000, 002, 022, 077): readable for everyone who may
+# read the install dir, never writable by others, writable by the group only in a group install. So do the processes
+# they start (pip in the container, mksquashfs, unsquashfs), which take the umask.
 install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
     (( 8#$(stat -c %a "$1") & 8#020 ))
 }
@@ -4323,6 +4330,7 @@ if __name__ == "__main__":
 # only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
 # mounted keep it.
 LAUNCH_VENV_PIP = r'''venv=@venv@
+overlay_refused=@refused_status@  # (OVERLAY_PYTHON's status for a change the layers cannot take: a repack instead)
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # Every container venv-pip starts (in place of the shell that calls it): the runtime with the arguments $@, with the
 # work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
@@ -4586,7 +4594,7 @@ pip_on_layers() {
         why=$(tail -n 1 "$work/layer.err")
         echo "venv-pip: cannot make a writable $writable_kind for the change in $work (${why:-no reason given}):" \
             "repacking the whole venv instead" >&2
-        return @refused_status@
+        return "$overlay_refused"
     fi
     use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
@@ -4691,7 +4699,7 @@ change_in_layers() {
         fi
         [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ] || changed=yes
     fi
-    case "$(layers_outcome "$status" @refused_status@ "$python" "$newline" "$changed")" in
+    case "$(layers_outcome "$status" "$overlay_refused" "$python" "$newline" "$changed")" in
         failed) pip_failed "$status" "$@" ;;
         refused) repack_instead "" "$new" "$@"; return ;;  # (OVERLAY_PYTHON said why)
         python) repack_instead "$python_changed" "$new" "$@"; return ;;

@@ -62,10 +62,6 @@ INSTALL_HOLDS_LOCK = 'SINGULARITYCONTAINER_INSTALL_HOLDS_LOCK'
 INSTALL_UMASK = 0o022
 GROUP_INSTALL_UMASK = 0o002
 
-
-def install_umask(group_install):
-    """The umask of what a change or an install writes (INSTALL_UMASK, or GROUP_INSTALL_UMASK in a group install)."""
-    return GROUP_INSTALL_UMASK if group_install else INSTALL_UMASK
 CONTAINER_USER_SOFTWARE = '/user-software'
 # A reinstall moves the directories running jobs have bound to <installdir>.previous-<date> (keep_for_running_jobs),
 # removed by a reinstall when no job can run that long any more (LUMI's longest jobs run 3 days). Only a directory
@@ -108,3 +104,8 @@ MODULE_CONTAINER_VARIABLES = ('PATH', 'PREPEND_PATH', 'APPEND_PATH', 'VIRTUAL_EN
 
 # The end of the container check's program in its script (a here-document's delimiter: container_check_command)
 CONTAINER_CHECK_END = 'END_OF_CONTAINER_CHECK'
+
+
+def install_umask(group_install):
+    """The umask of what a change or an install writes (INSTALL_UMASK, or GROUP_INSTALL_UMASK in a group install)."""
+    return GROUP_INSTALL_UMASK if group_install else INSTALL_UMASK

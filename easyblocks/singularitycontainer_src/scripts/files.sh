@@ -81,11 +81,16 @@ group_class_writers() {
         return 0
     fi
     while IFS=: read -r tag id perms; do
-        [ -n "$id" ] && [ "${perms:1:1}" = w ] || continue
+        if [ -z "$id" ] || [ "${perms:1:1}" != w ]; then
+            continue
+        fi
         case "$tag" in
             user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(getent passwd "$id" | cut -d: -f1)" ;;
-            group) [ "$4" = group ] && [ "$id" = "$2" ] || group_is_only_yours "$id" ||
-                who="the group $(getent group "$id" | cut -d: -f1)" ;;
+            group)
+                if { [ "$4" != group ] || [ "$id" != "$2" ]; } && ! group_is_only_yours "$id"; then
+                    who="the group $(getent group "$id" | cut -d: -f1)"
+                fi
+                ;;
         esac
         if [ -n "$who" ]; then
             echo "whose ACL lets $who write in it"

@@ -1,4 +1,5 @@
 venv=@venv@
+overlay_refused=@refused_status@  # (OVERLAY_PYTHON's status for a change the layers cannot take: a repack instead)
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # Every container venv-pip starts (in place of the shell that calls it): the runtime with the arguments $@, with the
 # work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
@@ -262,7 +263,7 @@ pip_on_layers() {
         why=$(tail -n 1 "$work/layer.err")
         echo "venv-pip: cannot make a writable $writable_kind for the change in $work (${why:-no reason given}):" \
             "repacking the whole venv instead" >&2
-        return @refused_status@
+        return "$overlay_refused"
     fi
     use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
@@ -367,7 +368,7 @@ change_in_layers() {
         fi
         [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ] || changed=yes
     fi
-    case "$(layers_outcome "$status" @refused_status@ "$python" "$newline" "$changed")" in
+    case "$(layers_outcome "$status" "$overlay_refused" "$python" "$newline" "$changed")" in
         failed) pip_failed "$status" "$@" ;;
         refused) repack_instead "" "$new" "$@"; return ;;  # (OVERLAY_PYTHON said why)
         python) repack_instead "$python_changed" "$new" "$@"; return ;;

@@ -55,6 +55,7 @@ lock_open_seconds=10  # (an open of a regular file takes microseconds)
 # of the lock $1 is waiting on a FIFO that another user put in its place. A session of its own, whose processes
 # stop_watchdog ends together (a sleep left behind would hold the caller's output for as long).
 lock_open_watchdog() {
+    # shellcheck disable=SC2154  # (command_name: the command's, set before it sources the library)
     local why="$command_name: error: $1 is no longer the lock file (a FIFO, put in its place while it was opened, keeps"
     why+=" the open waiting): remove it (rm $1), then try again"
     # shellcheck disable=SC2016  # (expanded by the watchdog's bash)

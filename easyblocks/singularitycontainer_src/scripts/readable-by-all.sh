@@ -1,7 +1,7 @@
-# What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in README's trust table,
-# whatever your umask (000, 002, 022, 077): readable for everyone who may read the install dir, never writable by
-# others, writable by the group only in a group install. So do the processes they start (pip in the container,
-# mksquashfs, unsquashfs), which take the umask.
+# The modes of what venv-pip, make-squashfs and unmake-squashfs write:
+# the install's row in README's trust table, whatever your umask (000, 002, 022, 077): readable for everyone who may
+# read the install dir, never writable by others, writable by the group only in a group install. So do the processes
+# they start (pip in the container, mksquashfs, unsquashfs), which take the umask.
 install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
     (( 8#$(stat -c %a "$1") & 8#020 ))
 }
