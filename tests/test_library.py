@@ -11,6 +11,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -21,7 +22,7 @@ from singularitycontainer_src.layout import (CHANGES_NAME, EMPTIED_RECORD, FORM_
                                              USER_SOFTWARE_CHANGES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK as LOCK,
                                              USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS, install_umask)
 from singularitycontainer_src.module_plan import SetRestorable, Var, VenvForm, emit_module_logic
-from singularitycontainer_src.scripts import library_text
+from singularitycontainer_src.scripts import EXPORT_UPPER, library_text
 from support import require
 from testkit.install import LMOD_CMD, LMOD_INIT, base_env, run
 
@@ -49,7 +50,15 @@ def command(root, program, name='test'):
 def bash(root, program, env=None):
     """program run as a command of the install dir root (command), to its end."""
     return subprocess.run(command(root, program), capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, **(env or {})))
+                          env=dict(os.environ, **(env or {})), preexec_fn=default_signals)
+
+
+def default_signals():
+    """In the command's process: the signals that the signal policy traps at their default action, as a terminal
+    starts a command (the suite started by nohup, or as a script's background job, has SIGINT and SIGHUP ignored,
+    which its children inherit: bash cannot trap a signal that was ignored when it started)."""
+    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -191,7 +200,7 @@ def test_a_kill_at_every_step(install_dir, step):
 def test_another_change_waits_or_stops(install_dir):
     """begin_change now: status 1 while another run holds the lock, with who it is; wait: the lock once it is free."""
     holder = subprocess.Popen(command(install_dir, 'begin_change "$root" now\necho held\nread -r _', 'holder'),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=default_signals)
     try:
         assert holder.stdout.readline() == 'held\n'
         proc = bash(install_dir, 'begin_change "$root" now || { lock_refusal "$root"; exit 7; }')
@@ -632,7 +641,7 @@ def test_a_fifo_swapped_in_for_the_lock_while_it_is_opened_ends_the_run(install_
                'begin_change "$root" now\necho "not reached"\n')
     started = time.monotonic()
     proc = subprocess.Popen(command(install_dir, program, 'make-squashfs'), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=default_signals)
     out, err = proc.communicate(timeout=30)
     assert time.monotonic() - started < 10
     assert proc.returncode == -signal.SIGTERM and out == ''
@@ -640,3 +649,16 @@ def test_a_fifo_swapped_in_for_the_lock_while_it_is_opened_ends_the_run(install_
                    'opened, keeps the open waiting): remove it (rm %s), then try again\n' % (lock, lock)), err
     time.sleep(0.2)
     assert subprocess.run(['pgrep', '-s', str(proc.pid)], capture_output=True).stdout == b''
+
+
+def test_a_copy_out_that_fails_says_so_in_one_line(tmp_path):
+    """EXPORT_UPPER (a setuid runtime's change, copied out of its EXT3 image) that cannot write where it copies to (a
+    work place that ran out of room, here one that is not there): one line, and exit status 1, after which venv-pip
+    works in the next place or says what was not changed; not a traceback after pip's "Successfully installed"."""
+    (tmp_path / 'upper' / 'user-software').mkdir(parents=True)
+    (tmp_path / 'upper' / 'user-software' / 'file').write_text('')
+    proc = subprocess.run([sys.executable, '-I', '-c', EXPORT_UPPER, str(tmp_path / 'upper'),
+                           str(tmp_path / 'gone' / 'copy'), str(tmp_path / 'gone' / 'whiteouts')],
+                          capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (1, 'venv-pip: copying the change out: No such file or directory: %s\n'
+                                              % (tmp_path / 'gone' / 'copy')), proc.stderr
