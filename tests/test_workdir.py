@@ -359,6 +359,29 @@ def venv_pip_in_a_small_tmpdir(inst, tmp_path, kib, args):
         run(['umount', str(small)], user=None)
 
 
+@pytest.mark.once_only('a writable EXT3 image is the setuid runtime\'s (in a user namespace the change gets a '
+                       'directory, which has no journal)', in_setuid_run=True)
+@pytest.mark.needs('image-src')
+def test_a_place_without_room_for_the_ext3_journal_is_not_used(packed, tmp_path):
+    """A work place on a disk (ext4, as a node's /tmp) with room for the change that venv-pip estimated, but not for
+    the EXT3 image's journal (about 134 MiB, written at once): venv-pip stopped ("cannot make a writable layer").
+    It counts the journal, and works in the next place."""
+    inst, idir = packed
+    small = place(tmp_path / 'disk', 0o755)
+    image = tmp_path / 'disk.img'
+    run(['truncate', '-s', '120M', str(image)], user=None)
+    run(['mkfs.ext4', '-q', '-m', '0', str(image)], user=None)
+    run(['mount', '-o', 'loop', str(image), str(small)], user=None)
+    try:
+        small.chmod(0o1777)
+        wheel = write_wheel(tmp_path, 'lumi-journal').parent
+        proc = venv_pip(inst, small, 'install %s lumi-journal' % ' '.join(local_wheels(wheel)))
+        assert 'has the change' in proc.stdout and not [path for path in small.iterdir() if path.name != 'lost+found']
+    finally:
+        run(['umount', str(small)], user=None)
+    venv_pip(inst, tmp_path, 'uninstall -y lumi-journal')
+
+
 @pytest.mark.needs('image-src')
 def test_where_pip_runs_out_of_space_venv_pip_works_in_the_next_place(packed, tmp_path):
     """TMPDIR has the room that venv-pip estimates, but not for what pip installs: venv-pip says so, and works in
