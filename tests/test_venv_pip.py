@@ -655,6 +655,14 @@ def test_the_module_names_the_state_through_the_link_and_its_commands_pin_it(pac
     assert second.splitlines() == [through.split(',', 1)[1], pinned, pinned]
 
 
+def not_seen(path, bind):
+    """What venv-pip says of a path pip was given that the container does not see, with the bind it advises."""
+    return ("venv-pip: pip runs in the container, which does not see %s: it sees the host's paths that the runtime "
+            "binds (your home, the current directory, /tmp, and SINGULARITY_BINDPATH's). Bind it (export "
+            "SINGULARITY_BINDPATH=%s,$SINGULARITY_BINDPATH APPTAINER_BINDPATH=%s,$APPTAINER_BINDPATH) and run "
+            "venv-pip again\n" % (path, bind, bind))
+
+
 @pytest.mark.needs('image-src')
 def test_a_requirements_file_the_container_does_not_see_is_named(packed, wheelhouse):
     """pip runs in the container: a requirements file on a host path that the runtime does not bind is missing there
@@ -668,11 +676,7 @@ def test_a_requirements_file_the_container_does_not_see_is_named(packed, wheelho
         install = 'venv-pip install %s -r %s' % (' '.join(local_wheels(wheelhouse)), unbound / 'requirements.txt')
         proc = inst.module_shell('Demo/1.0', install, check=False)
         assert proc.returncode != 0
-        assert ("venv-pip: pip runs in the container, which does not see %s/requirements.txt: it sees the host's "
-                "paths that the runtime binds (your home, the current directory, /tmp, and SINGULARITY_BINDPATH's). "
-                "Bind it (export SINGULARITY_BINDPATH=%s,$SINGULARITY_BINDPATH APPTAINER_BINDPATH=%s,"
-                "$APPTAINER_BINDPATH) and run venv-pip again\n" % (unbound, unbound, unbound)) in proc.stderr, \
-            proc.stderr
+        assert not_seen(unbound / 'requirements.txt', unbound) in proc.stderr, proc.stderr
         proc = inst.module_shell('Demo/1.0', 'export SINGULARITY_BINDPATH=%s,$SINGULARITY_BINDPATH '
                                  'APPTAINER_BINDPATH=%s,$APPTAINER_BINDPATH\n%s' % (unbound, unbound, install))
         assert 'has the change' in proc.stdout and 'does not see' not in proc.stderr
@@ -693,11 +697,7 @@ def test_a_wheel_directory_the_container_does_not_see_is_named_in_an_unpacked_ve
         proc = inst.module_shell('Demo/1.0', 'venv-pip install --no-index --find-links=%s lumi-later' % (
             unbound / 'wheels'), check=False)
         assert proc.returncode != 0
-        assert ("venv-pip: pip runs in the container, which does not see %s/wheels: it sees the host's paths that the "
-                "runtime binds (your home, the current directory, /tmp, and SINGULARITY_BINDPATH's). Bind it (export "
-                "SINGULARITY_BINDPATH=%s/wheels,$SINGULARITY_BINDPATH APPTAINER_BINDPATH=%s/wheels,"
-                "$APPTAINER_BINDPATH) and run venv-pip again\n" % (unbound, unbound, unbound)) in proc.stderr, \
-            proc.stderr
+        assert not_seen(unbound / 'wheels', unbound / 'wheels') in proc.stderr, proc.stderr
     finally:
         shutil.rmtree(unbound)
 
