@@ -174,6 +174,7 @@ use_private_pip_cache
 if [ "$form" = directory ]; then
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
     use_state "$form" "$generation"
+    say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
     use_workdir_tmp "$work"
     links=$(venv_python_links "$dir${venv#/user-software}/bin")
