@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from singularitycontainer_src.text import PLACEHOLDER, fill_template, lua_str, sh_quoted, sh_str, tcl_str
-from singularitycontainer_src.scripts import RUNSCRIPT_GET_MASTER, SCRIPTS, VENV_PIP_SCRIPT
+from singularitycontainer_src.scripts import MODULE_COMMANDS, RUNSCRIPT_GET_MASTER, SCRIPTS, VENV_PIP_SCRIPT
 from support import PROGRAMS, REPO, program, require
 
 SCRIPT_SOURCES = REPO / 'easyblocks' / 'singularitycontainer_src' / 'scripts'
@@ -219,3 +219,10 @@ def test_image_commands_takes_only_file_names():
     command_name = program('image_commands').command_name
     assert command_name('torchrun') and command_name('accelerate-launch')
     assert not any(command_name(name) for name in ('', 'a/b', '.', '..', 'two\nlines'))
+
+
+def test_the_module_commands_are_the_scripts_in_bin():
+    """MODULE_COMMANDS (what wrapped_commands may not replace) is a literal: it names the scripts table's rows in bin/,
+    each once."""
+    assert sorted(MODULE_COMMANDS) == sorted(os.path.basename(script.path) for script in SCRIPTS
+                                             if script.path.startswith('bin/'))

@@ -856,7 +856,8 @@ class SingularityContainer(EasyBlock):
     def check_readiness_step(self):
         """On a reinstall, take the user software's lock first: EasyBuild removes the old module file in this step,
         and venv-pip, make-squashfs and unmake-squashfs must not change the user software from then on until the
-        new venv is packed (see make_installdir)."""
+        installation is complete (make_module_step, after the sanity check, lets it go; make_installdir moves it to
+        the new install dir's lock)."""
         self.lock_user_software()
         super(SingularityContainer, self).check_readiness_step()
 
@@ -5962,8 +5963,10 @@ SCRIPTS = [
            'it', 'python', RUNSCRIPT_MASTER_PORT, None, 'torch_runscripts'),
     Script('runscripts/list-packages', 'list the Python packages', 'bash', RUNSCRIPT_LIST_PACKAGES, None, None),
 ]
-# The module's own commands in bin/, which wrapped_commands must not replace
-MODULE_COMMANDS = tuple(os.path.basename(script.path) for script in SCRIPTS if script.path.startswith('bin/'))
+# The module's own commands in bin/ (SCRIPTS' rows there: tests/test_templates.py), which wrapped_commands must not
+# replace
+MODULE_COMMANDS = ('start-shell', 'list-packages', 'make-squashfs', 'unmake-squashfs', 'venv-pip',
+                   'jupyter-container-kernel')
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -197,7 +197,8 @@ class SingularityContainer(EasyBlock):
     def check_readiness_step(self):
         """On a reinstall, take the user software's lock first: EasyBuild removes the old module file in this step,
         and venv-pip, make-squashfs and unmake-squashfs must not change the user software from then on until the
-        new venv is packed (see make_installdir)."""
+        installation is complete (make_module_step, after the sanity check, lets it go; make_installdir moves it to
+        the new install dir's lock)."""
         self.lock_user_software()
         super(SingularityContainer, self).check_readiness_step()
 

@@ -1,7 +1,6 @@
 """The scripts of the install: bin/ (run on the host) and runscripts/ (seen as /runscripts in the container), their
 templates read from scripts/ and programs/, filled where their values are the easyblock's constants, the table of
 the scripts (SCRIPTS) and what -h prints for each command (COMMAND_HELPS)."""
-import os
 import textwrap
 from collections import namedtuple
 
@@ -366,5 +365,7 @@ SCRIPTS = [
            'it', 'python', RUNSCRIPT_MASTER_PORT, None, 'torch_runscripts'),
     Script('runscripts/list-packages', 'list the Python packages', 'bash', RUNSCRIPT_LIST_PACKAGES, None, None),
 ]
-# The module's own commands in bin/, which wrapped_commands must not replace
-MODULE_COMMANDS = tuple(os.path.basename(script.path) for script in SCRIPTS if script.path.startswith('bin/'))
+# The module's own commands in bin/ (SCRIPTS' rows there: tests/test_templates.py), which wrapped_commands must not
+# replace
+MODULE_COMMANDS = ('start-shell', 'list-packages', 'make-squashfs', 'unmake-squashfs', 'venv-pip',
+                   'jupyter-container-kernel')
