@@ -37,6 +37,10 @@ BUILD_MISTAKES = {
                                   'only below it'),
     'a-class-above-the-easyblock': ('text', '\n\nclass Quoted(str):\n    pass\n',
                                     'the first class of the easyblock is Quoted, not SingularityContainer'),
+    # (EasyBuild's own test takes all up to the last '(' of the first class line for the name)
+    'a-namedtuple-class-above-the-easyblock': ('text', "\n\nclass Pair(namedtuple('Pair', 'a b')):\n    pass\n",
+                                               'the first class of the easyblock is Pair(namedtuple, not '
+                                               'SingularityContainer'),
 }
 
 

@@ -6,8 +6,9 @@ deploy is one self-contained file. It is written from the package, module by mod
   - the modules' imports gathered at the top (the package's own `from .x import ...` lines dropped),
   - each `NAME = source('scripts/x.sh')` given the file's text as a string literal, byte for byte,
   - each module's docstring as the heading of its part,
-  - the easyblock's class as the first class of the file: EasyBuild's own tests take the first `class X(Y):` line
-    of an easyblock for its class (BUILT_ORDER puts the module easyblock before the modules that define classes).
+  - the easyblock's class as the first class of the file: EasyBuild's own tests take the first line that starts
+    with `class ` for its class, by their rule (EASYBUILD_CLASS_LINE; BUILT_ORDER puts the module easyblock before
+    the modules that define classes).
 The build checks what a hand-joined file would get wrong: a name defined twice (or as an import), a module that
 imports from one below it in MODULES or a name its module lacks, a name used at import time above its definition
 in the built order, and the first class.
@@ -46,7 +47,9 @@ HEADER = """\
 ##
 """
 # EasyBuild's own tests find an easyblock's class by the first line of this form (test/easyblocks/init_easyblocks.py)
-EASYBUILD_CLASS_LINE = re.compile(r'^\s*class (\w+)\((\w+)\):\s*$', re.M)
+# EasyBuild's own rule (easybuild-easyblocks' test/easyblocks/module.py): the first line that starts with 'class ',
+# its name all up to the last '(' (a class X(namedtuple(...)) counts, under the name 'X(namedtuple')
+EASYBUILD_CLASS_LINE = re.compile(r'^class (.*)\(.*', re.M)
 
 
 class BuildError(Exception):
