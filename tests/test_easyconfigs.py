@@ -202,14 +202,21 @@ def test_lumi_user_repo_in_a_projects_prefix_is_the_projects(tmp_path):
     # an easyconfig that a member edited stays, and is named; removed, it is this checkout's again
     edited = repo / 'easyconfigs' / 'p' / 'PyTorch' / EASYCONFIGS[1].name
     run(['bash', '-c', 'echo "# mine" >> "$1"', 'edit', str(edited)], user=MEMBER)
-    said = run(command, cwd=checkout, env=env, user=OWNER).stdout
-    assert '%s was changed since lumi-user-repo wrote it (by you or another member): left as it is. Remove it (rm %s)' \
-        % (edited, edited) in said
+    proc = run(command, cwd=checkout, env=env, user=OWNER, check=False)
+    assert proc.returncode == 1 and proc.stderr == (
+        'lumi-user-repo: %s was changed since lumi-user-repo wrote it (by you or another member): left as it is. '
+        'Remove it (rm %s) and run make lumi-user-repo again to take this checkout\'s\n' % (edited, edited))
     assert edited.read_text().endswith('# mine\n') and edited.owner() == MEMBER
-    assert run(command, cwd=checkout, env=env, user=OWNER).stdout.count('was changed since') == 1
+    assert run(command, cwd=checkout, env=env, user=OWNER, check=False).stderr.count('was changed since') == 1
     run(['rm', str(edited)], user=OWNER)
-    assert 'was changed since' not in run(command, cwd=checkout, env=env, user=OWNER).stdout
+    assert run(command, cwd=checkout, env=env, user=OWNER).stderr == ''
     assert edited.read_bytes() == EASYCONFIGS[1].read_bytes()
+    # a repository that an earlier version wrote, without the manifest: its files are taken for the script's own
+    manifest = repo / '.lumi-user-repo.sha256'
+    run(['rm', str(manifest)], user=OWNER)
+    run(['bash', '-c', 'echo "# older" >> "$1"', 'edit', str(edited)], user=OWNER)
+    assert run(command, cwd=checkout, env=env, user=OWNER).stderr == ''
+    assert edited.read_bytes() == EASYCONFIGS[1].read_bytes() and manifest.is_file()
 
 
 def test_lumi_user_repo_names_what_it_shadows_as_lumis_robot_path_finds_it(tmp_path):

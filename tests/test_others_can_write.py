@@ -109,3 +109,24 @@ def test_the_library_says_which_acl_entry_lets_others_in(place):
     os.chown(path, user(OUTSIDER).uid, user(OUTSIDER).gid)
     out = run(['bash', '-c', script, library, path], user=OUTSIDER).stdout
     assert out == '%s (which the group %s may write in, without the sticky bit)\n' % (path, OUTSIDER)
+
+
+def test_without_getfacl_an_acl_counts_and_a_plain_directory_is_its_mode(place):
+    """On a node without getfacl (the acl package): a directory with a POSIX ACL counts, as one whose ACL cannot be
+    read; one without is judged by its mode, as with getfacl (ls marks an ACL with '+' after the mode)."""
+    library = os.path.join(place, 'commands.sh')
+    with open(library, 'w') as handle:
+        handle.write(library_text('Test/1.0', ':'))
+    bins = os.path.join(place, 'bin')  # (the commands the library uses, without getfacl)
+    os.mkdir(bins)
+    for tool in ('realpath', 'readlink', 'stat', 'id', 'getent', 'cut', 'awk', 'ls', 'tr', 'sed', 'head', 'cat'):
+        os.symlink(shutil.which(tool), os.path.join(bins, tool))
+    plain, with_acl = os.path.join(place, 'plain'), os.path.join(place, 'acl')
+    for path in (plain, with_acl):
+        os.mkdir(path)
+        os.chown(path, user(OWNER).uid, user(OWNER).gid)
+        os.chmod(path, 0o770)
+    subprocess.run(['setfacl', '-m', 'u:%s:rwx' % MEMBER, with_acl], check=True)
+    script = 'set -euo pipefail\ncommand_name=test\nsource "$0"\n' + LIBRARY_SAYS
+    out = run(['/bin/bash', '-c', script, library, plain, with_acl], user=OWNER, env=dict(os.environ, PATH=bins)).stdout
+    assert out.split() == [with_acl]

@@ -14,22 +14,27 @@ file_mode=$(printf '%04o' $(( 8#666 & ~8#$(umask) )))
 manifest=$repo/.lumi-user-repo.sha256  # (what this script wrote last: "checksum  path in REPO")
 
 mkdir -p -- "$repo/easyblocks/generic" "$repo/easyconfigs/p/PyTorch"  # (the umask's modes; setgid where inherited)
-written() {  # the checksum this script wrote the path $1 (in REPO) with, if it did
-    [ -f "$manifest" ] && [ ! -L "$manifest" ] || return 0
-    awk -v path="$1" 'substr($0, 67) == path { print substr($0, 1, 64); exit }' "$manifest"
+manifest_line() {  # the manifest's line for the path $1 (in REPO), if there is one (a regular file: never a FIFO)
+    if [ -f "$manifest" ] && [ ! -L "$manifest" ]; then
+        awk -v path="$1" 'substr($0, 67) == path { print; exit }' "$manifest"
+    fi
 }
 # Each file of this checkout into REPO: a new file (mktemp) renamed over the old one, never written through its name
 new_manifest=$(mktemp -- "$repo/.lumi-user-repo.sha256.XXXXXX")
 trap 'rm -f -- "$new_manifest"' EXIT
+left=0
 for file in easyblocks/generic/singularitycontainer.py easyconfigs/p/PyTorch/*.eb; do
     target=$repo/$file
     ours=$(sha256sum <"$file" | cut -c1-64)
-    if [ -f "$target" ] && [ ! -L "$target" ]; then
+    written=$(manifest_line "$file")
+    # (a file that an earlier version of this script wrote, before the manifest, is taken for its own)
+    if [ -n "$written" ] && [ -f "$target" ] && [ ! -L "$target" ]; then
         theirs=$(sha256sum <"$target" | cut -c1-64)
-        if [ "$theirs" != "$ours" ] && [ "$theirs" != "$(written "$file")" ]; then
+        if [ "$theirs" != "$ours" ] && [ "$theirs" != "${written:0:64}" ]; then
             echo "lumi-user-repo: $target was changed since lumi-user-repo wrote it (by you or another member):" \
-                "left as it is. Remove it (rm $target) and run make lumi-user-repo again to take this checkout's"
-            grep -F -- "  $file" "$manifest" 2>/dev/null | head -n 1 >>"$new_manifest" || true
+                "left as it is. Remove it (rm $target) and run make lumi-user-repo again to take this checkout's" >&2
+            echo "$written" >>"$new_manifest"
+            left=$((left + 1))
             continue
         fi
     fi
@@ -62,3 +67,4 @@ for dir in "${dirs[@]}"; do
     done < <(find -L "$dir" -type f \( "${names[@]:1}" \) -print0 2>/dev/null | sort -z)
 done
 echo "Installed into $repo: module load LUMI partition/container EasyBuild-user, then eb <easyconfig>"
+[ "$left" -eq 0 ] || exit 1  # (what was left is said above)

@@ -1316,6 +1316,7 @@ class SingularityContainer(EasyBlock):
         if self.dry_run:
             return '$TMPDIR'
         for place in (os.environ.get('TMPDIR'), '/dev/shm', '/tmp', self.builddir):
+            place = place and os.path.realpath(place)  # (what is checked is what is used: not a link's name)
             if place and os.path.isdir(place) and os.access(place, os.W_OK | os.X_OK) and \
                     not others_can_replace_in(place) and ',' not in place and ':' not in place:
                 return tempfile.mkdtemp(prefix='container-tmp.', dir=place)
@@ -2715,12 +2716,18 @@ others_can_replace_in() {
 # it has a POSIX ACL, what the mask leaves of the group's entry and of those of named users and groups. Says who. An
 # ACL that cannot be read counts (getfacl is in Debian's and SUSE's acl package).
 group_class_writers() {
-    local acl tag id perms mask=w group_writes=w who=
+    local acl tag id perms mask=w group_writes=w who='' marker
     if ! command -v getfacl >/dev/null || ! acl=$(getfacl -cn -- "$1" 2>/dev/null); then
+        # (without getfacl: ls marks a POSIX ACL with '+' after the mode, in the 11th column of its line, and puts
+        # ' ' or '.' (an SELinux context) there where there is none: then the mode's group bits are all)
+        # shellcheck disable=SC2012  # (its fixed columns, not a name)
+        marker=$(ls -ld -- "$1" 2>/dev/null | cut -c 11)
         if [ "$4" != group ] && ! group_is_only_yours "$2"; then
             echo "which the group $3 may write in"
-        else
+        elif [ "$marker" != ' ' ] && [ "$marker" != . ]; then
             echo "whose ACL cannot be read here (getfacl, of the acl package)"
+        else
+            return 1
         fi
         return 0
     fi
@@ -2740,10 +2747,10 @@ group_class_writers() {
             continue
         fi
         case "$tag" in
-            user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(getent passwd "$id" | cut -d: -f1)" ;;
+            user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(id_name passwd "$id")" ;;
             group)
                 if { [ "$4" != group ] || [ "$id" != "$2" ]; } && ! group_is_only_yours "$id"; then
-                    who="the group $(getent group "$id" | cut -d: -f1)"
+                    who="the group $(id_name group "$id")"
                 fi
                 ;;
         esac
@@ -2753,6 +2760,11 @@ group_class_writers() {
         fi
     done <<<"$acl"
     return 1
+}
+id_name() {  # the name of the user or group ($1: passwd or group) of the number $2, else the number
+    local name
+    name=$(getent "$1" "$2" | cut -d: -f1)
+    echo "${name:-$2}"
 }
 # Whether the group $1 (a number) is your primary group and nobody else's: it lists no other member (getent's fourth
 # field), and no other user the user database lists has it as their primary group
@@ -3064,7 +3076,7 @@ open_lock() {
     # read-only, never made by the open (flock takes a read-only descriptor): a link put there since the check is
     # only read through, and take_lock holds it only once it is the file there, which no link is. A FIFO put there
     # since would keep the open waiting for a writer (bash opens without O_NONBLOCK): a watchdog ends the run then.
-    watchdog=$(lock_open_watchdog "$lock")
+    watchdog=$(lock_open_watchdog "$lock" "$(stat -c %i -- "$lock")")
     if ! { exec 9<"$lock"; } 2>/dev/null; then
         stop_watchdog "$watchdog"
         error "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
@@ -3075,17 +3087,26 @@ open_lock() {
 lock_is_a_file() {  # whether the lock $1 is a regular file (not a link)
     [ -f "$1" ] && [ ! -L "$1" ]
 }
-lock_open_seconds=10  # (an open of a regular file takes microseconds)
-# A process (its pid) that ends this run, saying why, unless stop_watchdog stops it within lock_open_seconds: the open
-# of the lock $1 is waiting on a FIFO that another user put in its place. A session of its own, whose processes
-# stop_watchdog ends together (a sleep left behind would hold the caller's output for as long).
+lock_open_seconds=10  # (an open of a regular file takes microseconds; on a busy Lustre, seconds)
+# A process (its pid) that ends this run, saying why, unless stop_watchdog stops it: every lock_open_seconds it looks
+# whether the open of the lock $1 (the file of inode $2, as checked) waits on a FIFO that another user put in its
+# place (the run waits for a FIFO's writer, or the name is no longer that file); a slow open of the file itself it
+# leaves alone. TERM, then KILL (a run started with TERM ignored cannot trap it). A session of its own, whose
+# processes stop_watchdog ends together (a sleep left behind would hold the caller's output for as long).
 lock_open_watchdog() {
     # shellcheck disable=SC2154  # (command_name: the command's, set before it sources the library)
     local why="$command_name: error: $1 is no longer the lock file (a FIFO, put in its place while it was opened, keeps"
     why+=" the open waiting): remove it (rm $1), then try again"
     # shellcheck disable=SC2016  # (expanded by the watchdog's bash)
-    setsid bash -c 'sleep "$1" && echo "$2" >&2 && kill -TERM "$3"' watchdog "$lock_open_seconds" "$why" "$$" \
-        </dev/null >/dev/null 9>&- &
+    setsid bash -c '
+        while sleep "$1"; do
+            if grep -qs -e fifo -e wait_for_partner "/proc/$4/wchan" || [ ! -f "$2" ] || [ -L "$2" ] ||
+                [ "$(stat -c %i -- "$2" 2>/dev/null)" != "$3" ]; then
+                echo "$5" >&2
+                kill -TERM "$4" 2>/dev/null && sleep 2 && kill -KILL "$4" 2>/dev/null
+                exit 0
+            fi
+        done' watchdog "$lock_open_seconds" "$1" "$2" "$$" "$why" </dev/null >/dev/null 9>&- &
     echo "$!"
 }
 stop_watchdog() {  # the watchdog $1 (lock_open_watchdog), with its sleep; before its setsid, itself
@@ -3634,8 +3655,9 @@ apply_layer() {
         rm -f -- "$excluded"
         return 1  # (an exclude file's lines cannot hold a newline: venv-pip makes no such layer, it repacks)
     fi
+    # (each line from /: unsquashfs drops a backslash that starts a line of an exclude file, which '\*' would lose)
     { [ -z "$(find "$2" -mindepth 1 -print -quit)" ] || remove_other_types "$1" "$2"; } &&
-        patterns_of <"$excluded" | tr '\0' '\n' >"$excluded.patterns" &&
+        patterns_of <"$excluded" | LC_ALL=C sed -z 's|^|/|' | tr '\0' '\n' >"$excluded.patterns" &&
         unsquashfs -f -no-progress -quiet -d "$2" -exclude-file "$excluded.patterns" "$1" >/dev/null || status=$?
     rm -f -- "$excluded" "$excluded.patterns"
     return "$status"
@@ -3874,10 +3896,12 @@ workdir_candidates() {
         [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ] || echo "$place"
     done
 }
-workdir_places() {
+workdir_places() {  # (not one whose path has a ',' or a ':': the runtime's bind and overlay lists cannot hold it)
     local place
     while read -r place; do
-        others_can_replace_in "$place" >/dev/null || realpath -e -- "$place"
+        if ! others_can_replace_in "$place" >/dev/null; then
+            place=$(realpath -e -- "$place") && [[ "$place" != *[,:]* ]] && echo "$place"
+        fi
     done < <(workdir_candidates)
 }
 say_where_others_can_replace() {  # the candidates that are not places, and why (once a run, before make_workdir)
@@ -4378,21 +4402,34 @@ export_upper() {
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
 # on in the next place): 16 GiB, or four times the packed venv.
 writable_layer() {
-    local mib
     if [ "$2" = directory ]; then
         mkdir "$1/overlay" && echo "$1/overlay"
         return
     fi
-    mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
-    ext3_layer "$1/overlay.img" "$(( mib > 16384 ? mib : 16384 ))" && echo "$1/overlay.img"
+    ext3_layer "$1/overlay.img" "$(ext3_image_mib)" && echo "$1/overlay.img"
 }
-# What the writable layer takes in the work dir before pip writes to it: an EXT3 image's journal (134 MiB of a sparse
-# 16 GiB image, as mkfs.ext3 makes it), a directory nothing
+ext3_image_mib() {  # the size of the EXT3 image of a change (MiB): 16 GiB, or four times the packed venv
+    local mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
+    echo $(( mib > 16384 ? mib : 16384 ))
+}
+# What the writable layer takes in the work dir before pip writes to it: an EXT3 image's journal, which mkfs.ext3
+# writes at once (on a disk; a tmpfs keeps it as holes) and sizes by the image: 128 MiB up to 32 GiB (134 MiB with the
+# rest, as measured), 256 MiB to 64 GiB, 512 MiB to 128 GiB, 1 GiB above; a directory nothing
 writable_layer_room() {
-    if [ "$writable_kind" = image ]; then
-        echo $(( 136 << 20 ))
-    else
+    local mib
+    if [ "$writable_kind" != image ]; then
         echo 0
+        return
+    fi
+    mib=$(ext3_image_mib)
+    if [ "$mib" -lt 32768 ]; then
+        echo $(( 136 << 20 ))
+    elif [ "$mib" -lt 65536 ]; then
+        echo $(( 264 << 20 ))
+    elif [ "$mib" -lt 131072 ]; then
+        echo $(( 520 << 20 ))
+    else
+        echo $(( 1032 << 20 ))
     fi
 }
 # pip failed: a file or directory that it was given (a requirements or constraints file, --find-links, a wheel or a
@@ -4498,7 +4535,8 @@ writable_kind=$(writable_layer_kind "$generation")
 kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
-user_overlays=$(read_only_overlays "$(others_overlays "$root" "$runtime")")  # (before this run adds its own)
+user_overlays=$(others_overlays "$root" "$runtime")  # (before this run adds its own)
+layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
 generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
@@ -4598,7 +4636,11 @@ pip_on_layers() {
             "repacking the whole venv instead" >&2
         return "$overlay_refused"
     fi
-    use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
+    if [ -z "$layer_overlays" ]; then  # (once: it says what it leaves out)
+        layer_overlays=$(read_only_overlays "$user_overlays")
+        layer_overlays=${layer_overlays:-none}
+    fi
+    use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
     in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
@@ -4617,7 +4659,7 @@ pip_on_layers() {
         return "$status"
     fi
     if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
-        use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro"
+        use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro"
         mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
         in_background export_upper "$writable" "$work/overlay/upper" "$work/whiteouts" || status=$?
         if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then

@@ -657,6 +657,7 @@ class SingularityContainer(EasyBlock):
         if self.dry_run:
             return '$TMPDIR'
         for place in (os.environ.get('TMPDIR'), '/dev/shm', '/tmp', self.builddir):
+            place = place and os.path.realpath(place)  # (what is checked is what is used: not a link's name)
             if place and os.path.isdir(place) and os.access(place, os.W_OK | os.X_OK) and \
                     not others_can_replace_in(place) and ',' not in place and ':' not in place:
                 return tempfile.mkdtemp(prefix='container-tmp.', dir=place)

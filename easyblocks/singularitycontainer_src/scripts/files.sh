@@ -60,12 +60,18 @@ others_can_replace_in() {
 # it has a POSIX ACL, what the mask leaves of the group's entry and of those of named users and groups. Says who. An
 # ACL that cannot be read counts (getfacl is in Debian's and SUSE's acl package).
 group_class_writers() {
-    local acl tag id perms mask=w group_writes=w who=
+    local acl tag id perms mask=w group_writes=w who='' marker
     if ! command -v getfacl >/dev/null || ! acl=$(getfacl -cn -- "$1" 2>/dev/null); then
+        # (without getfacl: ls marks a POSIX ACL with '+' after the mode, in the 11th column of its line, and puts
+        # ' ' or '.' (an SELinux context) there where there is none: then the mode's group bits are all)
+        # shellcheck disable=SC2012  # (its fixed columns, not a name)
+        marker=$(ls -ld -- "$1" 2>/dev/null | cut -c 11)
         if [ "$4" != group ] && ! group_is_only_yours "$2"; then
             echo "which the group $3 may write in"
-        else
+        elif [ "$marker" != ' ' ] && [ "$marker" != . ]; then
             echo "whose ACL cannot be read here (getfacl, of the acl package)"
+        else
+            return 1
         fi
         return 0
     fi
@@ -85,10 +91,10 @@ group_class_writers() {
             continue
         fi
         case "$tag" in
-            user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(getent passwd "$id" | cut -d: -f1)" ;;
+            user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(id_name passwd "$id")" ;;
             group)
                 if { [ "$4" != group ] || [ "$id" != "$2" ]; } && ! group_is_only_yours "$id"; then
-                    who="the group $(getent group "$id" | cut -d: -f1)"
+                    who="the group $(id_name group "$id")"
                 fi
                 ;;
         esac
@@ -98,6 +104,11 @@ group_class_writers() {
         fi
     done <<<"$acl"
     return 1
+}
+id_name() {  # the name of the user or group ($1: passwd or group) of the number $2, else the number
+    local name
+    name=$(getent "$1" "$2" | cut -d: -f1)
+    echo "${name:-$2}"
 }
 # Whether the group $1 (a number) is your primary group and nobody else's: it lists no other member (getent's fourth
 # field), and no other user the user database lists has it as their primary group

@@ -46,21 +46,34 @@ export_upper() {
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
 # on in the next place): 16 GiB, or four times the packed venv.
 writable_layer() {
-    local mib
     if [ "$2" = directory ]; then
         mkdir "$1/overlay" && echo "$1/overlay"
         return
     fi
-    mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
-    ext3_layer "$1/overlay.img" "$(( mib > 16384 ? mib : 16384 ))" && echo "$1/overlay.img"
+    ext3_layer "$1/overlay.img" "$(ext3_image_mib)" && echo "$1/overlay.img"
 }
-# What the writable layer takes in the work dir before pip writes to it: an EXT3 image's journal (134 MiB of a sparse
-# 16 GiB image, as mkfs.ext3 makes it), a directory nothing
+ext3_image_mib() {  # the size of the EXT3 image of a change (MiB): 16 GiB, or four times the packed venv
+    local mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
+    echo $(( mib > 16384 ? mib : 16384 ))
+}
+# What the writable layer takes in the work dir before pip writes to it: an EXT3 image's journal, which mkfs.ext3
+# writes at once (on a disk; a tmpfs keeps it as holes) and sizes by the image: 128 MiB up to 32 GiB (134 MiB with the
+# rest, as measured), 256 MiB to 64 GiB, 512 MiB to 128 GiB, 1 GiB above; a directory nothing
 writable_layer_room() {
-    if [ "$writable_kind" = image ]; then
-        echo $(( 136 << 20 ))
-    else
+    local mib
+    if [ "$writable_kind" != image ]; then
         echo 0
+        return
+    fi
+    mib=$(ext3_image_mib)
+    if [ "$mib" -lt 32768 ]; then
+        echo $(( 136 << 20 ))
+    elif [ "$mib" -lt 65536 ]; then
+        echo $(( 264 << 20 ))
+    elif [ "$mib" -lt 131072 ]; then
+        echo $(( 520 << 20 ))
+    else
+        echo $(( 1032 << 20 ))
     fi
 }
 # pip failed: a file or directory that it was given (a requirements or constraints file, --find-links, a wheel or a
@@ -166,7 +179,8 @@ writable_kind=$(writable_layer_kind "$generation")
 kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
-user_overlays=$(read_only_overlays "$(others_overlays "$root" "$runtime")")  # (before this run adds its own)
+user_overlays=$(others_overlays "$root" "$runtime")  # (before this run adds its own)
+layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
 generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
 
@@ -266,7 +280,11 @@ pip_on_layers() {
             "repacking the whole venv instead" >&2
         return "$overlay_refused"
     fi
-    use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro" "$writable"
+    if [ -z "$layer_overlays" ]; then  # (once: it says what it leaves out)
+        layer_overlays=$(read_only_overlays "$user_overlays")
+        layer_overlays=${layer_overlays:-none}
+    fi
+    use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
     in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
@@ -285,7 +303,7 @@ pip_on_layers() {
         return "$status"
     fi
     if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
-        use_overlays "$user_overlays" "$squashfs:ro" "$changes:ro"
+        use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro"
         mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
         in_background export_upper "$writable" "$work/overlay/upper" "$work/whiteouts" || status=$?
         if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then

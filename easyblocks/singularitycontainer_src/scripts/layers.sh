@@ -105,8 +105,9 @@ apply_layer() {
         rm -f -- "$excluded"
         return 1  # (an exclude file's lines cannot hold a newline: venv-pip makes no such layer, it repacks)
     fi
+    # (each line from /: unsquashfs drops a backslash that starts a line of an exclude file, which '\*' would lose)
     { [ -z "$(find "$2" -mindepth 1 -print -quit)" ] || remove_other_types "$1" "$2"; } &&
-        patterns_of <"$excluded" | tr '\0' '\n' >"$excluded.patterns" &&
+        patterns_of <"$excluded" | LC_ALL=C sed -z 's|^|/|' | tr '\0' '\n' >"$excluded.patterns" &&
         unsquashfs -f -no-progress -quiet -d "$2" -exclude-file "$excluded.patterns" "$1" >/dev/null || status=$?
     rm -f -- "$excluded" "$excluded.patterns"
     return "$status"

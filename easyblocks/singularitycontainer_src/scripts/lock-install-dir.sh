@@ -39,7 +39,7 @@ open_lock() {
     # read-only, never made by the open (flock takes a read-only descriptor): a link put there since the check is
     # only read through, and take_lock holds it only once it is the file there, which no link is. A FIFO put there
     # since would keep the open waiting for a writer (bash opens without O_NONBLOCK): a watchdog ends the run then.
-    watchdog=$(lock_open_watchdog "$lock")
+    watchdog=$(lock_open_watchdog "$lock" "$(stat -c %i -- "$lock")")
     if ! { exec 9<"$lock"; } 2>/dev/null; then
         stop_watchdog "$watchdog"
         error "cannot open $lock, the lock of this install dir; ask its owner, $(stat -c %U "$lock")"
@@ -50,17 +50,26 @@ open_lock() {
 lock_is_a_file() {  # whether the lock $1 is a regular file (not a link)
     [ -f "$1" ] && [ ! -L "$1" ]
 }
-lock_open_seconds=10  # (an open of a regular file takes microseconds)
-# A process (its pid) that ends this run, saying why, unless stop_watchdog stops it within lock_open_seconds: the open
-# of the lock $1 is waiting on a FIFO that another user put in its place. A session of its own, whose processes
-# stop_watchdog ends together (a sleep left behind would hold the caller's output for as long).
+lock_open_seconds=10  # (an open of a regular file takes microseconds; on a busy Lustre, seconds)
+# A process (its pid) that ends this run, saying why, unless stop_watchdog stops it: every lock_open_seconds it looks
+# whether the open of the lock $1 (the file of inode $2, as checked) waits on a FIFO that another user put in its
+# place (the run waits for a FIFO's writer, or the name is no longer that file); a slow open of the file itself it
+# leaves alone. TERM, then KILL (a run started with TERM ignored cannot trap it). A session of its own, whose
+# processes stop_watchdog ends together (a sleep left behind would hold the caller's output for as long).
 lock_open_watchdog() {
     # shellcheck disable=SC2154  # (command_name: the command's, set before it sources the library)
     local why="$command_name: error: $1 is no longer the lock file (a FIFO, put in its place while it was opened, keeps"
     why+=" the open waiting): remove it (rm $1), then try again"
     # shellcheck disable=SC2016  # (expanded by the watchdog's bash)
-    setsid bash -c 'sleep "$1" && echo "$2" >&2 && kill -TERM "$3"' watchdog "$lock_open_seconds" "$why" "$$" \
-        </dev/null >/dev/null 9>&- &
+    setsid bash -c '
+        while sleep "$1"; do
+            if grep -qs -e fifo -e wait_for_partner "/proc/$4/wchan" || [ ! -f "$2" ] || [ -L "$2" ] ||
+                [ "$(stat -c %i -- "$2" 2>/dev/null)" != "$3" ]; then
+                echo "$5" >&2
+                kill -TERM "$4" 2>/dev/null && sleep 2 && kill -KILL "$4" 2>/dev/null
+                exit 0
+            fi
+        done' watchdog "$lock_open_seconds" "$1" "$2" "$$" "$why" </dev/null >/dev/null 9>&- &
     echo "$!"
 }
 stop_watchdog() {  # the watchdog $1 (lock_open_watchdog), with its sleep; before its setsid, itself

@@ -74,10 +74,12 @@ workdir_candidates() {
         [ -z "$place" ] || [ ! -d "$place" ] || [ ! -w "$place" ] || echo "$place"
     done
 }
-workdir_places() {
+workdir_places() {  # (not one whose path has a ',' or a ':': the runtime's bind and overlay lists cannot hold it)
     local place
     while read -r place; do
-        others_can_replace_in "$place" >/dev/null || realpath -e -- "$place"
+        if ! others_can_replace_in "$place" >/dev/null; then
+            place=$(realpath -e -- "$place") && [[ "$place" != *[,:]* ]] && echo "$place"
+        fi
     done < <(workdir_candidates)
 }
 say_where_others_can_replace() {  # the candidates that are not places, and why (once a run, before make_workdir)
