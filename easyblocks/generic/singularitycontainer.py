@@ -328,15 +328,24 @@ def requirement_names(requirement_lines):
 def owner_group_mode(path):
     """'owner NAME, group NAME, mode 0NNN' of path, with numbers for names the system does not know."""
     info = os.stat(path)
+    return 'owner %s, group %s, mode %04o' % (user_name(info.st_uid), group_name(info.st_gid),
+                                              stat.S_IMODE(info.st_mode))
+
+
+def user_name(uid):
+    """The name of the user uid, or the number where the system does not know it."""
     try:
-        owner = pwd.getpwuid(info.st_uid).pw_name
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
-        owner = str(info.st_uid)
+        return str(uid)
+
+
+def group_name(gid):
+    """The name of the group gid, or the number where the system does not know it."""
     try:
-        group = grp.getgrgid(info.st_gid).gr_name
+        return grp.getgrgid(gid).gr_name
     except KeyError:
-        group = str(info.st_gid)
-    return 'owner %s, group %s, mode %04o' % (owner, group, stat.S_IMODE(info.st_mode))
+        return str(gid)
 
 
 def group_writable_chosen():
@@ -392,20 +401,6 @@ def group_class_writers(path, info):
         if perm & ACL_WRITE and tag == ACL_GROUP and not group_is_only_yours(ident):
             return 'whose ACL lets the group %s write in it' % group_name(ident)
     return ''
-
-
-def user_name(uid):
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def group_name(gid):
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
 
 
 def others_may_write(info, path):
@@ -2716,20 +2711,14 @@ others_can_replace_in() {
 # it has a POSIX ACL, what the mask leaves of the group's entry and of those of named users and groups. Says who. An
 # ACL that cannot be read counts (getfacl is in Debian's and SUSE's acl package).
 group_class_writers() {
-    local acl tag id perms mask=w group_writes=w who='' marker
+    local acl='' unread='' tag id perms mask=w group_writes=w who='' marker
     if ! command -v getfacl >/dev/null || ! acl=$(getfacl -cn -- "$1" 2>/dev/null); then
         # (without getfacl: ls marks a POSIX ACL with '+' after the mode, in the 11th column of its line, and puts
         # ' ' or '.' (an SELinux context) there where there is none: then the mode's group bits are all)
         # shellcheck disable=SC2012  # (its fixed columns, not a name)
         marker=$(ls -ld -- "$1" 2>/dev/null | cut -c 11)
-        if [ "$4" != group ] && ! group_is_only_yours "$2"; then
-            echo "which the group $3 may write in"
-        elif [ "$marker" != ' ' ] && [ "$marker" != . ]; then
-            echo "whose ACL cannot be read here (getfacl, of the acl package)"
-        else
-            return 1
-        fi
-        return 0
+        acl=''
+        [ "$marker" = ' ' ] || [ "$marker" = . ] || unread=yes
     fi
     while IFS=: read -r tag id perms; do
         case "$tag:$id" in
@@ -2759,7 +2748,8 @@ group_class_writers() {
             return 0
         fi
     done <<<"$acl"
-    return 1
+    [ -n "$unread" ] || return 1
+    echo "whose ACL cannot be read here (getfacl, of the acl package)"
 }
 id_name() {  # the name of the user or group ($1: passwd or group) of the number $2, else the number
     local name
@@ -3873,14 +3863,14 @@ use_workdir_tmp() {
 # what pip keeps there (its nearest directory that exists, and up: others_can_replace_in): a wheel planted there would
 # go into the venv. Elsewhere it is off for this run, which says so in one line.
 use_private_pip_cache() {
-    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} why
+    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} existing why
     [ -z "${PIP_NO_CACHE_DIR:-}" ] || return 0
-    while [ ! -e "$cache" ] && [ "$cache" != "${cache%/*}" ]; do
-        cache=${cache%/*}
+    existing=$cache
+    while [ ! -e "$existing" ] && [ "$existing" != "${existing%/*}" ]; do
+        existing=${existing%/*}
     done
-    if why=$(others_can_replace_in "${cache:-/}"); then
-        echo "${0##*/}: not using pip's cache in ${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip}: other" \
-            "users can rename or replace what pip keeps in $why" >&2
+    if why=$(others_can_replace_in "${existing:-/}"); then
+        echo "${0##*/}: not using pip's cache in $cache: other users can rename or replace what pip keeps in $why" >&2
         export PIP_NO_CACHE_DIR=1
     fi
 }

@@ -21,15 +21,24 @@ from .text import printable
 def owner_group_mode(path):
     """'owner NAME, group NAME, mode 0NNN' of path, with numbers for names the system does not know."""
     info = os.stat(path)
+    return 'owner %s, group %s, mode %04o' % (user_name(info.st_uid), group_name(info.st_gid),
+                                              stat.S_IMODE(info.st_mode))
+
+
+def user_name(uid):
+    """The name of the user uid, or the number where the system does not know it."""
     try:
-        owner = pwd.getpwuid(info.st_uid).pw_name
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
-        owner = str(info.st_uid)
+        return str(uid)
+
+
+def group_name(gid):
+    """The name of the group gid, or the number where the system does not know it."""
     try:
-        group = grp.getgrgid(info.st_gid).gr_name
+        return grp.getgrgid(gid).gr_name
     except KeyError:
-        group = str(info.st_gid)
-    return 'owner %s, group %s, mode %04o' % (owner, group, stat.S_IMODE(info.st_mode))
+        return str(gid)
 
 
 def group_writable_chosen():
@@ -85,20 +94,6 @@ def group_class_writers(path, info):
         if perm & ACL_WRITE and tag == ACL_GROUP and not group_is_only_yours(ident):
             return 'whose ACL lets the group %s write in it' % group_name(ident)
     return ''
-
-
-def user_name(uid):
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def group_name(gid):
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
 
 
 def others_may_write(info, path):

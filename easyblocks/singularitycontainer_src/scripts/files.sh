@@ -60,20 +60,14 @@ others_can_replace_in() {
 # it has a POSIX ACL, what the mask leaves of the group's entry and of those of named users and groups. Says who. An
 # ACL that cannot be read counts (getfacl is in Debian's and SUSE's acl package).
 group_class_writers() {
-    local acl tag id perms mask=w group_writes=w who='' marker
+    local acl='' unread='' tag id perms mask=w group_writes=w who='' marker
     if ! command -v getfacl >/dev/null || ! acl=$(getfacl -cn -- "$1" 2>/dev/null); then
         # (without getfacl: ls marks a POSIX ACL with '+' after the mode, in the 11th column of its line, and puts
         # ' ' or '.' (an SELinux context) there where there is none: then the mode's group bits are all)
         # shellcheck disable=SC2012  # (its fixed columns, not a name)
         marker=$(ls -ld -- "$1" 2>/dev/null | cut -c 11)
-        if [ "$4" != group ] && ! group_is_only_yours "$2"; then
-            echo "which the group $3 may write in"
-        elif [ "$marker" != ' ' ] && [ "$marker" != . ]; then
-            echo "whose ACL cannot be read here (getfacl, of the acl package)"
-        else
-            return 1
-        fi
-        return 0
+        acl=''
+        [ "$marker" = ' ' ] || [ "$marker" = . ] || unread=yes
     fi
     while IFS=: read -r tag id perms; do
         case "$tag:$id" in
@@ -103,7 +97,8 @@ group_class_writers() {
             return 0
         fi
     done <<<"$acl"
-    return 1
+    [ -n "$unread" ] || return 1
+    echo "whose ACL cannot be read here (getfacl, of the acl package)"
 }
 id_name() {  # the name of the user or group ($1: passwd or group) of the number $2, else the number
     local name

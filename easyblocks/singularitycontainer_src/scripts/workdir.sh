@@ -51,14 +51,14 @@ use_workdir_tmp() {
 # what pip keeps there (its nearest directory that exists, and up: others_can_replace_in): a wheel planted there would
 # go into the venv. Elsewhere it is off for this run, which says so in one line.
 use_private_pip_cache() {
-    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} why
+    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} existing why
     [ -z "${PIP_NO_CACHE_DIR:-}" ] || return 0
-    while [ ! -e "$cache" ] && [ "$cache" != "${cache%/*}" ]; do
-        cache=${cache%/*}
+    existing=$cache
+    while [ ! -e "$existing" ] && [ "$existing" != "${existing%/*}" ]; do
+        existing=${existing%/*}
     done
-    if why=$(others_can_replace_in "${cache:-/}"); then
-        echo "${0##*/}: not using pip's cache in ${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip}: other" \
-            "users can rename or replace what pip keeps in $why" >&2
+    if why=$(others_can_replace_in "${existing:-/}"); then
+        echo "${0##*/}: not using pip's cache in $cache: other users can rename or replace what pip keeps in $why" >&2
         export PIP_NO_CACHE_DIR=1
     fi
 }
