@@ -98,7 +98,7 @@ LIBRARY = ['bind-user-software.sh', 'change.sh', 'decisions.sh', 'files.sh', 'ke
            'venv-state.sh', 'workdir.sh']
 # Scripts that also run in sh (the module runs the cache rule with sh -c; the venv's pip is a sh script)
 ALSO_SH = ['cache-root-rule.sh', 'pip-changes-venv.sh']
-SCRIPTS = sorted((SOURCES / 'scripts').glob('*.sh'))
+SCRIPTS = sorted((SOURCES / 'scripts').rglob('*.sh'))
 
 
 def shellcheck(path, shell):

@@ -56,7 +56,7 @@ BASH_FUNCTION = re.compile(r'^( *)([A-Za-z_][A-Za-z0-9_-]*)\(\) *\{.*?^\1\}', re
 
 
 def test_bash_functions_are_short():
-    scripts = sorted((REPO / 'easyblocks' / 'singularitycontainer_src' / 'scripts').glob('*.sh')) + \
+    scripts = sorted((REPO / 'easyblocks' / 'singularitycontainer_src' / 'scripts').rglob('*.sh')) + \
         sorted((REPO / 'tools').glob('*.sh'))
     long_ones, found = [], 0
     for path in scripts:

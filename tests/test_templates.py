@@ -181,7 +181,7 @@ def test_pip_changes_venv(shell, args, changes, user):
     --user is a predicate of its own (no variable set as a side effect)."""
     script = ('. "$0"; if pip_changes_venv "$@"; then echo yes; pip_wants_user "$@" && echo yes; else echo no; fi;'
               ' echo "${pip_user-unset}"')
-    out = output_of([shell, '-c', script, str(SCRIPT_SOURCES / 'pip-changes-venv.sh')] + args).split()
+    out = output_of([shell, '-c', script, str(SCRIPT_SOURCES / 'lib' / 'pip-changes-venv.sh')] + args).split()
     assert out == ((['yes', 'yes'] if user else ['yes']) if changes else ['no']) + ['unset']
 
 

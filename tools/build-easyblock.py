@@ -4,7 +4,7 @@
 LUMI includes easyblocks as single .py files, and its EasyBuild's Python has only the standard library: what users
 deploy is one self-contained file. It is written from the package, module by module (MODULES), with
   - the modules' imports gathered at the top (the package's own `from .x import ...` lines dropped),
-  - each `NAME = source('scripts/x.sh')` given the file's text as a string literal, byte for byte,
+  - each `NAME = source('scripts/lib/x.sh')` given the file's text as a string literal, byte for byte,
   - each module's docstring as the heading of its part,
   - the easyblock's class as the first class of the file: EasyBuild's own tests take the first line that starts
     with `class ` for its class, by their rule (EASYBUILD_CLASS_LINE; BUILT_ORDER puts the module easyblock before

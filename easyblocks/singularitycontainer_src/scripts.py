@@ -19,88 +19,88 @@ from .text import PLACEHOLDER, fill_template, sh_str
 # ---------------------------------------------------------------------------------------------------------------
 
 # The start of each command in bin/: its name and help, then the install's library (LIBRARY_TEMPLATE) sourced
-SCRIPT_HEADER = source('scripts/header.sh')
+SCRIPT_HEADER = source('scripts/bin/header.sh')
 
 # The library of the commands in bin/, written once per install (LIBRARY): the install's constants, then the
 # functions they share, from the pieces below (SCRIPT_SNIPPETS)
-LIBRARY_TEMPLATE = source('scripts/library.sh')
+LIBRARY_TEMPLATE = source('scripts/lib/library.sh')
 
 # start-shell, list-packages and the wrappers: start the container with the module's image and runtime.
-LAUNCHER = source('scripts/launcher.sh')
+LAUNCHER = source('scripts/bin/launcher.sh')
 
-LAUNCH_START_SHELL = source('scripts/launch-start-shell.sh')
+LAUNCH_START_SHELL = source('scripts/bin/launch-start-shell.sh')
 
-LAUNCH_COMMAND = source('scripts/launch-command.sh')
+LAUNCH_COMMAND = source('scripts/bin/launch-command.sh')
 
 # Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv.
-LAUNCH_COMMAND_WITH_INIT = source('scripts/launch-command-with-init.sh')
+LAUNCH_COMMAND_WITH_INIT = source('scripts/bin/launch-command-with-init.sh')
 
 # The answer to -h and --help of the commands whose arguments go to another program (the prelude of their LAUNCHER:
 # COMMAND_HELPS).
-COMMAND_HELP = source('scripts/command-help.sh')
+COMMAND_HELP = source('scripts/bin/command-help.sh')
 
 # jupyter-container-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel
 # loads it).
-JUPYTER_KERNEL_ARGS = source('scripts/jupyter-container-kernel-args.sh')
+JUPYTER_KERNEL_ARGS = source('scripts/bin/jupyter-container-kernel-args.sh')
 
-JUPYTER_KERNEL = source('scripts/jupyter-container-kernel.sh')
+JUPYTER_KERNEL = source('scripts/bin/jupyter-container-kernel.sh')
 
 # FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;
 # nothing written, chmod-ed or removed through a name the script did not make; leftovers known by their record.
-FILES = source('scripts/files.sh')
+FILES = source('scripts/lib/files.sh')
 
 # STATE: the packed venv's state, one generation directory named by one link, which a change replaces in one rename.
 # venv-pip, make-squashfs, unmake-squashfs and the wrappers read it (and venv-pip's changes write it) alike.
-VENV_STATE_TEMPLATE = source('scripts/venv-state.sh')
+VENV_STATE_TEMPLATE = source('scripts/lib/venv-state.sh')
 
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
-USER_SOFTWARE_PATHS_TEMPLATE = source('scripts/user-software-paths.sh')
+USER_SOFTWARE_PATHS_TEMPLATE = source('scripts/lib/user-software-paths.sh')
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
 # members can open it; whoever takes it writes who they are beside it (lock_holder reads that). make-squashfs and
 # unmake-squashfs do not wait (take_lock_now; venv-pip does); an install runs make-squashfs while it holds the lock.
-LOCK_INSTALL_DIR_TEMPLATE = source('scripts/lock-install-dir.sh')
+LOCK_INSTALL_DIR_TEMPLATE = source('scripts/lib/lock-install-dir.sh')
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
-PIP_CHANGES_VENV = source('scripts/pip-changes-venv.sh')
+PIP_CHANGES_VENV = source('scripts/lib/pip-changes-venv.sh')
 
 # What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in the trust table,
 # whatever the caller's umask (INSTALL_UMASK, after $root is set); the install's is SingularityContainer.shared_umask().
-READABLE_BY_ALL_TEMPLATE = source('scripts/readable-by-all.sh')
+READABLE_BY_ALL_TEMPLATE = source('scripts/lib/readable-by-all.sh')
 
 # The cache root (module help), written once: the module runs it at load (sh -c), the wrappers and init-conda-venv
 # include it. Its name is predictable, and /tmp is shared: another user can make it first, as an open directory or a
 # link to theirs, and get the user's compiled kernels or hand them their own. So it is used only if it is a real
 # directory of the user's that nobody else can write (made 0700 when absent); anything else gives a fresh private
 # directory beside it and one line on stderr. The fresh one the module took at load is taken again, silently.
-CACHE_ROOT_RULE = source('scripts/cache-root-rule.sh')
+CACHE_ROOT_RULE = source('scripts/lib/cache-root-rule.sh')
 
 # The caches (container_cache_dirs) for the job and node this runs in, in the root of CACHE_ROOT_RULE. A value of
 # the user's stays, and the caches of the same subdir after it follow it (MIOpen's two); a value the module set when
 # it was loaded (elsewhere, or outside the job) moves here. Without a root, the module's values go.
 # Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
-CACHE_SETUP = source('scripts/cache-setup.sh')
+CACHE_SETUP = source('scripts/lib/cache-setup.sh')
 
 # venv-pip: the module's binds with /user-software bound from where the venv is now
-BIND_USER_SOFTWARE = source('scripts/bind-user-software.sh')
+BIND_USER_SOFTWARE = source('scripts/lib/bind-user-software.sh')
 
 # venv-pip: the venv's own Python kept when pip would replace it
-KEEP_VENV_PYTHON = source('scripts/keep-venv-python.sh')
+KEEP_VENV_PYTHON = source('scripts/lib/keep-venv-python.sh')
 
 # The packed venv as layers: venv-pip, make-squashfs and unmake-squashfs read and write them alike.
-LAYERS_TEMPLATE = source('scripts/layers.sh')
+LAYERS_TEMPLATE = source('scripts/lib/layers.sh')
 
 # venv-pip unpacks and packs on node-local storage, not beside the install (on LUMI: Lustre, where tens of thousands
 # of small files are slow to make and read back).
-WORKDIR = source('scripts/workdir.sh')
+WORKDIR = source('scripts/lib/workdir.sh')
 
 # A change of the venv, one way for venv-pip, make-squashfs and unmake-squashfs: begin (the lock, one signal policy),
 # a new generation, commit (the one rename) or abort
-CHANGE = source('scripts/change.sh')
+CHANGE = source('scripts/lib/change.sh')
 
 # venv-pip's decisions (layer, merge or repack), pure functions of what it found
-DECISIONS = source('scripts/decisions.sh')
+DECISIONS = source('scripts/lib/decisions.sh')
 
 # Run by venv-pip in the container (python -c): pip on a writable overlay of the packed venv.
 OVERLAY_PYTHON = source('programs/overlay_python.py')
@@ -114,25 +114,25 @@ EXPORT_UPPER = source('programs/export_upper.py')
 # when it grows); otherwise on a copy unpacked on local storage, packed again. Each new SquashFS file is checked and
 # only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
 # mounted keep it.
-LAUNCH_VENV_PIP = source('scripts/launch-venv-pip.sh')
+LAUNCH_VENV_PIP = source('scripts/bin/launch-venv-pip.sh')
 
-MAKE_SQUASHFS = source('scripts/make-squashfs.sh')
+MAKE_SQUASHFS = source('scripts/bin/make-squashfs.sh')
 
-UNMAKE_SQUASHFS = source('scripts/unmake-squashfs.sh')
+UNMAKE_SQUASHFS = source('scripts/bin/unmake-squashfs.sh')
 
-RUNSCRIPT_INIT = source('scripts/init-conda-venv.sh')
+RUNSCRIPT_INIT = source('scripts/runscripts/init-conda-venv.sh')
 
-RUNSCRIPT_PYTHON_SIMPLE = source('scripts/conda-python-simple.sh')
+RUNSCRIPT_PYTHON_SIMPLE = source('scripts/runscripts/conda-python-simple.sh')
 
-RUNSCRIPT_LIST_PACKAGES = source('scripts/list-packages.sh')
+RUNSCRIPT_LIST_PACKAGES = source('scripts/runscripts/list-packages.sh')
 
 # Sourced by conda-python-distributed and torchrun-distributed: one definition of the master, the port and the
 # per-node set-up. Needs a launcher's variables: srun's, mpiexec's (hydra), mpirun's (Open MPI) or PMIx's.
-RUNSCRIPT_DISTRIBUTED_ENV = source('scripts/distributed-env.sh')
+RUNSCRIPT_DISTRIBUTED_ENV = source('scripts/runscripts/distributed-env.sh')
 
-RUNSCRIPT_PYTHON_DISTRIBUTED = source('scripts/conda-python-distributed.sh')
+RUNSCRIPT_PYTHON_DISTRIBUTED = source('scripts/runscripts/conda-python-distributed.sh')
 
-RUNSCRIPT_TORCHRUN_DISTRIBUTED = source('scripts/torchrun-distributed.sh')
+RUNSCRIPT_TORCHRUN_DISTRIBUTED = source('scripts/runscripts/torchrun-distributed.sh')
 
 # Plain Python, run as the file it is (the tests import it too): no placeholders.
 RUNSCRIPT_GET_MASTER = source('programs/get_master.py')
@@ -154,7 +154,7 @@ DETECT_IMAGE_PYTHON = source('programs/detect_image_python.py')
 # The venv does not use --system-site-packages: for an image whose Python is a venv that would be the wrong
 # packages. IMAGE_PACKAGES_MODULE adds the image's package dirs instead. An image with pip serves the venv
 # (add_pip_scripts): no copy of pip, which is about 1000 files and seconds of install time on Lustre.
-CREATE_VENV = source('scripts/create-venv.sh')
+CREATE_VENV = source('scripts/install/create-venv.sh')
 
 # In the venv's site-packages, imported by a .pth file at every start of its Python.
 IMAGE_PACKAGES = source('programs/image_packages.py')
@@ -165,7 +165,7 @@ IMAGE_COMMANDS = source('programs/image_commands.py')
 # bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
 # Installing into the venv from inside the container cannot work while it is packed (read-only), and --user
 # installs are not seen by it: both are sent to venv-pip, which does it from outside.
-VENV_PIP_SCRIPT_TEMPLATE = source('scripts/venv-pip.sh')
+VENV_PIP_SCRIPT_TEMPLATE = source('scripts/install/venv-pip.sh')
 
 # Run by the sanity check in the container, with the checks as JSON on stdin. No single quotes in it, so that it
 # stays readable in the log once shell-quoted. A component's version matches as pip's == does: '2.9.1' also
