@@ -153,6 +153,24 @@ def test_binds_whose_source_is_missing(tmp_path, demo_sif):
     assert out.stdout.split()[1] == 'True'
 
 
+def test_runtime_options_reach_every_container_start(tmp_path, demo_sif):
+    """container_runtime_options (this kind of runtime's only: the other's option does not exist) reach the install's
+    containers (its container_init stops without them), and with SINGULARITYCONTAINER_RUNTIME_OPTIONS (split at blanks,
+    a tab too) the wrappers, start-shell and venv-pip's."""
+    require_runtime()
+    check = 'test "${SC_OWN:-}" = yes || { echo "SC_OWN is not set: the options were not given" >&2; exit 1; }'
+    inst, idir = install_demo(tmp_path, demo_sif, container_init=check, squash_user_software=False,
+                              container_runtime_options={'apptainer': '--env SC_OWN=yes',
+                                                         'singularity': '--no-such-option-of-singularityce'})
+    show = 'import os; print(os.environ.get("SC_OWN"), os.environ.get("SC_USER"))'
+    hook = 'export SINGULARITYCONTAINER_RUNTIME_OPTIONS=$\'--env SC_USER=1\\t--env=PIP_NO_INPUT=1\'\n'
+    out = inst.module_shell('Demo/1.0', hook + 'python -c %s\nstart-shell -c %s\nvenv-pip config list\n'
+                            % (shlex.quote(show), shlex.quote('python -c %s' % shlex.quote(show))))
+    assert out.stdout.splitlines()[:2] == ['yes 1', 'yes 1'], out.stderr
+    assert ":env:.no-input='1'" in out.stdout.splitlines()[2:], out.stdout
+    assert out.stderr == ''
+
+
 def test_the_images_commands_run_with_the_venv(demo_install):
     """A console script of the image's system Python (#!/usr/bin/python3) runs with the venv's Python."""
     inst, idir = demo_install

@@ -609,7 +609,7 @@ def test_the_overlays_are_read_as_the_runtime_reads_them(install_dir, tmp_path):
     (tmp_path / 'ce' / 'singularity').write_text('')
     (tmp_path / 'apptainer').write_text('')
     (tmp_path / 'singularity').symlink_to('apptainer')
-    program = 'for runtime in ce/singularity apptainer singularity; do runtime_overlays "$runtime"; done'
+    program = 'for runtime in ce/singularity apptainer singularity; do set_runtime_kind; runtime_overlays; done'
     proc = subprocess.run(command(install_dir, program), capture_output=True, text=True, cwd=tmp_path,
                           env=dict(os.environ, SINGULARITY_OVERLAY='/s.img', APPTAINER_OVERLAY='/a.img'))
     assert proc.stdout.split() == ['/s.img', '/a.img', '/a.img'], proc.stderr
@@ -698,3 +698,61 @@ def test_a_whiteout_of_a_name_at_the_top_is_matched_as_itself(install_dir, tmp_p
     assert read_tree(tmp_path / 'unpacked') == dict({path: entry for path, entry in base.items()
                                                      if path not in ('*', ' y')},
                                                     **{'user-software/venv/new': ('f', 'the change')})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The one way into the container: in_container (bash) and container_command (the install's Python) build the same
+# command line, on generated cases
+# ---------------------------------------------------------------------------------------------------------------
+
+# A runtime that prints its arguments, NUL-separated (what the runtime would be started with)
+PRINTING_RUNTIME = '#!/bin/sh\nprintf "%s\\0" "$0" "$@"\n'
+OPTION_PIECES = ['--no-eval', '--rocm', '-B /a:/b', "'quoted words'", '"x y"', '*', '$HOME', '\\n', 'a\tb', 'c\nd',
+                 '  ', '', '--env=A=1', '-e']
+
+
+def test_in_container_and_its_python_twin_start_the_same_command(tmp_path):
+    """For each kind of runtime (Apptainer as 'apptainer', as 'singularity' linked to it, SingularityCE's
+    'singularity'), each entry and --exec, the install's options and the user's SINGULARITYCONTAINER_RUNTIME_OPTIONS
+    drawn from pieces with blanks, quotes, patterns and $: bash's in_container runs exactly the command line that
+    container_command builds, and never expands or globs an option."""
+    from singularitycontainer_src.container import container_command
+    kinds = {}
+    for name, target in (('apptainer', None), ('singularity-apptainer', 'apptainer'), ('ce', None)):
+        place = tmp_path / name
+        place.mkdir()
+        runtime = place / ('apptainer' if name == 'apptainer' else 'singularity')
+        if target:
+            (place / target).write_text(PRINTING_RUNTIME)
+            os.chmod(place / target, 0o755)
+            runtime.symlink_to(target)
+        else:
+            runtime.write_text(PRINTING_RUNTIME)
+            os.chmod(runtime, 0o755)
+        kinds[name] = runtime
+    (tmp_path / 'glob-me').write_text('')  # (a '*' that reached a shell's globbing would become this name)
+    rng = random.Random(55)
+    for case in range(60):
+        own = {kind: ' '.join(rng.choice(OPTION_PIECES) for _ in range(rng.randrange(3)))
+               for kind in ('apptainer', 'singularity') if rng.random() < 0.7}
+        user = ' '.join(rng.choice(OPTION_PIECES) for _ in range(rng.randrange(4)))
+        entry = rng.choice(['exec', 'run'])
+        probe = rng.random() < 0.3
+        name = rng.choice(sorted(kinds))
+        runtime = kinds[name]
+        root = tmp_path / ('install-%d' % case)
+        (root / 'libexec').mkdir(parents=True)
+        (root / LIBRARY).write_text(library_text('Test/1.0', ':', entry=entry, runtime_options=own))
+        command_words = ['python', '-c', 'print("*")', '$HOME']
+        env = dict(os.environ, PATH='%s:%s' % (runtime.parent, os.environ['PATH']))
+        env.pop('SINGULARITYCONTAINER_RUNTIME_OPTIONS', None)
+        if user:
+            env['SINGULARITYCONTAINER_RUNTIME_OPTIONS'] = user
+        program = 'in_container %s/images/x.sif "$@"' % ('--exec ' if probe else '')
+        proc = subprocess.run(command(root, program) + ['cmd'] + command_words, capture_output=True, timeout=60,
+                              env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        started = proc.stdout.decode().split('\0')[:-1]
+        expected = container_command(str(runtime), 'exec' if probe else entry, '/images/x.sif', command_words, own,
+                                     env)
+        assert started == expected, (case, own, user)

@@ -93,8 +93,8 @@ WHOLE = ['conda-python-distributed.sh', 'conda-python-simple.sh', 'distributed-e
          'list-packages.sh', 'torchrun-distributed.sh', 'venv-pip.sh']
 # The library of the runtime's file handling and the venv's state (docs/design.md): functions that
 # take what they work on as arguments; no fragment reads or sets a variable of another, so that everything stays on
-LIBRARY = ['bind-user-software.sh', 'change.sh', 'decisions.sh', 'files.sh', 'keep-venv-python.sh', 'layers.sh',
-           'lock-install-dir.sh', 'pip-changes-venv.sh', 'readable-by-all.sh',
+LIBRARY = ['bind-user-software.sh', 'change.sh', 'container.sh', 'decisions.sh', 'files.sh', 'keep-venv-python.sh',
+           'layers.sh', 'lock-install-dir.sh', 'pip-changes-venv.sh', 'readable-by-all.sh',
            'venv-state.sh', 'workdir.sh']
 # Scripts that also run in sh (the module runs the cache rule with sh -c; the venv's pip is a sh script)
 ALSO_SH = ['cache-root-rule.sh', 'pip-changes-venv.sh']

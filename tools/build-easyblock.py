@@ -28,11 +28,11 @@ EASYBLOCK = os.path.join(REPO, 'easyblocks', 'generic', 'singularitycontainer.py
 PACKAGE = os.path.join(REPO, 'easyblocks', 'singularitycontainer_src')
 CLASS_NAME = 'SingularityContainer'
 # The package's modules, each importing only from those before it (sources: the files' reader, not built in)
-MODULES = ['sources', 'layout', 'text', 'sif', 'requirements', 'install_lock', 'install_dir', 'module_plan', 'scripts',
-           'parameters', 'easyblock']
+MODULES = ['sources', 'layout', 'text', 'container', 'sif', 'requirements', 'install_lock', 'install_dir',
+           'module_plan', 'scripts', 'parameters', 'easyblock']
 # The order in the easyblock: the class before the modules that define classes or hold programs with class lines
-BUILT_ORDER = ['layout', 'text', 'sif', 'requirements', 'install_lock', 'install_dir', 'easyblock', 'module_plan',
-               'scripts', 'parameters']
+BUILT_ORDER = ['layout', 'text', 'container', 'sif', 'requirements', 'install_lock', 'install_dir', 'easyblock',
+               'module_plan', 'scripts', 'parameters']
 RULE = '# ' + '-' * 111
 HEADER = """\
 ##

@@ -213,6 +213,37 @@ def fill_template(template, **values):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# How the install starts a container: the twin of the installed library's in_container (scripts/lib/container.sh),
+# which the tests hold to the same command line.
+# ---------------------------------------------------------------------------------------------------------------
+
+# Options for every container start of the module's commands and of the install, after the entry (exec or run):
+# set by a site's module or the user, as singularity-hpc's SINGULARITY_OPTS
+RUNTIME_OPTIONS_VARIABLE = 'SINGULARITYCONTAINER_RUNTIME_OPTIONS'
+# The kinds of runtime that container_runtime_options names
+RUNTIME_KINDS = ('apptainer', 'singularity')
+
+
+def runtime_kind(runtime):
+    """'apptainer' for Apptainer (also as 'singularity', a link to it), else 'singularity' (SingularityCE)."""
+    real = runtime if os.path.basename(runtime) == 'apptainer' else os.path.realpath(runtime)
+    return 'apptainer' if os.path.basename(real) == 'apptainer' else 'singularity'
+
+
+def option_words(text):
+    """Options as bash's read splits them: words at spaces, tabs and newlines, nothing else taken apart or expanded."""
+    return [word for word in re.split('[ \t\n]+', text) if word]
+
+
+def container_command(runtime, entry, image, command, own_options, environ):
+    """The command line that starts command in the container of image: the runtime, the entry, the install's own
+    options for this kind of runtime (own_options: container_runtime_options), the options of
+    RUNTIME_OPTIONS_VARIABLE in environ, the image, the command."""
+    options = own_options.get(runtime_kind(runtime), '') + ' ' + environ.get(RUNTIME_OPTIONS_VARIABLE, '')
+    return [runtime, entry] + option_words(options) + [image] + list(command)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # SIF files: whether a file is a complete SIF image, and where its root file system starts.
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -1102,7 +1133,8 @@ class SingularityContainer(EasyBlock):
     def write_scripts(self):
         """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
         inside)."""
-        library = library_text(self.full_mod_name, self.cache_setup(), self.cfg['container_conflicts'])
+        library = library_text(self.full_mod_name, self.cache_setup(), self.cfg['container_conflicts'],
+                               self.cfg['container_entry'], self.cfg['container_runtime_options'])
         write_file(os.path.join(self.installdir, LIBRARY), library)
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
@@ -1164,28 +1196,27 @@ class SingularityContainer(EasyBlock):
         """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
         says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself),
         'jupyter-container-kernel' or 'command' (the command <name>, after container_init)."""
-        entry = self.cfg['container_entry']
         if launch == 'shell':
-            return fill_template(LAUNCH_START_SHELL, entry=entry)
+            return LAUNCH_START_SHELL
         if launch == 'venv-pip':
             python = '%s/bin/python' % self.container_venv
             if self.cfg['container_init']:
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
-            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
+            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), python=python,
                                         image_commands_module=IMAGE_COMMANDS_MODULE,
                                         refused_status=OVERLAY_REFUSED_STATUS, export_upper=EXPORT_UPPER,
                                         overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
                                                                      refused_status=OVERLAY_REFUSED_STATUS))
         if launch == 'runscript':
-            return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
+            return fill_template(LAUNCH_COMMAND, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
         if launch == 'jupyter-container-kernel':
             # the venv's Python, started as the wrapper of the command python would start it
             python = self.launch_code('%s/bin/python' % self.container_venv, 'command')
             return fill_template(JUPYTER_KERNEL, container_python=python,
                                  launcher_json=sh_str(json.dumps(os.path.join(self.installdir, 'bin', name))))
         if self.cfg['container_init']:
-            return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=sh_str(name))
-        return fill_template(LAUNCH_COMMAND, entry=entry, command=sh_str(name))
+            return fill_template(LAUNCH_COMMAND_WITH_INIT, command=sh_str(name))
+        return fill_template(LAUNCH_COMMAND, command=sh_str(name))
 
     def create_venv(self):
         """Create the virtual environment /user-software/venv/<name> on top of the image's Python."""
@@ -1295,10 +1326,11 @@ class SingularityContainer(EasyBlock):
                 env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
             env += [(key, value) for key, value in self.cfg['container_env_defaults'].items()
                     if key not in os.environ]
+            command = container_command(self.container_runtime(), self.cfg['container_entry'], self.installed_sif(),
+                                        ['/bin/bash', '-c', 'umask %04o\n%s' % (self.shared_umask(), script)],
+                                        self.cfg['container_runtime_options'], os.environ)
             cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
-                           [sh_str(self.container_runtime()), self.cfg['container_entry'],
-                            sh_str(self.installed_sif()), '/bin/bash', '-c',
-                            sh_str('umask %04o\n%s' % (self.shared_umask(), script))])
+                           [sh_str(word) for word in command])
             return self.run_checked(cmd, what)
         finally:
             if not self.dry_run:
@@ -2268,6 +2300,9 @@ module=@module_word@
 @user_software_paths@
 squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 conflicting_modules=(@conflicts@)  # (container_conflicts)
+container_entry=@entry@  # (exec or run)
+# (container_runtime_options: the options of each kind of runtime, see runtime_option_words)
+runtime_options_apptainer=@runtime_options_apptainer@ runtime_options_singularity=@runtime_options_singularity@
 
 # What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
 # and return a status, and the command decides whether to stop (die: say it, and stop)
@@ -2311,6 +2346,7 @@ no_arguments() {
     esac
 }
 @files@
+@container@
 @readable_by_all@
 @layers@
 @workdir@
@@ -2342,7 +2378,7 @@ if conflicting=$(conflicting_module_loaded); then
     die "module $conflicting, loaded after $module, conflicts with it (their binds collide): module unload" \
         "$conflicting"
 fi
-runtime=$(command -v singularity || command -v apptainer) || die "neither singularity nor apptainer is on PATH"
+find_runtime || exit 1
 # A runtime that is a script (#!/usr/bin/env python3, say) finds this module's wrappers first on PATH: it would
 # start a wrapper, which starts the runtime again, for ever.
 if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
@@ -2372,15 +2408,15 @@ LAUNCH_START_SHELL = r'''
 # With no arguments an interactive shell, else bash with these arguments (e.g. -c 'pip list'); either way
 # init-conda-venv has prepared the image's environment and activated the virtual environment first.
 if [ "$#" -eq 0 ]; then
-    exec "$runtime" @entry@ "$sif" /bin/bash --rcfile /runscripts/init-conda-venv -i
+    in_container "$sif" /bin/bash --rcfile /runscripts/init-conda-venv -i
 fi
 export SINGULARITYENV_BASH_ENV=/runscripts/init-conda-venv APPTAINERENV_BASH_ENV=/runscripts/init-conda-venv
-exec "$runtime" @entry@ "$sif" /bin/bash "$@"'''
+in_container "$sif" /bin/bash "$@"'''
 
-LAUNCH_COMMAND = r'''exec "$runtime" @entry@ "$sif" @command@ "$@"'''
+LAUNCH_COMMAND = r'''in_container "$sif" @command@ "$@"'''
 
 # Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv.
-LAUNCH_COMMAND_WITH_INIT = r'''exec "$runtime" @entry@ "$sif" \
+LAUNCH_COMMAND_WITH_INIT = r'''in_container "$sif" \
     /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"'''
 
 # The answer to -h and --help of the commands whose arguments go to another program (the prelude of their LAUNCHER:
@@ -2645,6 +2681,51 @@ case "$action" in
     remove) remove_kernel "$kernels_dir" "$kernel_name" "$kernels_prefix" ;;
     list) list_kernels ;;
 esac
+'''
+
+# The one place the commands start a container (in_container) and find the runtime
+CONTAINER = r'''# The one place the commands start a container.
+# find_runtime finds the runtime once per command: singularity, else apptainer, on PATH (runtime), and its kind
+# (runtime_kind): apptainer (also as 'singularity', a link to it), or singularity (SingularityCE, or Singularity
+# before the split). The install's twin: container.container_command.
+find_runtime() {
+    [ -z "${runtime_kind:-}" ] || return 0
+    runtime=$(command -v singularity || command -v apptainer) || {
+        error "neither singularity nor apptainer is on PATH: load the module of a container runtime"
+        return 1
+    }
+    set_runtime_kind
+}
+set_runtime_kind() {  # of the runtime $runtime
+    local real=$runtime
+    [ "${real##*/}" = apptainer ] || real=$(readlink -f -- "$runtime")
+    runtime_kind=singularity
+    [ "${real##*/}" != apptainer ] || runtime_kind=apptainer
+}
+# The options every start gives the runtime after its entry (runtime_options, an array): the install's own for this
+# kind of runtime (container_runtime_options), then SINGULARITYCONTAINER_RUNTIME_OPTIONS (a site's module or the
+# user's), both split into words at spaces, tabs and newlines; quotes, patterns and $ are taken as they are
+# shellcheck disable=SC2154  # runtime_options_*: the install's values (library.sh)
+runtime_option_words() {
+    local own=$runtime_options_singularity
+    [ "$runtime_kind" != apptainer ] || own=$runtime_options_apptainer
+    IFS=$' \t\n' read -rd '' -a runtime_options <<<"$own ${SINGULARITYCONTAINER_RUNTIME_OPTIONS:-}" || true
+}
+# in_container [--exec] IMAGE COMMAND...: the runtime in place of this shell (call it in a subshell to come back),
+# with the install's entry (container_entry; --exec: exec, for a probe that must not go through the image's
+# runscript), the runtime's options, the image and the command; without the lock's descriptor 9: the runtime's FUSE
+# daemons can outlive a killed command, and would hold the lock for everyone
+# shellcheck disable=SC2154  # container_entry: the install's value (library.sh)
+in_container() {
+    local entry=$container_entry
+    if [ "$1" = --exec ]; then
+        entry='exec'
+        shift
+    fi
+    find_runtime || exit 1
+    runtime_option_words
+    exec "$runtime" "$entry" "${runtime_options[@]}" "$@" 9>&-
+}
 '''
 
 # FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;
@@ -3430,11 +3511,11 @@ use_for_user_software() {
     APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
-# The overlays that the runtime $2 reads (runtime_overlays) but those of the packed venv of the install dir $1 (in a
+# The overlays that the runtime reads (runtime_overlays) but those of the packed venv of the install dir $1 (in a
 # generation of it, named through its link or not, see STATE): the user's own, which the module found
 others_overlays() {
     local IFS=, entry entries kept=()
-    read -ra entries <<<"$(runtime_overlays "$2")"
+    read -ra entries <<<"$(runtime_overlays)"
     for entry in "${entries[@]}"; do
         if [ -n "$entry" ] && ! of_the_packed_venv "$1" "${entry%:ro}"; then
             kept+=("$entry")
@@ -3442,13 +3523,15 @@ others_overlays() {
     done
     echo "${kept[*]}"
 }
-# The overlays the runtime $1 reads: Apptainer (also as 'singularity', a link to it) APPTAINER_OVERLAY, else
-# SINGULARITY_OVERLAY; SingularityCE only SINGULARITY_OVERLAY (the module sets both alike; a user may change one)
+# The overlays the runtime (find_runtime) reads: Apptainer APPTAINER_OVERLAY, else SINGULARITY_OVERLAY; SingularityCE
+# only SINGULARITY_OVERLAY (the module sets both alike; a user may change one)
+# shellcheck disable=SC2154  # runtime_kind: find_runtime's (container.sh)
 runtime_overlays() {
-    case "$(readlink -f -- "$1")" in
-        */apptainer) echo "${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}" ;;
-        *) echo "${SINGULARITY_OVERLAY:-}" ;;
-    esac
+    if [ "$runtime_kind" = apptainer ]; then
+        echo "${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
+    else
+        echo "${SINGULARITY_OVERLAY:-}"
+    fi
 }
 # The user's overlays $1 (others_overlays) that a change's containers take: the read-only ones (a SquashFS file, or
 # an entry with :ro). A writable one (a directory, an EXT3 image) would be a second beside the change's own, which the
@@ -3752,25 +3835,23 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
     remove_own_tree "$empty"
     return "$status"
 }
-runtime_on_path() {  # the container runtime, as the module's commands find it
-    command -v singularity || command -v apptainer
-}
 # A new, sparse EXT3 image $1 of $2 MiB for a writable overlay (it takes only what is written); the runtime's temporary
 # directory for mkfs.ext3 beside it, not in a TMPDIR that others share
+# shellcheck disable=SC2154  # runtime: find_runtime's (container.sh)
 ext3_layer() {
-    TMPDIR=${1%/*} "$(runtime_on_path)" overlay create --sparse --size "$2" "$1" >/dev/null 9>&-
+    find_runtime && TMPDIR=${1%/*} "$runtime" overlay create --sparse --size "$2" "$1" >/dev/null 9>&-
 }
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout
 runs_in_container() {
-    local runtime output image=$1 stack=$2 binds=$3
+    local output image=$1 stack=$2 binds=$3
     shift 3
-    if ! runtime=$(runtime_on_path); then
+    if ! find_runtime 2>/dev/null; then
         echo "no singularity or apptainer on PATH"
         return 1
     fi
     output=$(SINGULARITY_BINDPATH="$binds" APPTAINER_BINDPATH="$binds" SINGULARITY_OVERLAY="$stack" \
-        APPTAINER_OVERLAY="$stack" "$runtime" exec "$image" "$@" 2>&1 9>&-) && return 0
+        APPTAINER_OVERLAY="$stack" in_container --exec "$image" "$@" 2>&1) && return 0
     echo "${output:-$runtime exec with the overlays $stack and the binds $binds failed}" | tail -n 1
     return 1
 }
@@ -4347,31 +4428,30 @@ if __name__ == "__main__":
 LAUNCH_VENV_PIP = r'''venv=@venv@
 overlay_refused=@refused_status@  # (OVERLAY_PYTHON's status for a change the layers cannot take: a repack instead)
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
-# Every container venv-pip starts (in place of the shell that calls it): the runtime with the arguments $@, with the
+# Every container venv-pip starts (in place of the shell that calls it): in_container with the arguments $@, with the
 # work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
 # pip and what it runs keep their temporary files (at a path of the container's own: the work dir may be where the
-# runtime binds nothing, and the container could not make its path); never with the lock's descriptor (9): the
-# runtime's FUSE daemons outlive a killed venv-pip, and would hold the lock for everyone
+# runtime binds nothing, and the container could not make its path)
 container_tmp=/venv-pip-tmp
-in_container() {
+in_change_container() {
     local bind=${work:+$work/$workdir_tmp:$container_tmp}
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:-}${bind:+${SINGULARITY_BINDPATH:+,}$bind}" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:-}${bind:+${APPTAINER_BINDPATH:+,}$bind}" \
-        SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp exec "$runtime" "$@" 9>&-
+        SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp in_container "$@"
 }
 pip() {
-    in_container @entry@ "$sif" @python@ -m pip "$@"
+    in_change_container "$sif" @python@ -m pip "$@"
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    in_container @entry@ "$sif" @python@ -m @image_commands_module@
+    in_change_container "$sif" @python@ -m @image_commands_module@
 }
 overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    in_container @entry@ "$sif" @python@ -c "$overlay_python" "$@"
+    in_change_container "$sif" @python@ -c "$overlay_python" "$@"
 }
 export_python=$(cat <<'PYTHON'
 @export_upper@
@@ -4385,7 +4465,7 @@ export_upper() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        in_container @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "/venv-pip-work/${2#"$work"/}" \
+        in_change_container "$sif" @python@ -I -c "$export_python" /venv-pip-upper "/venv-pip-work/${2#"$work"/}" \
         "/venv-pip-work/${3#"$work"/}"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
@@ -4444,7 +4524,7 @@ say_paths_the_container_lacks() {
     done
     [ "${#paths[@]}" -gt 0 ] || return 0
     # shellcheck disable=SC2016  # (expanded in the container)
-    missing=$(in_container exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
+    missing=$(in_change_container --exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
         "${paths[@]}" 2>/dev/null) || return 0
     while IFS= read -r path; do
         [ -n "$path" ] || continue
@@ -4468,7 +4548,7 @@ pip_failed() {  # pip (with the arguments $2...) ended with the status $1: say w
     exit "$status"
 }
 container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
-    (in_container exec "$sif" true) >/dev/null 2>&1
+    (in_change_container --exec "$sif" true) >/dev/null 2>&1
 }
 # Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
 layer_is_full() {
@@ -4488,7 +4568,7 @@ venv_state() {
 # The container sees the venv of the state of the install dir (STATE) read-only: of the form $1, the generation $2
 use_state() {
     local others
-    others=$(others_overlays "$root" "$runtime")
+    others=$(others_overlays "$root")
     case "$1" in
         layers) use_overlays "$others" "$2/$squashfs_name:ro" "$2/$changes_name:ro"; use_for_user_software "" ;;
         file) use_overlays "$others"; use_for_user_software "$2/$squashfs_name" image-src=/user-software,ro ;;
@@ -4525,7 +4605,7 @@ writable_kind=$(writable_layer_kind "$generation")
 kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
-user_overlays=$(others_overlays "$root" "$runtime")  # (before this run adds its own)
+user_overlays=$(others_overlays "$root")  # (before this run adds its own)
 layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
 generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"
@@ -5834,6 +5914,7 @@ SCRIPT_SNIPPETS = {
     'change': CHANGE,
     'decisions': DECISIONS,
     'files': FILES,
+    'container': CONTAINER,
     'bind_user_software': BIND_USER_SOFTWARE,
     'keep_venv_python': KEEP_VENV_PYTHON,
     'image_var': LAYERS_IMAGE,
@@ -5852,11 +5933,15 @@ def fill_script_template(template, **values):
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
 
-def library_text(module, cache_setup, conflicts=()):
+def library_text(module, cache_setup, conflicts=(), entry='exec', runtime_options=None):
     """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP),
-    which conflicts with the modules conflicts (container_conflicts)."""
+    which conflicts with the modules conflicts (container_conflicts), whose commands start in the container with
+    entry (container_entry) and the runtime's options runtime_options (container_runtime_options)."""
+    options = runtime_options or {}
     return fill_script_template(LIBRARY_TEMPLATE, module=module, module_word=sh_str(module), library=LIBRARY,
-                                cache_setup=cache_setup, conflicts=' '.join(sh_str(name) for name in conflicts))
+                                cache_setup=cache_setup, conflicts=' '.join(sh_str(name) for name in conflicts),
+                                entry=sh_str(entry), **{'runtime_options_' + kind: sh_str(options.get(kind, ''))
+                                                        for kind in RUNTIME_KINDS})
 
 
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose
@@ -6106,6 +6191,19 @@ def gpu_vendor_problem(value):
     return None if value in GPU_DEVICE_VARIABLES else "%r is not one of %s" % (value, ', '.join(GPU_DEVICE_VARIABLES))
 
 
+def runtime_kind_problem(value):
+    return None if value in RUNTIME_KINDS else "%r is neither 'apptainer' nor 'singularity'" % value
+
+
+def runtime_options_problem(value):
+    """Options are split at blanks, as the user's RUNTIME_OPTIONS_VARIABLE: a quote or a $ would reach the runtime as
+    it is written."""
+    if re.search(r'[\'"$`\\]', value):
+        return ("%r contains a quote, $, ` or \\: the options are split into words at blanks and reach the runtime as "
+                "written, unquoted and unexpanded" % value)
+    return one_line_problem(value)
+
+
 def entry_problem(value):
     return None if value in CONTAINER_ENTRIES else "%r is neither 'exec' nor 'run'" % value
 
@@ -6253,6 +6351,13 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               "(singularity run), for images whose runscript sets things up and ends in exec \"$@\", such as the "
               "LUMI AI Factory images",
               Text(entry_problem), "'exec' or 'run'"),
+    Parameter('container_runtime_options', {},
+              "Options of the runtime's exec and run for every container the module's commands and the install start, "
+              "by the kind of runtime ({'singularity': '--no-eval'}: 'apptainer' is Apptainer, also as 'singularity'; "
+              "'singularity' is SingularityCE), split into words at blanks; %s in the environment (a site's module, or "
+              "the user) adds its own after them" % RUNTIME_OPTIONS_VARIABLE,
+              DictOf(runtime_kind_problem, runtime_options_problem),
+              "a dict of 'apptainer' or 'singularity' to options split at blanks, without quotes, $, ` or \\"),
     Parameter('gpu_vendor', 'amd',
               "The GPUs the image drives: 'amd' (ROCm), 'intel' (Level Zero) or 'nvidia' (CUDA), or 'none'. The "
               "run scripts give each rank its device with the vendor's variable (%s) and count the devices of a "

@@ -36,6 +36,7 @@ from .layout import (CACHE_ROOT, CONTAINER_CHECK_END, CONTAINER_RUNSCRIPTS, CONT
                      USER_SOFTWARE_ENTRIES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK, USER_SOFTWARE_PACKED,
                      USER_SOFTWARE_SQUASHFS, install_umask)
 from .text import fill_template, sh_quoted, sh_str
+from .container import container_command
 from .sif import sif_problem
 from .requirements import requirement_names
 from .install_lock import (group_is_only_yours, group_writable_chosen, keep_lock_private, lock_hint, lock_holder,
@@ -448,7 +449,8 @@ class SingularityContainer(EasyBlock):
     def write_scripts(self):
         """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
         inside)."""
-        library = library_text(self.full_mod_name, self.cache_setup(), self.cfg['container_conflicts'])
+        library = library_text(self.full_mod_name, self.cache_setup(), self.cfg['container_conflicts'],
+                               self.cfg['container_entry'], self.cfg['container_runtime_options'])
         write_file(os.path.join(self.installdir, LIBRARY), library)
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
@@ -510,28 +512,27 @@ class SingularityContainer(EasyBlock):
         """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
         says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself),
         'jupyter-container-kernel' or 'command' (the command <name>, after container_init)."""
-        entry = self.cfg['container_entry']
         if launch == 'shell':
-            return fill_template(LAUNCH_START_SHELL, entry=entry)
+            return LAUNCH_START_SHELL
         if launch == 'venv-pip':
             python = '%s/bin/python' % self.container_venv
             if self.cfg['container_init']:
                 python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
-            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), entry=entry, python=python,
+            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), python=python,
                                         image_commands_module=IMAGE_COMMANDS_MODULE,
                                         refused_status=OVERLAY_REFUSED_STATUS, export_upper=EXPORT_UPPER,
                                         overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
                                                                      refused_status=OVERLAY_REFUSED_STATUS))
         if launch == 'runscript':
-            return fill_template(LAUNCH_COMMAND, entry=entry, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
+            return fill_template(LAUNCH_COMMAND, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
         if launch == 'jupyter-container-kernel':
             # the venv's Python, started as the wrapper of the command python would start it
             python = self.launch_code('%s/bin/python' % self.container_venv, 'command')
             return fill_template(JUPYTER_KERNEL, container_python=python,
                                  launcher_json=sh_str(json.dumps(os.path.join(self.installdir, 'bin', name))))
         if self.cfg['container_init']:
-            return fill_template(LAUNCH_COMMAND_WITH_INIT, entry=entry, command=sh_str(name))
-        return fill_template(LAUNCH_COMMAND, entry=entry, command=sh_str(name))
+            return fill_template(LAUNCH_COMMAND_WITH_INIT, command=sh_str(name))
+        return fill_template(LAUNCH_COMMAND, command=sh_str(name))
 
     def create_venv(self):
         """Create the virtual environment /user-software/venv/<name> on top of the image's Python."""
@@ -641,10 +642,11 @@ class SingularityContainer(EasyBlock):
                 env += [('SINGULARITYENV_' + key, value), ('APPTAINERENV_' + key, value)]
             env += [(key, value) for key, value in self.cfg['container_env_defaults'].items()
                     if key not in os.environ]
+            command = container_command(self.container_runtime(), self.cfg['container_entry'], self.installed_sif(),
+                                        ['/bin/bash', '-c', 'umask %04o\n%s' % (self.shared_umask(), script)],
+                                        self.cfg['container_runtime_options'], os.environ)
             cmd = ' '.join([installer_independent_env()] + [sh_str('%s=%s' % item) for item in env] +
-                           [sh_str(self.container_runtime()), self.cfg['container_entry'],
-                            sh_str(self.installed_sif()), '/bin/bash', '-c',
-                            sh_str('umask %04o\n%s' % (self.shared_umask(), script))])
+                           [sh_str(word) for word in command])
             return self.run_checked(cmd, what)
         finally:
             if not self.dry_run:

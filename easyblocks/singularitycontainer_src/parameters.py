@@ -6,6 +6,7 @@ from collections import OrderedDict, namedtuple
 
 from .layout import (CACHE_DIRS, CACHE_ROOT, CONTAINER_ENTRIES, CONTAINER_USER_SOFTWARE, GPU_DEVICE_VARIABLES,
                      LUMI_CENTRAL_SIF_DEFAULT, LUMI_CENTRAL_SIF_SUBDIR, MODULE_CONTAINER_VARIABLES, MODULE_FAMILY)
+from .container import RUNTIME_KINDS, RUNTIME_OPTIONS_VARIABLE
 from .scripts import MODULE_COMMANDS
 
 
@@ -106,6 +107,19 @@ def container_env_name_problem(value):
 
 def gpu_vendor_problem(value):
     return None if value in GPU_DEVICE_VARIABLES else "%r is not one of %s" % (value, ', '.join(GPU_DEVICE_VARIABLES))
+
+
+def runtime_kind_problem(value):
+    return None if value in RUNTIME_KINDS else "%r is neither 'apptainer' nor 'singularity'" % value
+
+
+def runtime_options_problem(value):
+    """Options are split at blanks, as the user's RUNTIME_OPTIONS_VARIABLE: a quote or a $ would reach the runtime as
+    it is written."""
+    if re.search(r'[\'"$`\\]', value):
+        return ("%r contains a quote, $, ` or \\: the options are split into words at blanks and reach the runtime as "
+                "written, unquoted and unexpanded" % value)
+    return one_line_problem(value)
 
 
 def entry_problem(value):
@@ -255,6 +269,13 @@ PARAMETERS = OrderedDict((parameter.name, parameter) for parameter in [
               "(singularity run), for images whose runscript sets things up and ends in exec \"$@\", such as the "
               "LUMI AI Factory images",
               Text(entry_problem), "'exec' or 'run'"),
+    Parameter('container_runtime_options', {},
+              "Options of the runtime's exec and run for every container the module's commands and the install start, "
+              "by the kind of runtime ({'singularity': '--no-eval'}: 'apptainer' is Apptainer, also as 'singularity'; "
+              "'singularity' is SingularityCE), split into words at blanks; %s in the environment (a site's module, or "
+              "the user) adds its own after them" % RUNTIME_OPTIONS_VARIABLE,
+              DictOf(runtime_kind_problem, runtime_options_problem),
+              "a dict of 'apptainer' or 'singularity' to options split at blanks, without quotes, $, ` or \\"),
     Parameter('gpu_vendor', 'amd',
               "The GPUs the image drives: 'amd' (ROCm), 'intel' (Level Zero) or 'nvidia' (CUDA), or 'none'. The "
               "run scripts give each rank its device with the vendor's variable (%s) and count the devices of a "

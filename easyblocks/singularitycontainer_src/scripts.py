@@ -5,6 +5,7 @@ import textwrap
 from collections import namedtuple
 
 from .sources import source
+from .container import RUNTIME_KINDS
 from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
                      GENERATION_RECORD, GROUP_INSTALL_UMASK, INSTALL_HOLDS_LOCK, INSTALL_UMASK,
                      KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX,
@@ -44,6 +45,9 @@ COMMAND_HELP = source('scripts/bin/command-help.sh')
 JUPYTER_KERNEL_ARGS = source('scripts/bin/jupyter-container-kernel-args.sh')
 
 JUPYTER_KERNEL = source('scripts/bin/jupyter-container-kernel.sh')
+
+# The one place the commands start a container (in_container) and find the runtime
+CONTAINER = source('scripts/lib/container.sh')
 
 # FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;
 # nothing written, chmod-ed or removed through a name the script did not make; leftovers known by their record.
@@ -204,6 +208,7 @@ SCRIPT_SNIPPETS = {
     'change': CHANGE,
     'decisions': DECISIONS,
     'files': FILES,
+    'container': CONTAINER,
     'bind_user_software': BIND_USER_SOFTWARE,
     'keep_venv_python': KEEP_VENV_PYTHON,
     'image_var': LAYERS_IMAGE,
@@ -222,11 +227,15 @@ def fill_script_template(template, **values):
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
 
-def library_text(module, cache_setup, conflicts=()):
+def library_text(module, cache_setup, conflicts=(), entry='exec', runtime_options=None):
     """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP),
-    which conflicts with the modules conflicts (container_conflicts)."""
+    which conflicts with the modules conflicts (container_conflicts), whose commands start in the container with
+    entry (container_entry) and the runtime's options runtime_options (container_runtime_options)."""
+    options = runtime_options or {}
     return fill_script_template(LIBRARY_TEMPLATE, module=module, module_word=sh_str(module), library=LIBRARY,
-                                cache_setup=cache_setup, conflicts=' '.join(sh_str(name) for name in conflicts))
+                                cache_setup=cache_setup, conflicts=' '.join(sh_str(name) for name in conflicts),
+                                entry=sh_str(entry), **{'runtime_options_' + kind: sh_str(options.get(kind, ''))
+                                                        for kind in RUNTIME_KINDS})
 
 
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose

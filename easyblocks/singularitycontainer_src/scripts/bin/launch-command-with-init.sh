@@ -1,2 +1,2 @@
-exec "$runtime" @entry@ "$sif" \
+in_container "$sif" \
     /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"

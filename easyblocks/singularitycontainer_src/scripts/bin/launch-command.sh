@@ -1,1 +1,1 @@
-exec "$runtime" @entry@ "$sif" @command@ "$@"
+in_container "$sif" @command@ "$@"

@@ -1,31 +1,30 @@
 venv=@venv@
 overlay_refused=@refused_status@  # (OVERLAY_PYTHON's status for a change the layers cannot take: a repack instead)
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
-# Every container venv-pip starts (in place of the shell that calls it): the runtime with the arguments $@, with the
+# Every container venv-pip starts (in place of the shell that calls it): in_container with the arguments $@, with the
 # work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
 # pip and what it runs keep their temporary files (at a path of the container's own: the work dir may be where the
-# runtime binds nothing, and the container could not make its path); never with the lock's descriptor (9): the
-# runtime's FUSE daemons outlive a killed venv-pip, and would hold the lock for everyone
+# runtime binds nothing, and the container could not make its path)
 container_tmp=/venv-pip-tmp
-in_container() {
+in_change_container() {
     local bind=${work:+$work/$workdir_tmp:$container_tmp}
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:-}${bind:+${SINGULARITY_BINDPATH:+,}$bind}" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:-}${bind:+${APPTAINER_BINDPATH:+,}$bind}" \
-        SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp exec "$runtime" "$@" 9>&-
+        SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp in_container "$@"
 }
 pip() {
-    in_container @entry@ "$sif" @python@ -m pip "$@"
+    in_change_container "$sif" @python@ -m pip "$@"
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    in_container @entry@ "$sif" @python@ -m @image_commands_module@
+    in_change_container "$sif" @python@ -m @image_commands_module@
 }
 overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    in_container @entry@ "$sif" @python@ -c "$overlay_python" "$@"
+    in_change_container "$sif" @python@ -c "$overlay_python" "$@"
 }
 export_python=$(cat <<'PYTHON'
 @export_upper@
@@ -39,7 +38,7 @@ export_upper() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        in_container @entry@ "$sif" @python@ -I -c "$export_python" /venv-pip-upper "/venv-pip-work/${2#"$work"/}" \
+        in_change_container "$sif" @python@ -I -c "$export_python" /venv-pip-upper "/venv-pip-work/${2#"$work"/}" \
         "/venv-pip-work/${3#"$work"/}"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
@@ -98,7 +97,7 @@ say_paths_the_container_lacks() {
     done
     [ "${#paths[@]}" -gt 0 ] || return 0
     # shellcheck disable=SC2016  # (expanded in the container)
-    missing=$(in_container exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
+    missing=$(in_change_container --exec "$sif" sh -c 'for path; do [ -e "$path" ] || printf "%s\n" "$path"; done' sh \
         "${paths[@]}" 2>/dev/null) || return 0
     while IFS= read -r path; do
         [ -n "$path" ] || continue
@@ -122,7 +121,7 @@ pip_failed() {  # pip (with the arguments $2...) ended with the status $1: say w
     exit "$status"
 }
 container_starts() {  # whether the container starts as the last one was to (with the overlays and binds of now)
-    (in_container exec "$sif" true) >/dev/null 2>&1
+    (in_change_container --exec "$sif" true) >/dev/null 2>&1
 }
 # Whether pip ran out of space in the writable layer $1 (an EXT3 image nearly full of what it wrote)
 layer_is_full() {
@@ -142,7 +141,7 @@ venv_state() {
 # The container sees the venv of the state of the install dir (STATE) read-only: of the form $1, the generation $2
 use_state() {
     local others
-    others=$(others_overlays "$root" "$runtime")
+    others=$(others_overlays "$root")
     case "$1" in
         layers) use_overlays "$others" "$2/$squashfs_name:ro" "$2/$changes_name:ro"; use_for_user_software "" ;;
         file) use_overlays "$others"; use_for_user_software "$2/$squashfs_name" image-src=/user-software,ro ;;
@@ -179,7 +178,7 @@ writable_kind=$(writable_layer_kind "$generation")
 kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
 squashfs="$generation/$squashfs_name"
 changes="$generation/$changes_name"
-user_overlays=$(others_overlays "$root" "$runtime")  # (before this run adds its own)
+user_overlays=$(others_overlays "$root")  # (before this run adds its own)
 layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
 generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
 remove_superseded "$root"

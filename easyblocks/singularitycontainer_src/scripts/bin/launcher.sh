@@ -12,7 +12,7 @@ if conflicting=$(conflicting_module_loaded); then
     die "module $conflicting, loaded after $module, conflicts with it (their binds collide): module unload" \
         "$conflicting"
 fi
-runtime=$(command -v singularity || command -v apptainer) || die "neither singularity nor apptainer is on PATH"
+find_runtime || exit 1
 # A runtime that is a script (#!/usr/bin/env python3, say) finds this module's wrappers first on PATH: it would
 # start a wrapper, which starts the runtime again, for ever.
 if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then

@@ -19,11 +19,11 @@ use_for_user_software() {
     APPTAINER_BINDPATH=$(bind_user_software_from "${APPTAINER_BINDPATH:-}" "$@")
     export SINGULARITY_BINDPATH APPTAINER_BINDPATH
 }
-# The overlays that the runtime $2 reads (runtime_overlays) but those of the packed venv of the install dir $1 (in a
+# The overlays that the runtime reads (runtime_overlays) but those of the packed venv of the install dir $1 (in a
 # generation of it, named through its link or not, see STATE): the user's own, which the module found
 others_overlays() {
     local IFS=, entry entries kept=()
-    read -ra entries <<<"$(runtime_overlays "$2")"
+    read -ra entries <<<"$(runtime_overlays)"
     for entry in "${entries[@]}"; do
         if [ -n "$entry" ] && ! of_the_packed_venv "$1" "${entry%:ro}"; then
             kept+=("$entry")
@@ -31,13 +31,15 @@ others_overlays() {
     done
     echo "${kept[*]}"
 }
-# The overlays the runtime $1 reads: Apptainer (also as 'singularity', a link to it) APPTAINER_OVERLAY, else
-# SINGULARITY_OVERLAY; SingularityCE only SINGULARITY_OVERLAY (the module sets both alike; a user may change one)
+# The overlays the runtime (find_runtime) reads: Apptainer APPTAINER_OVERLAY, else SINGULARITY_OVERLAY; SingularityCE
+# only SINGULARITY_OVERLAY (the module sets both alike; a user may change one)
+# shellcheck disable=SC2154  # runtime_kind: find_runtime's (container.sh)
 runtime_overlays() {
-    case "$(readlink -f -- "$1")" in
-        */apptainer) echo "${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}" ;;
-        *) echo "${SINGULARITY_OVERLAY:-}" ;;
-    esac
+    if [ "$runtime_kind" = apptainer ]; then
+        echo "${APPTAINER_OVERLAY:-${SINGULARITY_OVERLAY:-}}"
+    else
+        echo "${SINGULARITY_OVERLAY:-}"
+    fi
 }
 # The user's overlays $1 (others_overlays) that a change's containers take: the read-only ones (a SquashFS file, or
 # an entry with :ro). A writable one (a directory, an EXT3 image) would be a second beside the change's own, which the

@@ -212,25 +212,23 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
     remove_own_tree "$empty"
     return "$status"
 }
-runtime_on_path() {  # the container runtime, as the module's commands find it
-    command -v singularity || command -v apptainer
-}
 # A new, sparse EXT3 image $1 of $2 MiB for a writable overlay (it takes only what is written); the runtime's temporary
 # directory for mkfs.ext3 beside it, not in a TMPDIR that others share
+# shellcheck disable=SC2154  # runtime: find_runtime's (container.sh)
 ext3_layer() {
-    TMPDIR=${1%/*} "$(runtime_on_path)" overlay create --sparse --size "$2" "$1" >/dev/null 9>&-
+    find_runtime && TMPDIR=${1%/*} "$runtime" overlay create --sparse --size "$2" "$1" >/dev/null 9>&-
 }
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout
 runs_in_container() {
-    local runtime output image=$1 stack=$2 binds=$3
+    local output image=$1 stack=$2 binds=$3
     shift 3
-    if ! runtime=$(runtime_on_path); then
+    if ! find_runtime 2>/dev/null; then
         echo "no singularity or apptainer on PATH"
         return 1
     fi
     output=$(SINGULARITY_BINDPATH="$binds" APPTAINER_BINDPATH="$binds" SINGULARITY_OVERLAY="$stack" \
-        APPTAINER_OVERLAY="$stack" "$runtime" exec "$image" "$@" 2>&1 9>&-) && return 0
+        APPTAINER_OVERLAY="$stack" in_container --exec "$image" "$@" 2>&1) && return 0
     echo "${output:-$runtime exec with the overlays $stack and the binds $binds failed}" | tail -n 1
     return 1
 }

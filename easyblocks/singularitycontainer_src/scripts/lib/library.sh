@@ -8,6 +8,9 @@ module=@module_word@
 @user_software_paths@
 squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
 conflicting_modules=(@conflicts@)  # (container_conflicts)
+container_entry=@entry@  # (exec or run)
+# (container_runtime_options: the options of each kind of runtime, see runtime_option_words)
+runtime_options_apptainer=@runtime_options_apptainer@ runtime_options_singularity=@runtime_options_singularity@
 
 # What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
 # and return a status, and the command decides whether to stop (die: say it, and stop)
@@ -51,6 +54,7 @@ no_arguments() {
     esac
 }
 @files@
+@container@
 @readable_by_all@
 @layers@
 @workdir@
