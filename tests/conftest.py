@@ -13,6 +13,7 @@ from testkit.images import IMAGE_TOOL_COMMAND, make_test_sif
 from testkit.install import (FEATURES, LAIF_PACKAGES, LAIF_SIF_NAME, LITERAL_DEFAULT, RUNTIME, RUNTIME_FEATURES,
                              RUNTIME_SETUID, TORCH_IN_CONTAINER, TORCH_SITE, Missing, demo_easyconfig, install_demo,
                              install_laif, write_wheel)
+from testkit.processes import end_orphans, suite_user_ids
 from testkit.slurm import SLURM_COMMANDS, SlurmCluster
 from testkit.users import MEMBER, OUTSIDER, OWNER, give, missing_users, user
 
@@ -243,6 +244,22 @@ def pytest_runtest_call(item):
         require(False, missing.what)
 
 
+# What the tests left running and the suite ended after them (testkit.processes): {test: [command names]}
+LEFT_RUNNING = {}
+TEST_USER_IDS = suite_user_ids()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a test and its fixtures: the test users' processes that it left running (orphans) end."""
+    try:
+        return (yield)
+    finally:
+        ended = end_orphans(TEST_USER_IDS) if TEST_USER_IDS else {}
+        if ended:
+            LEFT_RUNNING[item.nodeid] = sorted(ended.values())
+
+
 LEFT_OUT = {}
 
 
@@ -338,6 +355,10 @@ def pytest_terminal_summary(terminalreporter):
             json.dump(TIER_TIMES, report)
     terminalreporter.write_line('container runtime: %s (%s), as the test users %s, %s and %s' % (
         RUNTIME, 'setuid' if RUNTIME_SETUID else 'user namespace', OWNER, MEMBER, OUTSIDER))
+    if LEFT_RUNNING:
+        terminalreporter.write_line('ended after their tests, left running by them: %d processes of %d tests (%s)' % (
+            sum(map(len, LEFT_RUNNING.values())), len(LEFT_RUNNING),
+            ', '.join(sorted({name for names in LEFT_RUNNING.values() for name in names}))))
     for why, nodeids in sorted(LEFT_TO_THE_OTHER_RUN.items()):
         terminalreporter.write_line('left out, as the run with the other runtime has them: %s, %d tests' % (
             why, len(nodeids)))

@@ -23,6 +23,7 @@ from support import fresh, require_tools
 from test_venv_pip import PACKED, generations, packed_files
 from singularitycontainer_src.layout import KEEP_SUPERSEDED_MINUTES
 from testkit.install import RUNTIME, base_env, local_wheels, run, spawn, write_wheel
+from testkit.processes import orphans
 from testkit.users import OWNER, give, user as user_named
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -129,21 +130,12 @@ def lock_holders(idir):
 def fuse_daemons():
     """The pids of the runtime's FUSE daemons that run now, orphaned (PPID 1: their container is gone), of the test
     user."""
-    found = set()
-    for proc in Path('/proc').iterdir():
-        try:
-            status = dict(line.split(':\t', 1) for line in (proc / 'status').read_text().splitlines() if ':\t' in line)
-            if status['Name'] in ('squashfuse_ll', 'squashfuse') and status['PPid'] == '1' and \
-                    int(status["Uid"].split()[0]) == user_named(OWNER).uid:
-                found.add(int(proc.name))
-        except (OSError, ValueError, KeyError):
-            continue
-    return found
+    return {pid for pid, name in orphans({user_named(OWNER).uid}).items() if name in ('squashfuse_ll', 'squashfuse')}
 
 
 def kill_leftover_daemons(before):
     """The runtime's FUSE daemons of a killed container live on with PPID 1 (README, known limitations): those that
-    the killed runs left (none that were there before them)."""
+    the killed runs left (none that were there before them), at once (the suite ends the rest after each test)."""
     for pid in fuse_daemons() - before:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -79,4 +79,12 @@ print('both: %d passed, %d failed, %d skipped' % (
     total['tests'] - failed - total['skipped'], failed, total['skipped']))
 PYTHON
 fi
+# The suite leaves no process behind: nothing runs as a run's test users any more (the tests end what they leave:
+# tests/conftest.py, testkit/processes.py)
+for users in lumi ${setuid:+lumis}; do
+    if ! left=$(cd "$(dirname "$0")/.." && LUMI_CT_USERS=$users "$python" -m testkit.processes); then
+        echo "left running as the test users $users-*, after the suite (pid and name): ${left//$'\n'/, }" >&2
+        status=1
+    fi
+done
 exit "$status"

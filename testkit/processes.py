@@ -1,0 +1,58 @@
+"""What a test leaves running: the processes of the suite's test users that outlived whatever started them (their
+parent is now PID 1), such as the runtime's FUSE daemons of a container the fault tests killed (README, known
+limitations) or the child of a killed holder of the lock. The suite ends them after each test (tests/conftest.py),
+so that a run leaves no process behind (tools/run-tests.sh checks that at the end)."""
+import os
+import signal
+import time
+from pathlib import Path
+
+from .users import SWITCHING, TEST_USERS, User, missing_users
+
+
+def suite_user_ids():
+    """The uids of this run's test users (none where the tests cannot switch users: the processes are then the
+    runner's own, and not the suite's to end)."""
+    if not SWITCHING or missing_users():
+        return set()
+    return {User(name).uid for name in TEST_USERS}
+
+
+def orphans(uids, parent='1'):
+    """{pid: command name} of the running processes (not zombies) of the users uids whose parent is PID 1 (parent
+    None: any parent)."""
+    found = {}
+    for proc in Path('/proc').iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            status = dict(line.split(':\t', 1) for line in (proc / 'status').read_text().splitlines() if ':\t' in line)
+            if parent in (None, status['PPid']) and not status['State'].startswith(('Z', 'X')) and \
+                    int(status['Uid'].split()[0]) in uids:
+                found[int(proc.name)] = status['Name']
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
+def end_orphans(uids, grace=2.0):
+    """End the orphans of the users uids (TERM, then KILL after grace seconds); return {pid: name} of those found."""
+    found = orphans(uids)
+    for signal_number, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0)):
+        for pid in found:
+            try:
+                os.kill(pid, signal_number)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and set(orphans(uids)) & set(found):
+            time.sleep(0.05)
+    return found
+
+
+if __name__ == '__main__':
+    # What runs as this run's test users (LUMI_CT_USERS) now: each "pid name", and exit status 1 if anything does
+    running = orphans(suite_user_ids(), parent=None)
+    for pid, name in sorted(running.items()):
+        print(pid, name)
+    raise SystemExit(1 if running else 0)
