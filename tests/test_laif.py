@@ -99,8 +99,9 @@ def test_runscript_runs_for_every_command(laif):
                             'start-shell -c \'echo "$LAIF_RUNSCRIPT_RAN"\'\n'
                             'python -c "import sys; sys.exit(5)" || echo "status $?"\n').stdout.splitlines()
     assert out == ['yes %r' % args, 'yes', 'status 5']
+    assert "\nreadonly container_entry=run " in (idir / 'libexec' / 'commands.sh').read_text()
     for name in ('python', 'start-shell', 'list-packages'):
-        assert '"$runtime" run "$sif"' in (idir / 'bin' / name).read_text()
+        assert 'in_container "$sif"' in (idir / 'bin' / name).read_text()
 
 
 def test_defaults_can_be_overridden(laif):

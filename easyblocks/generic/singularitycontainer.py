@@ -1133,8 +1133,9 @@ class SingularityContainer(EasyBlock):
     def write_scripts(self):
         """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
         inside)."""
-        library = library_text(self.full_mod_name, self.cache_setup(), self.cfg['container_conflicts'],
-                               self.cfg['container_entry'], self.cfg['container_runtime_options'])
+        library = library_text(self.full_mod_name, self.cache_setup(), conflicts=self.cfg['container_conflicts'],
+                               entry=self.cfg['container_entry'], runtime_options=self.cfg['container_runtime_options'],
+                               sif_variable='SIF' + self.var_suffix, sif_name=self.sif_name)
         write_file(os.path.join(self.installdir, LIBRARY), library)
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
@@ -1158,8 +1159,6 @@ class SingularityContainer(EasyBlock):
                                     name_word=sh_quoted(name), library=LIBRARY),
             'module': self.full_mod_name,
             'venv': self.container_venv,
-            'sif_var': 'SIF' + self.var_suffix,
-            'sif_name': sh_str(self.sif_name),
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
             'cache_setup': self.cache_setup(),
@@ -2291,19 +2290,10 @@ unset __library
 # The library of the commands in bin/, written once per install (LIBRARY): the install's constants, then the
 # functions they share, from the pieces below (SCRIPT_SNIPPETS)
 LIBRARY_TEMPLATE = r'''# shellcheck shell=bash
-# @library@: the library of the commands in bin/ of module @module@, sourced by each at its start.
-# Written by EasyBuild's SingularityContainer easyblock. bash reads a sourced file whole, at once: a command that runs
-# has all of it, whatever a reinstall does to this file meanwhile.
-
-# The install's constants
-module=@module_word@
-@user_software_paths@
-squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
-conflicting_modules=(@conflicts@)  # (container_conflicts)
-container_entry=@entry@  # (exec or run)
-# (container_runtime_options: the options of each kind of runtime, see runtime_option_words)
-runtime_options_apptainer=@runtime_options_apptainer@ runtime_options_singularity=@runtime_options_singularity@
-
+# (The install's values come first, read-only, written by the easyblock: scripts.install_values. Then these
+# functions, then the pieces of scripts.LIBRARY_PIECES. bash reads a sourced file whole, at once: a command that runs
+# has all of it, whatever a reinstall does to this file meanwhile.)
+@values@
 # What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
 # and return a status, and the command decides whether to stop (die: say it, and stop)
 error() {
@@ -2345,17 +2335,6 @@ no_arguments() {
             ;;
     esac
 }
-@files@
-@container@
-@readable_by_all@
-@layers@
-@workdir@
-@lock_install_dir@
-@change@
-@decisions@
-@pip_changes_venv@
-@bind_user_software@
-@keep_venv_python@
 # The caches of the install's container_cache_dirs for the job and node this runs in (CACHE_SETUP), exported for the
 # container
 set_up_caches() {
@@ -2370,8 +2349,7 @@ LAUNCHER = r'''@header@
 if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
     die "already running inside a container; this command starts the container itself and would nest it"
 fi
-# shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-sif="${@sif_var@:-}"
+sif="${!sif_variable:-}"
 [ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
 [ -f "$sif" ] || die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
 if conflicting=$(conflicting_module_loaded); then
@@ -2705,7 +2683,6 @@ set_runtime_kind() {  # of the runtime $runtime
 # The options every start gives the runtime after its entry (runtime_options, an array): the install's own for this
 # kind of runtime (container_runtime_options), then SINGULARITYCONTAINER_RUNTIME_OPTIONS (a site's module or the
 # user's), both split into words at spaces, tabs and newlines; quotes, patterns and $ are taken as they are
-# shellcheck disable=SC2154  # runtime_options_*: the install's values (library.sh)
 runtime_option_words() {
     local own=$runtime_options_singularity
     [ "$runtime_kind" != apptainer ] || own=$runtime_options_apptainer
@@ -2715,7 +2692,6 @@ runtime_option_words() {
 # with the install's entry (container_entry; --exec: exec, for a probe that must not go through the image's
 # runscript), the runtime's options, the image and the command; without the lock's descriptor 9: the runtime's FUSE
 # daemons can outlive a killed command, and would hold the lock for everyone
-# shellcheck disable=SC2154  # container_entry: the install's value (library.sh)
 in_container() {
     local entry=$container_entry
     if [ "$1" = --exec ]; then
@@ -2903,16 +2879,16 @@ remove_own_tree() {
 
 # STATE: the packed venv's state, one generation directory named by one link, which a change replaces in one rename.
 # venv-pip, make-squashfs, unmake-squashfs and the wrappers read it (and venv-pip's changes write it) alike.
-VENV_STATE_TEMPLATE = r'''# The packed venv's state (docs/design.md), with FILES.
-# The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
-# holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
-# The form of the venv is recorded there, in @form_record@, by the command that made the generation, and read from
+VENV_STATE = r'''# The packed venv's state (docs/design.md), with FILES.
+# The link $1/$packed_name names a generation: a directory $1/$generation_prefix + XXXXXX (from mktemp)
+# holding $squashfs_name and, where the install stacks layers, $changes_name on top of it.
+# The form of the venv is recorded there, in $form_record, by the command that made the generation, and read from
 # there by the scripts, the module and the easyblock: layers (both files) or one SquashFS file; with no link, the
-# directory @us_dir@/ (also when both are there after unmake-squashfs: the link wins, as in the module).
+# directory $us_dir_name/ (also when both are there after unmake-squashfs: the link wins, as in the module).
 # A generation is never changed once the link names it. A change makes a new one beside it (a SquashFS file that
 # stays is a hard link, no copy) and renames a new link over the old one: one rename(2), so a kill at any moment
 # leaves the old state or the new one, and a container started through the module's commands gets both files of one
-# state (pinned_entries). What no link names is removed @keep_minutes@ minutes after it was superseded, by whoever
+# state (pinned_entries). What no link names is removed $keep_minutes minutes after it was superseded, by whoever
 # changes the venv next: a container that resolved the link just before still finds its files.
 # A node may crash at any moment, with what was written still in its memory (a Lustre client's, or an ext4 that has
 # not written its data back): the new generation's files and directory are on disk before the rename, and the rename
@@ -2920,23 +2896,23 @@ VENV_STATE_TEMPLATE = r'''# The packed venv's state (docs/design.md), with FILES
 
 current_generation() {  # the generation the link of the install dir $1 names (a path), or nothing
     local name
-    name=$(readlink -- "$1/@packed@") || return 0
+    name=$(readlink -- "$1/$packed_name") || return 0
     case "$name" in
-        @generation@*/* | */*) return 0 ;;
-        @generation@?*) [ -d "$1/$name" ] && [ ! -L "$1/$name" ] && echo "$1/$name" ;;
+        "$generation_prefix"*/* | */*) return 0 ;;
+        "$generation_prefix"?*) [ -d "$1/$name" ] && [ ! -L "$1/$name" ] && echo "$1/$name" ;;
     esac
     return 0
 }
 venv_form() {  # layers, file, directory or missing: the venv of the install dir $1 with its generation $2 (or '')
     local form='' squashfs=no changes=no directory=no
     if [ -n "$2" ]; then
-        if [ -f "$2/@form_record@" ] && [ ! -L "$2/@form_record@" ]; then
-            form=$(head -c 16 -- "$2/@form_record@")
+        if [ -f "$2/$form_record" ] && [ ! -L "$2/$form_record" ]; then
+            form=$(head -c 16 -- "$2/$form_record")
         fi
-        [ ! -f "$2/@us_squashfs@" ] || squashfs=yes
-        [ ! -f "$2/@us_changes@" ] || changes=yes
+        [ ! -f "$2/$squashfs_name" ] || squashfs=yes
+        [ ! -f "$2/$changes_name" ] || changes=yes
     fi
-    [ ! -d "$1/@us_dir@" ] || directory=yes
+    [ ! -d "$1/$us_dir_name" ] || directory=yes
     # the recorded form, where its files are there; else (a generation of an earlier version, with no record, or a
     # file deleted) what the files say
     case "$form:$squashfs:$changes" in
@@ -2947,15 +2923,15 @@ venv_form() {  # layers, file, directory or missing: the venv of the install dir
     esac
 }
 record_form() {  # the form $2 (layers or file) of the new generation $1, which the readers take from there
-    echo "$2" >"$1/@form_record@"
+    echo "$2" >"$1/$form_record"
 }
 # A new, empty generation in the install dir $1: its path. It stays private (mktemp's 0700) until make_current gives
 # it the umask's mode: in a project's install, a member who saw it appear could otherwise put links at the names
 # written into it (the record, the SquashFS files) and have them written through.
 new_generation() {
     local generation
-    generation=$(new_private_dir "$1" @generation@) || return 1
-    if ! run_record >"$generation/@record@"; then
+    generation=$(new_private_dir "$1" "$generation_prefix") || return 1
+    if ! run_record >"$generation/$generation_record"; then
         remove_own_tree "$generation"
         return 1
     fi
@@ -2966,32 +2942,32 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
     superseded=$(current_generation "$1")
     # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
     chmod "$(umask_mode 777)" "$2" || return 1
-    link=$(new_link "${2##*/}" "$1" @link@) || return 1
+    link=$(new_link "${2##*/}" "$1" "$link_prefix") || return 1
     # on disk before the link names them: the generation's files, its directory, and its entry and the new link's
     if ! find "$2" -mindepth 1 -maxdepth 1 -type f -exec sync -- {} + || ! sync -- "$2" "$1"; then
         rm -f -- "$link"
         return 1
     fi
-    rename_into_place "$link" "$1/@packed@" || return 1
+    rename_into_place "$link" "$1/$packed_name" || return 1
     # (and the rename: the change is made even if this flush fails, which it then says)
     sync -- "$1" || true
     # the clock of its removal starts now (remove_superseded)
     [ -z "$superseded" ] || touch -c -- "$superseded" 2>/dev/null || true
 }
 # What an earlier change left in the install dir $1 that no link names any more: generations superseded more than
-# @keep_minutes@ minutes ago, a new one whose run was killed, and that run's link. Only real directories made as
+# $keep_minutes minutes ago, a new one whose run was killed, and that run's link. Only real directories made as
 # generations (with their record) and links of the link's pattern; nothing is followed. Say what cannot be removed.
 remove_superseded() {
     local current entry
     current=$(current_generation "$1")
-    for entry in "$1"/@generation@* "$1"/@link@*; do
-        if [ "$entry" = "$current" ] || ! older_than "$entry" @keep_minutes@; then
+    for entry in "$1/$generation_prefix"* "$1/$link_prefix"*; do
+        if [ "$entry" = "$current" ] || ! older_than "$entry" "$keep_minutes"; then
             continue
         fi
         # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
         generation_whole "$current" || return 0
         case "$entry" in
-            "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
+            "$1/$link_prefix"*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
                 if [ ! -L "$entry" ] && [ -d "$entry" ] && [ ! -O "$entry" ] && [ ! -x "$entry" ]; then
                     # (a generation is private to its maker until it is made current: one that never was)
@@ -3001,8 +2977,9 @@ remove_superseded() {
                         "(rm -rf $(printable "$(printf %q "$entry")"))" >&2
                     continue
                 fi
-                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ] &&
-                    [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/@record@")" ]; then
+                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/$generation_record" ] &&
+                    [ ! -L "$entry/$generation_record" ] &&
+                    [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/$generation_record")" ]; then
                     rm -rf --one-file-system -- "$entry" 2>/dev/null ||
                         echo "${0##*/}: warning: cannot remove $(printable "$entry"), an old state of the venv" \
                             "($(stat -c %U -- "$entry")'s): remove it when no job runs from it" >&2
@@ -3028,7 +3005,7 @@ squashfs_whole() {
 generation_whole() {
     local file
     [ -n "$1" ] || return 0
-    for file in "$1/@us_squashfs@" "$1/@us_changes@"; do
+    for file in "$1/$squashfs_name" "$1/$changes_name"; do
         [ ! -e "$file" ] || squashfs_whole "$file" "${2:-}" || return 1
     done
 }
@@ -3037,23 +3014,23 @@ generation_whole() {
 damaged_state() {
     local earlier way=
     # (the latest superseded one: make_current touched it)
-    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\0' |
+    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name "$generation_prefix*" ! -path "$2" -printf '%T@ %f\0' |
         sort -zrn | head -z -n 1 | tr -d '\0')
     if [ -n "$earlier" ]; then
         # (a name that another member may have chosen: quoted for the shell, and printable)
         way="make the link name the state before it (ln -sfnT $(printable "$(printf %q "${earlier#* }")")"
-        way+=" $1/@packed@, then check with"
+        way+=" $1/$packed_name, then check with"
         way+=" list-packages), or "
     fi
     echo "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
         "before they were written?): ${way}reinstall the module (eb --rebuild)"
 }
 through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
-    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/@packed@" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
+    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/$packed_name" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
     case "$(readlink -f -- "$2" 2>/dev/null)" in
-        "$1"/@generation@*/*) return 0 ;;
+        "$1/$generation_prefix"*/*) return 0 ;;
     esac
     through_the_link "$1" "$2"
 }
@@ -3062,16 +3039,16 @@ of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of th
 # only root use a directory); a directory where nothing is recorded (installs of earlier versions)
 writable_layer_kind() {
     local kind=
-    if [ -f "$1/@writable_record@" ] && [ ! -L "$1/@writable_record@" ]; then
-        kind=$(head -c 64 -- "$1/@writable_record@")
+    if [ -f "$1/$writable_record" ] && [ ! -L "$1/$writable_record" ]; then
+        kind=$(head -c 64 -- "$1/$writable_record")
     fi
     [ "$kind" = image ] && echo image || echo directory
 }
 record_writable_layer_kind() {  # the kind $2 for the new generation $1
-    echo "$2" >"$1/@writable_record@"
+    echo "$2" >"$1/$writable_record"
 }
 mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a command of the module leaves it out
-    : >"$1/@empty_mark@"
+    : >"$1/$empty_mark"
 }
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
 # $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
@@ -3084,7 +3061,7 @@ pinned_entries() {
         if [ -n "$2" ] && through_the_link "$1" "$path"; then
             entry="$2/${entry#"${path%/*}"/}"
             # (an empty layer: one mount less at each start)
-            [ "${path##*/}" != @us_changes@ ] || [ ! -e "$2/@empty_mark@" ] || continue
+            [ "${path##*/}" != "$changes_name" ] || [ ! -e "$2/$empty_mark" ] || continue
         fi
         pinned+=("$entry")
     done
@@ -3093,21 +3070,20 @@ pinned_entries() {
 '''
 
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
-USER_SOFTWARE_PATHS_TEMPLATE = r'''# The install dir this script lives in (module loaded or not), and its venv (STATE):
+USER_SOFTWARE_PATHS = r'''# The install dir this script lives in (module loaded or not), and its venv (STATE):
 # the script's own constants
 root=$(readlink -f "${BASH_SOURCE[0]}")
 root=${root%/*/*}
-dir="$root/@us_dir@"
-packed="$root/@packed@"  # (the link, see STATE)
-@venv_state@
+dir="$root/$us_dir_name"
+packed="$root/$packed_name"  # (the link, see STATE)
 '''
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
 # members can open it; whoever takes it writes who they are beside it (lock_holder reads that). make-squashfs and
 # unmake-squashfs do not wait (take_lock_now; venv-pip does); an install runs make-squashfs while it holds the lock.
-LOCK_INSTALL_DIR_TEMPLATE = r'''
-# The lock of the install dir $1 is $1/@lock@, the record of its holder $1/@lock_record@ (with FILES).
+LOCK_INSTALL_DIR = r'''
+# The lock of the install dir $1 is $1/$lock_name, the record of its holder $1/$lock_record_name (with FILES).
 # Nobody but the install's members may open the lock: flock works on a descriptor opened read-only, so a lock that
 # others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
 # install), else 0600; in the install dir's group.
@@ -3127,15 +3103,15 @@ make_private() {
 # replaces the one another run made meanwhile
 make_lock() {
     local new
-    new=$(new_private_file "$1" "@lock@.new.") || { error "cannot write in $1"; return 1; }
+    new=$(new_private_file "$1" "$lock_name.new.") || { error "cannot write in $1"; return 1; }
     make_private "$1" "$new" "$2" || { rm -f -- "$new"; error "cannot give $new the mode $2"; return 1; }
-    ln -T -- "$new" "$1/@lock@" 2>/dev/null || true  # (-T: never into a directory put there)
+    ln -T -- "$new" "$1/$lock_name" 2>/dev/null || true  # (-T: never into a directory put there)
     rm -f -- "$new"
 }
 # The lock of the install dir $1 opened on descriptor 9 (made with the mode $2 if missing), only if it is a regular
 # file: opening a FIFO would wait for a writer, forever. Status 1 (and why) where it cannot be.
 open_lock() {
-    local lock="$1/@lock@" watchdog
+    local lock="$1/$lock_name" watchdog
     if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
         make_lock "$1" "$2" || return 1
     fi
@@ -3196,11 +3172,12 @@ keep_lock_private() {
     if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
         make_private "$1" /dev/fd/9 "$mode" && return 0
     fi
-    new=$(new_private_file "$1" "@lock@.new.") || { error "cannot write in $1"; return 1; }
-    if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 && rename_into_place "$new" "$1/@lock@"; }
+    new=$(new_private_file "$1" "$lock_name.new.") || { error "cannot write in $1"; return 1; }
+    if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 &&
+        rename_into_place "$new" "$1/$lock_name"; }
     then
         rm -f -- "$new"
-        error "cannot replace $1/@lock@, which others can open, with a private one"
+        error "cannot replace $1/$lock_name, which others can open, with a private one"
         return 1
     fi
     exec 9>&8 8>&-
@@ -3209,19 +3186,19 @@ keep_lock_private() {
 # those who wait or are refused: written by each one that takes the lock, as a new file renamed into place
 note_lock_holder() {
     local new
-    new=$(new_private_file "$1" "@lock_record@.new.") || return 0
+    new=$(new_private_file "$1" "$lock_record_name.new.") || return 0
     if echo "$(id -un) $(hostname) $$ ${0##*/}" >"$new" && make_private "$1" "$new" "$2"; then
-        rename_into_place "$new" "$1/@lock_record@" && return 0
+        rename_into_place "$new" "$1/$lock_record_name" && return 0
     fi
     rm -f -- "$new"
 }
 # What a run killed between its mktemp and its rename left beside the lock of the install dir $1 (also the install's
-# Python lock): new files of yours, regular and not links, more than @keep_minutes@ minutes old (a run that is making
+# Python lock): new files of yours, regular and not links, more than $keep_minutes minutes old (a run that is making
 # one now is milliseconds from its rename)
 remove_lock_leftovers() {
     local old
-    for old in "$1/@lock@.new."* "$1/@lock_record@.new."*; do
-        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] && older_than "$old" @keep_minutes@; then
+    for old in "$1/$lock_name.new."* "$1/$lock_record_name.new."*; do
+        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] && older_than "$old" "$keep_minutes"; then
             rm -f -- "$old"
         fi
     done
@@ -3230,7 +3207,7 @@ remove_lock_leftovers() {
 # takes the lock writes its record just after: a record that names a process that has ended here is read again for
 # up to a second before it is taken for the last word.
 lock_holder() {
-    local record="$1/@lock_record@" who host pid what tries=10
+    local record="$1/$lock_record_name" who host pid what tries=10
     while :; do
         if ! { [ -f "$record" ] && [ ! -L "$record" ] &&
             read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
@@ -3249,7 +3226,7 @@ lock_holder() {
 }
 # A lock of the install dir $1 that others can open (as earlier versions made it) may be held by anyone: what to do
 lock_hint() {
-    local lock="$1/@lock@"
+    local lock="$1/$lock_name"
     if [ -f "$lock" ] && (( 8#$(stat -c %a "$lock") & 8#006 )); then
         echo "; $lock is one that users outside the project can open (as earlier versions made it): if no one of" \
             "the project is changing $1, remove it, then try again"
@@ -3270,12 +3247,12 @@ take_lock() {
     while :; do
         open_lock "$root" "$mode" || return 2
         if [ ! -f /dev/fd/9 ]; then
-            error "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
+            error "$root/$lock_name was replaced by something that is not a file while it was opened; remove it"
             return 2
         fi
         flock "$@" 9 || return 1
         # (the name's own inode, in one lstat: a link there, or swapped in and out between two checks, is not it)
-        if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/@lock@" 2>/dev/null)" ]; then
+        if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/$lock_name" 2>/dev/null)" ]; then
             keep_lock_private "$root" "$mode" || return 2
             note_lock_holder "$root" "$mode"
             remove_lock_leftovers "$root"
@@ -3294,10 +3271,9 @@ wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it wa
     take_lock "$1"
 }
 # The lock of the install dir $1 at once, or status 1 where another run holds it; nothing to take where the install
-# that runs this holds it (@holds_lock@ names its install dir: the make-squashfs of an install)
+# that runs this holds it (the variable $holds_lock_var names its install dir: the make-squashfs of an install)
 take_lock_now() {
-    # shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
-    [ "${@holds_lock@:-}" = "$1" ] || take_lock "$1" -n
+    [ "${!holds_lock_var:-}" = "$1" ] || take_lock "$1" -n
 }
 '''
 
@@ -3335,7 +3311,7 @@ pip_wants_user() {
 
 # What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in the trust table,
 # whatever the caller's umask (INSTALL_UMASK, after $root is set); the install's is SingularityContainer.shared_umask().
-READABLE_BY_ALL_TEMPLATE = r'''# The modes of what venv-pip, make-squashfs and unmake-squashfs write:
+READABLE_BY_ALL = r'''# The modes of what venv-pip, make-squashfs and unmake-squashfs write:
 # the install's row in README's trust table, whatever your umask (000, 002, 022, 077): readable for everyone who may
 # read the install dir, never writable by others, writable by the group only in a group install. So do the processes
 # they start (pip in the container, mksquashfs, unsquashfs), which take the umask.
@@ -3344,9 +3320,9 @@ install_is_group_writable() {  # whether the install dir $1 is (a project's shar
 }
 shared_umask() {  # the umask to write in the install dir $1 with
     if install_is_group_writable "$1"; then
-        echo @group_install_umask@
+        echo "$group_install_umask"
     else
-        echo @install_umask@
+        echo "$install_umask"
     fi
 }
 # The same modes for the files of yours in the tree $2 that were written with another umask (pip in start-shell under
@@ -3621,7 +3597,7 @@ keep_venv_python() {  # $1: the venv's bin/, $2: what venv_python_links said bef
 }'''
 
 # The packed venv as layers: venv-pip, make-squashfs and unmake-squashfs read and write them alike.
-LAYERS_TEMPLATE = r'''
+LAYERS = r'''
 # The packed venv as layers: a SquashFS file, and on top of it, if this install stacks layers (make-squashfs checks
 # that the runtime can), the layer of venv-pip's changes since the SquashFS file was packed, a path it removed as a
 # whiteout (a character device 0,0). Both hold user-software/ from the container's root, so that the runtime can stack
@@ -3637,7 +3613,7 @@ pack_tree() {
     local tree=$1 file=$2
     shift 2
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
-        -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
+        -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 "${mksquashfs_options[@]}" "$@" >/dev/null
 }
 # The paths on stdin (NUL-terminated) as unsquashfs patterns that match each path only, NUL-terminated: every ASCII
 # punctuation and blank is escaped with a backslash, which makes it itself (the wildcards * ? [, the extended ones @( +(
@@ -3741,12 +3717,12 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
 # $3 (NUL-terminated paths): its whiteouts, the paths in the file $4 (NUL-terminated; gone from $1 afterwards). The
-# directories pip removed (listed in $1@record@ by OVERLAY_PYTHON, NUL-terminated): one that holds nothing else is
-# removed too; one made again hides what the layers below held in it (as an opaque directory does), and so does a
-# directory where the tree has a file or a link, and the other way round.
+# directories pip removed (listed in $1$emptied_record by OVERLAY_PYTHON, NUL-terminated): one that holds nothing
+# else is removed too; one made again hides what the layers below held in it (as an opaque directory does), and so
+# does a directory where the tree has a file or a link, and the other way round.
 apply_upper() {
     local path top=
-    if [ -f "$1@record@" ]; then
+    if [ -f "$1$emptied_record" ]; then
         while IFS= read -r -d '' path; do  # (sorted: a directory before what is in it)
             path=${path#/}
             if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
@@ -3758,8 +3734,8 @@ apply_upper() {
                     printf '%s\0' "$path" >>"$3"
                 fi
             fi
-        done <"$1@record@"
-        rm -f "$1@record@"
+        done <"$1$emptied_record"
+        rm -f "$1$emptied_record"
     fi
     remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && cat -- "$4" >>"$3" || return 1
     while IFS= read -r -d '' path; do
@@ -4924,8 +4900,7 @@ chmod "$(umask_mode 666)" "$squashfs" "$changes"
 # where the runtime stacks them and gives a change a writable layer on top (a directory, or an EXT3 image under a
 # setuid runtime: recorded), else one SquashFS file that the module binds
 # (the image: the module's, else the install's, in the install dir)
-# shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-image="${@image_var@:-${@sif_var@:-$root/@sif_name@}}"
+image="${!layers_image_var:-${!sif_variable:-$root/$sif_name}}"
 [ -f "$image" ] || die "the image $image is not there, to try the runtime with: load the module (module load" \
     "$module), which finds it, and run make-squashfs again"
 form='file'
@@ -5883,44 +5858,56 @@ if __name__ == "__main__":
 '''
 
 
-VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
-                           link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
-                           empty_mark=EMPTY_LAYER_MARK, writable_record=WRITABLE_LAYER_RECORD, form_record=FORM_RECORD,
-                           us_dir=USER_SOFTWARE, us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME)
-USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
-                                    venv_state=VENV_STATE)
-LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
-LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
-                                 lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
-                                 holds_lock=INSTALL_HOLDS_LOCK)
-READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, install_umask='%04o' % INSTALL_UMASK,
-                                group_install_umask='%04o' % GROUP_INSTALL_UMASK)
-
-
 def cache_root_rule(module, subdirs):
     """CACHE_ROOT_RULE for this module, and the command that runs it with the cache subdirectories (as sh words)."""
     rule = fill_template(CACHE_ROOT_RULE, cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(module))
     return rule, 'singularitycontainer_cache_root %s' % ' '.join(sh_str(sub) for sub in sorted(set(subdirs)))
 
 
-# The pieces above, by their placeholder in the script templates
-SCRIPT_SNIPPETS = {
-    'readable_by_all': READABLE_BY_ALL,
-    'user_software_paths': USER_SOFTWARE_PATHS,
-    'lock_install_dir': LOCK_INSTALL_DIR,
-    'pip_changes_venv': PIP_CHANGES_VENV,
-    'layers': LAYERS,
-    'workdir': WORKDIR,
-    'change': CHANGE,
-    'decisions': DECISIONS,
-    'files': FILES,
-    'container': CONTAINER,
-    'bind_user_software': BIND_USER_SOFTWARE,
-    'keep_venv_python': KEEP_VENV_PYTHON,
-    'image_var': LAYERS_IMAGE,
-    'us_squashfs': SQUASHFS_NAME,
-    'us_changes': CHANGES_NAME,
-}
+# The pieces above that scripts include by their placeholder
+SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV}
+
+# The library's pieces, after its own functions, in this order
+LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY_ALL, LAYERS, WORKDIR, LOCK_INSTALL_DIR,
+                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON]
+
+
+def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif_variable='SIF', sif_name='image.sif'):
+    """The install's values, the library's first lines: read-only variables that its functions and the commands
+    read, from layout.py and the install (the module's name, container_conflicts, container_entry,
+    container_runtime_options, the variable that names the image and the image's file name)."""
+    options = runtime_options or {}
+    words = [
+        ('module', module, "the module's full name"),
+        ('us_dir_name', USER_SOFTWARE, 'the unpacked venv, in the install dir (STATE)'),
+        ('packed_name', USER_SOFTWARE_PACKED, 'the link that names the current generation'),
+        ('generation_prefix', GENERATION_PREFIX, "a generation's name, before mktemp's characters"),
+        ('generation_record', GENERATION_RECORD, 'in a generation: the run that made it'),
+        ('link_prefix', NEW_LINK_PREFIX, 'a new link, before it is renamed over the current one'),
+        ('squashfs_name', SQUASHFS_NAME, "a generation's SquashFS file"),
+        ('changes_name', CHANGES_NAME, 'and its layer of changes on top'),
+        ('empty_mark', EMPTY_LAYER_MARK, 'in a generation whose layer changes nothing'),
+        ('writable_record', WRITABLE_LAYER_RECORD, "how a change gets its writable layer: 'directory' or 'image'"),
+        ('form_record', FORM_RECORD, "the venv's form: 'layers' or 'file'"),
+        ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
+        ('lock_name', USER_SOFTWARE_LOCK, 'the install dir\'s lock'),
+        ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),
+        ('holds_lock_var', INSTALL_HOLDS_LOCK, 'names the install dir whose lock the caller holds (an install)'),
+        ('emptied_record', EMPTIED_RECORD, 'where OVERLAY_PYTHON lists the directories pip emptied'),
+        ('install_umask', '%04o' % INSTALL_UMASK, 'what a change writes: an install only its owner changes'),
+        ('group_install_umask', '%04o' % GROUP_INSTALL_UMASK, "and a project's shared install"),
+        ('layers_image_var', LAYERS_IMAGE, 'names the image make-squashfs tries the layers with'),
+        ('sif_variable', sif_variable, 'names the image where the module is loaded'),
+        ('sif_name', sif_name, "the image's file name in the install dir"),
+        ('container_entry', entry, 'exec or run (container_entry)'),
+    ] + [('runtime_options_' + kind, options.get(kind, ''), 'container_runtime_options of %s' % kind)
+         for kind in RUNTIME_KINDS]
+    arrays = [
+        ('conflicting_modules', ' '.join(sh_str(name) for name in conflicts), 'container_conflicts'),
+        ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
+    ]
+    return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
+                   ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
 
 
 def fill_script_template(template, **values):
@@ -5933,15 +5920,13 @@ def fill_script_template(template, **values):
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
 
-def library_text(module, cache_setup, conflicts=(), entry='exec', runtime_options=None):
+def library_text(module, cache_setup, **values):
     """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP),
-    which conflicts with the modules conflicts (container_conflicts), whose commands start in the container with
-    entry (container_entry) and the runtime's options runtime_options (container_runtime_options)."""
-    options = runtime_options or {}
-    return fill_script_template(LIBRARY_TEMPLATE, module=module, module_word=sh_str(module), library=LIBRARY,
-                                cache_setup=cache_setup, conflicts=' '.join(sh_str(name) for name in conflicts),
-                                entry=sh_str(entry), **{'runtime_options_' + kind: sh_str(options.get(kind, ''))
-                                                        for kind in RUNTIME_KINDS})
+    with the install's values (install_values' keyword arguments)."""
+    head = '# %s: the library of the commands in bin/ of module %s, sourced by each at its start.\n' % (
+        LIBRARY, printable(module))
+    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(module, **values),
+                                cache_setup=cache_setup) + ''.join(LIBRARY_PIECES)
 
 
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose

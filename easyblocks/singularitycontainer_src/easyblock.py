@@ -449,8 +449,9 @@ class SingularityContainer(EasyBlock):
     def write_scripts(self):
         """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
         inside)."""
-        library = library_text(self.full_mod_name, self.cache_setup(), self.cfg['container_conflicts'],
-                               self.cfg['container_entry'], self.cfg['container_runtime_options'])
+        library = library_text(self.full_mod_name, self.cache_setup(), conflicts=self.cfg['container_conflicts'],
+                               entry=self.cfg['container_entry'], runtime_options=self.cfg['container_runtime_options'],
+                               sif_variable='SIF' + self.var_suffix, sif_name=self.sif_name)
         write_file(os.path.join(self.installdir, LIBRARY), library)
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
@@ -474,8 +475,6 @@ class SingularityContainer(EasyBlock):
                                     name_word=sh_quoted(name), library=LIBRARY),
             'module': self.full_mod_name,
             'venv': self.container_venv,
-            'sif_var': 'SIF' + self.var_suffix,
-            'sif_name': sh_str(self.sif_name),
             'container_init': self.cfg['container_init'] or ':',
             'container_init_word': sh_str(self.cfg['container_init']),
             'cache_setup': self.cache_setup(),

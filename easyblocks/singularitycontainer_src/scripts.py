@@ -11,7 +11,7 @@ from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK,
                      KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX,
                      SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED,
                      WRITABLE_LAYER_RECORD)
-from .text import PLACEHOLDER, fill_template, sh_str
+from .text import PLACEHOLDER, fill_template, printable, sh_str
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -55,23 +55,23 @@ FILES = source('scripts/lib/files.sh')
 
 # STATE: the packed venv's state, one generation directory named by one link, which a change replaces in one rename.
 # venv-pip, make-squashfs, unmake-squashfs and the wrappers read it (and venv-pip's changes write it) alike.
-VENV_STATE_TEMPLATE = source('scripts/lib/venv-state.sh')
+VENV_STATE = source('scripts/lib/venv-state.sh')
 
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
-USER_SOFTWARE_PATHS_TEMPLATE = source('scripts/lib/user-software-paths.sh')
+USER_SOFTWARE_PATHS = source('scripts/lib/user-software-paths.sh')
 
 # venv-pip, make-squashfs and unmake-squashfs change the install dir one at a time: they share this lock, with a
 # reinstall. take_lock locks it on descriptor 9; with -n it returns 1 at once if the lock is taken. Only the install's
 # members can open it; whoever takes it writes who they are beside it (lock_holder reads that). make-squashfs and
 # unmake-squashfs do not wait (take_lock_now; venv-pip does); an install runs make-squashfs while it holds the lock.
-LOCK_INSTALL_DIR_TEMPLATE = source('scripts/lib/lock-install-dir.sh')
+LOCK_INSTALL_DIR = source('scripts/lib/lock-install-dir.sh')
 
 # Which pip commands change the venv: venv-pip (outside the container) and the venv's pip (inside) decide alike.
 PIP_CHANGES_VENV = source('scripts/lib/pip-changes-venv.sh')
 
 # What venv-pip, make-squashfs and unmake-squashfs write has the modes of the install's row in the trust table,
 # whatever the caller's umask (INSTALL_UMASK, after $root is set); the install's is SingularityContainer.shared_umask().
-READABLE_BY_ALL_TEMPLATE = source('scripts/lib/readable-by-all.sh')
+READABLE_BY_ALL = source('scripts/lib/readable-by-all.sh')
 
 # The cache root (module help), written once: the module runs it at load (sh -c), the wrappers and init-conda-venv
 # include it. Its name is predictable, and /tmp is shared: another user can make it first, as an open directory or a
@@ -93,7 +93,7 @@ BIND_USER_SOFTWARE = source('scripts/lib/bind-user-software.sh')
 KEEP_VENV_PYTHON = source('scripts/lib/keep-venv-python.sh')
 
 # The packed venv as layers: venv-pip, make-squashfs and unmake-squashfs read and write them alike.
-LAYERS_TEMPLATE = source('scripts/lib/layers.sh')
+LAYERS = source('scripts/lib/layers.sh')
 
 # venv-pip unpacks and packs on node-local storage, not beside the install (on LUMI: Lustre, where tens of thousands
 # of small files are slow to make and read back).
@@ -177,44 +177,56 @@ VENV_PIP_SCRIPT_TEMPLATE = source('scripts/install/venv-pip.sh')
 CONTAINER_CHECK_SCRIPT = source('programs/container_check.py')
 
 
-VENV_STATE = fill_template(VENV_STATE_TEMPLATE, packed=USER_SOFTWARE_PACKED, generation=GENERATION_PREFIX,
-                           link=NEW_LINK_PREFIX, record=GENERATION_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
-                           empty_mark=EMPTY_LAYER_MARK, writable_record=WRITABLE_LAYER_RECORD, form_record=FORM_RECORD,
-                           us_dir=USER_SOFTWARE, us_squashfs=SQUASHFS_NAME, us_changes=CHANGES_NAME)
-USER_SOFTWARE_PATHS = fill_template(USER_SOFTWARE_PATHS_TEMPLATE, us_dir=USER_SOFTWARE, packed=USER_SOFTWARE_PACKED,
-                                    venv_state=VENV_STATE)
-LAYERS = fill_template(LAYERS_TEMPLATE, mksquashfs_options=MKSQUASHFS_OPTIONS, record=EMPTIED_RECORD)
-LOCK_INSTALL_DIR = fill_template(LOCK_INSTALL_DIR_TEMPLATE, lock=USER_SOFTWARE_LOCK,
-                                 lock_record=USER_SOFTWARE_LOCK_RECORD, keep_minutes=str(KEEP_SUPERSEDED_MINUTES),
-                                 holds_lock=INSTALL_HOLDS_LOCK)
-READABLE_BY_ALL = fill_template(READABLE_BY_ALL_TEMPLATE, install_umask='%04o' % INSTALL_UMASK,
-                                group_install_umask='%04o' % GROUP_INSTALL_UMASK)
-
-
 def cache_root_rule(module, subdirs):
     """CACHE_ROOT_RULE for this module, and the command that runs it with the cache subdirectories (as sh words)."""
     rule = fill_template(CACHE_ROOT_RULE, cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(module))
     return rule, 'singularitycontainer_cache_root %s' % ' '.join(sh_str(sub) for sub in sorted(set(subdirs)))
 
 
-# The pieces above, by their placeholder in the script templates
-SCRIPT_SNIPPETS = {
-    'readable_by_all': READABLE_BY_ALL,
-    'user_software_paths': USER_SOFTWARE_PATHS,
-    'lock_install_dir': LOCK_INSTALL_DIR,
-    'pip_changes_venv': PIP_CHANGES_VENV,
-    'layers': LAYERS,
-    'workdir': WORKDIR,
-    'change': CHANGE,
-    'decisions': DECISIONS,
-    'files': FILES,
-    'container': CONTAINER,
-    'bind_user_software': BIND_USER_SOFTWARE,
-    'keep_venv_python': KEEP_VENV_PYTHON,
-    'image_var': LAYERS_IMAGE,
-    'us_squashfs': SQUASHFS_NAME,
-    'us_changes': CHANGES_NAME,
-}
+# The pieces above that scripts include by their placeholder
+SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV}
+
+# The library's pieces, after its own functions, in this order
+LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY_ALL, LAYERS, WORKDIR, LOCK_INSTALL_DIR,
+                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON]
+
+
+def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif_variable='SIF', sif_name='image.sif'):
+    """The install's values, the library's first lines: read-only variables that its functions and the commands
+    read, from layout.py and the install (the module's name, container_conflicts, container_entry,
+    container_runtime_options, the variable that names the image and the image's file name)."""
+    options = runtime_options or {}
+    words = [
+        ('module', module, "the module's full name"),
+        ('us_dir_name', USER_SOFTWARE, 'the unpacked venv, in the install dir (STATE)'),
+        ('packed_name', USER_SOFTWARE_PACKED, 'the link that names the current generation'),
+        ('generation_prefix', GENERATION_PREFIX, "a generation's name, before mktemp's characters"),
+        ('generation_record', GENERATION_RECORD, 'in a generation: the run that made it'),
+        ('link_prefix', NEW_LINK_PREFIX, 'a new link, before it is renamed over the current one'),
+        ('squashfs_name', SQUASHFS_NAME, "a generation's SquashFS file"),
+        ('changes_name', CHANGES_NAME, 'and its layer of changes on top'),
+        ('empty_mark', EMPTY_LAYER_MARK, 'in a generation whose layer changes nothing'),
+        ('writable_record', WRITABLE_LAYER_RECORD, "how a change gets its writable layer: 'directory' or 'image'"),
+        ('form_record', FORM_RECORD, "the venv's form: 'layers' or 'file'"),
+        ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
+        ('lock_name', USER_SOFTWARE_LOCK, 'the install dir\'s lock'),
+        ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),
+        ('holds_lock_var', INSTALL_HOLDS_LOCK, 'names the install dir whose lock the caller holds (an install)'),
+        ('emptied_record', EMPTIED_RECORD, 'where OVERLAY_PYTHON lists the directories pip emptied'),
+        ('install_umask', '%04o' % INSTALL_UMASK, 'what a change writes: an install only its owner changes'),
+        ('group_install_umask', '%04o' % GROUP_INSTALL_UMASK, "and a project's shared install"),
+        ('layers_image_var', LAYERS_IMAGE, 'names the image make-squashfs tries the layers with'),
+        ('sif_variable', sif_variable, 'names the image where the module is loaded'),
+        ('sif_name', sif_name, "the image's file name in the install dir"),
+        ('container_entry', entry, 'exec or run (container_entry)'),
+    ] + [('runtime_options_' + kind, options.get(kind, ''), 'container_runtime_options of %s' % kind)
+         for kind in RUNTIME_KINDS]
+    arrays = [
+        ('conflicting_modules', ' '.join(sh_str(name) for name in conflicts), 'container_conflicts'),
+        ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
+    ]
+    return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
+                   ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
 
 
 def fill_script_template(template, **values):
@@ -227,15 +239,13 @@ def fill_script_template(template, **values):
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
 
-def library_text(module, cache_setup, conflicts=(), entry='exec', runtime_options=None):
+def library_text(module, cache_setup, **values):
     """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP),
-    which conflicts with the modules conflicts (container_conflicts), whose commands start in the container with
-    entry (container_entry) and the runtime's options runtime_options (container_runtime_options)."""
-    options = runtime_options or {}
-    return fill_script_template(LIBRARY_TEMPLATE, module=module, module_word=sh_str(module), library=LIBRARY,
-                                cache_setup=cache_setup, conflicts=' '.join(sh_str(name) for name in conflicts),
-                                entry=sh_str(entry), **{'runtime_options_' + kind: sh_str(options.get(kind, ''))
-                                                        for kind in RUNTIME_KINDS})
+    with the install's values (install_values' keyword arguments)."""
+    head = '# %s: the library of the commands in bin/ of module %s, sourced by each at its start.\n' % (
+        LIBRARY, printable(module))
+    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(module, **values),
+                                cache_setup=cache_setup) + ''.join(LIBRARY_PIECES)
 
 
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose

@@ -4,8 +4,7 @@
 if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
     die "already running inside a container; this command starts the container itself and would nest it"
 fi
-# shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-sif="${@sif_var@:-}"
+sif="${!sif_variable:-}"
 [ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
 [ -f "$sif" ] || die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
 if conflicting=$(conflicting_module_loaded); then

@@ -29,8 +29,7 @@ chmod "$(umask_mode 666)" "$squashfs" "$changes"
 # where the runtime stacks them and gives a change a writable layer on top (a directory, or an EXT3 image under a
 # setuid runtime: recorded), else one SquashFS file that the module binds
 # (the image: the module's, else the install's, in the install dir)
-# shellcheck disable=SC2124  # @sif_var@ is a variable name (SIF or SIF<NAME>), filled at install
-image="${@image_var@:-${@sif_var@:-$root/@sif_name@}}"
+image="${!layers_image_var:-${!sif_variable:-$root/$sif_name}}"
 [ -f "$image" ] || die "the image $image is not there, to try the runtime with: load the module (module load" \
     "$module), which finds it, and run make-squashfs again"
 form='file'

@@ -19,7 +19,6 @@ set_runtime_kind() {  # of the runtime $runtime
 # The options every start gives the runtime after its entry (runtime_options, an array): the install's own for this
 # kind of runtime (container_runtime_options), then SINGULARITYCONTAINER_RUNTIME_OPTIONS (a site's module or the
 # user's), both split into words at spaces, tabs and newlines; quotes, patterns and $ are taken as they are
-# shellcheck disable=SC2154  # runtime_options_*: the install's values (library.sh)
 runtime_option_words() {
     local own=$runtime_options_singularity
     [ "$runtime_kind" != apptainer ] || own=$runtime_options_apptainer
@@ -29,7 +28,6 @@ runtime_option_words() {
 # with the install's entry (container_entry; --exec: exec, for a probe that must not go through the image's
 # runscript), the runtime's options, the image and the command; without the lock's descriptor 9: the runtime's FUSE
 # daemons can outlive a killed command, and would hold the lock for everyone
-# shellcheck disable=SC2154  # container_entry: the install's value (library.sh)
 in_container() {
     local entry=$container_entry
     if [ "$1" = --exec ]; then

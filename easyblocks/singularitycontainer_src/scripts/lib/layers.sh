@@ -14,7 +14,7 @@ pack_tree() {
     local tree=$1 file=$2
     shift 2
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
-        -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 @mksquashfs_options@ "$@" >/dev/null
+        -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 "${mksquashfs_options[@]}" "$@" >/dev/null
 }
 # The paths on stdin (NUL-terminated) as unsquashfs patterns that match each path only, NUL-terminated: every ASCII
 # punctuation and blank is escaped with a backslash, which makes it itself (the wildcards * ? [, the extended ones @( +(
@@ -118,12 +118,12 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
 }
 # The writable overlay's upper directory $1 (what pip changed) onto the tree $2; what it removed is added to the list
 # $3 (NUL-terminated paths): its whiteouts, the paths in the file $4 (NUL-terminated; gone from $1 afterwards). The
-# directories pip removed (listed in $1@record@ by OVERLAY_PYTHON, NUL-terminated): one that holds nothing else is
-# removed too; one made again hides what the layers below held in it (as an opaque directory does), and so does a
-# directory where the tree has a file or a link, and the other way round.
+# directories pip removed (listed in $1$emptied_record by OVERLAY_PYTHON, NUL-terminated): one that holds nothing
+# else is removed too; one made again hides what the layers below held in it (as an opaque directory does), and so
+# does a directory where the tree has a file or a link, and the other way round.
 apply_upper() {
     local path top=
-    if [ -f "$1@record@" ]; then
+    if [ -f "$1$emptied_record" ]; then
         while IFS= read -r -d '' path; do  # (sorted: a directory before what is in it)
             path=${path#/}
             if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
@@ -135,8 +135,8 @@ apply_upper() {
                     printf '%s\0' "$path" >>"$3"
                 fi
             fi
-        done <"$1@record@"
-        rm -f "$1@record@"
+        done <"$1$emptied_record"
+        rm -f "$1$emptied_record"
     fi
     remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && cat -- "$4" >>"$3" || return 1
     while IFS= read -r -d '' path; do

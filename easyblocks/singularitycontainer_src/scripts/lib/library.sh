@@ -1,17 +1,8 @@
 # shellcheck shell=bash
-# @library@: the library of the commands in bin/ of module @module@, sourced by each at its start.
-# Written by EasyBuild's SingularityContainer easyblock. bash reads a sourced file whole, at once: a command that runs
-# has all of it, whatever a reinstall does to this file meanwhile.
-
-# The install's constants
-module=@module_word@
-@user_software_paths@
-squashfs_name=@us_squashfs@ changes_name=@us_changes@  # (the files of a generation, STATE)
-conflicting_modules=(@conflicts@)  # (container_conflicts)
-container_entry=@entry@  # (exec or run)
-# (container_runtime_options: the options of each kind of runtime, see runtime_option_words)
-runtime_options_apptainer=@runtime_options_apptainer@ runtime_options_singularity=@runtime_options_singularity@
-
+# (The install's values come first, read-only, written by the easyblock: scripts.install_values. Then these
+# functions, then the pieces of scripts.LIBRARY_PIECES. bash reads a sourced file whole, at once: a command that runs
+# has all of it, whatever a reinstall does to this file meanwhile.)
+@values@
 # What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
 # and return a status, and the command decides whether to stop (die: say it, and stop)
 error() {
@@ -53,17 +44,6 @@ no_arguments() {
             ;;
     esac
 }
-@files@
-@container@
-@readable_by_all@
-@layers@
-@workdir@
-@lock_install_dir@
-@change@
-@decisions@
-@pip_changes_venv@
-@bind_user_software@
-@keep_venv_python@
 # The caches of the install's container_cache_dirs for the job and node this runs in (CACHE_SETUP), exported for the
 # container
 set_up_caches() {

@@ -1,5 +1,5 @@
 
-# The lock of the install dir $1 is $1/@lock@, the record of its holder $1/@lock_record@ (with FILES).
+# The lock of the install dir $1 is $1/$lock_name, the record of its holder $1/$lock_record_name (with FILES).
 # Nobody but the install's members may open the lock: flock works on a descriptor opened read-only, so a lock that
 # others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
 # install), else 0600; in the install dir's group.
@@ -19,15 +19,15 @@ make_private() {
 # replaces the one another run made meanwhile
 make_lock() {
     local new
-    new=$(new_private_file "$1" "@lock@.new.") || { error "cannot write in $1"; return 1; }
+    new=$(new_private_file "$1" "$lock_name.new.") || { error "cannot write in $1"; return 1; }
     make_private "$1" "$new" "$2" || { rm -f -- "$new"; error "cannot give $new the mode $2"; return 1; }
-    ln -T -- "$new" "$1/@lock@" 2>/dev/null || true  # (-T: never into a directory put there)
+    ln -T -- "$new" "$1/$lock_name" 2>/dev/null || true  # (-T: never into a directory put there)
     rm -f -- "$new"
 }
 # The lock of the install dir $1 opened on descriptor 9 (made with the mode $2 if missing), only if it is a regular
 # file: opening a FIFO would wait for a writer, forever. Status 1 (and why) where it cannot be.
 open_lock() {
-    local lock="$1/@lock@" watchdog
+    local lock="$1/$lock_name" watchdog
     if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
         make_lock "$1" "$2" || return 1
     fi
@@ -88,11 +88,12 @@ keep_lock_private() {
     if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
         make_private "$1" /dev/fd/9 "$mode" && return 0
     fi
-    new=$(new_private_file "$1" "@lock@.new.") || { error "cannot write in $1"; return 1; }
-    if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 && rename_into_place "$new" "$1/@lock@"; }
+    new=$(new_private_file "$1" "$lock_name.new.") || { error "cannot write in $1"; return 1; }
+    if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 &&
+        rename_into_place "$new" "$1/$lock_name"; }
     then
         rm -f -- "$new"
-        error "cannot replace $1/@lock@, which others can open, with a private one"
+        error "cannot replace $1/$lock_name, which others can open, with a private one"
         return 1
     fi
     exec 9>&8 8>&-
@@ -101,19 +102,19 @@ keep_lock_private() {
 # those who wait or are refused: written by each one that takes the lock, as a new file renamed into place
 note_lock_holder() {
     local new
-    new=$(new_private_file "$1" "@lock_record@.new.") || return 0
+    new=$(new_private_file "$1" "$lock_record_name.new.") || return 0
     if echo "$(id -un) $(hostname) $$ ${0##*/}" >"$new" && make_private "$1" "$new" "$2"; then
-        rename_into_place "$new" "$1/@lock_record@" && return 0
+        rename_into_place "$new" "$1/$lock_record_name" && return 0
     fi
     rm -f -- "$new"
 }
 # What a run killed between its mktemp and its rename left beside the lock of the install dir $1 (also the install's
-# Python lock): new files of yours, regular and not links, more than @keep_minutes@ minutes old (a run that is making
+# Python lock): new files of yours, regular and not links, more than $keep_minutes minutes old (a run that is making
 # one now is milliseconds from its rename)
 remove_lock_leftovers() {
     local old
-    for old in "$1/@lock@.new."* "$1/@lock_record@.new."*; do
-        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] && older_than "$old" @keep_minutes@; then
+    for old in "$1/$lock_name.new."* "$1/$lock_record_name.new."*; do
+        if [ ! -L "$old" ] && [ -f "$old" ] && [ -O "$old" ] && older_than "$old" "$keep_minutes"; then
             rm -f -- "$old"
         fi
     done
@@ -122,7 +123,7 @@ remove_lock_leftovers() {
 # takes the lock writes its record just after: a record that names a process that has ended here is read again for
 # up to a second before it is taken for the last word.
 lock_holder() {
-    local record="$1/@lock_record@" who host pid what tries=10
+    local record="$1/$lock_record_name" who host pid what tries=10
     while :; do
         if ! { [ -f "$record" ] && [ ! -L "$record" ] &&
             read -r who host pid what < <(timeout 2 head -c 256 -- "$record" 2>/dev/null) && [ -n "$what" ] &&
@@ -141,7 +142,7 @@ lock_holder() {
 }
 # A lock of the install dir $1 that others can open (as earlier versions made it) may be held by anyone: what to do
 lock_hint() {
-    local lock="$1/@lock@"
+    local lock="$1/$lock_name"
     if [ -f "$lock" ] && (( 8#$(stat -c %a "$lock") & 8#006 )); then
         echo "; $lock is one that users outside the project can open (as earlier versions made it): if no one of" \
             "the project is changing $1, remove it, then try again"
@@ -162,12 +163,12 @@ take_lock() {
     while :; do
         open_lock "$root" "$mode" || return 2
         if [ ! -f /dev/fd/9 ]; then
-            error "$root/@lock@ was replaced by something that is not a file while it was opened; remove it"
+            error "$root/$lock_name was replaced by something that is not a file while it was opened; remove it"
             return 2
         fi
         flock "$@" 9 || return 1
         # (the name's own inode, in one lstat: a link there, or swapped in and out between two checks, is not it)
-        if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/@lock@" 2>/dev/null)" ]; then
+        if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/$lock_name" 2>/dev/null)" ]; then
             keep_lock_private "$root" "$mode" || return 2
             note_lock_holder "$root" "$mode"
             remove_lock_leftovers "$root"
@@ -186,8 +187,7 @@ wait_for_lock() {  # take_lock of the install dir $1, saying once for whom it wa
     take_lock "$1"
 }
 # The lock of the install dir $1 at once, or status 1 where another run holds it; nothing to take where the install
-# that runs this holds it (@holds_lock@ names its install dir: the make-squashfs of an install)
+# that runs this holds it (the variable $holds_lock_var names its install dir: the make-squashfs of an install)
 take_lock_now() {
-    # shellcheck disable=SC2198  # @holds_lock@ is a variable name, filled at install
-    [ "${@holds_lock@:-}" = "$1" ] || take_lock "$1" -n
+    [ "${!holds_lock_var:-}" = "$1" ] || take_lock "$1" -n
 }

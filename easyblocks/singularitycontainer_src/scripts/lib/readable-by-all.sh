@@ -7,9 +7,9 @@ install_is_group_writable() {  # whether the install dir $1 is (a project's shar
 }
 shared_umask() {  # the umask to write in the install dir $1 with
     if install_is_group_writable "$1"; then
-        echo @group_install_umask@
+        echo "$group_install_umask"
     else
-        echo @install_umask@
+        echo "$install_umask"
     fi
 }
 # The same modes for the files of yours in the tree $2 that were written with another umask (pip in start-shell under

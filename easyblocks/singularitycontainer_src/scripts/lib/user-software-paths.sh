@@ -2,6 +2,5 @@
 # the script's own constants
 root=$(readlink -f "${BASH_SOURCE[0]}")
 root=${root%/*/*}
-dir="$root/@us_dir@"
-packed="$root/@packed@"  # (the link, see STATE)
-@venv_state@
+dir="$root/$us_dir_name"
+packed="$root/$packed_name"  # (the link, see STATE)

@@ -1,13 +1,13 @@
 # The packed venv's state (docs/design.md), with FILES.
-# The link $1/@packed@ names a generation: a directory $1/@generation@XXXXXX (from mktemp)
-# holding @us_squashfs@ and, where the install stacks layers, @us_changes@ on top of it.
-# The form of the venv is recorded there, in @form_record@, by the command that made the generation, and read from
+# The link $1/$packed_name names a generation: a directory $1/$generation_prefix + XXXXXX (from mktemp)
+# holding $squashfs_name and, where the install stacks layers, $changes_name on top of it.
+# The form of the venv is recorded there, in $form_record, by the command that made the generation, and read from
 # there by the scripts, the module and the easyblock: layers (both files) or one SquashFS file; with no link, the
-# directory @us_dir@/ (also when both are there after unmake-squashfs: the link wins, as in the module).
+# directory $us_dir_name/ (also when both are there after unmake-squashfs: the link wins, as in the module).
 # A generation is never changed once the link names it. A change makes a new one beside it (a SquashFS file that
 # stays is a hard link, no copy) and renames a new link over the old one: one rename(2), so a kill at any moment
 # leaves the old state or the new one, and a container started through the module's commands gets both files of one
-# state (pinned_entries). What no link names is removed @keep_minutes@ minutes after it was superseded, by whoever
+# state (pinned_entries). What no link names is removed $keep_minutes minutes after it was superseded, by whoever
 # changes the venv next: a container that resolved the link just before still finds its files.
 # A node may crash at any moment, with what was written still in its memory (a Lustre client's, or an ext4 that has
 # not written its data back): the new generation's files and directory are on disk before the rename, and the rename
@@ -15,23 +15,23 @@
 
 current_generation() {  # the generation the link of the install dir $1 names (a path), or nothing
     local name
-    name=$(readlink -- "$1/@packed@") || return 0
+    name=$(readlink -- "$1/$packed_name") || return 0
     case "$name" in
-        @generation@*/* | */*) return 0 ;;
-        @generation@?*) [ -d "$1/$name" ] && [ ! -L "$1/$name" ] && echo "$1/$name" ;;
+        "$generation_prefix"*/* | */*) return 0 ;;
+        "$generation_prefix"?*) [ -d "$1/$name" ] && [ ! -L "$1/$name" ] && echo "$1/$name" ;;
     esac
     return 0
 }
 venv_form() {  # layers, file, directory or missing: the venv of the install dir $1 with its generation $2 (or '')
     local form='' squashfs=no changes=no directory=no
     if [ -n "$2" ]; then
-        if [ -f "$2/@form_record@" ] && [ ! -L "$2/@form_record@" ]; then
-            form=$(head -c 16 -- "$2/@form_record@")
+        if [ -f "$2/$form_record" ] && [ ! -L "$2/$form_record" ]; then
+            form=$(head -c 16 -- "$2/$form_record")
         fi
-        [ ! -f "$2/@us_squashfs@" ] || squashfs=yes
-        [ ! -f "$2/@us_changes@" ] || changes=yes
+        [ ! -f "$2/$squashfs_name" ] || squashfs=yes
+        [ ! -f "$2/$changes_name" ] || changes=yes
     fi
-    [ ! -d "$1/@us_dir@" ] || directory=yes
+    [ ! -d "$1/$us_dir_name" ] || directory=yes
     # the recorded form, where its files are there; else (a generation of an earlier version, with no record, or a
     # file deleted) what the files say
     case "$form:$squashfs:$changes" in
@@ -42,15 +42,15 @@ venv_form() {  # layers, file, directory or missing: the venv of the install dir
     esac
 }
 record_form() {  # the form $2 (layers or file) of the new generation $1, which the readers take from there
-    echo "$2" >"$1/@form_record@"
+    echo "$2" >"$1/$form_record"
 }
 # A new, empty generation in the install dir $1: its path. It stays private (mktemp's 0700) until make_current gives
 # it the umask's mode: in a project's install, a member who saw it appear could otherwise put links at the names
 # written into it (the record, the SquashFS files) and have them written through.
 new_generation() {
     local generation
-    generation=$(new_private_dir "$1" @generation@) || return 1
-    if ! run_record >"$generation/@record@"; then
+    generation=$(new_private_dir "$1" "$generation_prefix") || return 1
+    if ! run_record >"$generation/$generation_record"; then
         remove_own_tree "$generation"
         return 1
     fi
@@ -61,32 +61,32 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
     superseded=$(current_generation "$1")
     # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
     chmod "$(umask_mode 777)" "$2" || return 1
-    link=$(new_link "${2##*/}" "$1" @link@) || return 1
+    link=$(new_link "${2##*/}" "$1" "$link_prefix") || return 1
     # on disk before the link names them: the generation's files, its directory, and its entry and the new link's
     if ! find "$2" -mindepth 1 -maxdepth 1 -type f -exec sync -- {} + || ! sync -- "$2" "$1"; then
         rm -f -- "$link"
         return 1
     fi
-    rename_into_place "$link" "$1/@packed@" || return 1
+    rename_into_place "$link" "$1/$packed_name" || return 1
     # (and the rename: the change is made even if this flush fails, which it then says)
     sync -- "$1" || true
     # the clock of its removal starts now (remove_superseded)
     [ -z "$superseded" ] || touch -c -- "$superseded" 2>/dev/null || true
 }
 # What an earlier change left in the install dir $1 that no link names any more: generations superseded more than
-# @keep_minutes@ minutes ago, a new one whose run was killed, and that run's link. Only real directories made as
+# $keep_minutes minutes ago, a new one whose run was killed, and that run's link. Only real directories made as
 # generations (with their record) and links of the link's pattern; nothing is followed. Say what cannot be removed.
 remove_superseded() {
     local current entry
     current=$(current_generation "$1")
-    for entry in "$1"/@generation@* "$1"/@link@*; do
-        if [ "$entry" = "$current" ] || ! older_than "$entry" @keep_minutes@; then
+    for entry in "$1/$generation_prefix"* "$1/$link_prefix"*; do
+        if [ "$entry" = "$current" ] || ! older_than "$entry" "$keep_minutes"; then
             continue
         fi
         # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
         generation_whole "$current" || return 0
         case "$entry" in
-            "$1"/@link@*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
+            "$1/$link_prefix"*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
                 if [ ! -L "$entry" ] && [ -d "$entry" ] && [ ! -O "$entry" ] && [ ! -x "$entry" ]; then
                     # (a generation is private to its maker until it is made current: one that never was)
@@ -96,8 +96,9 @@ remove_superseded() {
                         "(rm -rf $(printable "$(printf %q "$entry")"))" >&2
                     continue
                 fi
-                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/@record@" ] && [ ! -L "$entry/@record@" ] &&
-                    [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/@record@")" ]; then
+                if [ ! -L "$entry" ] && [ -d "$entry" ] && [ -f "$entry/$generation_record" ] &&
+                    [ ! -L "$entry/$generation_record" ] &&
+                    [ "$(stat -c %u -- "$entry")" = "$(stat -c %u -- "$entry/$generation_record")" ]; then
                     rm -rf --one-file-system -- "$entry" 2>/dev/null ||
                         echo "${0##*/}: warning: cannot remove $(printable "$entry"), an old state of the venv" \
                             "($(stat -c %U -- "$entry")'s): remove it when no job runs from it" >&2
@@ -123,7 +124,7 @@ squashfs_whole() {
 generation_whole() {
     local file
     [ -n "$1" ] || return 0
-    for file in "$1/@us_squashfs@" "$1/@us_changes@"; do
+    for file in "$1/$squashfs_name" "$1/$changes_name"; do
         [ ! -e "$file" ] || squashfs_whole "$file" "${2:-}" || return 1
     done
 }
@@ -132,23 +133,23 @@ generation_whole() {
 damaged_state() {
     local earlier way=
     # (the latest superseded one: make_current touched it)
-    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name '@generation@*' ! -path "$2" -printf '%T@ %f\0' |
+    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name "$generation_prefix*" ! -path "$2" -printf '%T@ %f\0' |
         sort -zrn | head -z -n 1 | tr -d '\0')
     if [ -n "$earlier" ]; then
         # (a name that another member may have chosen: quoted for the shell, and printable)
         way="make the link name the state before it (ln -sfnT $(printable "$(printf %q "${earlier#* }")")"
-        way+=" $1/@packed@, then check with"
+        way+=" $1/$packed_name, then check with"
         way+=" list-packages), or "
     fi
     echo "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
         "before they were written?): ${way}reinstall the module (eb --rebuild)"
 }
 through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
-    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/@packed@" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
+    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/$packed_name" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
     case "$(readlink -f -- "$2" 2>/dev/null)" in
-        "$1"/@generation@*/*) return 0 ;;
+        "$1/$generation_prefix"*/*) return 0 ;;
     esac
     through_the_link "$1" "$2"
 }
@@ -157,16 +158,16 @@ of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of th
 # only root use a directory); a directory where nothing is recorded (installs of earlier versions)
 writable_layer_kind() {
     local kind=
-    if [ -f "$1/@writable_record@" ] && [ ! -L "$1/@writable_record@" ]; then
-        kind=$(head -c 64 -- "$1/@writable_record@")
+    if [ -f "$1/$writable_record" ] && [ ! -L "$1/$writable_record" ]; then
+        kind=$(head -c 64 -- "$1/$writable_record")
     fi
     [ "$kind" = image ] && echo image || echo directory
 }
 record_writable_layer_kind() {  # the kind $2 for the new generation $1
-    echo "$2" >"$1/@writable_record@"
+    echo "$2" >"$1/$writable_record"
 }
 mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a command of the module leaves it out
-    : >"$1/@empty_mark@"
+    : >"$1/$empty_mark"
 }
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
 # $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
@@ -179,7 +180,7 @@ pinned_entries() {
         if [ -n "$2" ] && through_the_link "$1" "$path"; then
             entry="$2/${entry#"${path%/*}"/}"
             # (an empty layer: one mount less at each start)
-            [ "${path##*/}" != @us_changes@ ] || [ ! -e "$2/@empty_mark@" ] || continue
+            [ "${path##*/}" != "$changes_name" ] || [ ! -e "$2/$empty_mark" ] || continue
         fi
         pinned+=("$entry")
     done
