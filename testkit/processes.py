@@ -18,16 +18,15 @@ def suite_user_ids():
     return {User(name).uid for name in TEST_USERS}
 
 
-def orphans(uids, parent='1'):
-    """{pid: command name} of the running processes (not zombies) of the users uids whose parent is PID 1 (parent
-    None: any parent)."""
+def orphans(uids):
+    """{pid: command name} of the running processes (not zombies) of the users uids whose parent is PID 1."""
     found = {}
     for proc in Path('/proc').iterdir():
         if not proc.name.isdigit():
             continue
         try:
             status = dict(line.split(':\t', 1) for line in (proc / 'status').read_text().splitlines() if ':\t' in line)
-            if parent in (None, status['PPid']) and not status['State'].startswith(('Z', 'X')) and \
+            if status['PPid'] == '1' and not status['State'].startswith(('Z', 'X')) and \
                     int(status['Uid'].split()[0]) in uids:
                 found[int(proc.name)] = status['Name']
         except (OSError, ValueError, KeyError):
@@ -51,8 +50,9 @@ def end_orphans(uids, grace=2.0):
 
 
 if __name__ == '__main__':
-    # What runs as this run's test users (LUMI_CT_USERS) now: each "pid name", and exit status 1 if anything does
-    running = orphans(suite_user_ids(), parent=None)
+    # What this run's test users (LUMI_CT_USERS) left running now that the suite is over: each "pid name" of their
+    # orphans, and exit status 1 if there is one (a process with a parent belongs to a run that is still going)
+    running = orphans(suite_user_ids())
     for pid, name in sorted(running.items()):
         print(pid, name)
     raise SystemExit(1 if running else 0)

@@ -79,7 +79,7 @@ print('both: %d passed, %d failed, %d skipped' % (
     total['tests'] - failed - total['skipped'], failed, total['skipped']))
 PYTHON
 fi
-# The suite leaves no process behind: nothing runs as a run's test users any more (the tests end what they leave:
+# The suite leaves no process behind: no orphan of a run's test users runs any more (each test's are ended after it:
 # tests/conftest.py, testkit/processes.py)
 for users in lumi ${setuid:+lumis}; do
     if ! left=$(cd "$(dirname "$0")/.." && LUMI_CT_USERS=$users "$python" -m testkit.processes); then

@@ -1135,7 +1135,8 @@ class SingularityContainer(EasyBlock):
         inside)."""
         library = library_text(self.full_mod_name, self.cache_setup(), conflicts=self.cfg['container_conflicts'],
                                entry=self.cfg['container_entry'], runtime_options=self.cfg['container_runtime_options'],
-                               sif_variable='SIF' + self.var_suffix, sif_name=self.sif_name)
+                               sif_variable='SIF' + self.var_suffix, sif_name=self.sif_name,
+                               venv=self.container_venv, venv_python=self.venv_python())
         write_file(os.path.join(self.installdir, LIBRARY), library)
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
@@ -1191,6 +1192,13 @@ class SingularityContainer(EasyBlock):
                              cache_root_call_quiet=call.replace(' ', ' -q ', 1),
                              cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
 
+    def venv_python(self):
+        """The command that starts the venv's Python in the container (after container_init where there is one)."""
+        python = '%s/bin/python' % self.container_venv
+        if self.cfg['container_init']:
+            return ['/bin/bash', '-c', 'source /runscripts/init-conda-venv && exec "$@"', 'pip', python]
+        return [python]
+
     def launch_code(self, name, launch):
         """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
         says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself),
@@ -1198,12 +1206,7 @@ class SingularityContainer(EasyBlock):
         if launch == 'shell':
             return LAUNCH_START_SHELL
         if launch == 'venv-pip':
-            python = '%s/bin/python' % self.container_venv
-            if self.cfg['container_init']:
-                python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
-            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), python=python,
-                                        image_commands_module=IMAGE_COMMANDS_MODULE,
-                                        refused_status=OVERLAY_REFUSED_STATUS, export_upper=EXPORT_UPPER,
+            return fill_script_template(LAUNCH_VENV_PIP, export_upper=EXPORT_UPPER,
                                         overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
                                                                      refused_status=OVERLAY_REFUSED_STATUS))
         if launch == 'runscript':
@@ -4401,9 +4404,7 @@ if __name__ == "__main__":
 # when it grows); otherwise on a copy unpacked on local storage, packed again. Each new SquashFS file is checked and
 # only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
 # mounted keep it.
-LAUNCH_VENV_PIP = r'''venv=@venv@
-overlay_refused=@refused_status@  # (OVERLAY_PYTHON's status for a change the layers cannot take: a repack instead)
-venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
+LAUNCH_VENV_PIP = r'''venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # Every container venv-pip starts (in place of the shell that calls it): in_container with the arguments $@, with the
 # work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
 # pip and what it runs keep their temporary files (at a path of the container's own: the work dir may be where the
@@ -4416,18 +4417,18 @@ in_change_container() {
         SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp in_container "$@"
 }
 pip() {
-    in_change_container "$sif" @python@ -m pip "$@"
+    in_change_container "$sif" "${venv_python[@]}" -m pip "$@"
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    in_change_container "$sif" @python@ -m @image_commands_module@
+    in_change_container "$sif" "${venv_python[@]}" -m "$image_commands_module"
 }
 overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    in_change_container "$sif" @python@ -c "$overlay_python" "$@"
+    in_change_container "$sif" "${venv_python[@]}" -c "$overlay_python" "$@"
 }
 export_python=$(cat <<'PYTHON'
 @export_upper@
@@ -4441,8 +4442,8 @@ export_upper() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        in_change_container "$sif" @python@ -I -c "$export_python" /venv-pip-upper "/venv-pip-work/${2#"$work"/}" \
-        "/venv-pip-work/${3#"$work"/}"
+        in_change_container "$sif" "${venv_python[@]}" -I -c "$export_python" /venv-pip-upper \
+        "/venv-pip-work/${2#"$work"/}" "/venv-pip-work/${3#"$work"/}"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
@@ -4688,7 +4689,7 @@ pip_on_layers() {
     fi
     use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
-    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+    in_background in_overlay --then "$image_commands_module" pip "$@" || status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
         refused=$writable_kind
         kind_refused=$refused
@@ -5872,10 +5873,12 @@ LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY
                   CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON]
 
 
-def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif_variable='SIF', sif_name='image.sif'):
+def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif_variable='SIF', sif_name='image.sif',
+                   venv='/user-software/venv/test', venv_python=None):
     """The install's values, the library's first lines: read-only variables that its functions and the commands
     read, from layout.py and the install (the module's name, container_conflicts, container_entry,
-    container_runtime_options, the variable that names the image and the image's file name)."""
+    container_runtime_options, the variable that names the image, the image's file name, the venv in the container
+    and the command that starts its Python there: by default its bin/python)."""
     options = runtime_options or {}
     words = [
         ('module', module, "the module's full name"),
@@ -5900,11 +5903,16 @@ def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif
         ('sif_variable', sif_variable, 'names the image where the module is loaded'),
         ('sif_name', sif_name, "the image's file name in the install dir"),
         ('container_entry', entry, 'exec or run (container_entry)'),
+        ('venv', venv, 'the virtual environment, in the container'),
+        ('image_commands_module', IMAGE_COMMANDS_MODULE, "the venv's module that gives it the image's commands"),
+        ('overlay_refused', OVERLAY_REFUSED_STATUS, "OVERLAY_PYTHON's status for a change the layers cannot take"),
     ] + [('runtime_options_' + kind, options.get(kind, ''), 'container_runtime_options of %s' % kind)
          for kind in RUNTIME_KINDS]
     arrays = [
         ('conflicting_modules', ' '.join(sh_str(name) for name in conflicts), 'container_conflicts'),
         ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
+        ('venv_python', ' '.join(sh_str(word) for word in venv_python or [venv + '/bin/python']),
+         "the venv's Python in the container (after container_init where there is one)"),
     ]
     return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
                    ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])

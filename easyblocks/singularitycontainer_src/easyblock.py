@@ -451,7 +451,8 @@ class SingularityContainer(EasyBlock):
         inside)."""
         library = library_text(self.full_mod_name, self.cache_setup(), conflicts=self.cfg['container_conflicts'],
                                entry=self.cfg['container_entry'], runtime_options=self.cfg['container_runtime_options'],
-                               sif_variable='SIF' + self.var_suffix, sif_name=self.sif_name)
+                               sif_variable='SIF' + self.var_suffix, sif_name=self.sif_name,
+                               venv=self.container_venv, venv_python=self.venv_python())
         write_file(os.path.join(self.installdir, LIBRARY), library)
         for script in self.scripts():
             path = os.path.join(self.installdir, script.path)
@@ -507,6 +508,13 @@ class SingularityContainer(EasyBlock):
                              cache_root_call_quiet=call.replace(' ', ' -q ', 1),
                              cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
 
+    def venv_python(self):
+        """The command that starts the venv's Python in the container (after container_init where there is one)."""
+        python = '%s/bin/python' % self.container_venv
+        if self.cfg['container_init']:
+            return ['/bin/bash', '-c', 'source /runscripts/init-conda-venv && exec "$@"', 'pip', python]
+        return [python]
+
     def launch_code(self, name, launch):
         """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
         says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself),
@@ -514,12 +522,7 @@ class SingularityContainer(EasyBlock):
         if launch == 'shell':
             return LAUNCH_START_SHELL
         if launch == 'venv-pip':
-            python = '%s/bin/python' % self.container_venv
-            if self.cfg['container_init']:
-                python = '/bin/bash -c %s pip %s' % (sh_str('source /runscripts/init-conda-venv && exec "$@"'), python)
-            return fill_script_template(LAUNCH_VENV_PIP, venv=sh_str(self.container_venv), python=python,
-                                        image_commands_module=IMAGE_COMMANDS_MODULE,
-                                        refused_status=OVERLAY_REFUSED_STATUS, export_upper=EXPORT_UPPER,
+            return fill_script_template(LAUNCH_VENV_PIP, export_upper=EXPORT_UPPER,
                                         overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
                                                                      refused_status=OVERLAY_REFUSED_STATUS))
         if launch == 'runscript':

@@ -7,10 +7,10 @@ from collections import namedtuple
 from .sources import source
 from .container import RUNTIME_KINDS
 from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
-                     GENERATION_RECORD, GROUP_INSTALL_UMASK, INSTALL_HOLDS_LOCK, INSTALL_UMASK,
-                     KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX,
-                     SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED,
-                     WRITABLE_LAYER_RECORD)
+                     GENERATION_RECORD, GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE, INSTALL_HOLDS_LOCK,
+                     INSTALL_UMASK, KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS,
+                     NEW_LINK_PREFIX, OVERLAY_REFUSED_STATUS, SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK,
+                     USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
 from .text import PLACEHOLDER, fill_template, printable, sh_str
 
 
@@ -191,10 +191,12 @@ LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY
                   CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON]
 
 
-def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif_variable='SIF', sif_name='image.sif'):
+def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif_variable='SIF', sif_name='image.sif',
+                   venv='/user-software/venv/test', venv_python=None):
     """The install's values, the library's first lines: read-only variables that its functions and the commands
     read, from layout.py and the install (the module's name, container_conflicts, container_entry,
-    container_runtime_options, the variable that names the image and the image's file name)."""
+    container_runtime_options, the variable that names the image, the image's file name, the venv in the container
+    and the command that starts its Python there: by default its bin/python)."""
     options = runtime_options or {}
     words = [
         ('module', module, "the module's full name"),
@@ -219,11 +221,16 @@ def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif
         ('sif_variable', sif_variable, 'names the image where the module is loaded'),
         ('sif_name', sif_name, "the image's file name in the install dir"),
         ('container_entry', entry, 'exec or run (container_entry)'),
+        ('venv', venv, 'the virtual environment, in the container'),
+        ('image_commands_module', IMAGE_COMMANDS_MODULE, "the venv's module that gives it the image's commands"),
+        ('overlay_refused', OVERLAY_REFUSED_STATUS, "OVERLAY_PYTHON's status for a change the layers cannot take"),
     ] + [('runtime_options_' + kind, options.get(kind, ''), 'container_runtime_options of %s' % kind)
          for kind in RUNTIME_KINDS]
     arrays = [
         ('conflicting_modules', ' '.join(sh_str(name) for name in conflicts), 'container_conflicts'),
         ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
+        ('venv_python', ' '.join(sh_str(word) for word in venv_python or [venv + '/bin/python']),
+         "the venv's Python in the container (after container_init where there is one)"),
     ]
     return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
                    ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])

@@ -1,5 +1,3 @@
-venv=@venv@
-overlay_refused=@refused_status@  # (OVERLAY_PYTHON's status for a change the layers cannot take: a repack instead)
 venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
 # Every container venv-pip starts (in place of the shell that calls it): in_container with the arguments $@, with the
 # work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
@@ -13,18 +11,18 @@ in_change_container() {
         SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp in_container "$@"
 }
 pip() {
-    in_change_container "$sif" @python@ -m pip "$@"
+    in_change_container "$sif" "${venv_python[@]}" -m pip "$@"
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    in_change_container "$sif" @python@ -m @image_commands_module@
+    in_change_container "$sif" "${venv_python[@]}" -m "$image_commands_module"
 }
 overlay_python=$(cat <<'PYTHON'
 @overlay_python@
 PYTHON
 )
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    in_change_container "$sif" @python@ -c "$overlay_python" "$@"
+    in_change_container "$sif" "${venv_python[@]}" -c "$overlay_python" "$@"
 }
 export_python=$(cat <<'PYTHON'
 @export_upper@
@@ -38,8 +36,8 @@ export_upper() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        in_change_container "$sif" @python@ -I -c "$export_python" /venv-pip-upper "/venv-pip-work/${2#"$work"/}" \
-        "/venv-pip-work/${3#"$work"/}"
+        in_change_container "$sif" "${venv_python[@]}" -I -c "$export_python" /venv-pip-upper \
+        "/venv-pip-work/${2#"$work"/}" "/venv-pip-work/${3#"$work"/}"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
@@ -285,7 +283,7 @@ pip_on_layers() {
     fi
     use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro" "$writable"
     use_for_user_software ""  # (no bind there)
-    in_background in_overlay --then @image_commands_module@ pip "$@" || status=$?
+    in_background in_overlay --then "$image_commands_module" pip "$@" || status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
         refused=$writable_kind
         kind_refused=$refused
