@@ -22,7 +22,8 @@ from singularitycontainer_src.layout import (CHANGES_NAME, EMPTIED_RECORD, FORM_
                                              USER_SOFTWARE_CHANGES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK as LOCK,
                                              USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS, install_umask)
 from singularitycontainer_src.module_plan import SetRestorable, Var, VenvForm, emit_module_logic
-from singularitycontainer_src.scripts import EXPORT_UPPER, library_text
+from singularitycontainer_src.render import Install, library_text
+from singularitycontainer_src.scripts import EXPORT_UPPER
 from support import require
 from testkit.install import LMOD_CMD, LMOD_INIT, base_env, run
 
@@ -36,7 +37,7 @@ def install_dir(tmp_path):
     install dir from where it is, as in a real install."""
     root = tmp_path / 'install'
     (root / 'libexec').mkdir(parents=True)
-    (root / LIBRARY).write_text(library_text('Test/1.0', ':'))
+    (root / LIBRARY).write_text(library_text(Install('Test/1.0')))
     return root
 
 
@@ -742,7 +743,8 @@ def test_in_container_and_its_python_twin_start_the_same_command(tmp_path):
         runtime = kinds[name]
         root = tmp_path / ('install-%d' % case)
         (root / 'libexec').mkdir(parents=True)
-        (root / LIBRARY).write_text(library_text('Test/1.0', ':', entry=entry, runtime_options=own))
+        install = Install('Test/1.0', container_entry=entry, container_runtime_options=own)
+        (root / LIBRARY).write_text(library_text(install))
         command_words = ['python', '-c', 'print("*")', '$HOME']
         env = dict(os.environ, PATH='%s:%s' % (runtime.parent, os.environ['PATH']))
         env.pop('SINGULARITYCONTAINER_RUNTIME_OPTIONS', None)

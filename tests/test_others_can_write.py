@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from singularitycontainer_src.scripts import library_text
+from singularitycontainer_src.render import Install, library_text
 from support import require, require_other_users
 from testkit.install import run
 from testkit.users import MEMBER, OUTSIDER, OWNER, PARTNER, PROJECT_GROUP, project_gid, user
@@ -69,7 +69,7 @@ def test_others_can_replace_in_is_what_the_kernel_allows(place):
     cases = make_cases(place)
     library = os.path.join(place, 'commands.sh')
     with open(library, 'w') as handle:
-        handle.write(library_text('Test/1.0', ':'))
+        handle.write(library_text(Install('Test/1.0')))
     os.chmod(library, 0o644)
     dirs = sorted(cases)
     sticky = {path for path, (mode, _, _) in cases.items() if int(mode, 8) & 0o1000}
@@ -97,7 +97,7 @@ def test_the_library_says_which_acl_entry_lets_others_in(place):
     subprocess.run(['setfacl', '-m', 'u:%s:rwx' % MEMBER, path], check=True)
     library = os.path.join(place, 'commands.sh')
     with open(library, 'w') as handle:
-        handle.write(library_text('Test/1.0', ':'))
+        handle.write(library_text(Install('Test/1.0')))
     script = 'set -euo pipefail\ncommand_name=test\nsource "$0"\nothers_can_replace_in "$1"\n'
     out = run(['bash', '-c', script, library, path], user=OWNER).stdout
     assert out == '%s (whose ACL lets the user %s write in it, without the sticky bit)\n' % (path, MEMBER)
@@ -116,7 +116,7 @@ def test_without_getfacl_an_acl_counts_and_a_plain_directory_is_its_mode(place):
     read; one without is judged by its mode, as with getfacl (ls marks an ACL with '+' after the mode)."""
     library = os.path.join(place, 'commands.sh')
     with open(library, 'w') as handle:
-        handle.write(library_text('Test/1.0', ':'))
+        handle.write(library_text(Install('Test/1.0')))
     bins = os.path.join(place, 'bin')  # (the commands the library uses, without getfacl)
     os.mkdir(bins)
     for tool in ('realpath', 'readlink', 'stat', 'id', 'getent', 'cut', 'awk', 'ls', 'tr', 'sed', 'head', 'cat'):

@@ -10,7 +10,7 @@ import pytest
 
 from support import EASYBLOCK, REPO, require, require_tools
 from support import tool as support_tool
-from singularitycontainer_src.scripts import install_values
+from singularitycontainer_src.render import Install, install_values
 
 SOURCES = REPO / 'easyblocks' / 'singularitycontainer_src'
 BUILD = REPO / 'tools' / 'build-easyblock.py'
@@ -103,7 +103,7 @@ SCRIPTS = sorted((SOURCES / 'scripts').rglob('*.sh'))
 
 
 # The install's values, the library's first lines (install_values): the pieces of the library read them
-INSTALL_VALUES = re.findall(r'^readonly (?:-a )?([a-z_]+)=', install_values('Test/1.0'), re.M)
+INSTALL_VALUES = re.findall(r'^readonly (?:-a )?([a-z_]+)=', install_values(Install('Test/1.0'), ''), re.M)
 UNASSIGNED = re.compile(r'.*: warning: ([a-z_]+) is referenced but not assigned\. \[SC2154\]\n')
 
 

@@ -29,10 +29,10 @@ PACKAGE = os.path.join(REPO, 'easyblocks', 'singularitycontainer_src')
 CLASS_NAME = 'SingularityContainer'
 # The package's modules, each importing only from those before it (sources: the files' reader, not built in)
 MODULES = ['sources', 'layout', 'text', 'container', 'sif', 'requirements', 'install_lock', 'install_dir',
-           'module_plan', 'scripts', 'parameters', 'easyblock']
+           'module_plan', 'scripts', 'parameters', 'render', 'easyblock']
 # The order in the easyblock: the class before the modules that define classes or hold programs with class lines
 BUILT_ORDER = ['layout', 'text', 'container', 'sif', 'requirements', 'install_lock', 'install_dir', 'easyblock',
-               'module_plan', 'scripts', 'parameters']
+               'module_plan', 'scripts', 'parameters', 'render']
 RULE = '# ' + '-' * 111
 HEADER = """\
 ##

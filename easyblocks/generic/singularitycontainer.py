@@ -19,6 +19,7 @@ import errno
 import fcntl
 import glob
 import grp
+import hashlib
 import json
 import os
 import pwd
@@ -1131,94 +1132,20 @@ class SingularityContainer(EasyBlock):
             os.symlink(os.path.realpath(self.source_sif()), self.installed_sif())
 
     def write_scripts(self):
-        """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
-        inside)."""
-        library = library_text(self.full_mod_name, self.cache_setup(), conflicts=self.cfg['container_conflicts'],
-                               entry=self.cfg['container_entry'], runtime_options=self.cfg['container_runtime_options'],
-                               sif_variable='SIF' + self.var_suffix, sif_name=self.sif_name,
-                               venv=self.container_venv, venv_python=self.venv_python())
-        write_file(os.path.join(self.installdir, LIBRARY), library)
-        for script in self.scripts():
-            path = os.path.join(self.installdir, script.path)
-            write_file(path, self.script_text(script))
-            if not self.dry_run:
-                adjust_permissions(path, 0o755, add=True)
+        """Write bin/ (commands for outside the container) with their library and programs in libexec/, and
+        runscripts/ (seen as /runscripts inside): render.install_files of this install's record."""
+        for path, text, executable in install_files(self.install_record()):
+            write_file(os.path.join(self.installdir, path), text)
+            if executable and not self.dry_run:
+                adjust_permissions(os.path.join(self.installdir, path), 0o755, add=True)
 
-    def scripts(self):
-        """The rows of SCRIPTS this installation gets, and one for the wrapper of each of wrapped_commands."""
-        wanted = [script for script in SCRIPTS if script.wanted_if is None or self.cfg[script.wanted_if]]
-        return wanted + [Script('bin/' + command, 'run %s in the container; all arguments are passed on' % command,
-                                'bash', LAUNCHER, 'command', None) for command in self.cfg['wrapped_commands']]
-
-    def script_text(self, script):
-        """The text of one script (a row of scripts()) for this installation."""
-        name = os.path.basename(script.path)
-        values = {
-            'header': fill_template(SCRIPT_HEADER, name=name, purpose=script.purpose, module=self.full_mod_name,
-                                    help=help_words(name) if name in COMMAND_HELPS else sh_str(
-                                        'usage: %s (%s)' % (name, script.purpose)),
-                                    name_word=sh_quoted(name), library=LIBRARY),
-            'module': self.full_mod_name,
-            'venv': self.container_venv,
-            'container_init': self.cfg['container_init'] or ':',
-            'container_init_word': sh_str(self.cfg['container_init']),
-            'cache_setup': self.cache_setup(),
-            'gpu_vendor': sh_str(self.cfg['gpu_vendor']),
-        }
-        if script.launch:
-            values['launch'] = self.launch_code(name, script.launch)
-            values['prelude'] = self.launch_prelude(name, script.launch)
-        return fill_script_template(script.template, **values)
-
-    def launch_prelude(self, name, launch):
-        """What a launcher does before it needs the module loaded: the commands of COMMAND_HELPS answer -h and
-        --help; jupyter-container-kernel reads its arguments, and loads the module itself when Jupyter starts the kernel
-        without it (see JUPYTER_KERNEL_ARGS)."""
-        if name in COMMAND_HELPS and launch != 'jupyter-container-kernel':
-            return COMMAND_HELP
-        if launch != 'jupyter-container-kernel':
-            return ''
-        modules_dir = self.module_generator.get_modules_path()
-        return fill_template(JUPYTER_KERNEL_ARGS, usage=usage_word(name),
-                             kernel_name=sh_str(kernel_name(self.full_mod_name)),
-                             display_name=sh_str('%s (container)' % self.full_mod_name),
-                             lmod_cmd=sh_str(os.environ.get('LMOD_CMD', '')), modules_dir=sh_str(modules_dir))
-
-    def cache_setup(self):
-        """CACHE_SETUP for the scripts: the caches of container_cache_dirs in the root of CACHE_ROOT_RULE."""
-        caches = self.cfg['container_cache_dirs']
-        rule, call = cache_root_rule(self.full_mod_name, caches.values())
-        return fill_template(CACHE_SETUP, cache_root_rule=rule,
-                             cache_root_call_quiet=call.replace(' ', ' -q ', 1),
-                             cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
-
-    def venv_python(self):
-        """The command that starts the venv's Python in the container (after container_init where there is one)."""
-        python = '%s/bin/python' % self.container_venv
-        if self.cfg['container_init']:
-            return ['/bin/bash', '-c', 'source /runscripts/init-conda-venv && exec "$@"', 'pip', python]
-        return [python]
-
-    def launch_code(self, name, launch):
-        """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
-        says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself),
-        'jupyter-container-kernel' or 'command' (the command <name>, after container_init)."""
-        if launch == 'shell':
-            return LAUNCH_START_SHELL
-        if launch == 'venv-pip':
-            return fill_script_template(LAUNCH_VENV_PIP, export_upper=EXPORT_UPPER,
-                                        overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
-                                                                     refused_status=OVERLAY_REFUSED_STATUS))
-        if launch == 'runscript':
-            return fill_template(LAUNCH_COMMAND, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
-        if launch == 'jupyter-container-kernel':
-            # the venv's Python, started as the wrapper of the command python would start it
-            python = self.launch_code('%s/bin/python' % self.container_venv, 'command')
-            return fill_template(JUPYTER_KERNEL, container_python=python,
-                                 launcher_json=sh_str(json.dumps(os.path.join(self.installdir, 'bin', name))))
-        if self.cfg['container_init']:
-            return fill_template(LAUNCH_COMMAND_WITH_INIT, command=sh_str(name))
-        return fill_template(LAUNCH_COMMAND, command=sh_str(name))
+    def install_record(self):
+        """What the texts of this install depend on (render.Install)."""
+        # (the record's fields named like a parameter take its value)
+        parameters = {field: self.cfg[field] for field in Install._fields if field in PARAMETERS}
+        return Install(self.full_mod_name, self.installdir, self.var_suffix, self.sif_name, self.venv_name,
+                       lmod_cmd=os.environ.get('LMOD_CMD', ''), modules_dir=self.module_generator.get_modules_path(),
+                       **parameters)
 
     def create_venv(self):
         """Create the virtual environment /user-software/venv/<name> on top of the image's Python."""
@@ -1399,7 +1326,7 @@ class SingularityContainer(EasyBlock):
 
     def sanity_check_step(self, *args, **kwargs):
         """Check the scripts, and, when the image is there, the container's Python and packages."""
-        scripts = self.scripts()
+        scripts = install_scripts(self.install_record())
         custom_paths = {'files': [LIBRARY] + [script.path for script in scripts], 'dirs': []}
         custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, path))
                            for path in [LIBRARY] + [script.path for script in scripts if script.kind == 'bash']]
@@ -1509,7 +1436,7 @@ class SingularityContainer(EasyBlock):
     def usage_text(self):
         """Module help: what the module sets and which commands it offers."""
         suffix = self.var_suffix
-        scripts = self.scripts()
+        scripts = install_scripts(self.install_record())
         commands = ['  %s: %s' % (os.path.basename(script.path), script.purpose) for script in scripts
                     if script.path.startswith('bin/')]
         runscripts = ['  %s: %s' % (os.path.basename(script.path), script.purpose) for script in scripts
@@ -2271,14 +2198,15 @@ def emit_module_logic(plan, syntax):
 # the file it becomes; @header@ is SCRIPT_HEADER, and user text arrives quoted (sh_str).
 # ---------------------------------------------------------------------------------------------------------------
 
-# The start of each command in bin/: its name and help, then the install's library (LIBRARY_TEMPLATE) sourced
-SCRIPT_HEADER = r'''#!/bin/bash
+# Each command in bin/, whole: its name and help, the install's library (LIBRARY_TEMPLATE) sourced, then one call of
+# the library's function for its kind (LAUNCH_KINDS)
+COMMAND = r'''#!/bin/bash
 # @name@: @purpose@
 # Written by EasyBuild's SingularityContainer easyblock for module @module@.
 set -euo pipefail
 command_name=@name_word@
 command_help=(@help@)
-# The install's constants and the functions its commands share, beside bin/
+# The install's values and the functions of its commands, beside bin/: bash reads the file whole, at once
 __library=$(readlink -f "${BASH_SOURCE[0]}")
 __library=${__library%/*/*}/@library@
 if [ ! -f "$__library" ]; then
@@ -2288,10 +2216,13 @@ fi
 # shellcheck source-path=SCRIPTDIR source=../@library@
 source "$__library"
 unset __library
+# (the library of this file's install, not of a reinstall that replaced it while this command started)
+[ "$install_stamp" = @stamp@ ] || die "the module was reinstalled while $command_name started: run it again"
+@call@ "$@"
 '''
 
-# The library of the commands in bin/, written once per install (LIBRARY): the install's constants, then the
-# functions they share, from the pieces below (SCRIPT_SNIPPETS)
+# The library of the commands in bin/, written once per install (LIBRARY): the install's values (render.install_values),
+# then the functions they share and the commands' own, the pieces below (LIBRARY_PIECES)
 LIBRARY_TEMPLATE = r'''# shellcheck shell=bash
 # (The install's values come first, read-only, written by the easyblock: scripts.install_values. Then these
 # functions, then the pieces of scripts.LIBRARY_PIECES. bash reads a sourced file whole, at once: a command that runs
@@ -2321,6 +2252,16 @@ conflicting_module_loaded() {
     done
     return 1
 }
+# The program libexec/$1 of this install into the variable $2, read once, at the command's start: its first line names
+# the install it belongs to (install_stamp), so that one a reinstall wrote since this command started is refused, not
+# run with this command's library
+read_program() {
+    local text=
+    [ ! -f "$root/libexec/$1" ] || IFS= read -rd '' text <"$root/libexec/$1" || true
+    [ "${text%%$'\n'*}" = "# install $install_stamp" ] ||
+        die "$root/libexec/$1 is not of the install this command started with (reinstalled since?): run it again"
+    printf -v "$2" '%s' "$text"
+}
 # The command's help ($command_help, set with $command_name), for -h and --help; and the command ends
 print_help() {
     printf '%s\n' "${command_help[@]}"
@@ -2345,137 +2286,168 @@ set_up_caches() {
 }
 '''
 
-# start-shell, list-packages and the wrappers: start the container with the module's image and runtime.
-LAUNCHER = r'''@header@
-@prelude@
-
-if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
-    die "already running inside a container; this command starts the container itself and would nest it"
-fi
-sif="${!sif_variable:-}"
-[ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
-[ -f "$sif" ] || die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
-if conflicting=$(conflicting_module_loaded); then
-    die "module $conflicting, loaded after $module, conflicts with it (their binds collide): module unload" \
-        "$conflicting"
-fi
-find_runtime || exit 1
-# A runtime that is a script (#!/usr/bin/env python3, say) finds this module's wrappers first on PATH: it would
-# start a wrapper, which starts the runtime again, for ever.
-if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
-    die "$runtime started $SINGULARITYCONTAINER_LAUNCHED_BY, which started $0: a loop. The runtime runs a command" \
-        "found on PATH, and this module puts its wrappers there: make the runtime call its interpreter by full path"
-fi
-export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
-generation=$(current_generation "$root")
-form=$(venv_form "$root" "$generation")
-# (the runtime would only say "image format not recognized")
-generation_whole "$generation" quick || die "$(damaged_state "$root" "$generation")"
-if [ "$form" = missing ]; then
-    echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
-        "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
-fi
-# The container gets the state of the venv as it is now, both files of it (STATE): not what a venv-pip elsewhere
-# makes current while the runtime opens them one by one
-for __name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
-    [ -z "${!__name:-}" ] || export "$__name=$(pinned_entries "$root" "$generation" "${!__name}")"
-done
-unset __name
-set_up_caches
-@launch@
-'''
-
-LAUNCH_START_SHELL = r'''
-# With no arguments an interactive shell, else bash with these arguments (e.g. -c 'pip list'); either way
-# init-conda-venv has prepared the image's environment and activated the virtual environment first.
-if [ "$#" -eq 0 ]; then
-    in_container "$sif" /bin/bash --rcfile /runscripts/init-conda-venv -i
-fi
-export SINGULARITYENV_BASH_ENV=/runscripts/init-conda-venv APPTAINERENV_BASH_ENV=/runscripts/init-conda-venv
-in_container "$sif" /bin/bash "$@"'''
-
-LAUNCH_COMMAND = r'''in_container "$sif" @command@ "$@"'''
-
-# Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv.
-LAUNCH_COMMAND_WITH_INIT = r'''in_container "$sif" \
-    /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"'''
-
-# The answer to -h and --help of the commands whose arguments go to another program (the prelude of their LAUNCHER:
-# COMMAND_HELPS).
-COMMAND_HELP = r'''# -h or --help as the first argument: what this command does and takes, before anything is started
-case "${1:-}" in
-    -h | --help) print_help ;;
-    *) ;;
-esac
-'''
-
-# jupyter-container-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel
-# loads it).
-JUPYTER_KERNEL_ARGS = r'''# jupyter-container-kernel: its arguments, all checked before anything is started or written
-usage=@usage@  # (COMMAND_HELPS)
-bad_usage() {
-    die "$* (usage: $usage)"
+# start-shell, list-packages, the wrappers, venv-pip and the kernel: the checks before the container starts
+# (prepare_launch) and each kind of launch, a function
+LAUNCH = r'''# Starting the container.
+# The commands that do (scripts.LAUNCH_KINDS: start-shell, list-packages, the wrappers, venv-pip, the kernel): what
+# each checks and prepares first (prepare_launch), and one function for each kind of launch.
+answer_help() {  # -h or --help as the first argument: what this command does and takes, before anything is started
+    case "${1:-}" in
+        -h | --help) print_help ;;
+        *) ;;
+    esac
 }
-action=${1:-}
-[ "$#" -eq 0 ] || shift
-kernel_name=@kernel_name@
-display_name=@display_name@
-kernels_dir=
-kernels_prefix=
-force=
-connection_file=
-case "$action" in
-    install | remove | list) ;;
-    start) ;;  # what kernel.json runs
-    -h | --help | help) print_help ;;
-    '') bad_usage "no command given" ;;
-    *) bad_usage "unknown command '$action'" ;;
-esac
-while [ "$#" -gt 0 ] && [ "$action" != start ]; do
-    option=$1
-    case "$option" in
-        --name | --display-name | --prefix)
-            [ "$#" -ge 2 ] || bad_usage "$option needs a value"
-            value=$2
-            shift
-            ;;
-        --name=* | --display-name=* | --prefix=*)
-            value=${option#*=}
-            option=${option%%=*}
-            ;;
-    esac
-    case "$action $option" in
-        'install --name' | 'remove --name') kernel_name=$value ;;
-        'install --display-name') display_name=$value ;;
-        'install --prefix' | 'remove --prefix')
-            [ -z "$kernels_dir" ] || bad_usage "give one of --user and --prefix"
-            [ -n "$value" ] || bad_usage "--prefix needs a directory"
-            case "$value" in /*) ;; *) value=$PWD/$value ;; esac
-            kernels_dir=$value/share/jupyter/kernels
-            kernels_prefix=$value
-            ;;
-        'install --user' | 'remove --user')
-            [ -z "$kernels_dir" ] || bad_usage "give one of --user and --prefix"
-            kernels_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels
-            ;;
-        'install --force') force=yes ;;
-        *' -h' | *' --help') print_help ;;
-        *) bad_usage "'$option' is not an option of jupyter-container-kernel $action" ;;
-    esac
+# Before the container starts: not inside one, the module loaded (sif: its image), no conflicting module, the runtime
+# found (find_runtime), the venv's state read (generation, form) and pinned for this start, the caches set up
+prepare_launch() {
+    if [ -n "${SINGULARITY_CONTAINER:-}${APPTAINER_CONTAINER:-}" ] || [ -d /.singularity.d/env ]; then
+        die "already running inside a container; this command starts the container itself and would nest it"
+    fi
+    sif="${!sif_variable:-}"
+    [ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
+    [ -f "$sif" ] ||
+        die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
+    if conflicting=$(conflicting_module_loaded); then
+        die "module $conflicting, loaded after $module, conflicts with it (their binds collide): module unload" \
+            "$conflicting"
+    fi
+    find_runtime || exit 1
+    # A runtime that is a script (#!/usr/bin/env python3, say) finds this module's wrappers first on PATH: it would
+    # start a wrapper, which starts the runtime again, for ever.
+    if [ -n "${SINGULARITYCONTAINER_LAUNCHED_BY:-}" ]; then
+        die "$runtime started $SINGULARITYCONTAINER_LAUNCHED_BY, which started $0: a loop. The runtime runs a command" \
+            "found on PATH, and this module puts its wrappers there: make the runtime call its interpreter by full path"
+    fi
+    export SINGULARITYCONTAINER_LAUNCHED_BY="$0"
+    generation=$(current_generation "$root")
+    form=$(venv_form "$root" "$generation")
+    # (the runtime would only say "image format not recognized")
+    generation_whole "$generation" quick || die "$(damaged_state "$root" "$generation")"
+    if [ "$form" = missing ]; then
+        echo "${0##*/}: warning: the virtual environment of $module is missing (neither $packed nor $dir exists):" \
+            "Python in the container is the image's own. Reinstall the module (eb --rebuild), or put it back." >&2
+    fi
+    # The container gets the state of the venv as it is now, both files of it (STATE): not what a venv-pip elsewhere
+    # makes current while the runtime opens them one by one
+    local name
+    for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
+        [ -z "${!name:-}" ] || export "$name=$(pinned_entries "$root" "$generation" "${!name}")"
+    done
+    set_up_caches
+}
+# start-shell: with no arguments an interactive shell, else bash with these arguments (e.g. -c 'pip list'); either way
+# init-conda-venv has prepared the image's environment and activated the virtual environment first.
+start_shell() {
+    answer_help "$@"
+    prepare_launch
+    if [ "$#" -eq 0 ]; then
+        in_container "$sif" /bin/bash --rcfile /runscripts/init-conda-venv -i
+    fi
+    export SINGULARITYENV_BASH_ENV=/runscripts/init-conda-venv APPTAINERENV_BASH_ENV=/runscripts/init-conda-venv
+    in_container "$sif" /bin/bash "$@"
+}
+# A command of /runscripts ($1, e.g. list-packages), which prepares itself, with the arguments $2...
+launch_runscript() {
+    local name=$1
     shift
-done
-# Jupyter's own rule for kernel names (it lower-cases what it is given: a name is taken as written here)
-[[ $kernel_name =~ ^[a-z0-9._-]+$ ]] ||
-    bad_usage "kernel name '$kernel_name' may only have lower-case letters, digits, '.', '_' and '-'"
-case "$kernel_name" in
-    . | ..) bad_usage "kernel name '$kernel_name' is a directory's own name, not a kernel's: give another --name" ;;
-    *) ;;
-esac
-if [ -z "$display_name" ] || [[ $display_name == *[[:cntrl:]]* ]]; then
-    bad_usage "the display name must be one line of text, not empty"
-fi
-kernels_dir=${kernels_dir:-${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels}
-if [ "$action" = start ]; then
+    answer_help "$@"
+    prepare_launch
+    in_container "$sif" "/runscripts/$name" "$@"
+}
+# The command $1 in the container with the arguments $2..., after container_init where the install has one (through
+# init-conda-venv); in place of this shell
+in_container_prepared() {
+    if [ -n "$container_init_set" ]; then
+        in_container "$sif" /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' "$1" "$@"
+    else
+        in_container "$sif" "$@"
+    fi
+}
+# A wrapped command ($1, e.g. python) with the arguments $2...: every argument is the command's (no -h of its own)
+launch_command() {
+    prepare_launch
+    in_container_prepared "$@"
+}
+'''
+
+# jupyter-container-kernel: its arguments, read before the module must be loaded (the kernel loads it), and the command
+JUPYTER_KERNEL_ARGS = r'''bad_usage() {
+    die "$* (usage: $jupyter_usage)"
+}
+# jupyter-container-kernel: its arguments (into the globals action, kernel_name, display_name, kernels_dir,
+# kernels_prefix, force, connection_file), all checked before anything is started or written
+jupyter_kernel_arguments() {
+    action=${1:-}
+    [ "$#" -eq 0 ] || shift
+    kernel_name=$kernel_name_default
+    display_name=$display_name_default
+    kernels_dir=
+    kernels_prefix=
+    force=
+    connection_file=
+    case "$action" in
+        install | remove | list) ;;
+        start) ;;  # what kernel.json runs
+        -h | --help | help) print_help ;;
+        '') bad_usage "no command given" ;;
+        *) bad_usage "unknown command '$action'" ;;
+    esac
+    if [ "$action" = start ]; then
+        jupyter_kernel_start_arguments "$@"
+    else
+        jupyter_kernel_options "$@"
+    fi
+    # Jupyter's own rule for kernel names (it lower-cases what it is given: a name is taken as written here)
+    [[ $kernel_name =~ ^[a-z0-9._-]+$ ]] ||
+        bad_usage "kernel name '$kernel_name' may only have lower-case letters, digits, '.', '_' and '-'"
+    case "$kernel_name" in
+        . | ..) bad_usage "kernel name '$kernel_name' is a directory's own name, not a kernel's: give another --name" ;;
+        *) ;;
+    esac
+    if [ -z "$display_name" ] || [[ $display_name == *[[:cntrl:]]* ]]; then
+        bad_usage "the display name must be one line of text, not empty"
+    fi
+    kernels_dir=${kernels_dir:-${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels}
+}
+# The options of install, remove and list ($@): into the globals
+jupyter_kernel_options() {
+    while [ "$#" -gt 0 ] && [ "$action" != start ]; do
+        option=$1
+        case "$option" in
+            --name | --display-name | --prefix)
+                [ "$#" -ge 2 ] || bad_usage "$option needs a value"
+                value=$2
+                shift
+                ;;
+            --name=* | --display-name=* | --prefix=*)
+                value=${option#*=}
+                option=${option%%=*}
+                ;;
+        esac
+        case "$action $option" in
+            'install --name' | 'remove --name') kernel_name=$value ;;
+            'install --display-name') display_name=$value ;;
+            'install --prefix' | 'remove --prefix')
+                [ -z "$kernels_dir" ] || bad_usage "give one of --user and --prefix"
+                [ -n "$value" ] || bad_usage "--prefix needs a directory"
+                case "$value" in /*) ;; *) value=$PWD/$value ;; esac
+                kernels_dir=$value/share/jupyter/kernels
+                kernels_prefix=$value
+                ;;
+            'install --user' | 'remove --user')
+                [ -z "$kernels_dir" ] || bad_usage "give one of --user and --prefix"
+                kernels_dir=${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels
+                ;;
+            'install --force') force=yes ;;
+            *' -h' | *' --help') print_help ;;
+            *) bad_usage "'$option' is not an option of jupyter-container-kernel $action" ;;
+        esac
+        shift
+    done
+}
+# The arguments of start ($@: -f CONNECTION_FILE, what kernel.json runs), and the module loaded where Jupyter started
+# the kernel without it
+jupyter_kernel_start_arguments() {
     if [ "$#" -ne 2 ] || [ "$1" != -f ]; then
         die "usage: jupyter-container-kernel start -f CONNECTION_FILE (what kernel.json runs)"
     fi
@@ -2486,11 +2458,11 @@ if [ "$action" = start ]; then
     case ":${LOADEDMODULES:-}:" in
         *":$module:"*) ;;
         *)
-            lmod=${LMOD_CMD:-@lmod_cmd@}
+            lmod=${LMOD_CMD:-$lmod_cmd}
             [ -x "$lmod" ] || die "Lmod is not found (LMOD_CMD is not set, and $lmod is missing): start Jupyter" \
                 "with 'module load $module' done, or with Lmod initialised"
             set +eu  # what Lmod writes is for interactive shells; the check below says if it failed
-            eval "$("$lmod" bash use @modules_dir@)"
+            eval "$("$lmod" bash use "$modules_dir")"
             eval "$("$lmod" bash load "$module")"
             set -eu
             case ":${LOADEDMODULES:-}:" in
@@ -2499,16 +2471,14 @@ if [ "$action" = start ]; then
             esac
             ;;
     esac
-fi
+}
 '''
 
 JUPYTER_KERNEL = r'''# jupyter-container-kernel: a kernelspec (Jupyter's layout: <kernels dir>/<name>/kernel.json)
 # whose kernel is the venv's Python in the container, started by this script as the other
 # commands start the container
-launcher_json=@launcher_json@  # this script's path, as a JSON string
-
 container_python() {  # the venv's Python, with the arguments given; exec: call it in a subshell to come back
-    @container_python@
+    in_container_prepared "$venv/bin/python" "$@"
 }
 
 json_str() {  # a JSON string (the display name has no control characters: checked with the arguments)
@@ -2517,7 +2487,7 @@ json_str() {  # a JSON string (the display name has no control characters: check
 }
 
 is_ours() {  # a kernelspec dir whose kernel is this module's
-    [ -f "$1/kernel.json" ] && grep -qF "    $launcher_json," "$1/kernel.json"
+    [ -f "$1/kernel.json" ] && grep -qF "    $kernel_launcher_json," "$1/kernel.json"
 }
 
 # In a shared prefix, a kernel of this name may be another member's: whose it is ("lumi-owner's"), if not yours
@@ -2571,7 +2541,7 @@ kernels_dir_keeps_yours() {
 }
 
 kernel_json() {  # with the display name $1
-    printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
+    printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$kernel_launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
         "$(json_str "$1")"
     printf '  "metadata": {\n    "debugger": true,\n    "singularitycontainer_module": %s\n  }\n}\n' \
@@ -2647,21 +2617,26 @@ list_kernels() {  # where Jupyter finds kernels: JUPYTER_PATH, the user's data d
     done
 }
 
-case "$action" in
-    start)
-        # The connection file, wherever Jupyter put it ($XDG_RUNTIME_DIR is not bound by default): bound as itself
-        case "$connection_file" in
-            *,* | *:*) die "the connection file $connection_file has a ',' or ':' in its path, which a bind cannot" \
-                "have: set JUPYTER_RUNTIME_DIR to a directory without them" ;;
-        esac
-        export SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$connection_file"
-        export APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$connection_file"
-        container_python -m ipykernel_launcher -f "$connection_file"
-        ;;
-    install) install_kernel "$kernels_dir" "$kernel_name" "$display_name" "$kernels_prefix" "$force" ;;
-    remove) remove_kernel "$kernels_dir" "$kernel_name" "$kernels_prefix" ;;
-    list) list_kernels ;;
-esac
+# jupyter-container-kernel: the command (its arguments, the launch's checks, then the action)
+jupyter_container_kernel() {
+    jupyter_kernel_arguments "$@"
+    prepare_launch
+    case "$action" in
+        start)
+            # The connection file, wherever Jupyter put it ($XDG_RUNTIME_DIR is not bound by default): bound as itself
+            case "$connection_file" in
+                *,* | *:*) die "the connection file $connection_file has a ',' or ':' in its path, which a bind" \
+                    "cannot have: set JUPYTER_RUNTIME_DIR to a directory without them" ;;
+            esac
+            export SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$connection_file"
+            export APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$connection_file"
+            container_python -m ipykernel_launcher -f "$connection_file"
+            ;;
+        install) install_kernel "$kernels_dir" "$kernel_name" "$display_name" "$kernels_prefix" "$force" ;;
+        remove) remove_kernel "$kernels_dir" "$kernel_name" "$kernels_prefix" ;;
+        list) list_kernels ;;
+    esac
+}
 '''
 
 # The one place the commands start a container (in_container) and find the runtime
@@ -4404,12 +4379,12 @@ if __name__ == "__main__":
 # when it grows); otherwise on a copy unpacked on local storage, packed again. Each new SquashFS file is checked and
 # only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
 # mounted keep it.
-LAUNCH_VENV_PIP = r'''venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
+VENV_PIP = r'''# venv-pip, a function of the library: pip against the module's virtual environment, whatever its state
+# (COMMAND_HELPS); the functions of its change, then venv_pip, the command
 # Every container venv-pip starts (in place of the shell that calls it): in_container with the arguments $@, with the
 # work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
 # pip and what it runs keep their temporary files (at a path of the container's own: the work dir may be where the
 # runtime binds nothing, and the container could not make its path)
-container_tmp=/venv-pip-tmp
 in_change_container() {
     local bind=${work:+$work/$workdir_tmp:$container_tmp}
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:-}${bind:+${SINGULARITY_BINDPATH:+,}$bind}" \
@@ -4423,17 +4398,9 @@ pip() {
 image_commands() {
     in_change_container "$sif" "${venv_python[@]}" -m "$image_commands_module"
 }
-overlay_python=$(cat <<'PYTHON'
-@overlay_python@
-PYTHON
-)
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
     in_change_container "$sif" "${venv_python[@]}" -c "$overlay_python" "$@"
 }
-export_python=$(cat <<'PYTHON'
-@export_upper@
-PYTHON
-)
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
 # listed in the new file $3 there (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
 # layers by now: the image is mounted once. The work dir is bound at a path of the container's own (a setuid runtime
@@ -4553,72 +4520,6 @@ use_state() {
         *) die "there is neither $packed nor $dir: reinstall the module with eb" ;;
     esac
 }
-
-[ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
-umask "$(shared_umask "$root")"
-# Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
-# the venv as it is now, read-only if packed.
-if ! pip_changes_venv "$@"; then
-    use_state "$form" "$generation"
-    # (a work dir too: pip downloads, and builds to read a package's metadata, in its temporary directory)
-    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
-    use_workdir_tmp "$work"
-    use_private_pip_cache
-    # shellcheck disable=SC2064  # (this run's work dir)
-    trap "remove_own_tree $(printf %q "$work")" EXIT
-    stop_on_signals
-    status=0
-    in_background pip "$@" || status=$?
-    [ "$status" -eq 0 ] || [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
-    exit "$status"
-fi
-! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
-
-begin_change "$root" wait || exit 1
-# The state as it is now that this run holds the lock: what this run changes
-generation=$(current_generation "$root")
-form=$(venv_form "$root" "$generation")
-writable_kind=$(writable_layer_kind "$generation")
-kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
-squashfs="$generation/$squashfs_name"
-changes="$generation/$changes_name"
-user_overlays=$(others_overlays "$root")  # (before this run adds its own)
-layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
-generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
-remove_superseded "$root"
-
-use_private_pip_cache
-if [ "$form" = directory ]; then
-    [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
-    use_state "$form" "$generation"
-    say_where_others_can_replace
-    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
-    use_workdir_tmp "$work"
-    links=$(venv_python_links "$dir${venv#/user-software}/bin")
-    status=0
-    in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
-    keep_venv_python "$dir${venv#/user-software}/bin" "$links"
-    if [ "$status" -ne 0 ]; then
-        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
-        exit "$status"
-    fi
-    in_background image_commands
-    exit 0
-fi
-[ "$form" != missing ] || die "there is neither $packed nor $dir: reinstall the module with eb"
-# After unmake-squashfs both are there: changing one of them would leave the other behind, silently
-[ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
-    "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
-
-# The change goes into a new generation, made current by one rename when it is whole (STATE); the functions below take
-# it as their first argument. What they read besides is the state as this run read it under the lock (generation,
-# form, squashfs, changes, user_overlays: not set again from here on), and what they set is the work dir the change is
-# being made in (work: the next place where one runs out of space) and the writable layer's kind (writable_kind,
-# kind_refused: another where the runtime refuses one). This run's work dir and new generation go when it ends,
-# unless the rename made the new one the venv (CHANGE).
-work=
-new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
-say_where_others_can_replace
 make_new_current() {  # the new generation $1 (of the form layers, with a layer on top, else file)
     local new_form='file'
     if [ -f "$1/$changes_name" ]; then
@@ -4631,16 +4532,15 @@ make_new_current() {  # the new generation $1 (of the form layers, with a layer 
 unpack_into() {
     in_background unpack_venv "$1/tree" "$2" "$3" || die "cannot unpack $2 with $3; nothing was changed"
 }
-# pip with the arguments $3... in a new work dir (work) with room for $2 bytes, in the next place while pip runs out
-# of space; its status. $1 says how: repack (on the whole venv unpacked into $work/tree, where $work/before and
-# $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay on
-# top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
-full_places=()  # (where this run ran out of space: not tried again)
 next_place() {  # $1 (pip, or putting the change together) ran out of space in the work dir: on to the next place
     full_places+=("${work%/*}")
     echo "venv-pip: $1 ran out of space in ${full_places[-1]}; trying the next place" >&2
     remove_own_tree "$work"
 }
+# pip with the arguments $3... in a new work dir (work) with room for $2 bytes, in the next place while pip runs out
+# of space; its status. $1 says how: repack (on the whole venv unpacked into $work/tree, where $work/before and
+# $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay
+# on top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
 pip_where_there_is_room() {
     local how=$1 need=$2 status
     shift 2
@@ -4731,7 +4631,6 @@ only_the_venvs_part() {
 unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
     echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
 }
-
 # pip (with the arguments $2...) on the whole venv, unpacked in a work dir, packed again into the new generation $1
 # (with an empty layer, in that form)
 change_by_repacking() {
@@ -4763,10 +4662,6 @@ pack_base() {  # the tree $1 becomes the SquashFS file of the new generation $2,
         like "$changes" "$new_changes" "$root"
     fi
 }
-
-newline_in_a_name="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
-python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
-python_changed+=" Python"
 repack_instead() {  # the change (pip $3...) into the new generation $2 on the whole venv instead of as a layer,
     # saying why ($1) if it says
     [ -z "$1" ] || echo "venv-pip: $1"
@@ -4845,7 +4740,6 @@ layer_or_merge() {
     echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
 }
-
 # A step that puts the change together in the work dir failed: where that was for want of space there, the whole
 # change (into the new generation $2, pip $3...) again in the next place, as when pip runs out of it; else stop,
 # saying $1
@@ -4856,117 +4750,216 @@ again_where_there_is_room() {
     next_place "putting the change together"
     change_in_layers "$@"
 }
-
-if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
-    change_in_layers "$change_new" "$@"
-else
-    if [ "$form" = layers ]; then
-        theirs=$changes
-        [ -O "$squashfs" ] || theirs=$squashfs
-        echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \
-            "repacking the whole venv"
-    fi
-    change_by_repacking "$change_new" "$@"
-fi
-'''
-
-MAKE_SQUASHFS = r'''@header@
-no_arguments "$@"
-
-# (status 1: another run holds the lock; else the library said why not)
-begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
-generation=$(current_generation "$root")
-remove_superseded "$root"
-[ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
-    "remove it) first"
-[ -d "$dir" ] || die "there is no $dir to pack"
-command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
-
-# A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
-new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
-new=$change_new
-squashfs="$new/$squashfs_name"
-changes="$new/$changes_name"
-share_modes "$root" "$dir"
-echo "Packing $dir into $squashfs with $(squash_processors) processors..."
-# (user-software/ from the container's root: a layer, see LAYERS)
-in_background pack_tree "$dir" "$squashfs" -keep-as-directory || die "mksquashfs failed; nothing was changed"
-if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
-    die "cannot write $changes; nothing was changed"
-fi
-# mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
-# dir is, so that venv-pip keeps it so)
-chmod "$(umask_mode 666)" "$squashfs" "$changes"
-# The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE): layers
-# where the runtime stacks them and gives a change a writable layer on top (a directory, or an EXT3 image under a
-# setuid runtime: recorded), else one SquashFS file that the module binds
-# (the image: the module's, else the install's, in the install dir)
-image="${!layers_image_var:-${!sif_variable:-$root/$sif_name}}"
-[ -f "$image" ] || die "the image $image is not there, to try the runtime with: load the module (module load" \
-    "$module), which finds it, and run make-squashfs again"
-form='file'
-if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
-    rm -f -- "$changes"
-    if ! why_not_bound=$(squashfs_binds "$image" "$squashfs"); then
-        echo "The container runtime neither stacks $packed/$squashfs_name as overlays nor binds it at" \
-            "/user-software ($why_not_bound): the venv stays the directory $dir, which the module binds there."
-        exit 0  # (the new generation goes)
-    fi
-    echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
-        "$packed/$squashfs_name and a layer on top as overlays here ($why)."
-else
-    say_where_others_can_replace
-    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1  # (it said why; nothing was changed)
+# A pip command that leaves the venv alone (list, show, freeze, download, install --dry-run, ...), with the arguments
+# $@: straight against the venv as it is now, read-only if packed, with a work dir of its own (pip downloads, and
+# builds to read a package's metadata, in its temporary directory); venv-pip ends with its status
+pip_without_change() {
+    use_state "$form" "$generation"
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
     use_workdir_tmp "$work"
-    if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
-        rm -f -- "$changes"
-        echo "venv-pip will repack the whole venv for each change: the container runtime stacks" \
-            "$packed/$squashfs_name and a layer on top, but gives a change neither a writable directory nor an" \
-            "EXT3 image on top of them ($kind)."
-    elif ! record_writable_layer_kind "$new" "$kind"; then
-        die "cannot write in $new; nothing was changed"
-    else
-        form=layers
+    use_private_pip_cache
+    # shellcheck disable=SC2064  # (this run's work dir)
+    trap "remove_own_tree $(printf %q "$work")" EXIT
+    stop_on_signals
+    status=0
+    in_background pip "$@" || status=$?
+    [ "$status" -eq 0 ] || [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
+    exit "$status"
+}
+# The state as it is now that this run holds the lock: what this run changes
+read_state_under_lock() {
+    generation=$(current_generation "$root")
+    form=$(venv_form "$root" "$generation")
+    writable_kind=$(writable_layer_kind "$generation")
+    kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
+    squashfs="$generation/$squashfs_name"
+    changes="$generation/$changes_name"
+    user_overlays=$(others_overlays "$root")  # (before this run adds its own)
+    layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
+    generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
+    remove_superseded "$root"
+}
+# The change (pip with the arguments $@) of an unpacked venv, in place (the lock is held until pip and image_commands
+# end); venv-pip ends with pip's status
+pip_on_directory() {
+    [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
+    use_state "$form" "$generation"
+    say_where_others_can_replace
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
+    use_workdir_tmp "$work"
+    links=$(venv_python_links "$dir${venv#/user-software}/bin")
+    status=0
+    in_background pip "$@" || status=$?
+    keep_venv_python "$dir${venv#/user-software}/bin" "$links"
+    if [ "$status" -ne 0 ]; then
+        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
+        exit "$status"
     fi
-    remove_own_tree "$work"
-fi
-commit_change "$root" "$form" || die "cannot make $packed name $new; nothing was changed"
-echo "Created $packed/$squashfs_name."
-echo "Reload the module (module load $module) to use it as /user-software (read-only)."
-echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."
+    in_background image_commands
+    exit 0
+}
+# The change (pip with the arguments $@) of the packed venv: into a new generation, made current by one rename when it
+# is whole (STATE); the functions it calls take it as their first argument. What they read besides is the state as
+# this run read it under the lock (generation, form, squashfs, changes, user_overlays: not set again from here on), and
+# what they set is the work dir the change is being made in (work: the next place where one runs out of space) and the
+# writable layer's kind (writable_kind, kind_refused: another where the runtime refuses one). This run's work dir and
+# new generation go when it ends, unless the rename made the new one the venv (CHANGE).
+change_packed_venv() {
+    [ "$form" != missing ] || die "there is neither $packed nor $dir: reinstall the module with eb"
+    # After unmake-squashfs both are there: changing one of them would leave the other behind, silently
+    [ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
+        "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
+    work=
+    full_places=()  # (where this run ran out of space: not tried again)
+    new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+    say_where_others_can_replace
+    if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
+        change_in_layers "$change_new" "$@"
+    else
+        if [ "$form" = layers ]; then
+            theirs=$changes
+            [ -O "$squashfs" ] || theirs=$squashfs
+            echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \
+                "repacking the whole venv"
+        fi
+        change_by_repacking "$change_new" "$@"
+    fi
+}
+# venv-pip: the command. Its Python programs are read once, first: OVERLAY_PYTHON, run in the container on the
+# writable overlay, and EXPORT_UPPER, which copies a change out of an EXT3 image (read_program)
+venv_pip() {
+    answer_help "$@"
+    prepare_launch
+    read_program overlay-python.py overlay_python
+    read_program export-upper.py export_python
+    venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
+    container_tmp=/venv-pip-tmp  # (in_change_container)
+    newline_in_a_name="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+    python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
+    python_changed+=" Python"
+    [ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
+    umask "$(shared_umask "$root")"
+    if ! pip_changes_venv "$@"; then
+        pip_without_change "$@"  # (and exit: not in a condition, where set -e would be off)
+    fi
+    ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
+    begin_change "$root" wait || exit 1
+    read_state_under_lock
+    use_private_pip_cache
+    if [ "$form" = directory ]; then
+        pip_on_directory "$@"
+    fi
+    change_packed_venv "$@"
+}
 '''
 
-UNMAKE_SQUASHFS = r'''@header@
-no_arguments "$@"
+MAKE_SQUASHFS = r'''# make-squashfs, a function of the library:
+# user-software/ packed into a new generation (COMMAND_HELPS)
+make_squashfs() {
+    no_arguments "$@"
 
-# (status 1: another run holds the lock; else the library said why not)
-begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
-generation=$(current_generation "$root")
-generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
-remove_superseded "$root"
-[ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
-if [ -e "$dir" ] || [ -L "$dir" ]; then
-    die "$dir already exists; move it away first, it is not overwritten"
-fi
-command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
+    # (status 1: another run holds the lock; else the library said why not)
+    begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
+    generation=$(current_generation "$root")
+    remove_superseded "$root"
+    [ -z "$generation" ] || die "$packed already exists (the packed venv); remove it (or run unmake-squashfs and" \
+        "remove it) first"
+    [ -d "$dir" ] || die "there is no $dir to pack"
+    command -v mksquashfs >/dev/null || die "mksquashfs not found on PATH"
 
-# (into a new generation, never made current, but with the record of one: if this run is killed, a later change
-# removes it, see STATE)
-new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
-tmp=$change_new
-in_background unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
-    die "unsquashfs failed; nothing was changed"
-# (the modes of the install's row, whatever umask packed the SquashFS file)
-share_modes "$root" "$tmp/unpacked"
-# (on disk before it has its name: a crash leaves no $dir with empty files)
-sync -f -- "$tmp/unpacked" || die "cannot write the unpacked venv to disk; nothing was changed"
-mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
-sync -- "$root" || true
-abort_change "$root"  # (what is left of the new generation: the venv is $dir now)
-echo "Unpacked $generation/$squashfs_name into $dir."
-[ ! -f "$generation/$changes_name" ] || echo "It includes the changes in $generation/$changes_name."
-echo "To install into it, remove the link $packed and reload the module (module load $module):"
-echo "as long as the link exists, the packed venv is what the container sees as /user-software."
+    # A new generation, made current only once it is whole (STATE): an interrupted run leaves no partial venv.
+    new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+    new=$change_new
+    squashfs="$new/$squashfs_name"
+    changes="$new/$changes_name"
+    share_modes "$root" "$dir"
+    echo "Packing $dir into $squashfs with $(squash_processors) processors..."
+    # (user-software/ from the container's root: a layer, see LAYERS)
+    in_background pack_tree "$dir" "$squashfs" -keep-as-directory || die "mksquashfs failed; nothing was changed"
+    if ! empty_layer "$changes" || ! mark_empty_layer "$new"; then
+        die "cannot write $changes; nothing was changed"
+    fi
+    # mksquashfs makes its output 0644 whatever the umask: the mode the umask gives (group-writable where the install
+    # dir is, so that venv-pip keeps it so)
+    chmod "$(umask_mode 666)" "$squashfs" "$changes"
+    choose_packed_form
+    commit_change "$root" "$form" || die "cannot make $packed name $new; nothing was changed"
+    echo "Created $packed/$squashfs_name."
+    echo "Reload the module (module load $module) to use it as /user-software (read-only)."
+    echo "$dir can now be removed; unmake-squashfs recreates it from the SquashFS file."
+}
+# The form of the packed venv, decided here once for this generation and those venv-pip makes from it (STATE):
+# layers where the runtime stacks them and gives a change a writable layer on top (a directory, or an EXT3 image
+# under a setuid runtime: recorded), else one SquashFS file that the module binds (the image: the module's, else the
+# install's, in the install dir)
+# (into the global form, for the new generation $new with the files squashfs and changes)
+choose_packed_form() {
+    image="${!layers_image_var:-${!sif_variable:-$root/$sif_name}}"
+    [ -f "$image" ] || die "the image $image is not there, to try the runtime with: load the module (module load" \
+        "$module), which finds it, and run make-squashfs again"
+    form='file'
+    if ! why=$(layers_stack "$image" "$squashfs" "$changes"); then
+        rm -f -- "$changes"
+        if ! why_not_bound=$(squashfs_binds "$image" "$squashfs"); then
+            echo "The container runtime neither stacks $packed/$squashfs_name as overlays nor binds it at" \
+                "/user-software ($why_not_bound): the venv stays the directory $dir, which the module binds there."
+            exit 0  # (the new generation goes)
+        fi
+        echo "venv-pip will repack the whole venv for each change: the container runtime does not stack" \
+            "$packed/$squashfs_name and a layer on top as overlays here ($why)."
+    else
+        say_where_others_can_replace
+        work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1  # (it said why; nothing was changed)
+        use_workdir_tmp "$work"
+        if ! kind=$(writable_layer_allowed "$image" "$squashfs" "$changes" "$work"); then
+            rm -f -- "$changes"
+            echo "venv-pip will repack the whole venv for each change: the container runtime stacks" \
+                "$packed/$squashfs_name and a layer on top, but gives a change neither a writable directory nor an" \
+                "EXT3 image on top of them ($kind)."
+        elif ! record_writable_layer_kind "$new" "$kind"; then
+            die "cannot write in $new; nothing was changed"
+        else
+            form=layers
+        fi
+        remove_own_tree "$work"
+    fi
+}
+'''
+
+UNMAKE_SQUASHFS = r'''# unmake-squashfs, a function of the library:
+# the packed venv unpacked into user-software/ (COMMAND_HELPS)
+unmake_squashfs() {
+    no_arguments "$@"
+
+    # (status 1: another run holds the lock; else the library said why not)
+    begin_change "$root" now || case $? in 1) die "$(lock_refusal "$root")" ;; *) exit 1 ;; esac
+    generation=$(current_generation "$root")
+    generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
+    remove_superseded "$root"
+    [ -n "$generation" ] || die "there is no $packed (the packed venv) to unpack"
+    if [ -e "$dir" ] || [ -L "$dir" ]; then
+        die "$dir already exists; move it away first, it is not overwritten"
+    fi
+    command -v unsquashfs >/dev/null || die "unsquashfs not found on PATH"
+
+    # (into a new generation, never made current, but with the record of one: if this run is killed, a later change
+    # removes it, see STATE)
+    new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+    tmp=$change_new
+    in_background unpack_venv "$tmp/unpacked" "$generation/$squashfs_name" "$generation/$changes_name" ||
+        die "unsquashfs failed; nothing was changed"
+    # (the modes of the install's row, whatever umask packed the SquashFS file)
+    share_modes "$root" "$tmp/unpacked"
+    # (on disk before it has its name: a crash leaves no $dir with empty files)
+    sync -f -- "$tmp/unpacked" || die "cannot write the unpacked venv to disk; nothing was changed"
+    mv -T -- "$tmp/unpacked/${dir##*/}" "$dir" || die "cannot move the unpacked venv to $dir; nothing was changed"
+    sync -- "$root" || true
+    abort_change "$root"  # (what is left of the new generation: the venv is $dir now)
+    echo "Unpacked $generation/$squashfs_name into $dir."
+    [ ! -f "$generation/$changes_name" ] || echo "It includes the changes in $generation/$changes_name."
+    echo "To install into it, remove the link $packed and reload the module (module load $module):"
+    echo "as long as the link exists, the packed venv is what the container sees as /user-software."
+}
 '''
 
 RUNSCRIPT_INIT = r'''# shellcheck shell=bash
@@ -5870,52 +5863,15 @@ SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV}
 
 # The library's pieces, after its own functions, in this order
 LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY_ALL, LAYERS, WORKDIR, LOCK_INSTALL_DIR,
-                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON]
+                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON, LAUNCH, VENV_PIP,
+                  MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
 
-
-def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif_variable='SIF', sif_name='image.sif',
-                   venv='/user-software/venv/test', venv_python=None):
-    """The install's values, the library's first lines: read-only variables that its functions and the commands
-    read, from layout.py and the install (the module's name, container_conflicts, container_entry,
-    container_runtime_options, the variable that names the image, the image's file name, the venv in the container
-    and the command that starts its Python there: by default its bin/python)."""
-    options = runtime_options or {}
-    words = [
-        ('module', module, "the module's full name"),
-        ('us_dir_name', USER_SOFTWARE, 'the unpacked venv, in the install dir (STATE)'),
-        ('packed_name', USER_SOFTWARE_PACKED, 'the link that names the current generation'),
-        ('generation_prefix', GENERATION_PREFIX, "a generation's name, before mktemp's characters"),
-        ('generation_record', GENERATION_RECORD, 'in a generation: the run that made it'),
-        ('link_prefix', NEW_LINK_PREFIX, 'a new link, before it is renamed over the current one'),
-        ('squashfs_name', SQUASHFS_NAME, "a generation's SquashFS file"),
-        ('changes_name', CHANGES_NAME, 'and its layer of changes on top'),
-        ('empty_mark', EMPTY_LAYER_MARK, 'in a generation whose layer changes nothing'),
-        ('writable_record', WRITABLE_LAYER_RECORD, "how a change gets its writable layer: 'directory' or 'image'"),
-        ('form_record', FORM_RECORD, "the venv's form: 'layers' or 'file'"),
-        ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
-        ('lock_name', USER_SOFTWARE_LOCK, 'the install dir\'s lock'),
-        ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),
-        ('holds_lock_var', INSTALL_HOLDS_LOCK, 'names the install dir whose lock the caller holds (an install)'),
-        ('emptied_record', EMPTIED_RECORD, 'where OVERLAY_PYTHON lists the directories pip emptied'),
-        ('install_umask', '%04o' % INSTALL_UMASK, 'what a change writes: an install only its owner changes'),
-        ('group_install_umask', '%04o' % GROUP_INSTALL_UMASK, "and a project's shared install"),
-        ('layers_image_var', LAYERS_IMAGE, 'names the image make-squashfs tries the layers with'),
-        ('sif_variable', sif_variable, 'names the image where the module is loaded'),
-        ('sif_name', sif_name, "the image's file name in the install dir"),
-        ('container_entry', entry, 'exec or run (container_entry)'),
-        ('venv', venv, 'the virtual environment, in the container'),
-        ('image_commands_module', IMAGE_COMMANDS_MODULE, "the venv's module that gives it the image's commands"),
-        ('overlay_refused', OVERLAY_REFUSED_STATUS, "OVERLAY_PYTHON's status for a change the layers cannot take"),
-    ] + [('runtime_options_' + kind, options.get(kind, ''), 'container_runtime_options of %s' % kind)
-         for kind in RUNTIME_KINDS]
-    arrays = [
-        ('conflicting_modules', ' '.join(sh_str(name) for name in conflicts), 'container_conflicts'),
-        ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
-        ('venv_python', ' '.join(sh_str(word) for word in venv_python or [venv + '/bin/python']),
-         "the venv's Python in the container (after container_init where there is one)"),
-    ]
-    return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
-                   ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
+# The Python programs that venv-pip runs in the container, files of their own in libexec/ (read_program): OVERLAY_PYTHON
+# (pip on the writable overlay; with the layout's names it needs filled in: it cannot read the library) and
+# EXPORT_UPPER (a change copied out of an EXT3 image)
+PROGRAMS = [('libexec/overlay-python.py', fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
+                                                        refused_status=OVERLAY_REFUSED_STATUS)),
+            ('libexec/export-upper.py', EXPORT_UPPER)]
 
 
 def fill_script_template(template, **values):
@@ -5926,15 +5882,6 @@ def fill_script_template(template, **values):
 
 
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
-
-
-def library_text(module, cache_setup, **values):
-    """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP),
-    with the install's values (install_values' keyword arguments)."""
-    head = '# %s: the library of the commands in bin/ of module %s, sourced by each at its start.\n' % (
-        LIBRARY, printable(module))
-    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(module, **values),
-                                cache_setup=cache_setup) + ''.join(LIBRARY_PIECES)
 
 
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose
@@ -6040,23 +5987,36 @@ def usage_word(name):
     return sh_str(', '.join(COMMAND_HELPS[name].usage.split('\n')))
 
 
-# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see scripts()).
+# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see render.scripts).
 # A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
-# parses bash), its template, how a launcher starts the container (see launch_code; None: not a launcher) and the
-# parameter that must be True for an installation to get it (None: every installation).
+# parses bash), its template, how the command runs (LAUNCH_KINDS; None: a runscript) and the parameter that must be
+# True for an installation to get it (None: every installation).
 Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
 
+# How a command in bin/ runs (the launch of its row in SCRIPTS): the library's function that its file calls with its
+# arguments, after the command's own name where takes_name (a runscript's, a wrapped command's)
+LaunchKind = namedtuple('LaunchKind', 'function takes_name')
+LAUNCH_KINDS = {
+    'shell': LaunchKind('start_shell', False),
+    'runscript': LaunchKind('launch_runscript', True),
+    'command': LaunchKind('launch_command', True),
+    'venv-pip': LaunchKind('venv_pip', False),
+    'jupyter-container-kernel': LaunchKind('jupyter_container_kernel', False),
+    'make-squashfs': LaunchKind('make_squashfs', False),
+    'unmake-squashfs': LaunchKind('unmake_squashfs', False),
+}
+
 SCRIPTS = [
-    Script('bin/start-shell', 'start bash in the container', 'bash', LAUNCHER, 'shell', None),
-    Script('bin/list-packages', 'list the Python packages in the container', 'bash', LAUNCHER, 'runscript', None),
-    Script('bin/make-squashfs', 'pack user-software/ into SquashFS (user-software.packed)', 'bash', MAKE_SQUASHFS, None,
-           None),
+    Script('bin/start-shell', 'start bash in the container', 'bash', COMMAND, 'shell', None),
+    Script('bin/list-packages', 'list the Python packages in the container', 'bash', COMMAND, 'runscript', None),
+    Script('bin/make-squashfs', 'pack user-software/ into SquashFS (user-software.packed)', 'bash', COMMAND,
+           'make-squashfs', None),
     Script('bin/unmake-squashfs', 'unpack the packed venv (user-software.packed) into user-software/', 'bash',
-           UNMAKE_SQUASHFS, None, None),
+           COMMAND, 'unmake-squashfs', None),
     Script('bin/venv-pip', 'pip against the virtual environment, packed or not: venv-pip install torchmetrics', 'bash',
-           LAUNCHER, 'venv-pip', None),
+           COMMAND, 'venv-pip', None),
     Script('bin/jupyter-container-kernel', 'a Jupyter kernel of the container\'s Python with the virtual environment: '
-           'jupyter-container-kernel install (or remove, list)', 'bash', LAUNCHER, 'jupyter-container-kernel', None),
+           'jupyter-container-kernel install (or remove, list)', 'bash', COMMAND, 'jupyter-container-kernel', None),
     Script('runscripts/init-conda-venv', 'prepare the image\'s Python and activate the virtual environment (source it)',
            'bash', RUNSCRIPT_INIT, None, None),
     Script('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE, None,
@@ -6484,3 +6444,137 @@ def easyconfig_problems(values):
                 for name, parameter in sorted(PARAMETERS.items())
                 for where, problem in parameter_problems(name, values[name])]
     return problems + ['%s: %s' % found for found in rule_problems(values)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The texts an install writes (bin/, libexec/, runscripts/), from one record of the install (Install): pure
+# functions without EasyBuild, so that the unit tier renders and checks whole commands as an install writes them.
+# ---------------------------------------------------------------------------------------------------------------
+
+# What the texts of an install depend on: the module's full name, the install dir, the suffix of its variables
+# (SIF<suffix>), the image's file name, the venv's name, and the easyconfig's parameters of those names; where
+# Lmod is (lmod_cmd, for a kernel that loads the module) and the modules' directory.
+Install = namedtuple('Install', 'module installdir var_suffix sif_name venv_name container_init container_entry '
+                                'container_runtime_options container_conflicts container_cache_dirs gpu_vendor '
+                                'wrapped_commands torch_runscripts lmod_cmd modules_dir')
+Install.__new__.__defaults__ = ('/install', '', 'image.sif', 'test', '', 'exec', {}, (), {}, 'amd', (), False, '',
+                                '/modules')
+
+COMMAND_SCRIPT = SCRIPTS[0].template  # (every command in bin/: its header, the library, one call)
+
+
+def venv_python(install):
+    """The command that starts the venv's Python in the container (after container_init where there is one)."""
+    python = '%s/bin/python' % container_venv_path(install.venv_name)
+    if install.container_init:
+        return ['/bin/bash', '-c', 'source /runscripts/init-conda-venv && exec "$@"', 'pip', python]
+    return [python]
+
+
+def install_values(install, stamp):
+    """The install's values, the library's first lines: read-only variables that its functions and the commands
+    read, from layout.py and the install (stamp: install_stamp)."""
+    venv = container_venv_path(install.venv_name)
+    words = [
+        ('install_stamp', stamp, 'what the commands and programs of this install carry (install_files)'),
+        ('module', install.module, "the module's full name"),
+        ('us_dir_name', USER_SOFTWARE, 'the unpacked venv, in the install dir (STATE)'),
+        ('packed_name', USER_SOFTWARE_PACKED, 'the link that names the current generation'),
+        ('generation_prefix', GENERATION_PREFIX, "a generation's name, before mktemp's characters"),
+        ('generation_record', GENERATION_RECORD, 'in a generation: the run that made it'),
+        ('link_prefix', NEW_LINK_PREFIX, 'a new link, before it is renamed over the current one'),
+        ('squashfs_name', SQUASHFS_NAME, "a generation's SquashFS file"),
+        ('changes_name', CHANGES_NAME, 'and its layer of changes on top'),
+        ('empty_mark', EMPTY_LAYER_MARK, 'in a generation whose layer changes nothing'),
+        ('writable_record', WRITABLE_LAYER_RECORD, "how a change gets its writable layer: 'directory' or 'image'"),
+        ('form_record', FORM_RECORD, "the venv's form: 'layers' or 'file'"),
+        ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
+        ('lock_name', USER_SOFTWARE_LOCK, "the install dir's lock"),
+        ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),
+        ('holds_lock_var', INSTALL_HOLDS_LOCK, 'names the install dir whose lock the caller holds (an install)'),
+        ('emptied_record', EMPTIED_RECORD, 'where OVERLAY_PYTHON lists the directories pip emptied'),
+        ('install_umask', '%04o' % INSTALL_UMASK, 'what a change writes: an install only its owner changes'),
+        ('group_install_umask', '%04o' % GROUP_INSTALL_UMASK, "and a project's shared install"),
+        ('layers_image_var', LAYERS_IMAGE, 'names the image make-squashfs tries the layers with'),
+        ('sif_variable', 'SIF' + install.var_suffix, 'names the image where the module is loaded'),
+        ('sif_name', install.sif_name, "the image's file name in the install dir"),
+        ('container_entry', install.container_entry, 'exec or run (container_entry)'),
+        ('container_init_set', 'yes' if install.container_init else '', 'whether there is a container_init'),
+        ('venv', venv, 'the virtual environment, in the container'),
+        ('image_commands_module', IMAGE_COMMANDS_MODULE, "the venv's module that gives it the image's commands"),
+        ('overlay_refused', OVERLAY_REFUSED_STATUS, "OVERLAY_PYTHON's status for a change the layers cannot take"),
+        ('jupyter_usage', ', '.join(COMMAND_HELPS['jupyter-container-kernel'].usage.split('\n')),
+         "jupyter-container-kernel's usage"),
+        ('kernel_name_default', kernel_name(install.module), "the kernel's name without --name"),
+        ('display_name_default', '%s (container)' % install.module, 'and its display name'),
+        ('kernel_launcher_json', json.dumps(os.path.join(install.installdir, 'bin', 'jupyter-container-kernel')),
+         "the kernel's command in its kernel.json, a JSON string"),
+        ('lmod_cmd', install.lmod_cmd, 'Lmod, for a kernel started without the module'),
+        ('modules_dir', install.modules_dir, 'where it finds the module'),
+    ] + [('runtime_options_' + kind, install.container_runtime_options.get(kind, ''),
+          'container_runtime_options of %s' % kind) for kind in RUNTIME_KINDS]
+    arrays = [
+        ('conflicting_modules', ' '.join(sh_str(name) for name in install.container_conflicts),
+         'container_conflicts'),
+        ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
+        ('venv_python', ' '.join(sh_str(word) for word in venv_python(install)),
+         "the venv's Python in the container (after container_init where there is one)"),
+    ]
+    return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
+                   ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
+
+
+def cache_setup(install):
+    """CACHE_SETUP for the scripts: the caches of container_cache_dirs in the root of CACHE_ROOT_RULE."""
+    caches = install.container_cache_dirs
+    rule, call = cache_root_rule(install.module, caches.values())
+    return fill_template(CACHE_SETUP, cache_root_rule=rule, cache_root_call_quiet=call.replace(' ', ' -q ', 1),
+                         cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
+
+
+def library_text(install, stamp=''):
+    """The install's library (LIBRARY): its values, its own functions, the pieces of LIBRARY_PIECES."""
+    head = '# %s: the library of the commands in bin/ of module %s, sourced by each at its start.\n' % (
+        LIBRARY, printable(install.module))
+    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(install, stamp),
+                                cache_setup=cache_setup(install)) + \
+        ''.join(piece.rstrip('\n') + '\n' for piece in LIBRARY_PIECES)  # (a file may end without a newline)
+
+
+def install_scripts(install):
+    """The rows of SCRIPTS this installation gets, and one for the wrapper of each of wrapped_commands."""
+    wanted = [script for script in SCRIPTS if script.wanted_if is None or getattr(install, script.wanted_if)]
+    return wanted + [Script('bin/' + command, 'run %s in the container; all arguments are passed on' % command,
+                            'bash', COMMAND_SCRIPT, 'command', None) for command in install.wrapped_commands]
+
+
+def script_text(install, script, stamp=''):
+    """The text of one script (a row of install_scripts()): a command in bin/ (its header, the library, the call of its
+    launch kind's function), or a runscript."""
+    name = os.path.basename(script.path)
+    if script.launch:
+        kind = LAUNCH_KINDS[script.launch]
+        call = kind.function + (' ' + sh_str(name) if kind.takes_name else '')
+        return fill_template(script.template, name=name, purpose=script.purpose, module=install.module,
+                             help=help_words(name) if name in COMMAND_HELPS else sh_str(
+                                 'usage: %s (%s)' % (name, script.purpose)),
+                             name_word=sh_quoted(name), library=LIBRARY, stamp=sh_str(stamp), call=call)
+    return fill_script_template(script.template, module=install.module,
+                                venv=container_venv_path(install.venv_name),
+                                container_init=install.container_init or ':',
+                                container_init_word=sh_str(install.container_init),
+                                cache_setup=cache_setup(install), gpu_vendor=sh_str(install.gpu_vendor))
+
+
+def install_files(install):
+    """What the install writes from the record: (path in the install dir, text, executable) of the library, the
+    programs and the scripts. What the commands read after they start carries the install's stamp, a digest of the
+    library and the programs: a command that started before a reinstall refuses what the reinstall wrote (the
+    command's header, read_program), instead of mixing the two."""
+    digest = hashlib.sha256(library_text(install).encode('utf-8'))
+    for path, text in PROGRAMS:
+        digest.update(text.encode('utf-8'))
+    stamp = digest.hexdigest()[:16]
+    files = [(LIBRARY, library_text(install, stamp), False)]
+    files += [(path, '# install %s\n%s' % (stamp, text), False) for path, text in PROGRAMS]
+    return files + [(script.path, script_text(install, script, stamp), True) for script in install_scripts(install)]

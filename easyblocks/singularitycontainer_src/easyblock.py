@@ -27,15 +27,15 @@ except ImportError:
     run_shell_cmd = None  # EasyBuild 4.x: run_checked imports run_cmd, which EasyBuild 5 deprecates, only there
 
 
-from .layout import (CACHE_ROOT, CONTAINER_CHECK_END, CONTAINER_RUNSCRIPTS, CONTAINER_USER_SOFTWARE, EMPTIED_RECORD,
+from .layout import (CACHE_ROOT, CONTAINER_CHECK_END, CONTAINER_RUNSCRIPTS, CONTAINER_USER_SOFTWARE,
                      ERROR_TAIL_LINES, GENERATION_PREFIX, IMAGE_COMMANDS_MANIFEST, IMAGE_COMMANDS_MODULE,
                      IMAGE_PACKAGES_MODULE, IMAGE_PYTHON_JSON, INSTALL_HOLDS_LOCK, KEEP_PREVIOUS_DAYS, LAYERS_IMAGE,
                      LIBRARY, LUMI_CENTRAL_SIF_DEFAULT, LUMI_CENTRAL_SIF_SUBDIR, MODULE_FAMILY,
-                     NVIDIA_RUNTIME_VARIABLES, OVERLAY_REFUSED_STATUS, PREVIOUS_INSTALLATION,
+                     NVIDIA_RUNTIME_VARIABLES, PREVIOUS_INSTALLATION,
                      PREVIOUS_INSTALLATION_MARKER, USER_SOFTWARE, USER_SOFTWARE_CHANGES,
                      USER_SOFTWARE_ENTRIES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK, USER_SOFTWARE_PACKED,
                      USER_SOFTWARE_SQUASHFS, install_umask)
-from .text import fill_template, sh_quoted, sh_str
+from .text import fill_template, sh_str
 from .container import container_command
 from .sif import sif_problem
 from .requirements import requirement_names
@@ -46,12 +46,10 @@ from .install_dir import (current_generation, installer_container_settings, inst
                           not_removable, tree_fingerprint, unused_name, venv_form)
 from .module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image, Overlays, PrependPath,
                           SetRestorable, Var, VenvForm, emit_module_logic)
-from .scripts import (CACHE_SETUP, COMMAND_HELP, COMMAND_HELPS, CONTAINER_CHECK_SCRIPT, CREATE_VENV,
-                      DETECT_IMAGE_PYTHON, EXPORT_UPPER, IMAGE_COMMANDS, IMAGE_PACKAGES, JUPYTER_KERNEL,
-                      JUPYTER_KERNEL_ARGS, LAUNCHER, LAUNCH_COMMAND, LAUNCH_COMMAND_WITH_INIT, LAUNCH_START_SHELL,
-                      LAUNCH_VENV_PIP, OVERLAY_PYTHON, SCRIPTS, SCRIPT_HEADER, Script, VENV_PIP_SCRIPT, cache_root_rule,
-                      fill_script_template, help_words, library_text, usage_word)
-from .parameters import PARAMETERS, container_venv_path, easyconfig_problems, kernel_name, venv_name
+from .scripts import (CONTAINER_CHECK_SCRIPT, CREATE_VENV, DETECT_IMAGE_PYTHON, IMAGE_COMMANDS,
+                      IMAGE_PACKAGES, VENV_PIP_SCRIPT, cache_root_rule)
+from .parameters import PARAMETERS, container_venv_path, easyconfig_problems, venv_name
+from .render import Install, install_files, install_scripts
 
 
 class SingularityContainer(EasyBlock):
@@ -447,94 +445,20 @@ class SingularityContainer(EasyBlock):
             os.symlink(os.path.realpath(self.source_sif()), self.installed_sif())
 
     def write_scripts(self):
-        """Write bin/ (commands for outside the container) with their library, and runscripts/ (seen as /runscripts
-        inside)."""
-        library = library_text(self.full_mod_name, self.cache_setup(), conflicts=self.cfg['container_conflicts'],
-                               entry=self.cfg['container_entry'], runtime_options=self.cfg['container_runtime_options'],
-                               sif_variable='SIF' + self.var_suffix, sif_name=self.sif_name,
-                               venv=self.container_venv, venv_python=self.venv_python())
-        write_file(os.path.join(self.installdir, LIBRARY), library)
-        for script in self.scripts():
-            path = os.path.join(self.installdir, script.path)
-            write_file(path, self.script_text(script))
-            if not self.dry_run:
-                adjust_permissions(path, 0o755, add=True)
+        """Write bin/ (commands for outside the container) with their library and programs in libexec/, and
+        runscripts/ (seen as /runscripts inside): render.install_files of this install's record."""
+        for path, text, executable in install_files(self.install_record()):
+            write_file(os.path.join(self.installdir, path), text)
+            if executable and not self.dry_run:
+                adjust_permissions(os.path.join(self.installdir, path), 0o755, add=True)
 
-    def scripts(self):
-        """The rows of SCRIPTS this installation gets, and one for the wrapper of each of wrapped_commands."""
-        wanted = [script for script in SCRIPTS if script.wanted_if is None or self.cfg[script.wanted_if]]
-        return wanted + [Script('bin/' + command, 'run %s in the container; all arguments are passed on' % command,
-                                'bash', LAUNCHER, 'command', None) for command in self.cfg['wrapped_commands']]
-
-    def script_text(self, script):
-        """The text of one script (a row of scripts()) for this installation."""
-        name = os.path.basename(script.path)
-        values = {
-            'header': fill_template(SCRIPT_HEADER, name=name, purpose=script.purpose, module=self.full_mod_name,
-                                    help=help_words(name) if name in COMMAND_HELPS else sh_str(
-                                        'usage: %s (%s)' % (name, script.purpose)),
-                                    name_word=sh_quoted(name), library=LIBRARY),
-            'module': self.full_mod_name,
-            'venv': self.container_venv,
-            'container_init': self.cfg['container_init'] or ':',
-            'container_init_word': sh_str(self.cfg['container_init']),
-            'cache_setup': self.cache_setup(),
-            'gpu_vendor': sh_str(self.cfg['gpu_vendor']),
-        }
-        if script.launch:
-            values['launch'] = self.launch_code(name, script.launch)
-            values['prelude'] = self.launch_prelude(name, script.launch)
-        return fill_script_template(script.template, **values)
-
-    def launch_prelude(self, name, launch):
-        """What a launcher does before it needs the module loaded: the commands of COMMAND_HELPS answer -h and
-        --help; jupyter-container-kernel reads its arguments, and loads the module itself when Jupyter starts the kernel
-        without it (see JUPYTER_KERNEL_ARGS)."""
-        if name in COMMAND_HELPS and launch != 'jupyter-container-kernel':
-            return COMMAND_HELP
-        if launch != 'jupyter-container-kernel':
-            return ''
-        modules_dir = self.module_generator.get_modules_path()
-        return fill_template(JUPYTER_KERNEL_ARGS, usage=usage_word(name),
-                             kernel_name=sh_str(kernel_name(self.full_mod_name)),
-                             display_name=sh_str('%s (container)' % self.full_mod_name),
-                             lmod_cmd=sh_str(os.environ.get('LMOD_CMD', '')), modules_dir=sh_str(modules_dir))
-
-    def cache_setup(self):
-        """CACHE_SETUP for the scripts: the caches of container_cache_dirs in the root of CACHE_ROOT_RULE."""
-        caches = self.cfg['container_cache_dirs']
-        rule, call = cache_root_rule(self.full_mod_name, caches.values())
-        return fill_template(CACHE_SETUP, cache_root_rule=rule,
-                             cache_root_call_quiet=call.replace(' ', ' -q ', 1),
-                             cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
-
-    def venv_python(self):
-        """The command that starts the venv's Python in the container (after container_init where there is one)."""
-        python = '%s/bin/python' % self.container_venv
-        if self.cfg['container_init']:
-            return ['/bin/bash', '-c', 'source /runscripts/init-conda-venv && exec "$@"', 'pip', python]
-        return [python]
-
-    def launch_code(self, name, launch):
-        """The lines of a launcher script (see LAUNCHER) that start the container, the way its row in SCRIPTS
-        says: 'shell' (bash, prepared), 'venv-pip', 'runscript' (/runscripts/<name>, which prepares itself),
-        'jupyter-container-kernel' or 'command' (the command <name>, after container_init)."""
-        if launch == 'shell':
-            return LAUNCH_START_SHELL
-        if launch == 'venv-pip':
-            return fill_script_template(LAUNCH_VENV_PIP, export_upper=EXPORT_UPPER,
-                                        overlay_python=fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
-                                                                     refused_status=OVERLAY_REFUSED_STATUS))
-        if launch == 'runscript':
-            return fill_template(LAUNCH_COMMAND, command='%s/%s' % (CONTAINER_RUNSCRIPTS, name))
-        if launch == 'jupyter-container-kernel':
-            # the venv's Python, started as the wrapper of the command python would start it
-            python = self.launch_code('%s/bin/python' % self.container_venv, 'command')
-            return fill_template(JUPYTER_KERNEL, container_python=python,
-                                 launcher_json=sh_str(json.dumps(os.path.join(self.installdir, 'bin', name))))
-        if self.cfg['container_init']:
-            return fill_template(LAUNCH_COMMAND_WITH_INIT, command=sh_str(name))
-        return fill_template(LAUNCH_COMMAND, command=sh_str(name))
+    def install_record(self):
+        """What the texts of this install depend on (render.Install)."""
+        # (the record's fields named like a parameter take its value)
+        parameters = {field: self.cfg[field] for field in Install._fields if field in PARAMETERS}
+        return Install(self.full_mod_name, self.installdir, self.var_suffix, self.sif_name, self.venv_name,
+                       lmod_cmd=os.environ.get('LMOD_CMD', ''), modules_dir=self.module_generator.get_modules_path(),
+                       **parameters)
 
     def create_venv(self):
         """Create the virtual environment /user-software/venv/<name> on top of the image's Python."""
@@ -715,7 +639,7 @@ class SingularityContainer(EasyBlock):
 
     def sanity_check_step(self, *args, **kwargs):
         """Check the scripts, and, when the image is there, the container's Python and packages."""
-        scripts = self.scripts()
+        scripts = install_scripts(self.install_record())
         custom_paths = {'files': [LIBRARY] + [script.path for script in scripts], 'dirs': []}
         custom_commands = ['bash -n %s' % sh_str(os.path.join(self.installdir, path))
                            for path in [LIBRARY] + [script.path for script in scripts if script.kind == 'bash']]
@@ -825,7 +749,7 @@ class SingularityContainer(EasyBlock):
     def usage_text(self):
         """Module help: what the module sets and which commands it offers."""
         suffix = self.var_suffix
-        scripts = self.scripts()
+        scripts = install_scripts(self.install_record())
         commands = ['  %s: %s' % (os.path.basename(script.path), script.purpose) for script in scripts
                     if script.path.startswith('bin/')]
         runscripts = ['  %s: %s' % (os.path.basename(script.path), script.purpose) for script in scripts

@@ -5,13 +5,8 @@ import textwrap
 from collections import namedtuple
 
 from .sources import source
-from .container import RUNTIME_KINDS
-from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
-                     GENERATION_RECORD, GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE, INSTALL_HOLDS_LOCK,
-                     INSTALL_UMASK, KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS,
-                     NEW_LINK_PREFIX, OVERLAY_REFUSED_STATUS, SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK,
-                     USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
-from .text import PLACEHOLDER, fill_template, printable, sh_str
+from .layout import CACHE_ROOT, EMPTIED_RECORD, OVERLAY_REFUSED_STATUS
+from .text import PLACEHOLDER, fill_template, sh_str
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -19,29 +14,19 @@ from .text import PLACEHOLDER, fill_template, printable, sh_str
 # the file it becomes; @header@ is SCRIPT_HEADER, and user text arrives quoted (sh_str).
 # ---------------------------------------------------------------------------------------------------------------
 
-# The start of each command in bin/: its name and help, then the install's library (LIBRARY_TEMPLATE) sourced
-SCRIPT_HEADER = source('scripts/bin/header.sh')
+# Each command in bin/, whole: its name and help, the install's library (LIBRARY_TEMPLATE) sourced, then one call of
+# the library's function for its kind (LAUNCH_KINDS)
+COMMAND = source('scripts/bin/header.sh')
 
-# The library of the commands in bin/, written once per install (LIBRARY): the install's constants, then the
-# functions they share, from the pieces below (SCRIPT_SNIPPETS)
+# The library of the commands in bin/, written once per install (LIBRARY): the install's values (render.install_values),
+# then the functions they share and the commands' own, the pieces below (LIBRARY_PIECES)
 LIBRARY_TEMPLATE = source('scripts/lib/library.sh')
 
-# start-shell, list-packages and the wrappers: start the container with the module's image and runtime.
-LAUNCHER = source('scripts/bin/launcher.sh')
+# start-shell, list-packages, the wrappers, venv-pip and the kernel: the checks before the container starts
+# (prepare_launch) and each kind of launch, a function
+LAUNCH = source('scripts/bin/launch.sh')
 
-LAUNCH_START_SHELL = source('scripts/bin/launch-start-shell.sh')
-
-LAUNCH_COMMAND = source('scripts/bin/launch-command.sh')
-
-# Images that need an initialisation (e.g. conda activation) run the command through init-conda-venv.
-LAUNCH_COMMAND_WITH_INIT = source('scripts/bin/launch-command-with-init.sh')
-
-# The answer to -h and --help of the commands whose arguments go to another program (the prelude of their LAUNCHER:
-# COMMAND_HELPS).
-COMMAND_HELP = source('scripts/bin/command-help.sh')
-
-# jupyter-container-kernel: its arguments (the prelude of its LAUNCHER, before the module must be loaded: the kernel
-# loads it).
+# jupyter-container-kernel: its arguments, read before the module must be loaded (the kernel loads it), and the command
 JUPYTER_KERNEL_ARGS = source('scripts/bin/jupyter-container-kernel-args.sh')
 
 JUPYTER_KERNEL = source('scripts/bin/jupyter-container-kernel.sh')
@@ -118,7 +103,7 @@ EXPORT_UPPER = source('programs/export_upper.py')
 # when it grows); otherwise on a copy unpacked on local storage, packed again. Each new SquashFS file is checked and
 # only then put in place by a rename: a failure or a signal leaves the old one as it was, and jobs that have it
 # mounted keep it.
-LAUNCH_VENV_PIP = source('scripts/bin/launch-venv-pip.sh')
+VENV_PIP = source('scripts/bin/venv-pip-command.sh')
 
 MAKE_SQUASHFS = source('scripts/bin/make-squashfs.sh')
 
@@ -188,52 +173,15 @@ SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV}
 
 # The library's pieces, after its own functions, in this order
 LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY_ALL, LAYERS, WORKDIR, LOCK_INSTALL_DIR,
-                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON]
+                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON, LAUNCH, VENV_PIP,
+                  MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
 
-
-def install_values(module, conflicts=(), entry='exec', runtime_options=None, sif_variable='SIF', sif_name='image.sif',
-                   venv='/user-software/venv/test', venv_python=None):
-    """The install's values, the library's first lines: read-only variables that its functions and the commands
-    read, from layout.py and the install (the module's name, container_conflicts, container_entry,
-    container_runtime_options, the variable that names the image, the image's file name, the venv in the container
-    and the command that starts its Python there: by default its bin/python)."""
-    options = runtime_options or {}
-    words = [
-        ('module', module, "the module's full name"),
-        ('us_dir_name', USER_SOFTWARE, 'the unpacked venv, in the install dir (STATE)'),
-        ('packed_name', USER_SOFTWARE_PACKED, 'the link that names the current generation'),
-        ('generation_prefix', GENERATION_PREFIX, "a generation's name, before mktemp's characters"),
-        ('generation_record', GENERATION_RECORD, 'in a generation: the run that made it'),
-        ('link_prefix', NEW_LINK_PREFIX, 'a new link, before it is renamed over the current one'),
-        ('squashfs_name', SQUASHFS_NAME, "a generation's SquashFS file"),
-        ('changes_name', CHANGES_NAME, 'and its layer of changes on top'),
-        ('empty_mark', EMPTY_LAYER_MARK, 'in a generation whose layer changes nothing'),
-        ('writable_record', WRITABLE_LAYER_RECORD, "how a change gets its writable layer: 'directory' or 'image'"),
-        ('form_record', FORM_RECORD, "the venv's form: 'layers' or 'file'"),
-        ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
-        ('lock_name', USER_SOFTWARE_LOCK, 'the install dir\'s lock'),
-        ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),
-        ('holds_lock_var', INSTALL_HOLDS_LOCK, 'names the install dir whose lock the caller holds (an install)'),
-        ('emptied_record', EMPTIED_RECORD, 'where OVERLAY_PYTHON lists the directories pip emptied'),
-        ('install_umask', '%04o' % INSTALL_UMASK, 'what a change writes: an install only its owner changes'),
-        ('group_install_umask', '%04o' % GROUP_INSTALL_UMASK, "and a project's shared install"),
-        ('layers_image_var', LAYERS_IMAGE, 'names the image make-squashfs tries the layers with'),
-        ('sif_variable', sif_variable, 'names the image where the module is loaded'),
-        ('sif_name', sif_name, "the image's file name in the install dir"),
-        ('container_entry', entry, 'exec or run (container_entry)'),
-        ('venv', venv, 'the virtual environment, in the container'),
-        ('image_commands_module', IMAGE_COMMANDS_MODULE, "the venv's module that gives it the image's commands"),
-        ('overlay_refused', OVERLAY_REFUSED_STATUS, "OVERLAY_PYTHON's status for a change the layers cannot take"),
-    ] + [('runtime_options_' + kind, options.get(kind, ''), 'container_runtime_options of %s' % kind)
-         for kind in RUNTIME_KINDS]
-    arrays = [
-        ('conflicting_modules', ' '.join(sh_str(name) for name in conflicts), 'container_conflicts'),
-        ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
-        ('venv_python', ' '.join(sh_str(word) for word in venv_python or [venv + '/bin/python']),
-         "the venv's Python in the container (after container_init where there is one)"),
-    ]
-    return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
-                   ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
+# The Python programs that venv-pip runs in the container, files of their own in libexec/ (read_program): OVERLAY_PYTHON
+# (pip on the writable overlay; with the layout's names it needs filled in: it cannot read the library) and
+# EXPORT_UPPER (a change copied out of an EXT3 image)
+PROGRAMS = [('libexec/overlay-python.py', fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
+                                                        refused_status=OVERLAY_REFUSED_STATUS)),
+            ('libexec/export-upper.py', EXPORT_UPPER)]
 
 
 def fill_script_template(template, **values):
@@ -244,15 +192,6 @@ def fill_script_template(template, **values):
 
 
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
-
-
-def library_text(module, cache_setup, **values):
-    """The install's library (LIBRARY) for the module named module, whose caches cache_setup sets up (CACHE_SETUP),
-    with the install's values (install_values' keyword arguments)."""
-    head = '# %s: the library of the commands in bin/ of module %s, sourced by each at its start.\n' % (
-        LIBRARY, printable(module))
-    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(module, **values),
-                                cache_setup=cache_setup) + ''.join(LIBRARY_PIECES)
 
 
 # What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose
@@ -358,23 +297,36 @@ def usage_word(name):
     return sh_str(', '.join(COMMAND_HELPS[name].usage.split('\n')))
 
 
-# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see scripts()).
+# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see render.scripts).
 # A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
-# parses bash), its template, how a launcher starts the container (see launch_code; None: not a launcher) and the
-# parameter that must be True for an installation to get it (None: every installation).
+# parses bash), its template, how the command runs (LAUNCH_KINDS; None: a runscript) and the parameter that must be
+# True for an installation to get it (None: every installation).
 Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
 
+# How a command in bin/ runs (the launch of its row in SCRIPTS): the library's function that its file calls with its
+# arguments, after the command's own name where takes_name (a runscript's, a wrapped command's)
+LaunchKind = namedtuple('LaunchKind', 'function takes_name')
+LAUNCH_KINDS = {
+    'shell': LaunchKind('start_shell', False),
+    'runscript': LaunchKind('launch_runscript', True),
+    'command': LaunchKind('launch_command', True),
+    'venv-pip': LaunchKind('venv_pip', False),
+    'jupyter-container-kernel': LaunchKind('jupyter_container_kernel', False),
+    'make-squashfs': LaunchKind('make_squashfs', False),
+    'unmake-squashfs': LaunchKind('unmake_squashfs', False),
+}
+
 SCRIPTS = [
-    Script('bin/start-shell', 'start bash in the container', 'bash', LAUNCHER, 'shell', None),
-    Script('bin/list-packages', 'list the Python packages in the container', 'bash', LAUNCHER, 'runscript', None),
-    Script('bin/make-squashfs', 'pack user-software/ into SquashFS (user-software.packed)', 'bash', MAKE_SQUASHFS, None,
-           None),
+    Script('bin/start-shell', 'start bash in the container', 'bash', COMMAND, 'shell', None),
+    Script('bin/list-packages', 'list the Python packages in the container', 'bash', COMMAND, 'runscript', None),
+    Script('bin/make-squashfs', 'pack user-software/ into SquashFS (user-software.packed)', 'bash', COMMAND,
+           'make-squashfs', None),
     Script('bin/unmake-squashfs', 'unpack the packed venv (user-software.packed) into user-software/', 'bash',
-           UNMAKE_SQUASHFS, None, None),
+           COMMAND, 'unmake-squashfs', None),
     Script('bin/venv-pip', 'pip against the virtual environment, packed or not: venv-pip install torchmetrics', 'bash',
-           LAUNCHER, 'venv-pip', None),
+           COMMAND, 'venv-pip', None),
     Script('bin/jupyter-container-kernel', 'a Jupyter kernel of the container\'s Python with the virtual environment: '
-           'jupyter-container-kernel install (or remove, list)', 'bash', LAUNCHER, 'jupyter-container-kernel', None),
+           'jupyter-container-kernel install (or remove, list)', 'bash', COMMAND, 'jupyter-container-kernel', None),
     Script('runscripts/init-conda-venv', 'prepare the image\'s Python and activate the virtual environment (source it)',
            'bash', RUNSCRIPT_INIT, None, None),
     Script('runscripts/conda-python-simple', 'python, ready, for a single task', 'bash', RUNSCRIPT_PYTHON_SIMPLE, None,

@@ -1,10 +1,8 @@
 # jupyter-container-kernel: a kernelspec (Jupyter's layout: <kernels dir>/<name>/kernel.json)
 # whose kernel is the venv's Python in the container, started by this script as the other
 # commands start the container
-launcher_json=@launcher_json@  # this script's path, as a JSON string
-
 container_python() {  # the venv's Python, with the arguments given; exec: call it in a subshell to come back
-    @container_python@
+    in_container_prepared "$venv/bin/python" "$@"
 }
 
 json_str() {  # a JSON string (the display name has no control characters: checked with the arguments)
@@ -13,7 +11,7 @@ json_str() {  # a JSON string (the display name has no control characters: check
 }
 
 is_ours() {  # a kernelspec dir whose kernel is this module's
-    [ -f "$1/kernel.json" ] && grep -qF "    $launcher_json," "$1/kernel.json"
+    [ -f "$1/kernel.json" ] && grep -qF "    $kernel_launcher_json," "$1/kernel.json"
 }
 
 # In a shared prefix, a kernel of this name may be another member's: whose it is ("lumi-owner's"), if not yours
@@ -67,7 +65,7 @@ kernels_dir_keeps_yours() {
 }
 
 kernel_json() {  # with the display name $1
-    printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$launcher_json"
+    printf '{\n  "argv": [\n    %s,\n    "start",\n    "-f",\n    "{connection_file}"\n  ],\n' "$kernel_launcher_json"
     printf '  "display_name": %s,\n  "language": "python",\n  "interrupt_mode": "signal",\n' \
         "$(json_str "$1")"
     printf '  "metadata": {\n    "debugger": true,\n    "singularitycontainer_module": %s\n  }\n}\n' \
@@ -143,18 +141,23 @@ list_kernels() {  # where Jupyter finds kernels: JUPYTER_PATH, the user's data d
     done
 }
 
-case "$action" in
-    start)
-        # The connection file, wherever Jupyter put it ($XDG_RUNTIME_DIR is not bound by default): bound as itself
-        case "$connection_file" in
-            *,* | *:*) die "the connection file $connection_file has a ',' or ':' in its path, which a bind cannot" \
-                "have: set JUPYTER_RUNTIME_DIR to a directory without them" ;;
-        esac
-        export SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$connection_file"
-        export APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$connection_file"
-        container_python -m ipykernel_launcher -f "$connection_file"
-        ;;
-    install) install_kernel "$kernels_dir" "$kernel_name" "$display_name" "$kernels_prefix" "$force" ;;
-    remove) remove_kernel "$kernels_dir" "$kernel_name" "$kernels_prefix" ;;
-    list) list_kernels ;;
-esac
+# jupyter-container-kernel: the command (its arguments, the launch's checks, then the action)
+jupyter_container_kernel() {
+    jupyter_kernel_arguments "$@"
+    prepare_launch
+    case "$action" in
+        start)
+            # The connection file, wherever Jupyter put it ($XDG_RUNTIME_DIR is not bound by default): bound as itself
+            case "$connection_file" in
+                *,* | *:*) die "the connection file $connection_file has a ',' or ':' in its path, which a bind" \
+                    "cannot have: set JUPYTER_RUNTIME_DIR to a directory without them" ;;
+            esac
+            export SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$connection_file"
+            export APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$connection_file"
+            container_python -m ipykernel_launcher -f "$connection_file"
+            ;;
+        install) install_kernel "$kernels_dir" "$kernel_name" "$display_name" "$kernels_prefix" "$force" ;;
+        remove) remove_kernel "$kernels_dir" "$kernel_name" "$kernels_prefix" ;;
+        list) list_kernels ;;
+    esac
+}

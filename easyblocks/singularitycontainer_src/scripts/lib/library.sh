@@ -27,6 +27,16 @@ conflicting_module_loaded() {
     done
     return 1
 }
+# The program libexec/$1 of this install into the variable $2, read once, at the command's start: its first line names
+# the install it belongs to (install_stamp), so that one a reinstall wrote since this command started is refused, not
+# run with this command's library
+read_program() {
+    local text=
+    [ ! -f "$root/libexec/$1" ] || IFS= read -rd '' text <"$root/libexec/$1" || true
+    [ "${text%%$'\n'*}" = "# install $install_stamp" ] ||
+        die "$root/libexec/$1 is not of the install this command started with (reinstalled since?): run it again"
+    printf -v "$2" '%s' "$text"
+}
 # The command's help ($command_help, set with $command_name), for -h and --help; and the command ends
 print_help() {
     printf '%s\n' "${command_help[@]}"

@@ -1,9 +1,9 @@
-venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
+# venv-pip, a function of the library: pip against the module's virtual environment, whatever its state
+# (COMMAND_HELPS); the functions of its change, then venv_pip, the command
 # Every container venv-pip starts (in place of the shell that calls it): in_container with the arguments $@, with the
 # work dir's temporary directory (TMPDIR: use_workdir_tmp) bound at container_tmp and the container's TMPDIR, where
 # pip and what it runs keep their temporary files (at a path of the container's own: the work dir may be where the
 # runtime binds nothing, and the container could not make its path)
-container_tmp=/venv-pip-tmp
 in_change_container() {
     local bind=${work:+$work/$workdir_tmp:$container_tmp}
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:-}${bind:+${SINGULARITY_BINDPATH:+,}$bind}" \
@@ -17,17 +17,9 @@ pip() {
 image_commands() {
     in_change_container "$sif" "${venv_python[@]}" -m "$image_commands_module"
 }
-overlay_python=$(cat <<'PYTHON'
-@overlay_python@
-PYTHON
-)
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
     in_change_container "$sif" "${venv_python[@]}" -c "$overlay_python" "$@"
 }
-export_python=$(cat <<'PYTHON'
-@export_upper@
-PYTHON
-)
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
 # listed in the new file $3 there (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
 # layers by now: the image is mounted once. The work dir is bound at a path of the container's own (a setuid runtime
@@ -147,72 +139,6 @@ use_state() {
         *) die "there is neither $packed nor $dir: reinstall the module with eb" ;;
     esac
 }
-
-[ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
-umask "$(shared_umask "$root")"
-# Commands that leave the venv alone (list, show, freeze, download, install --dry-run, ...) run straight against
-# the venv as it is now, read-only if packed.
-if ! pip_changes_venv "$@"; then
-    use_state "$form" "$generation"
-    # (a work dir too: pip downloads, and builds to read a package's metadata, in its temporary directory)
-    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
-    use_workdir_tmp "$work"
-    use_private_pip_cache
-    # shellcheck disable=SC2064  # (this run's work dir)
-    trap "remove_own_tree $(printf %q "$work")" EXIT
-    stop_on_signals
-    status=0
-    in_background pip "$@" || status=$?
-    [ "$status" -eq 0 ] || [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
-    exit "$status"
-fi
-! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
-
-begin_change "$root" wait || exit 1
-# The state as it is now that this run holds the lock: what this run changes
-generation=$(current_generation "$root")
-form=$(venv_form "$root" "$generation")
-writable_kind=$(writable_layer_kind "$generation")
-kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
-squashfs="$generation/$squashfs_name"
-changes="$generation/$changes_name"
-user_overlays=$(others_overlays "$root")  # (before this run adds its own)
-layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
-generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
-remove_superseded "$root"
-
-use_private_pip_cache
-if [ "$form" = directory ]; then
-    [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
-    use_state "$form" "$generation"
-    say_where_others_can_replace
-    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
-    use_workdir_tmp "$work"
-    links=$(venv_python_links "$dir${venv#/user-software}/bin")
-    status=0
-    in_background pip "$@" || status=$?  # the lock is held until pip and image_commands end
-    keep_venv_python "$dir${venv#/user-software}/bin" "$links"
-    if [ "$status" -ne 0 ]; then
-        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
-        exit "$status"
-    fi
-    in_background image_commands
-    exit 0
-fi
-[ "$form" != missing ] || die "there is neither $packed nor $dir: reinstall the module with eb"
-# After unmake-squashfs both are there: changing one of them would leave the other behind, silently
-[ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
-    "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
-
-# The change goes into a new generation, made current by one rename when it is whole (STATE); the functions below take
-# it as their first argument. What they read besides is the state as this run read it under the lock (generation,
-# form, squashfs, changes, user_overlays: not set again from here on), and what they set is the work dir the change is
-# being made in (work: the next place where one runs out of space) and the writable layer's kind (writable_kind,
-# kind_refused: another where the runtime refuses one). This run's work dir and new generation go when it ends,
-# unless the rename made the new one the venv (CHANGE).
-work=
-new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
-say_where_others_can_replace
 make_new_current() {  # the new generation $1 (of the form layers, with a layer on top, else file)
     local new_form='file'
     if [ -f "$1/$changes_name" ]; then
@@ -225,16 +151,15 @@ make_new_current() {  # the new generation $1 (of the form layers, with a layer 
 unpack_into() {
     in_background unpack_venv "$1/tree" "$2" "$3" || die "cannot unpack $2 with $3; nothing was changed"
 }
-# pip with the arguments $3... in a new work dir (work) with room for $2 bytes, in the next place while pip runs out
-# of space; its status. $1 says how: repack (on the whole venv unpacked into $work/tree, where $work/before and
-# $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay on
-# top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
-full_places=()  # (where this run ran out of space: not tried again)
 next_place() {  # $1 (pip, or putting the change together) ran out of space in the work dir: on to the next place
     full_places+=("${work%/*}")
     echo "venv-pip: $1 ran out of space in ${full_places[-1]}; trying the next place" >&2
     remove_own_tree "$work"
 }
+# pip with the arguments $3... in a new work dir (work) with room for $2 bytes, in the next place while pip runs out
+# of space; its status. $1 says how: repack (on the whole venv unpacked into $work/tree, where $work/before and
+# $work/python-links say what it was before) or layers (on the packed venv, with the writable overlay $work/overlay
+# on top, and then the image's commands). (Called in a || list, where set -e is off: each step says if it failed.)
 pip_where_there_is_room() {
     local how=$1 need=$2 status
     shift 2
@@ -325,7 +250,6 @@ only_the_venvs_part() {
 unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
     echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
 }
-
 # pip (with the arguments $2...) on the whole venv, unpacked in a work dir, packed again into the new generation $1
 # (with an empty layer, in that form)
 change_by_repacking() {
@@ -357,10 +281,6 @@ pack_base() {  # the tree $1 becomes the SquashFS file of the new generation $2,
         like "$changes" "$new_changes" "$root"
     fi
 }
-
-newline_in_a_name="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
-python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
-python_changed+=" Python"
 repack_instead() {  # the change (pip $3...) into the new generation $2 on the whole venv instead of as a layer,
     # saying why ($1) if it says
     [ -z "$1" ] || echo "venv-pip: $1"
@@ -439,7 +359,6 @@ layer_or_merge() {
     echo "venv-pip: $packed has the change (merged with the earlier ones); new jobs use it (no module reload" \
         "needed), running ones keep the old one."
 }
-
 # A step that puts the change together in the work dir failed: where that was for want of space there, the whole
 # change (into the new generation $2, pip $3...) again in the next place, as when pip runs out of it; else stop,
 # saying $1
@@ -450,15 +369,104 @@ again_where_there_is_room() {
     next_place "putting the change together"
     change_in_layers "$@"
 }
-
-if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
-    change_in_layers "$change_new" "$@"
-else
-    if [ "$form" = layers ]; then
-        theirs=$changes
-        [ -O "$squashfs" ] || theirs=$squashfs
-        echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \
-            "repacking the whole venv"
+# A pip command that leaves the venv alone (list, show, freeze, download, install --dry-run, ...), with the arguments
+# $@: straight against the venv as it is now, read-only if packed, with a work dir of its own (pip downloads, and
+# builds to read a package's metadata, in its temporary directory); venv-pip ends with its status
+pip_without_change() {
+    use_state "$form" "$generation"
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
+    use_workdir_tmp "$work"
+    use_private_pip_cache
+    # shellcheck disable=SC2064  # (this run's work dir)
+    trap "remove_own_tree $(printf %q "$work")" EXIT
+    stop_on_signals
+    status=0
+    in_background pip "$@" || status=$?
+    [ "$status" -eq 0 ] || [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
+    exit "$status"
+}
+# The state as it is now that this run holds the lock: what this run changes
+read_state_under_lock() {
+    generation=$(current_generation "$root")
+    form=$(venv_form "$root" "$generation")
+    writable_kind=$(writable_layer_kind "$generation")
+    kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
+    squashfs="$generation/$squashfs_name"
+    changes="$generation/$changes_name"
+    user_overlays=$(others_overlays "$root")  # (before this run adds its own)
+    layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
+    generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
+    remove_superseded "$root"
+}
+# The change (pip with the arguments $@) of an unpacked venv, in place (the lock is held until pip and image_commands
+# end); venv-pip ends with pip's status
+pip_on_directory() {
+    [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
+    use_state "$form" "$generation"
+    say_where_others_can_replace
+    work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
+    use_workdir_tmp "$work"
+    links=$(venv_python_links "$dir${venv#/user-software}/bin")
+    status=0
+    in_background pip "$@" || status=$?
+    keep_venv_python "$dir${venv#/user-software}/bin" "$links"
+    if [ "$status" -ne 0 ]; then
+        [ "$status" -eq 255 ] || say_paths_the_container_lacks "$@"
+        exit "$status"
     fi
-    change_by_repacking "$change_new" "$@"
-fi
+    in_background image_commands
+    exit 0
+}
+# The change (pip with the arguments $@) of the packed venv: into a new generation, made current by one rename when it
+# is whole (STATE); the functions it calls take it as their first argument. What they read besides is the state as
+# this run read it under the lock (generation, form, squashfs, changes, user_overlays: not set again from here on), and
+# what they set is the work dir the change is being made in (work: the next place where one runs out of space) and the
+# writable layer's kind (writable_kind, kind_refused: another where the runtime refuses one). This run's work dir and
+# new generation go when it ends, unless the rename made the new one the venv (CHANGE).
+change_packed_venv() {
+    [ "$form" != missing ] || die "there is neither $packed nor $dir: reinstall the module with eb"
+    # After unmake-squashfs both are there: changing one of them would leave the other behind, silently
+    [ ! -e "$dir" ] || die "both $packed and $dir exist (after unmake-squashfs?): the module uses the packed venv." \
+        "Remove the one you no longer want (to use $dir: rm $packed; module load $module), then run venv-pip again"
+    work=
+    full_places=()  # (where this run ran out of space: not tried again)
+    new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+    say_where_others_can_replace
+    if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
+        change_in_layers "$change_new" "$@"
+    else
+        if [ "$form" = layers ]; then
+            theirs=$changes
+            [ -O "$squashfs" ] || theirs=$squashfs
+            echo "venv-pip: $theirs belongs to $(stat -c %U "$theirs"): your change cannot be a layer on top of it;" \
+                "repacking the whole venv"
+        fi
+        change_by_repacking "$change_new" "$@"
+    fi
+}
+# venv-pip: the command. Its Python programs are read once, first: OVERLAY_PYTHON, run in the container on the
+# writable overlay, and EXPORT_UPPER, which copies a change out of an EXT3 image (read_program)
+venv_pip() {
+    answer_help "$@"
+    prepare_launch
+    read_program overlay-python.py overlay_python
+    read_program export-upper.py export_python
+    venv_bin="user-software${venv#/user-software}/bin"  # (in a tree unpacked from the SquashFS files)
+    container_tmp=/venv-pip-tmp  # (in_change_container)
+    newline_in_a_name="a name with a newline, which the layer's lists cannot hold: repacking the whole venv"
+    python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
+    python_changed+=" Python"
+    [ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
+    umask "$(shared_umask "$root")"
+    if ! pip_changes_venv "$@"; then
+        pip_without_change "$@"  # (and exit: not in a condition, where set -e would be off)
+    fi
+    ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
+    begin_change "$root" wait || exit 1
+    read_state_under_lock
+    use_private_pip_cache
+    if [ "$form" = directory ]; then
+        pip_on_directory "$@"
+    fi
+    change_packed_venv "$@"
+}

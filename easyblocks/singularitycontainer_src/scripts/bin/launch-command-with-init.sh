@@ -1,2 +1,0 @@
-in_container "$sif" \
-    /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' @command@ @command@ "$@"

@@ -1,1 +1,0 @@
-in_container "$sif" @command@ "$@"
