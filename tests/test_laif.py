@@ -99,9 +99,11 @@ def test_runscript_runs_for_every_command(laif):
                             'start-shell -c \'echo "$LAIF_RUNSCRIPT_RAN"\'\n'
                             'python -c "import sys; sys.exit(5)" || echo "status $?"\n').stdout.splitlines()
     assert out == ['yes %r' % args, 'yes', 'status 5']
+    # (each through the library's one start, in_container, with the install's entry)
     assert "\nreadonly container_entry=run " in (idir / 'libexec' / 'commands.sh').read_text()
-    for name in ('python', 'start-shell', 'list-packages'):
-        assert 'in_container "$sif"' in (idir / 'bin' / name).read_text()
+    for name, call in (('python', 'launch_command python'), ('start-shell', 'start_shell'),
+                       ('list-packages', 'launch_runscript list-packages')):
+        assert (idir / 'bin' / name).read_text().endswith('\n%s "$@"\n' % call)
 
 
 def test_defaults_can_be_overridden(laif):

@@ -3,7 +3,9 @@ unit tier, without EasyBuild: whole commands under shellcheck, the library's fun
 command's file a few lines that call one function of the library, and a command that started before a reinstall
 refusing what the reinstall wrote instead of mixing the two."""
 import os
+import random
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from singularitycontainer_src.layout import LIBRARY
 from singularitycontainer_src.render import Install, install_files, library_text
 from singularitycontainer_src.scripts import LAUNCH_KINDS
-from support import require_tools
+from support import REPO, require_tools
 
 # Installs whose texts differ: the demo's kind, an image with a container_init and the run entry (LAIF's), one with
 # wrappers, the torch runscripts, conflicts, runtime options and caches
@@ -114,3 +116,45 @@ def test_a_reinstall_while_a_command_starts_is_refused(tmp_path):
     proc = subprocess.run(['bash', '-c', program.replace('overlay-python', 'export-upper'), 'bash',
                            str(old / LIBRARY)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == 'read\n', proc.stderr
+
+
+# Pieces of binds: paths with blanks, quotes, patterns and '=', empty fields, options
+BIND_PIECES = ['/a', '/b c', "/it's", '/x*y', '', 'ro', 'image-src=/u', '/d=e', '/f,g', 'rw,ro', '/h\\i']
+
+
+def test_the_bind_grammar_is_read_alike_in_each_language(tmp_path):
+    """A bind (src[:dst[:opts]]) has one reading in each language that needs it: Python's parameters.bind_fields,
+    the module's Lua and Tcl bind_fields (taken out of the primitives and run by lua and tclsh) and the library's
+    bash bind_fields agree on the source, destination and options of generated binds with 0 to 3 colons."""
+    from singularitycontainer_src.parameters import bind_fields
+    from support import require
+    require(shutil.which('lua5.3') and shutil.which('tclsh'), 'lua5.3 and tclsh (make setup installs them)')
+    rng = random.Random(5)
+    binds = sorted({':'.join(rng.choice(BIND_PIECES) for _ in range(rng.randrange(1, 5))) for _ in range(300)})
+    expected = [list(bind_fields(bind)) for bind in binds]
+    sources = REPO / 'easyblocks' / 'singularitycontainer_src' / 'module'
+    lua_fn = re.search(r'^local function bind_fields\(bind\)\n.*?^end\n', (sources / 'primitives.lua').read_text(),
+                       re.M | re.S).group(0)
+    tcl_fn = re.search(r'^proc bind_fields \{bind\} \{\n.*?^\}\n', (sources / 'primitives.tcl').read_text(),
+                       re.M | re.S).group(0)
+    (tmp_path / 'binds').write_text(''.join(bind + '\n' for bind in binds))
+    lua = lua_fn + ('for line in io.lines(arg[1]) do local s, d, o = bind_fields(line); '
+                    'io.write(s, "\\0", d, "\\0", o, "\\0") end\n')
+    tcl = tcl_fn + ('set f [open [lindex $argv 0]]\nwhile {[gets $f line] >= 0} '
+                    '{ foreach field [bind_fields $line] { puts -nonewline "$field\\0" } }\n')
+    bash = 'source "$1"\nwhile IFS= read -r line; do bind_fields "$line"; ' \
+        'printf "%s\\0" "$bind_source" "$bind_destination" "$bind_options"; done <"$2"'
+    library = tmp_path / 'commands.sh'
+    library.write_text(library_text(Install('Test/1.0')))
+    (tmp_path / 'f.lua').write_text(lua)
+    (tmp_path / 'f.tcl').write_text(tcl)
+    runs = {'lua': ['lua5.3', str(tmp_path / 'f.lua'), str(tmp_path / 'binds')],
+            'tcl': ['tclsh', str(tmp_path / 'f.tcl'), str(tmp_path / 'binds')],
+            'bash': ['bash', '-c', 'set -euo pipefail\ncommand_name=test\n' + bash, 'bash', str(library),
+                     str(tmp_path / 'binds')]}
+    for language, cmd in runs.items():
+        proc = subprocess.run(cmd, capture_output=True, timeout=60)
+        assert proc.returncode == 0, (language, proc.stderr)
+        fields = proc.stdout.decode().split('\0')[:-1]
+        got = [fields[index:index + 3] for index in range(0, len(fields), 3)]
+        assert got == expected, language

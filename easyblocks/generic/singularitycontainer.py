@@ -813,7 +813,7 @@ class SingularityContainer(EasyBlock):
         run scripts."""
         binds, targets = [], []
         for bind in self.cfg['container_bind']:
-            source = bind.split(':')[0]
+            source = bind_fields(bind)[0]
             if os.path.isdir(source) or os.path.isfile(source):
                 binds.append(bind)
             else:
@@ -823,8 +823,7 @@ class SingularityContainer(EasyBlock):
         # (as the module does: the easyconfig's own first, then the links' targets, one bind per destination)
         kept, destinations = [], set()
         for bind in binds + targets:
-            fields = bind.split(':')
-            destination = fields[1] if len(fields) > 1 and fields[1] else fields[0]
+            destination = bind_fields(bind)[1]
             if destination not in destinations:
                 kept.append(bind)
                 destinations.add(destination)
@@ -1652,12 +1651,19 @@ local function link_targets(path)  -- (none with ',' or ':', which a bind list c
     end
     return targets
 end
+-- A bind as the runtime reads it, src[:dst[:opts]]: its source, its destination (the source where none is given) and
+-- its options (the twin of parameters.bind_fields)
+local function bind_fields(bind)
+    local source, rest = bind:match("^([^:]*):?(.*)$")
+    local destination, options = rest:match("^([^:]*):?(.*)$")
+    return source, destination ~= "" and destination or source, options
+end
 -- Those whose source is a directory or a regular file, through links too, then the files that the links bound at
 -- their own paths name (after all of the easyconfig's own: a bind of its own of one of them wins)
 local function keep_binds(binds)
     local kept, targets = {}, {}
     for _, bind in ipairs(binds) do
-        local source = bind:match("^[^:]*")
+        local source = bind_fields(bind)
         local mode = lfs.attributes(source, "mode")
         if mode == "directory" or mode == "file" then
             kept[#kept + 1] = bind
@@ -1730,10 +1736,6 @@ local function set_overlays(installdir, form, squashfs, changes)
     restorable_env("SINGULARITY_OVERLAY", overlays)
     restorable_env("APPTAINER_OVERLAY", overlays)
 end
-local function bind_destination(bind)  -- of src[:dst[:opts]]
-    local source, target = bind:match("^([^:]*):?([^:]*)")
-    return target ~= "" and target or source
-end
 -- The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
 -- the module goes where one of the user's goes, in the *_BINDPATH lists or in SINGULARITY_BIND and APPTAINER_BIND
 -- (the runtime's --bind, which LUMI's documentation uses): the runtime would say so at every start.
@@ -1742,15 +1744,17 @@ local function set_binds(kept, always, user_software)
     local taken = {}
     for entry in (mine .. "," .. users_list("APPTAINER_BIND", "SINGULARITY_BIND")):gmatch("[^,]+") do
         if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
-            taken[bind_destination(entry)] = true  -- (not an option of the bind before)
+            local _, destination = bind_fields(entry)
+            taken[destination] = true  -- (not an option of the bind before)
         end
     end
     local binds = {}
     for _, list in ipairs({kept, always, {user_software}}) do
         for _, bind in ipairs(list) do
-            if not taken[bind_destination(bind)] then
+            local _, destination = bind_fields(bind)
+            if not taken[destination] then
                 binds[#binds + 1] = bind
-                taken[bind_destination(bind)] = true
+                taken[destination] = true
             end
         end
     end
@@ -1952,7 +1956,7 @@ proc keep_binds {binds} {
     set kept {}
     set targets {}
     foreach bind $binds {
-        set source [lindex [split $bind :] 0]
+        set source [lindex [bind_fields $bind] 0]
         if { [file isdirectory $source] || [file isfile $source] } {
             lappend kept $bind
         }
@@ -2019,9 +2023,13 @@ proc set_overlays {installdir form squashfs changes} {
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays
 }
-proc bind_destination {bind} {
+# A bind as the runtime reads it, src[:dst[:opts]]: its source, its destination (the source where none is given) and
+# its options, a list (the twin of parameters.bind_fields)
+proc bind_fields {bind} {
     set fields [split $bind :]
-    return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
+    set destination [lindex $fields 1]
+    if { $destination eq "" } { set destination [lindex $fields 0] }
+    return [list [lindex $fields 0] $destination [join [lrange $fields 2 end] :]]
 }
 # The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
 # the module goes where one of the user's goes, in the *_BINDPATH lists or in SINGULARITY_BIND and APPTAINER_BIND
@@ -2031,14 +2039,14 @@ proc set_binds {kept always user_software} {
     set taken {}
     foreach entry [split "$mine,[users_list APPTAINER_BIND SINGULARITY_BIND]" ,] {
         if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
-            lappend taken [bind_destination $entry]
+            lappend taken [lindex [bind_fields $entry] 1]
         }
     }
     set binds {}
     foreach bind [concat $kept $always [expr {$user_software eq "" ? {} : [list $user_software]}]] {
-        if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
+        if { [lsearch -exact $taken [lindex [bind_fields $bind] 1]] < 0 } {
             lappend binds $bind
-            lappend taken [bind_destination $bind]
+            lappend taken [lindex [bind_fields $bind] 1]
         }
     }
     set binds [join $binds ,]
@@ -3031,11 +3039,13 @@ mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a co
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
 # $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
 # get every change without a reload, and a container started by a command of the module gets one state whole.
+# shellcheck disable=SC2154  # bind_source: bind_fields' (bind-user-software.sh)
 pinned_entries() {
     local IFS=, entry entries pinned=() path
     read -ra entries <<<"$3"
     for entry in "${entries[@]}"; do
-        path=${entry%%:*}
+        bind_fields "$entry"
+        path=$bind_source
         if [ -n "$2" ] && through_the_link "$1" "$path"; then
             entry="$2/${entry#"${path%/*}"/}"
             # (an empty layer: one mount less at each start)
@@ -3444,7 +3454,22 @@ export SINGULARITYCONTAINER_CACHE_ROOT="$__cache_root"
 unset __cache __cache_name __cache_sub __cache_dir __cache_dirs __cache_users __cache_root'''
 
 # venv-pip: the module's binds with /user-software bound from where the venv is now
-BIND_USER_SOFTWARE = r'''# The module's binds, with /user-software bound from where the venv is now
+BIND_USER_SOFTWARE = r'''# The reading of a bind.
+# A bind as the runtime reads it, src[:dst[:opts]] ($1): its source, its destination (the source where none is
+# given) and its options, into bind_source, bind_destination and bind_options (no subshell: a start reads every
+# bind; the twin of parameters.bind_fields)
+# shellcheck disable=SC2034  # (bind_options: for its callers)
+bind_fields() {
+    local rest
+    bind_source=${1%%:*}
+    rest=${1#"$bind_source"}
+    rest=${rest#:}
+    bind_destination=${rest%%:*}
+    bind_options=${rest#"$bind_destination"}
+    bind_options=${bind_options#:}
+    [ -n "$bind_destination" ] || bind_destination=$bind_source
+}
+# The module's binds, with /user-software bound from where the venv is now
 # (a change since the module was loaded may have packed or unpacked it, or removed what it bound):
 # use_for_user_software <source> [<bind options>]; without a source, nothing is bound there.
 bind_user_software_from() {
@@ -3452,9 +3477,16 @@ bind_user_software_from() {
     read -ra entries <<<"$1"
     for entry in "${entries[@]}"; do
         case "$entry" in
-            *:/user-software | *:/user-software:*) dropped=yes ;;
             ro | rw | image-src=* | id=*) [ -n "$dropped" ] || kept+=("$entry") ;;  # options of the entry before
-            *) dropped= ; kept+=("$entry") ;;
+            *)
+                bind_fields "$entry"
+                dropped=
+                if [ "$bind_destination" = /user-software ]; then
+                    dropped=yes
+                else
+                    kept+=("$entry")
+                fi
+                ;;
         esac
     done
     [ -z "${2:-}" ] || kept+=("$2:/user-software${3:+:$3}")
@@ -6090,17 +6122,26 @@ def absolute_path_problem(value):
     return one_line_problem(value) or (None if value.startswith('/') else "%r is not an absolute path" % value)
 
 
+def bind_fields(bind):
+    """A bind as the runtime reads it, src[:dst[:opts]]: (source, destination, options), the destination the source
+    where none is given. The one reading of the grammar in Python; the module's Lua and Tcl and the library's bash
+    have one each, held to this one by tests/test_render.py."""
+    source, _, rest = bind.partition(':')
+    destination, _, options = rest.partition(':')
+    return source, destination or source, options
+
+
 def bind_problem(value):
     """One bind as the runtime takes it: src[:dst[:opts]], the options comma-separated (BIND_OPTION)."""
     problem = one_line_problem(value)
     if problem:
         return problem
-    parts = value.split(':')
-    if re.search(r'\s', value) or ',' in ':'.join(parts[:2]):
+    source, destination, options = bind_fields(value)
+    if re.search(r'\s', value) or ',' in source + destination:
         return "%r must not contain whitespace, nor commas but between options" % value
-    if len(parts) > 3 or not all(path.startswith('/') for path in parts[:2]):
+    if ':' in options or not (source.startswith('/') and destination.startswith('/')):
         return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
-    for option in parts[2].split(',') if len(parts) == 3 else []:
+    for option in options.split(',') if value.count(':') == 2 else []:  # ('src:dst:' has one option, empty)
         if not BIND_OPTION.match(option):
             return ("%r has the bind option %r, which the container runtime does not know: ro, rw, image-src=<path "
                     "in the image> or id=<partition number>, comma-separated" % (value, option))

@@ -48,7 +48,7 @@ from .module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Fa
                           SetRestorable, Var, VenvForm, emit_module_logic)
 from .scripts import (CONTAINER_CHECK_SCRIPT, CREATE_VENV, DETECT_IMAGE_PYTHON, IMAGE_COMMANDS,
                       IMAGE_PACKAGES, VENV_PIP_SCRIPT, cache_root_rule)
-from .parameters import PARAMETERS, container_venv_path, easyconfig_problems, venv_name
+from .parameters import PARAMETERS, bind_fields, container_venv_path, easyconfig_problems, venv_name
 from .render import Install, install_files, install_scripts
 
 
@@ -126,7 +126,7 @@ class SingularityContainer(EasyBlock):
         run scripts."""
         binds, targets = [], []
         for bind in self.cfg['container_bind']:
-            source = bind.split(':')[0]
+            source = bind_fields(bind)[0]
             if os.path.isdir(source) or os.path.isfile(source):
                 binds.append(bind)
             else:
@@ -136,8 +136,7 @@ class SingularityContainer(EasyBlock):
         # (as the module does: the easyconfig's own first, then the links' targets, one bind per destination)
         kept, destinations = [], set()
         for bind in binds + targets:
-            fields = bind.split(':')
-            destination = fields[1] if len(fields) > 1 and fields[1] else fields[0]
+            destination = bind_fields(bind)[1]
             if destination not in destinations:
                 kept.append(bind)
                 destinations.add(destination)

@@ -55,17 +55,26 @@ def absolute_path_problem(value):
     return one_line_problem(value) or (None if value.startswith('/') else "%r is not an absolute path" % value)
 
 
+def bind_fields(bind):
+    """A bind as the runtime reads it, src[:dst[:opts]]: (source, destination, options), the destination the source
+    where none is given. The one reading of the grammar in Python; the module's Lua and Tcl and the library's bash
+    have one each, held to this one by tests/test_render.py."""
+    source, _, rest = bind.partition(':')
+    destination, _, options = rest.partition(':')
+    return source, destination or source, options
+
+
 def bind_problem(value):
     """One bind as the runtime takes it: src[:dst[:opts]], the options comma-separated (BIND_OPTION)."""
     problem = one_line_problem(value)
     if problem:
         return problem
-    parts = value.split(':')
-    if re.search(r'\s', value) or ',' in ':'.join(parts[:2]):
+    source, destination, options = bind_fields(value)
+    if re.search(r'\s', value) or ',' in source + destination:
         return "%r must not contain whitespace, nor commas but between options" % value
-    if len(parts) > 3 or not all(path.startswith('/') for path in parts[:2]):
+    if ':' in options or not (source.startswith('/') and destination.startswith('/')):
         return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
-    for option in parts[2].split(',') if len(parts) == 3 else []:
+    for option in options.split(',') if value.count(':') == 2 else []:  # ('src:dst:' has one option, empty)
         if not BIND_OPTION.match(option):
             return ("%r has the bind option %r, which the container runtime does not know: ro, rw, image-src=<path "
                     "in the image> or id=<partition number>, comma-separated" % (value, option))

@@ -113,12 +113,19 @@ local function link_targets(path)  -- (none with ',' or ':', which a bind list c
     end
     return targets
 end
+-- A bind as the runtime reads it, src[:dst[:opts]]: its source, its destination (the source where none is given) and
+-- its options (the twin of parameters.bind_fields)
+local function bind_fields(bind)
+    local source, rest = bind:match("^([^:]*):?(.*)$")
+    local destination, options = rest:match("^([^:]*):?(.*)$")
+    return source, destination ~= "" and destination or source, options
+end
 -- Those whose source is a directory or a regular file, through links too, then the files that the links bound at
 -- their own paths name (after all of the easyconfig's own: a bind of its own of one of them wins)
 local function keep_binds(binds)
     local kept, targets = {}, {}
     for _, bind in ipairs(binds) do
-        local source = bind:match("^[^:]*")
+        local source = bind_fields(bind)
         local mode = lfs.attributes(source, "mode")
         if mode == "directory" or mode == "file" then
             kept[#kept + 1] = bind
@@ -191,10 +198,6 @@ local function set_overlays(installdir, form, squashfs, changes)
     restorable_env("SINGULARITY_OVERLAY", overlays)
     restorable_env("APPTAINER_OVERLAY", overlays)
 end
-local function bind_destination(bind)  -- of src[:dst[:opts]]
-    local source, target = bind:match("^([^:]*):?([^:]*)")
-    return target ~= "" and target or source
-end
 -- The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
 -- the module goes where one of the user's goes, in the *_BINDPATH lists or in SINGULARITY_BIND and APPTAINER_BIND
 -- (the runtime's --bind, which LUMI's documentation uses): the runtime would say so at every start.
@@ -203,15 +206,17 @@ local function set_binds(kept, always, user_software)
     local taken = {}
     for entry in (mine .. "," .. users_list("APPTAINER_BIND", "SINGULARITY_BIND")):gmatch("[^,]+") do
         if not (entry == "ro" or entry == "rw" or entry:find("^image%-src=") or entry:find("^id=")) then
-            taken[bind_destination(entry)] = true  -- (not an option of the bind before)
+            local _, destination = bind_fields(entry)
+            taken[destination] = true  -- (not an option of the bind before)
         end
     end
     local binds = {}
     for _, list in ipairs({kept, always, {user_software}}) do
         for _, bind in ipairs(list) do
-            if not taken[bind_destination(bind)] then
+            local _, destination = bind_fields(bind)
+            if not taken[destination] then
                 binds[#binds + 1] = bind
-                taken[bind_destination(bind)] = true
+                taken[destination] = true
             end
         end
     end

@@ -129,7 +129,7 @@ proc keep_binds {binds} {
     set kept {}
     set targets {}
     foreach bind $binds {
-        set source [lindex [split $bind :] 0]
+        set source [lindex [bind_fields $bind] 0]
         if { [file isdirectory $source] || [file isfile $source] } {
             lappend kept $bind
         }
@@ -196,9 +196,13 @@ proc set_overlays {installdir form squashfs changes} {
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays
 }
-proc bind_destination {bind} {
+# A bind as the runtime reads it, src[:dst[:opts]]: its source, its destination (the source where none is given) and
+# its options, a list (the twin of parameters.bind_fields)
+proc bind_fields {bind} {
     set fields [split $bind :]
-    return [expr {[lindex $fields 1] ne "" ? [lindex $fields 1] : [lindex $fields 0]}]
+    set destination [lindex $fields 1]
+    if { $destination eq "" } { set destination [lindex $fields 0] }
+    return [list [lindex $fields 0] $destination [join [lrange $fields 2 end] :]]
 }
 # The user's binds first, then the module's: kept (keep_binds), always and the user software's, if any. No bind of
 # the module goes where one of the user's goes, in the *_BINDPATH lists or in SINGULARITY_BIND and APPTAINER_BIND
@@ -208,14 +212,14 @@ proc set_binds {kept always user_software} {
     set taken {}
     foreach entry [split "$mine,[users_list APPTAINER_BIND SINGULARITY_BIND]" ,] {
         if { $entry ne "" && ![regexp {^(ro|rw|image-src=.*|id=.*)$} $entry] } {
-            lappend taken [bind_destination $entry]
+            lappend taken [lindex [bind_fields $entry] 1]
         }
     }
     set binds {}
     foreach bind [concat $kept $always [expr {$user_software eq "" ? {} : [list $user_software]}]] {
-        if { [lsearch -exact $taken [bind_destination $bind]] < 0 } {
+        if { [lsearch -exact $taken [lindex [bind_fields $bind] 1]] < 0 } {
             lappend binds $bind
-            lappend taken [bind_destination $bind]
+            lappend taken [lindex [bind_fields $bind] 1]
         }
     }
     set binds [join $binds ,]

@@ -1,3 +1,18 @@
+# The reading of a bind.
+# A bind as the runtime reads it, src[:dst[:opts]] ($1): its source, its destination (the source where none is
+# given) and its options, into bind_source, bind_destination and bind_options (no subshell: a start reads every
+# bind; the twin of parameters.bind_fields)
+# shellcheck disable=SC2034  # (bind_options: for its callers)
+bind_fields() {
+    local rest
+    bind_source=${1%%:*}
+    rest=${1#"$bind_source"}
+    rest=${rest#:}
+    bind_destination=${rest%%:*}
+    bind_options=${rest#"$bind_destination"}
+    bind_options=${bind_options#:}
+    [ -n "$bind_destination" ] || bind_destination=$bind_source
+}
 # The module's binds, with /user-software bound from where the venv is now
 # (a change since the module was loaded may have packed or unpacked it, or removed what it bound):
 # use_for_user_software <source> [<bind options>]; without a source, nothing is bound there.
@@ -6,9 +21,16 @@ bind_user_software_from() {
     read -ra entries <<<"$1"
     for entry in "${entries[@]}"; do
         case "$entry" in
-            *:/user-software | *:/user-software:*) dropped=yes ;;
             ro | rw | image-src=* | id=*) [ -n "$dropped" ] || kept+=("$entry") ;;  # options of the entry before
-            *) dropped= ; kept+=("$entry") ;;
+            *)
+                bind_fields "$entry"
+                dropped=
+                if [ "$bind_destination" = /user-software ]; then
+                    dropped=yes
+                else
+                    kept+=("$entry")
+                fi
+                ;;
         esac
     done
     [ -z "${2:-}" ] || kept+=("$2:/user-software${3:+:$3}")

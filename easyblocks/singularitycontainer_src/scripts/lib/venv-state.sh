@@ -172,11 +172,13 @@ mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a co
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
 # $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
 # get every change without a reload, and a container started by a command of the module gets one state whole.
+# shellcheck disable=SC2154  # bind_source: bind_fields' (bind-user-software.sh)
 pinned_entries() {
     local IFS=, entry entries pinned=() path
     read -ra entries <<<"$3"
     for entry in "${entries[@]}"; do
-        path=${entry%%:*}
+        bind_fields "$entry"
+        path=$bind_source
         if [ -n "$2" ] && through_the_link "$1" "$path"; then
             entry="$2/${entry#"${path%/*}"/}"
             # (an empty layer: one mount less at each start)
