@@ -356,9 +356,10 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line('container runtime: %s (%s), as the test users %s, %s and %s' % (
         RUNTIME, 'setuid' if RUNTIME_SETUID else 'user namespace', OWNER, MEMBER, OUTSIDER))
     if LEFT_RUNNING:
-        terminalreporter.write_line('ended after their tests, left running by them: %d processes of %d tests (%s)' % (
-            sum(map(len, LEFT_RUNNING.values())), len(LEFT_RUNNING),
-            ', '.join(sorted({name for names in LEFT_RUNNING.values() for name in names}))))
+        terminalreporter.write_line('ended after their tests, left running by them: %d processes of %d tests' % (
+            sum(map(len, LEFT_RUNNING.values())), len(LEFT_RUNNING)))
+        for nodeid, names in sorted(LEFT_RUNNING.items()):
+            terminalreporter.write_line('  %s: %s' % (nodeid, ', '.join(names)))
     for why, nodeids in sorted(LEFT_TO_THE_OTHER_RUN.items()):
         terminalreporter.write_line('left out, as the run with the other runtime has them: %s, %d tests' % (
             why, len(nodeids)))

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from singularitycontainer_src.layout import CACHE_DIRS
-from singularitycontainer_src.text import fill_template
-from singularitycontainer_src.scripts import CACHE_ROOT_RULE, cache_root_rule
+from singularitycontainer_src.scripts import CACHE_ROOT_RULE, cache_root_call
 from support import require_other_users, require_tools
 from testkit.install import base_env, cache_roots, run
 from testkit.users import OUTSIDER, OWNER, user
@@ -227,7 +226,7 @@ def test_the_rule_is_plain_sh(tmp_path):
     """The module runs the rule with /bin/sh (dash here, bash on LUMI); the wrappers include it in bash (their
     shellcheck is test_scripts_pass_shellcheck)."""
     require_tools('shellcheck')
-    rule, call = cache_root_rule('Demo/1.0', CACHE_DIRS.values())
+    rule, call = CACHE_ROOT_RULE, cache_root_call('Demo/1.0', CACHE_DIRS.values())
     (tmp_path / 'rule').write_text(rule + '\n' + call + '\n')
     for shell in ('sh', 'dash'):
         proc = run(['shellcheck', '-s', shell, str(tmp_path / 'rule')], check=False)
@@ -242,10 +241,8 @@ def test_wrappers_and_ranks_say_it_once(tmp_path):
     parent = tmp_path / 'node-tmp'
     parent.mkdir()
     parent.chmod(0o1777)
-    rule = fill_template(CACHE_ROOT_RULE, cache_parent=shlex.quote(str(parent)),
-                         module_word="'Demo/1.0'")
-    call = 'singularitycontainer_cache_root -q miopen triton torchinductor'
-    (tmp_path / 'rule.sh').write_text(rule + '\n' + call + '\n')
+    call = 'singularitycontainer_cache_root -q %s Demo/1.0 miopen triton torchinductor' % shlex.quote(str(parent))
+    (tmp_path / 'rule.sh').write_text(CACHE_ROOT_RULE + '\n' + call + '\n')
     planted = parent / ('%s-caches-4242-1' % OWNER)
     run(['mkdir', '-m', '0777', str(planted)], user=OUTSIDER)
     env = dict(base_env(), SLURM_JOB_ID='4242', SLURM_NODEID='1')

@@ -235,6 +235,49 @@ def test_a_rebuild_keeps_what_running_jobs_use(tmp_path, demo_sif):
         '/user-software/venv/demo\n')
 
 
+# The last version before the commands became the library's functions (issue 55): its bin/ files hold each command
+# whole. A clone of this repository has it in its history.
+PREVIOUS_VERSION = '0a1b775'
+
+
+@pytest.mark.system
+def test_a_job_keeps_working_across_a_reinstall_from_the_previous_version(tmp_path, demo_sif):
+    """An install made by the previous version, a job that loaded its module and runs: eb --rebuild with this
+    version in the middle of the job, and the job's commands after it (the wrappers, start-shell, list-packages,
+    venv-pip's read-only pip) work with the module as the job loaded it, and say nothing more."""
+    require_runtime()
+    previous = subprocess.run(['git', '-C', str(REPO), 'show',
+                               '%s:easyblocks/generic/singularitycontainer.py' % PREVIOUS_VERSION],
+                              capture_output=True, text=True)
+    assert previous.returncode == 0, "the previous version's easyblock (%s) is not in this clone's history: %s" % (
+        PREVIOUS_VERSION, previous.stderr)
+    old_easyblock = tmp_path / 'previous' / 'singularitycontainer.py'
+    old_easyblock.parent.mkdir()
+    old_easyblock.write_text(previous.stdout)
+    inst = Installation(tmp_path / 'install')
+    inst.add_source(demo_sif, 'demo.sif')
+    ec = inst.write_easyconfig('Demo-1.0.eb', demo_easyconfig(wrapped_commands=['python']))
+    inst.eb(ec, env=inst.env(EASYBUILD_INCLUDE_EASYBLOCKS=str(old_easyblock)))
+    idir = inst.installdir('Demo', '1.0')
+    assert 'launch_command' not in (idir / 'bin' / 'python').read_text()  # (the previous version's)
+    started, go_on = tmp_path / 'started', tmp_path / 'go-on'
+    commands = ['python -c "import sys; print(sys.prefix)"', 'start-shell -c "echo shell"',
+                'list-packages --format=freeze | grep -c "^pip=="', 'venv-pip list --format=freeze | grep -c "^pip=="']
+    job = spawn(inst.shell_command('module load Demo/1.0\n%s\ntouch %s\nwhile [ ! -e %s ]; do sleep 0.1; done\n%s\n'
+                                   % (commands[0], started, go_on, '\n'.join(commands))),
+                env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(started.exists, 'the job to start')
+        inst.eb(ec, '--rebuild')
+        assert 'launch_command python "$@"' in (idir / 'bin' / 'python').read_text()  # (this version's)
+        go_on.touch()
+        out, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert out.splitlines() == ['/user-software/venv/demo'] * 2 + ['shell', '1', '1'], err
+    assert err == ''
+
+
 def test_wrapper_errors(demo_install):
     inst, idir = demo_install
     wrapper = str(idir / 'bin' / 'python')

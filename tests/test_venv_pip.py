@@ -559,7 +559,7 @@ def test_commands_that_only_read_run_directly(packed, wheelhouse):
     the lock (held here by someone else) and without a new SquashFS file."""
     inst, idir = packed
     before = sha256(idir / SQUASHFS)
-    holder = spawn(['flock', str(idir / '.user-software.lock'), 'sleep', '120'])
+    holder = spawn(['flock', str(idir / '.user-software.lock'), 'sleep', '120'], start_new_session=True)
     try:
         wait_for((idir / '.user-software.lock').exists, 'the lock')
         out = inst.module_shell('Demo/1.0', 'timeout 60 venv-pip list --format=freeze\n'
@@ -567,7 +567,7 @@ def test_commands_that_only_read_run_directly(packed, wheelhouse):
                                             'timeout 60 venv-pip install --dry-run --no-index '
                                             '--find-links=%s lumi-later' % wheelhouse)
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)  # (flock and its sleep)
         holder.wait()
     assert out.stdout.count('lumi-base==1.0') == 2 and 'Would install lumi-later-1.0' in out.stdout
     assert 'waiting' not in out.stderr and 'has the change' not in out.stdout

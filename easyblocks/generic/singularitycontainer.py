@@ -1498,7 +1498,7 @@ class SingularityContainer(EasyBlock):
         runscripts = os.path.join(installdir, 'runscripts')
         sif, cache_root, form = Var('sif'), Var('cache_root_dir'), Var('form')
         # The cache root: CACHE_ROOT_RULE, run by the shell when the module loads
-        rule, call = cache_root_rule(module, self.cfg['container_cache_dirs'].values())
+        rule, call = CACHE_ROOT_RULE, cache_root_call(module, self.cfg['container_cache_dirs'].values())
         # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
         # eb --module-only, for an install dir that may lack the image) goes on
         image = Image(sif, self.module_sif(), self.sif_name, self.cfg['central_sif_dir'] or '',
@@ -2287,11 +2287,6 @@ no_arguments() {
             ;;
     esac
 }
-# The caches of the install's container_cache_dirs for the job and node this runs in (CACHE_SETUP), exported for the
-# container
-set_up_caches() {
-@cache_setup@
-}
 '''
 
 # start-shell, list-packages, the wrappers, venv-pip and the kernel: the checks before the container starts
@@ -2341,7 +2336,7 @@ prepare_launch() {
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
         [ -z "${!name:-}" ] || export "$name=$(pinned_entries "$root" "$generation" "${!name}")"
     done
-    set_up_caches
+    set_up_caches "$cache_parent" "$module" "${cache_dirs[@]}"
 }
 # start-shell: with no arguments an interactive shell, else bash with these arguments (e.g. -c 'pip list'); either way
 # init-conda-venv has prepared the image's environment and activated the virtual environment first.
@@ -3331,22 +3326,27 @@ like() {
 }
 '''
 
-# The cache root (module help), written once: the module runs it at load (sh -c), the wrappers and init-conda-venv
-# include it. Its name is predictable, and /tmp is shared: another user can make it first, as an open directory or a
-# link to theirs, and get the user's compiled kernels or hand them their own. So it is used only if it is a real
-# directory of the user's that nobody else can write (made 0700 when absent); anything else gives a fresh private
-# directory beside it and one line on stderr. The fresh one the module took at load is taken again, silently.
-CACHE_ROOT_RULE = r'''# The cache root: @cache_parent@/<user>-caches, -<job>-<node> in a job, private to the user,
-# else a fresh private one beside it. Prints it, with the subdirectories given as arguments made in it (0700).
-# With -q first, a fresh one made before is taken again without a word (the wrappers and run scripts, at each start).
+# The cache root (module help), written once, with no install's values in it (its caller passes the parent and the
+# module: cache_root_call): the module runs it at load (sh -c), the library and init-conda-venv include it. Its name
+# is predictable, and /tmp is shared: another user can make it first, as an open directory or a link to theirs, and
+# get the user's compiled kernels or hand them their own. So it is used only if it is a real directory of the user's
+# that nobody else can write (made 0700 when absent); anything else gives a fresh private directory beside it and one
+# line on stderr. The fresh one the module took at load is taken again, silently.
+CACHE_ROOT_RULE = r'''# The cache root.
+# singularitycontainer_cache_root [-q] PARENT MODULE SUBDIR...: PARENT/<user>-caches, -<job>-<node> in a job, private
+# to the user, else a fresh private one beside it (said in the name of MODULE). Prints it, with the subdirectories made
+# in it (0700). With -q first, a fresh one made before is taken again without a word (the wrappers and run scripts, at
+# each start).
 singularitycontainer_cache_root() {
     __sc_quiet=
     if [ "${1:-}" = -q ]; then
         __sc_quiet=yes
         shift
     fi
+    __sc_parent=$1 __sc_module=$2
+    shift 2
     __sc_user=${USER:-${LOGNAME:-$(id -un 2>/dev/null || id -u)}}
-    __sc_named=@cache_parent@/$__sc_user-caches${SLURM_JOB_ID:+-$SLURM_JOB_ID-${SLURM_NODEID:-0}}
+    __sc_named=$__sc_parent/$__sc_user-caches${SLURM_JOB_ID:+-$SLURM_JOB_ID-${SLURM_NODEID:-0}}
     __sc_root=$__sc_named
     case ${SINGULARITYCONTAINER_CACHE_ROOT:-} in
         "$__sc_named".??????) __sc_root=$SINGULARITYCONTAINER_CACHE_ROOT ;;
@@ -3365,16 +3365,16 @@ singularitycontainer_cache_root() {
         __sc_made=
         if [ -z "$__sc_fresh" ]; then
             if ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
-                echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can" \
+                echo "$__sc_module: caches: not using $__sc_root, which $__sc_why, and no private directory can" \
                     "be made beside it: the caches are left where the tools put them" >&2
-                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet
+                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet __sc_parent __sc_module
                 return 1
             fi
             __sc_made=yes
         fi
         # Said at each load; by the wrappers and run scripts (every command, every rank) only when they make it
         if [ -n "$__sc_made" ] || [ -z "$__sc_quiet" ]; then
-            echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
+            echo "$__sc_module: caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
         fi
         __sc_root=$__sc_fresh
     fi
@@ -3386,7 +3386,7 @@ singularitycontainer_cache_root() {
         mkdir -m 0700 -- "$@" 2>/dev/null || :  # ranks starting together make them at once
     fi
     echo "$__sc_root"
-    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet __sc_parent __sc_module
 }
 # Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
 # (then made 0700, if an earlier version left it readable by others)
@@ -3418,40 +3418,48 @@ singularitycontainer_cache_refusal() {
 # The caches (container_cache_dirs) for the job and node this runs in, in the root of CACHE_ROOT_RULE. A value of
 # the user's stays, and the caches of the same subdir after it follow it (MIOpen's two); a value the module set when
 # it was loaded (elsewhere, or outside the job) moves here. Without a root, the module's values go.
-# Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
-CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays
-@cache_root_rule@
-__cache_root=$(@cache_root_call_quiet@) || __cache_root=
-unset -f singularitycontainer_cache_root singularitycontainer_cache_refusal
-__cache_dirs=()
-declare -A __cache_users=()
-# shellcheck disable=SC2043  # @cache_dirs@ is several words, filled at install
-for __cache in @cache_dirs@; do
-    __cache_name=${__cache%%=*}
-    __cache_sub=${__cache#*=}
-    __cache_dir=${!__cache_name-}
-    if [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
-        [ "${__cache_dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}" != "$__cache_dir" ]; then
-        __cache_dir=  # the module's
+# A function of its arguments, in the library (the wrappers, on the host: /tmp is bound into the container) and in
+# init-conda-venv (in it).
+CACHE_SETUP = r'''# The caches (module help): in /tmp, per user, job and node; a value of the user's stays.
+# set_up_caches PARENT MODULE VARIABLE=SUBDIR...: the caches of container_cache_dirs for the job and node this runs
+# in, exported, in the root that singularitycontainer_cache_root (CACHE_ROOT_RULE) gives under PARENT. A value of the
+# user's stays, and the caches of the same subdirectory after it follow it (MIOpen's two); a value the module set when
+# it was loaded (elsewhere, or outside the job) moves here. Without a root, the module's values go.
+set_up_caches() {
+    local parent=$1 module_name=$2 cache name sub dir root subs=() dirs=()
+    local -A users=()
+    shift 2
+    for cache; do
+        subs+=("${cache#*=}")
+    done
+    root=$(singularitycontainer_cache_root -q "$parent" "$module_name" "${subs[@]}") || root=
+    for cache; do
+        name=${cache%%=*}
+        sub=${cache#*=}
+        dir=${!name-}
+        if [ -n "${SINGULARITYCONTAINER_CACHE_ROOT:-}" ] &&
+            [ "${dir#"$SINGULARITYCONTAINER_CACHE_ROOT"/}" != "$dir" ]; then
+            dir=  # the module's
+        fi
+        if [ -n "$dir" ]; then
+            users[$sub]=$dir
+            dirs+=("$dir")
+        elif [ -n "${users[$sub]:-}" ]; then
+            dir=${users[$sub]}
+        elif [ -n "$root" ]; then
+            dir=$root/$sub
+        else
+            unset "$name"
+            continue
+        fi
+        export "$name=$dir"
+    done
+    if [ "${#dirs[@]}" -gt 0 ]; then
+        mkdir -p "${dirs[@]}" 2>/dev/null || true  # the user's own
     fi
-    if [ -n "$__cache_dir" ]; then
-        __cache_users[$__cache_sub]=$__cache_dir
-        __cache_dirs+=("$__cache_dir")
-    elif [ -n "${__cache_users[$__cache_sub]:-}" ]; then
-        __cache_dir=${__cache_users[$__cache_sub]}
-    elif [ -n "$__cache_root" ]; then
-        __cache_dir=$__cache_root/$__cache_sub
-    else
-        unset "$__cache_name"
-        continue
-    fi
-    export "$__cache_name=$__cache_dir"
-done
-if [ "${#__cache_dirs[@]}" -gt 0 ]; then
-    mkdir -p "${__cache_dirs[@]}" 2>/dev/null || true  # the user's own
-fi
-export SINGULARITYCONTAINER_CACHE_ROOT="$__cache_root"
-unset __cache __cache_name __cache_sub __cache_dir __cache_dirs __cache_users __cache_root'''
+    export SINGULARITYCONTAINER_CACHE_ROOT="$root"
+}
+'''
 
 # venv-pip: the module's binds with /user-software bound from where the venv is now
 BIND_USER_SOFTWARE = r'''# The reading of a bind.
@@ -5013,7 +5021,9 @@ if [ -f @venv@/bin/activate ]; then
     # shellcheck disable=SC1091
     source @venv@/bin/activate || { echo "init-conda-venv: error: cannot activate @venv@" >&2; return 1; }
 fi
-@cache_setup@
+@cache_functions@
+set_up_caches @cache_parent@ @module_word@ @cache_dirs@
+unset -f set_up_caches singularitycontainer_cache_root singularitycontainer_cache_refusal
 '''
 
 RUNSCRIPT_PYTHON_SIMPLE = r'''#!/bin/bash
@@ -5884,19 +5894,20 @@ if __name__ == "__main__":
 '''
 
 
-def cache_root_rule(module, subdirs):
-    """CACHE_ROOT_RULE for this module, and the command that runs it with the cache subdirectories (as sh words)."""
-    rule = fill_template(CACHE_ROOT_RULE, cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(module))
-    return rule, 'singularitycontainer_cache_root %s' % ' '.join(sh_str(sub) for sub in sorted(set(subdirs)))
+def cache_root_call(module, subdirs):
+    """The command that runs CACHE_ROOT_RULE for this module with the cache subdirectories (as sh words)."""
+    return 'singularitycontainer_cache_root %s' % ' '.join(
+        sh_str(word) for word in [CACHE_ROOT, module] + sorted(set(subdirs)))
 
 
 # The pieces above that scripts include by their placeholder
-SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV}
+SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV,
+                   'cache_functions': CACHE_ROOT_RULE.rstrip('\n') + '\n' + CACHE_SETUP.rstrip('\n')}
 
 # The library's pieces, after its own functions, in this order
 LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY_ALL, LAYERS, WORKDIR, LOCK_INSTALL_DIR,
-                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON, LAUNCH, VENV_PIP,
-                  MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
+                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON, CACHE_ROOT_RULE,
+                  CACHE_SETUP, LAUNCH, VENV_PIP, MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
 
 # The Python programs that venv-pip runs in the container, files of their own in libexec/ (read_program): OVERLAY_PYTHON
 # (pip on the writable overlay; with the layout's names it needs filled in: it cannot read the library) and
@@ -6551,6 +6562,7 @@ def install_values(install, stamp):
         ('kernel_launcher_json', json.dumps(os.path.join(install.installdir, 'bin', 'jupyter-container-kernel')),
          "the kernel's command in its kernel.json, a JSON string"),
         ('lmod_cmd', install.lmod_cmd, 'Lmod, for a kernel started without the module'),
+        ('cache_parent', CACHE_ROOT, "where the caches' root is made (CACHE_ROOT_RULE)"),
         ('modules_dir', install.modules_dir, 'where it finds the module'),
     ] + [('runtime_options_' + kind, install.container_runtime_options.get(kind, ''),
           'container_runtime_options of %s' % kind) for kind in RUNTIME_KINDS]
@@ -6558,6 +6570,7 @@ def install_values(install, stamp):
         ('conflicting_modules', ' '.join(sh_str(name) for name in install.container_conflicts),
          'container_conflicts'),
         ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
+        ('cache_dirs', cache_dirs_words(install), 'container_cache_dirs, for set_up_caches'),
         ('venv_python', ' '.join(sh_str(word) for word in venv_python(install)),
          "the venv's Python in the container (after container_init where there is one)"),
     ]
@@ -6565,20 +6578,16 @@ def install_values(install, stamp):
                    ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
 
 
-def cache_setup(install):
-    """CACHE_SETUP for the scripts: the caches of container_cache_dirs in the root of CACHE_ROOT_RULE."""
-    caches = install.container_cache_dirs
-    rule, call = cache_root_rule(install.module, caches.values())
-    return fill_template(CACHE_SETUP, cache_root_rule=rule, cache_root_call_quiet=call.replace(' ', ' -q ', 1),
-                         cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
+def cache_dirs_words(install):
+    """container_cache_dirs as set_up_caches takes them (CACHE_SETUP): VARIABLE=SUBDIR, as shell words."""
+    return ' '.join(sh_str('%s=%s' % item) for item in install.container_cache_dirs.items())
 
 
 def library_text(install, stamp=''):
     """The install's library (LIBRARY): its values, its own functions, the pieces of LIBRARY_PIECES."""
     head = '# %s: the library of the commands in bin/ of module %s, sourced by each at its start.\n' % (
         LIBRARY, printable(install.module))
-    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(install, stamp),
-                                cache_setup=cache_setup(install)) + \
+    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(install, stamp)) + \
         ''.join(piece.rstrip('\n') + '\n' for piece in LIBRARY_PIECES)  # (a file may end without a newline)
 
 
@@ -6604,7 +6613,8 @@ def script_text(install, script, stamp=''):
                                 venv=container_venv_path(install.venv_name),
                                 container_init=install.container_init or ':',
                                 container_init_word=sh_str(install.container_init),
-                                cache_setup=cache_setup(install), gpu_vendor=sh_str(install.gpu_vendor))
+                                cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(install.module),
+                                cache_dirs=cache_dirs_words(install), gpu_vendor=sh_str(install.gpu_vendor))
 
 
 def install_files(install):

@@ -47,7 +47,7 @@ from .install_dir import (current_generation, installer_container_settings, inst
 from .module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image, Overlays, PrependPath,
                           SetRestorable, Var, VenvForm, emit_module_logic)
 from .scripts import (CONTAINER_CHECK_SCRIPT, CREATE_VENV, DETECT_IMAGE_PYTHON, IMAGE_COMMANDS,
-                      IMAGE_PACKAGES, VENV_PIP_SCRIPT, cache_root_rule)
+                      IMAGE_PACKAGES, VENV_PIP_SCRIPT, CACHE_ROOT_RULE, cache_root_call)
 from .parameters import PARAMETERS, bind_fields, container_venv_path, easyconfig_problems, venv_name
 from .render import Install, install_files, install_scripts
 
@@ -811,7 +811,7 @@ class SingularityContainer(EasyBlock):
         runscripts = os.path.join(installdir, 'runscripts')
         sif, cache_root, form = Var('sif'), Var('cache_root_dir'), Var('form')
         # The cache root: CACHE_ROOT_RULE, run by the shell when the module loads
-        rule, call = cache_root_rule(module, self.cfg['container_cache_dirs'].values())
+        rule, call = CACHE_ROOT_RULE, cache_root_call(module, self.cfg['container_cache_dirs'].values())
         # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
         # eb --module-only, for an install dir that may lack the image) goes on
         image = Image(sif, self.module_sif(), self.sif_name, self.cfg['central_sif_dir'] or '',

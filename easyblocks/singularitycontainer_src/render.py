@@ -6,14 +6,14 @@ import os
 from collections import namedtuple
 
 from .container import RUNTIME_KINDS
-from .layout import (CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX, GENERATION_RECORD,
-                     GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE, INSTALL_HOLDS_LOCK, INSTALL_UMASK,
+from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
+                     GENERATION_RECORD, GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE, INSTALL_HOLDS_LOCK, INSTALL_UMASK,
                      KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX,
                      OVERLAY_REFUSED_STATUS, SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK,
                      USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
 from .text import fill_template, printable, sh_quoted, sh_str
-from .scripts import (CACHE_SETUP, COMMAND_HELPS, LAUNCH_KINDS, LIBRARY_PIECES, LIBRARY_TEMPLATE, PROGRAMS, SCRIPTS,
-                      Script, cache_root_rule, fill_script_template, help_words)
+from .scripts import (COMMAND_HELPS, LAUNCH_KINDS, LIBRARY_PIECES, LIBRARY_TEMPLATE, PROGRAMS, SCRIPTS, Script,
+                      fill_script_template, help_words)
 from .parameters import container_venv_path, kernel_name
 
 # What the texts of an install depend on: the module's full name, the install dir, the suffix of its variables
@@ -75,6 +75,7 @@ def install_values(install, stamp):
         ('kernel_launcher_json', json.dumps(os.path.join(install.installdir, 'bin', 'jupyter-container-kernel')),
          "the kernel's command in its kernel.json, a JSON string"),
         ('lmod_cmd', install.lmod_cmd, 'Lmod, for a kernel started without the module'),
+        ('cache_parent', CACHE_ROOT, "where the caches' root is made (CACHE_ROOT_RULE)"),
         ('modules_dir', install.modules_dir, 'where it finds the module'),
     ] + [('runtime_options_' + kind, install.container_runtime_options.get(kind, ''),
           'container_runtime_options of %s' % kind) for kind in RUNTIME_KINDS]
@@ -82,6 +83,7 @@ def install_values(install, stamp):
         ('conflicting_modules', ' '.join(sh_str(name) for name in install.container_conflicts),
          'container_conflicts'),
         ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
+        ('cache_dirs', cache_dirs_words(install), 'container_cache_dirs, for set_up_caches'),
         ('venv_python', ' '.join(sh_str(word) for word in venv_python(install)),
          "the venv's Python in the container (after container_init where there is one)"),
     ]
@@ -89,20 +91,16 @@ def install_values(install, stamp):
                    ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
 
 
-def cache_setup(install):
-    """CACHE_SETUP for the scripts: the caches of container_cache_dirs in the root of CACHE_ROOT_RULE."""
-    caches = install.container_cache_dirs
-    rule, call = cache_root_rule(install.module, caches.values())
-    return fill_template(CACHE_SETUP, cache_root_rule=rule, cache_root_call_quiet=call.replace(' ', ' -q ', 1),
-                         cache_dirs=' '.join(sh_str('%s=%s' % item) for item in caches.items()))
+def cache_dirs_words(install):
+    """container_cache_dirs as set_up_caches takes them (CACHE_SETUP): VARIABLE=SUBDIR, as shell words."""
+    return ' '.join(sh_str('%s=%s' % item) for item in install.container_cache_dirs.items())
 
 
 def library_text(install, stamp=''):
     """The install's library (LIBRARY): its values, its own functions, the pieces of LIBRARY_PIECES."""
     head = '# %s: the library of the commands in bin/ of module %s, sourced by each at its start.\n' % (
         LIBRARY, printable(install.module))
-    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(install, stamp),
-                                cache_setup=cache_setup(install)) + \
+    return head + fill_template(LIBRARY_TEMPLATE, values=install_values(install, stamp)) + \
         ''.join(piece.rstrip('\n') + '\n' for piece in LIBRARY_PIECES)  # (a file may end without a newline)
 
 
@@ -128,7 +126,8 @@ def script_text(install, script, stamp=''):
                                 venv=container_venv_path(install.venv_name),
                                 container_init=install.container_init or ':',
                                 container_init_word=sh_str(install.container_init),
-                                cache_setup=cache_setup(install), gpu_vendor=sh_str(install.gpu_vendor))
+                                cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(install.module),
+                                cache_dirs=cache_dirs_words(install), gpu_vendor=sh_str(install.gpu_vendor))
 
 
 def install_files(install):

@@ -58,17 +58,19 @@ PIP_CHANGES_VENV = source('scripts/lib/pip-changes-venv.sh')
 # whatever the caller's umask (INSTALL_UMASK, after $root is set); the install's is SingularityContainer.shared_umask().
 READABLE_BY_ALL = source('scripts/lib/readable-by-all.sh')
 
-# The cache root (module help), written once: the module runs it at load (sh -c), the wrappers and init-conda-venv
-# include it. Its name is predictable, and /tmp is shared: another user can make it first, as an open directory or a
-# link to theirs, and get the user's compiled kernels or hand them their own. So it is used only if it is a real
-# directory of the user's that nobody else can write (made 0700 when absent); anything else gives a fresh private
-# directory beside it and one line on stderr. The fresh one the module took at load is taken again, silently.
+# The cache root (module help), written once, with no install's values in it (its caller passes the parent and the
+# module: cache_root_call): the module runs it at load (sh -c), the library and init-conda-venv include it. Its name
+# is predictable, and /tmp is shared: another user can make it first, as an open directory or a link to theirs, and
+# get the user's compiled kernels or hand them their own. So it is used only if it is a real directory of the user's
+# that nobody else can write (made 0700 when absent); anything else gives a fresh private directory beside it and one
+# line on stderr. The fresh one the module took at load is taken again, silently.
 CACHE_ROOT_RULE = source('scripts/lib/cache-root-rule.sh')
 
 # The caches (container_cache_dirs) for the job and node this runs in, in the root of CACHE_ROOT_RULE. A value of
 # the user's stays, and the caches of the same subdir after it follow it (MIOpen's two); a value the module set when
 # it was loaded (elsewhere, or outside the job) moves here. Without a root, the module's values go.
-# Part of the wrappers (on the host: /tmp is bound into the container) and of init-conda-venv (in it).
+# A function of its arguments, in the library (the wrappers, on the host: /tmp is bound into the container) and in
+# init-conda-venv (in it).
 CACHE_SETUP = source('scripts/lib/cache-setup.sh')
 
 # venv-pip: the module's binds with /user-software bound from where the venv is now
@@ -162,19 +164,20 @@ VENV_PIP_SCRIPT_TEMPLATE = source('scripts/install/venv-pip.sh')
 CONTAINER_CHECK_SCRIPT = source('programs/container_check.py')
 
 
-def cache_root_rule(module, subdirs):
-    """CACHE_ROOT_RULE for this module, and the command that runs it with the cache subdirectories (as sh words)."""
-    rule = fill_template(CACHE_ROOT_RULE, cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(module))
-    return rule, 'singularitycontainer_cache_root %s' % ' '.join(sh_str(sub) for sub in sorted(set(subdirs)))
+def cache_root_call(module, subdirs):
+    """The command that runs CACHE_ROOT_RULE for this module with the cache subdirectories (as sh words)."""
+    return 'singularitycontainer_cache_root %s' % ' '.join(
+        sh_str(word) for word in [CACHE_ROOT, module] + sorted(set(subdirs)))
 
 
 # The pieces above that scripts include by their placeholder
-SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV}
+SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV,
+                   'cache_functions': CACHE_ROOT_RULE.rstrip('\n') + '\n' + CACHE_SETUP.rstrip('\n')}
 
 # The library's pieces, after its own functions, in this order
 LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY_ALL, LAYERS, WORKDIR, LOCK_INSTALL_DIR,
-                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON, LAUNCH, VENV_PIP,
-                  MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
+                  CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON, CACHE_ROOT_RULE,
+                  CACHE_SETUP, LAUNCH, VENV_PIP, MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
 
 # The Python programs that venv-pip runs in the container, files of their own in libexec/ (read_program): OVERLAY_PYTHON
 # (pip on the writable overlay; with the layout's names it needs filled in: it cannot read the library) and

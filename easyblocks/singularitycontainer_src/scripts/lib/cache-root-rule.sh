@@ -1,14 +1,18 @@
-# The cache root: @cache_parent@/<user>-caches, -<job>-<node> in a job, private to the user,
-# else a fresh private one beside it. Prints it, with the subdirectories given as arguments made in it (0700).
-# With -q first, a fresh one made before is taken again without a word (the wrappers and run scripts, at each start).
+# The cache root.
+# singularitycontainer_cache_root [-q] PARENT MODULE SUBDIR...: PARENT/<user>-caches, -<job>-<node> in a job, private
+# to the user, else a fresh private one beside it (said in the name of MODULE). Prints it, with the subdirectories made
+# in it (0700). With -q first, a fresh one made before is taken again without a word (the wrappers and run scripts, at
+# each start).
 singularitycontainer_cache_root() {
     __sc_quiet=
     if [ "${1:-}" = -q ]; then
         __sc_quiet=yes
         shift
     fi
+    __sc_parent=$1 __sc_module=$2
+    shift 2
     __sc_user=${USER:-${LOGNAME:-$(id -un 2>/dev/null || id -u)}}
-    __sc_named=@cache_parent@/$__sc_user-caches${SLURM_JOB_ID:+-$SLURM_JOB_ID-${SLURM_NODEID:-0}}
+    __sc_named=$__sc_parent/$__sc_user-caches${SLURM_JOB_ID:+-$SLURM_JOB_ID-${SLURM_NODEID:-0}}
     __sc_root=$__sc_named
     case ${SINGULARITYCONTAINER_CACHE_ROOT:-} in
         "$__sc_named".??????) __sc_root=$SINGULARITYCONTAINER_CACHE_ROOT ;;
@@ -27,16 +31,16 @@ singularitycontainer_cache_root() {
         __sc_made=
         if [ -z "$__sc_fresh" ]; then
             if ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
-                echo @module_word@": caches: not using $__sc_root, which $__sc_why, and no private directory can" \
+                echo "$__sc_module: caches: not using $__sc_root, which $__sc_why, and no private directory can" \
                     "be made beside it: the caches are left where the tools put them" >&2
-                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet
+                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet __sc_parent __sc_module
                 return 1
             fi
             __sc_made=yes
         fi
         # Said at each load; by the wrappers and run scripts (every command, every rank) only when they make it
         if [ -n "$__sc_made" ] || [ -z "$__sc_quiet" ]; then
-            echo @module_word@": caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
+            echo "$__sc_module: caches: not using $__sc_root, which $__sc_why; using $__sc_fresh instead" >&2
         fi
         __sc_root=$__sc_fresh
     fi
@@ -48,7 +52,7 @@ singularitycontainer_cache_root() {
         mkdir -m 0700 -- "$@" 2>/dev/null || :  # ranks starting together make them at once
     fi
     echo "$__sc_root"
-    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet __sc_parent __sc_module
 }
 # Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
 # (then made 0700, if an earlier version left it readable by others)

@@ -54,8 +54,3 @@ no_arguments() {
             ;;
     esac
 }
-# The caches of the install's container_cache_dirs for the job and node this runs in (CACHE_SETUP), exported for the
-# container
-set_up_caches() {
-@cache_setup@
-}

@@ -17,4 +17,6 @@ if [ -f @venv@/bin/activate ]; then
     # shellcheck disable=SC1091
     source @venv@/bin/activate || { echo "init-conda-venv: error: cannot activate @venv@" >&2; return 1; }
 fi
-@cache_setup@
+@cache_functions@
+set_up_caches @cache_parent@ @module_word@ @cache_dirs@
+unset -f set_up_caches singularitycontainer_cache_root singularitycontainer_cache_refusal
