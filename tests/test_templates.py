@@ -226,3 +226,16 @@ def test_the_module_commands_are_the_scripts_in_bin():
     each once."""
     assert sorted(MODULE_COMMANDS) == sorted(os.path.basename(script.path) for script in SCRIPTS
                                              if script.path.startswith('bin/'))
+
+
+def test_the_programs_literals_are_the_layouts_names():
+    """The programs that run in the container or in the venv cannot read the library's values: the layout's names
+    they need are literals in them, the same as layout.py's."""
+    from singularitycontainer_src import layout
+    overlay, commands = program('overlay_python'), program('image_commands')
+    assert overlay.RECORD == layout.EMPTIED_RECORD
+    assert overlay.REFUSED_STATUS == int(layout.OVERLAY_REFUSED_STATUS)
+    assert os.path.basename(commands.MANIFEST) == layout.IMAGE_COMMANDS_MANIFEST
+    assert commands.PACKAGES_MODULE == layout.IMAGE_PACKAGES_MODULE
+    assert 'python -m %s` writes' % layout.IMAGE_COMMANDS_MODULE in ' '.join(commands.__doc__.split())
+    assert '(%s.pth)' % layout.IMAGE_PACKAGES_MODULE in program('image_packages').__doc__

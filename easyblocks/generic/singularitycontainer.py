@@ -1181,12 +1181,10 @@ class SingularityContainer(EasyBlock):
         found = '\n\n# The image\'s package directories, found at install\nIMAGE_PACKAGE_DIRS = %s\n' \
                 'main(IMAGE_PACKAGE_DIRS)\n'
         write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.py'),
-                   fill_template(IMAGE_PACKAGES, module=self.full_mod_name, module_name=IMAGE_PACKAGES_MODULE) +
-                   found % dirs)
+                   IMAGE_PACKAGES + found % dirs)
         write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.pth'), 'import %s\n' % IMAGE_PACKAGES_MODULE)
         write_file(os.path.join(site_packages, IMAGE_COMMANDS_MODULE + '.py'),
-                   fill_template(IMAGE_COMMANDS, module=self.full_mod_name, module_name=IMAGE_COMMANDS_MODULE,
-                                 packages_module=IMAGE_PACKAGES_MODULE, manifest=IMAGE_COMMANDS_MANIFEST))
+                   IMAGE_COMMANDS)
 
     def add_pip_scripts(self, image_python):
         """Give a venv created without pip the commands pip, pip3 and pip3.X, running the image's pip."""
@@ -4164,7 +4162,7 @@ layers below held in them when it packs the change; a later run in the same over
 
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
-with the status @refused_status@, on which venv-pip repacks the whole venv instead.
+with the status REFUSED_STATUS, on which venv-pip repacks the whole venv instead.
 """
 import errno
 import importlib
@@ -4173,9 +4171,9 @@ import os
 import runpy
 import sys
 
-RECORD = "@record@"
+RECORD = "/user-software/.venv-pip-emptied"  # (layout.EMPTIED_RECORD: tests/test_templates.py)
 LAYERS = os.path.dirname(RECORD)  # (what the layers hold: pip's temporary directories elsewhere do not count)
-REFUSED_STATUS = int("@refused_status@")
+REFUSED_STATUS = 75  # (layout.OVERLAY_REFUSED_STATUS)
 real_rmdir = os.rmdir
 real_listdir = os.listdir
 real_scandir = os.scandir
@@ -5005,7 +5003,7 @@ unmake_squashfs() {
 RUNSCRIPT_INIT = r'''# shellcheck shell=bash
 # init-conda-venv: source this in the container to prepare the image's own Python environment and
 # activate the virtual environment @venv@.
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 # No 'set -e' here: this file is sourced into interactive shells.
 
 # start-shell passes this file as BASH_ENV; nested bash processes need not read it again.
@@ -5029,7 +5027,7 @@ unset -f set_up_caches singularitycontainer_cache_root singularitycontainer_cach
 RUNSCRIPT_PYTHON_SIMPLE = r'''#!/bin/bash
 # conda-python-simple: run python in the container, with the image's environment and the virtual
 # environment ready; all arguments go to python. For single-task runs.
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 # shellcheck disable=SC1091
 source /runscripts/init-conda-venv || exit 1
 exec python "$@"
@@ -5037,7 +5035,7 @@ exec python "$@"
 
 RUNSCRIPT_LIST_PACKAGES = r'''#!/bin/bash
 # list-packages: list the Python packages visible in the container (image and virtual environment).
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 # shellcheck disable=SC1091
 source /runscripts/init-conda-venv || exit 1
 exec python -m pip list "$@"
@@ -5049,7 +5047,7 @@ RUNSCRIPT_DISTRIBUTED_ENV = r'''# shellcheck shell=bash
 # distributed-env: source this in each task (rank) of a torch.distributed job, in the container, to set the job up:
 # the image's environment, the virtual environment and the caches (init-conda-venv), the rank (RANK, WORLD_SIZE,
 # LOCAL_RANK, LOCAL_WORLD_SIZE), the master (MASTER_ADDR, MASTER_PORT) and the node's GPUs (gpu_vendor @gpu_vendor@).
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 #
 # The rank comes from the launcher that started the task, the first of these whose variables are all set:
 #   mpirun (Open MPI)                  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
@@ -5275,7 +5273,7 @@ RUNSCRIPT_PYTHON_DISTRIBUTED = r'''#!/bin/bash
 #   mpiexec -n 16 -ppn 8 singularity exec $SIF conda-python-distributed -u train.py   (MPICH, Intel MPI)
 #   mpirun -n 16 --map-by ppr:8:node singularity exec $SIF conda-python-distributed -u train.py   (Open MPI)
 # distributed-env says which launchers it knows and how it sets the master.
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 # shellcheck disable=SC1091,SC2154  # distributed-env sets launcher_name, devices and the like
 source /runscripts/distributed-env
 
@@ -5309,7 +5307,7 @@ RUNSCRIPT_TORCHRUN_DISTRIBUTED = r'''#!/bin/bash
 # SLURM_GPUS_ON_NODE GPUs, each of several devices on Intel's with ZE_FLAT_DEVICE_HIERARCHY=FLAT), else 1; a
 # --nproc-per-node=N among the torchrun options overrides that. The node's task picks the rendezvous port as rank 0 of
 # conda-python-distributed does (MASTER_PORT); torchrun picks its processes' own.
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 # shellcheck disable=SC1091,SC2154  # distributed-env sets launcher_name, devices and the like
 source /runscripts/distributed-env
 
@@ -5671,11 +5669,11 @@ fi
 # In the venv's site-packages, imported by a .pth file at every start of its Python.
 IMAGE_PACKAGES = r'''"""The container image's Python packages, seen from the virtual environment that holds this file.
 
-Written by EasyBuild's SingularityContainer easyblock for module @module@. Python imports it at start-up
-(@module_name@.pth). It puts the image's package directories (found when the module was installed) after this
-environment's own site-packages, so that every package of the image can be imported and pip counts it as
-installed, while a package installed here wins over the image's copy, also over one on the image's PYTHONPATH.
-The install appends those directories (IMAGE_PACKAGE_DIRS) and the call of main() to this file.
+Written by EasyBuild's SingularityContainer easyblock. Python imports it at start-up
+(singularitycontainer_image_packages.pth). It puts the image's package directories (found when the module was
+installed) after this environment's own site-packages, so that every package of the image can be imported and pip
+counts it as installed, while a package installed here wins over the image's copy, also over one on the image's
+PYTHONPATH. The install appends those directories (IMAGE_PACKAGE_DIRS) and the call of main() to this file.
 """
 import os
 import sys
@@ -5698,10 +5696,11 @@ def main(image_dirs):
 # In the venv's site-packages too, run as a module by the install and by venv-pip after every change.
 IMAGE_COMMANDS = r'''"""The commands of the container image's Python packages, run by this virtual environment's Python.
 
-Written by EasyBuild's SingularityContainer easyblock for module @module@. The image's console scripts (torchrun,
-accelerate, ...) start the image's own Python: a package upgraded or added in this environment would not be seen.
-`python -m @module_name@` writes each of them into this environment's bin/, with this environment's Python, unless
-a package of this environment has a command of that name. The ones it wrote are listed in @manifest@, one a line.
+Written by EasyBuild's SingularityContainer easyblock. The image's console scripts (torchrun, accelerate, ...) start
+the image's own Python: a package upgraded or added in this environment would not be seen. `python -m
+singularitycontainer_image_commands` writes each of them into this environment's bin/, with this environment's
+Python, unless a package of this environment has a command of that name. The ones it wrote are listed in MANIFEST,
+one a line.
 """
 import functools
 import importlib.metadata
@@ -5710,7 +5709,9 @@ import pathlib
 import sys
 import sysconfig
 
-MANIFEST = os.path.join(sys.prefix, "bin", "@manifest@")
+MANIFEST = os.path.join(sys.prefix, "bin", ".image-commands")  # (layout.IMAGE_COMMANDS_MANIFEST)
+# The module beside this one that has the image's package directories (layout.IMAGE_PACKAGES_MODULE)
+PACKAGES_MODULE = "singularitycontainer_image_packages"
 
 
 @functools.lru_cache(maxsize=None)
@@ -5771,7 +5772,7 @@ def entry_point_commands(dist):
 def image_commands():
     """{name: text without the #! line} of every command of the image's distributions."""
     commands = {}
-    image_dirs = importlib.import_module("@packages_module@").IMAGE_PACKAGE_DIRS  # the module beside this one
+    image_dirs = importlib.import_module(PACKAGES_MODULE).IMAGE_PACKAGE_DIRS
     for dist in importlib.metadata.distributions(path=image_dirs):
         for name, text in {**entry_point_commands(dist), **script_commands(dist)}.items():
             commands.setdefault(name, text)
@@ -5910,11 +5911,10 @@ LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY
                   CACHE_SETUP, LAUNCH, VENV_PIP, MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
 
 # The Python programs that venv-pip runs in the container, files of their own in libexec/ (read_program): OVERLAY_PYTHON
-# (pip on the writable overlay; with the layout's names it needs filled in: it cannot read the library) and
-# EXPORT_UPPER (a change copied out of an EXT3 image)
-PROGRAMS = [('libexec/overlay-python.py', fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
-                                                        refused_status=OVERLAY_REFUSED_STATUS)),
-            ('libexec/export-upper.py', EXPORT_UPPER)]
+# (pip on the writable overlay) and EXPORT_UPPER (a change copied out of an EXT3 image). As the programs written into
+# the venv, they hold the layout's names they need as literals (they cannot read the library), which
+# tests/test_templates.py holds to layout.py's.
+PROGRAMS = [('libexec/overlay-python.py', OVERLAY_PYTHON), ('libexec/export-upper.py', EXPORT_UPPER)]
 
 
 def fill_script_template(template, **values):

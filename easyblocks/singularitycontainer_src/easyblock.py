@@ -28,7 +28,7 @@ except ImportError:
 
 
 from .layout import (CACHE_ROOT, CONTAINER_CHECK_END, CONTAINER_RUNSCRIPTS, CONTAINER_USER_SOFTWARE,
-                     ERROR_TAIL_LINES, GENERATION_PREFIX, IMAGE_COMMANDS_MANIFEST, IMAGE_COMMANDS_MODULE,
+                     ERROR_TAIL_LINES, GENERATION_PREFIX, IMAGE_COMMANDS_MODULE,
                      IMAGE_PACKAGES_MODULE, IMAGE_PYTHON_JSON, INSTALL_HOLDS_LOCK, KEEP_PREVIOUS_DAYS, LAYERS_IMAGE,
                      LIBRARY, LUMI_CENTRAL_SIF_DEFAULT, LUMI_CENTRAL_SIF_SUBDIR, MODULE_FAMILY,
                      NVIDIA_RUNTIME_VARIABLES, PREVIOUS_INSTALLATION,
@@ -494,12 +494,10 @@ class SingularityContainer(EasyBlock):
         found = '\n\n# The image\'s package directories, found at install\nIMAGE_PACKAGE_DIRS = %s\n' \
                 'main(IMAGE_PACKAGE_DIRS)\n'
         write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.py'),
-                   fill_template(IMAGE_PACKAGES, module=self.full_mod_name, module_name=IMAGE_PACKAGES_MODULE) +
-                   found % dirs)
+                   IMAGE_PACKAGES + found % dirs)
         write_file(os.path.join(site_packages, IMAGE_PACKAGES_MODULE + '.pth'), 'import %s\n' % IMAGE_PACKAGES_MODULE)
         write_file(os.path.join(site_packages, IMAGE_COMMANDS_MODULE + '.py'),
-                   fill_template(IMAGE_COMMANDS, module=self.full_mod_name, module_name=IMAGE_COMMANDS_MODULE,
-                                 packages_module=IMAGE_PACKAGES_MODULE, manifest=IMAGE_COMMANDS_MANIFEST))
+                   IMAGE_COMMANDS)
 
     def add_pip_scripts(self, image_python):
         """Give a venv created without pip the commands pip, pip3 and pip3.X, running the image's pip."""

@@ -5,7 +5,7 @@ import textwrap
 from collections import namedtuple
 
 from .sources import source
-from .layout import CACHE_ROOT, EMPTIED_RECORD, OVERLAY_REFUSED_STATUS
+from .layout import CACHE_ROOT
 from .text import PLACEHOLDER, fill_template, sh_str
 
 
@@ -180,11 +180,10 @@ LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY
                   CACHE_SETUP, LAUNCH, VENV_PIP, MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
 
 # The Python programs that venv-pip runs in the container, files of their own in libexec/ (read_program): OVERLAY_PYTHON
-# (pip on the writable overlay; with the layout's names it needs filled in: it cannot read the library) and
-# EXPORT_UPPER (a change copied out of an EXT3 image)
-PROGRAMS = [('libexec/overlay-python.py', fill_template(OVERLAY_PYTHON, record=EMPTIED_RECORD,
-                                                        refused_status=OVERLAY_REFUSED_STATUS)),
-            ('libexec/export-upper.py', EXPORT_UPPER)]
+# (pip on the writable overlay) and EXPORT_UPPER (a change copied out of an EXT3 image). As the programs written into
+# the venv, they hold the layout's names they need as literals (they cannot read the library), which
+# tests/test_templates.py holds to layout.py's.
+PROGRAMS = [('libexec/overlay-python.py', OVERLAY_PYTHON), ('libexec/export-upper.py', EXPORT_UPPER)]
 
 
 def fill_script_template(template, **values):

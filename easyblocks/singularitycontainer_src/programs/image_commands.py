@@ -1,9 +1,10 @@
 """The commands of the container image's Python packages, run by this virtual environment's Python.
 
-Written by EasyBuild's SingularityContainer easyblock for module @module@. The image's console scripts (torchrun,
-accelerate, ...) start the image's own Python: a package upgraded or added in this environment would not be seen.
-`python -m @module_name@` writes each of them into this environment's bin/, with this environment's Python, unless
-a package of this environment has a command of that name. The ones it wrote are listed in @manifest@, one a line.
+Written by EasyBuild's SingularityContainer easyblock. The image's console scripts (torchrun, accelerate, ...) start
+the image's own Python: a package upgraded or added in this environment would not be seen. `python -m
+singularitycontainer_image_commands` writes each of them into this environment's bin/, with this environment's
+Python, unless a package of this environment has a command of that name. The ones it wrote are listed in MANIFEST,
+one a line.
 """
 import functools
 import importlib.metadata
@@ -12,7 +13,9 @@ import pathlib
 import sys
 import sysconfig
 
-MANIFEST = os.path.join(sys.prefix, "bin", "@manifest@")
+MANIFEST = os.path.join(sys.prefix, "bin", ".image-commands")  # (layout.IMAGE_COMMANDS_MANIFEST)
+# The module beside this one that has the image's package directories (layout.IMAGE_PACKAGES_MODULE)
+PACKAGES_MODULE = "singularitycontainer_image_packages"
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,7 +76,7 @@ def entry_point_commands(dist):
 def image_commands():
     """{name: text without the #! line} of every command of the image's distributions."""
     commands = {}
-    image_dirs = importlib.import_module("@packages_module@").IMAGE_PACKAGE_DIRS  # the module beside this one
+    image_dirs = importlib.import_module(PACKAGES_MODULE).IMAGE_PACKAGE_DIRS
     for dist in importlib.metadata.distributions(path=image_dirs):
         for name, text in {**entry_point_commands(dist), **script_commands(dist)}.items():
             commands.setdefault(name, text)

@@ -1,10 +1,10 @@
 """The container image's Python packages, seen from the virtual environment that holds this file.
 
-Written by EasyBuild's SingularityContainer easyblock for module @module@. Python imports it at start-up
-(@module_name@.pth). It puts the image's package directories (found when the module was installed) after this
-environment's own site-packages, so that every package of the image can be imported and pip counts it as
-installed, while a package installed here wins over the image's copy, also over one on the image's PYTHONPATH.
-The install appends those directories (IMAGE_PACKAGE_DIRS) and the call of main() to this file.
+Written by EasyBuild's SingularityContainer easyblock. Python imports it at start-up
+(singularitycontainer_image_packages.pth). It puts the image's package directories (found when the module was
+installed) after this environment's own site-packages, so that every package of the image can be imported and pip
+counts it as installed, while a package installed here wins over the image's copy, also over one on the image's
+PYTHONPATH. The install appends those directories (IMAGE_PACKAGE_DIRS) and the call of main() to this file.
 """
 import os
 import sys

@@ -13,7 +13,7 @@ layers below held in them when it packs the change; a later run in the same over
 
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
-with the status @refused_status@, on which venv-pip repacks the whole venv instead.
+with the status REFUSED_STATUS, on which venv-pip repacks the whole venv instead.
 """
 import errno
 import importlib
@@ -22,9 +22,9 @@ import os
 import runpy
 import sys
 
-RECORD = "@record@"
+RECORD = "/user-software/.venv-pip-emptied"  # (layout.EMPTIED_RECORD: tests/test_templates.py)
 LAYERS = os.path.dirname(RECORD)  # (what the layers hold: pip's temporary directories elsewhere do not count)
-REFUSED_STATUS = int("@refused_status@")
+REFUSED_STATUS = 75  # (layout.OVERLAY_REFUSED_STATUS)
 real_rmdir = os.rmdir
 real_listdir = os.listdir
 real_scandir = os.scandir

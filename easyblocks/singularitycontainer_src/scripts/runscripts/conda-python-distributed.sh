@@ -4,7 +4,7 @@
 #   mpiexec -n 16 -ppn 8 singularity exec $SIF conda-python-distributed -u train.py   (MPICH, Intel MPI)
 #   mpirun -n 16 --map-by ppr:8:node singularity exec $SIF conda-python-distributed -u train.py   (Open MPI)
 # distributed-env says which launchers it knows and how it sets the master.
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 # shellcheck disable=SC1091,SC2154  # distributed-env sets launcher_name, devices and the like
 source /runscripts/distributed-env
 

@@ -2,7 +2,7 @@
 # distributed-env: source this in each task (rank) of a torch.distributed job, in the container, to set the job up:
 # the image's environment, the virtual environment and the caches (init-conda-venv), the rank (RANK, WORLD_SIZE,
 # LOCAL_RANK, LOCAL_WORLD_SIZE), the master (MASTER_ADDR, MASTER_PORT) and the node's GPUs (gpu_vendor @gpu_vendor@).
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 #
 # The rank comes from the launcher that started the task, the first of these whose variables are all set:
 #   mpirun (Open MPI)                  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # init-conda-venv: source this in the container to prepare the image's own Python environment and
 # activate the virtual environment @venv@.
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 # No 'set -e' here: this file is sourced into interactive shells.
 
 # start-shell passes this file as BASH_ENV; nested bash processes need not read it again.

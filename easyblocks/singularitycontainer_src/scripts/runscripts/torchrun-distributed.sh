@@ -7,7 +7,7 @@
 # SLURM_GPUS_ON_NODE GPUs, each of several devices on Intel's with ZE_FLAT_DEVICE_HIERARCHY=FLAT), else 1; a
 # --nproc-per-node=N among the torchrun options overrides that. The node's task picks the rendezvous port as rank 0 of
 # conda-python-distributed does (MASTER_PORT); torchrun picks its processes' own.
-# Written by EasyBuild's SingularityContainer easyblock for module @module@.
+# Written by EasyBuild's SingularityContainer easyblock into its module's install dir.
 # shellcheck disable=SC1091,SC2154  # distributed-env sets launcher_name, devices and the like
 source /runscripts/distributed-env
 
