@@ -2201,7 +2201,8 @@ def emit_module_logic(plan, syntax):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Scripts in bin/ (run on the host) and runscripts/ (seen as /runscripts in the container). Each template reads like
-# the file it becomes; @header@ is SCRIPT_HEADER, and user text arrives quoted (sh_str).
+# the file it becomes; a command's body is a function of the library (COMMAND calls it), and user text arrives quoted
+# (sh_str).
 # ---------------------------------------------------------------------------------------------------------------
 
 # Each command in bin/, whole: its name and help, the install's library (LIBRARY_TEMPLATE) sourced, then one call of
@@ -2683,7 +2684,7 @@ in_container() {
 }
 '''
 
-# FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;
+# FILES: the runtime's file handling, in the library of every command: new names from mktemp, renamed into place;
 # nothing written, chmod-ed or removed through a name the script did not make; leftovers known by their record.
 FILES = r'''# The runtime's file handling (docs/design.md),
 # for every command that writes where others may write too: a project's install dir, TMPDIR, /dev/shm, /tmp, a Jupyter
@@ -5927,7 +5928,7 @@ def fill_script_template(template, **values):
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
 
-# What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose
+# What -h and --help print for each command of the module, before anything is started (answer_help for those whose
 # other arguments go to bash or pip, no_arguments for make-squashfs and unmake-squashfs, JUPYTER_KERNEL_ARGS): what it
 # does, its options, where it works and what it never touches.
 CommandHelp = namedtuple('CommandHelp', 'usage does options where untouched')

@@ -11,7 +11,8 @@ from .text import PLACEHOLDER, fill_template, sh_str
 
 # ---------------------------------------------------------------------------------------------------------------
 # Scripts in bin/ (run on the host) and runscripts/ (seen as /runscripts in the container). Each template reads like
-# the file it becomes; @header@ is SCRIPT_HEADER, and user text arrives quoted (sh_str).
+# the file it becomes; a command's body is a function of the library (COMMAND calls it), and user text arrives quoted
+# (sh_str).
 # ---------------------------------------------------------------------------------------------------------------
 
 # Each command in bin/, whole: its name and help, the install's library (LIBRARY_TEMPLATE) sourced, then one call of
@@ -34,7 +35,7 @@ JUPYTER_KERNEL = source('scripts/bin/jupyter-container-kernel.sh')
 # The one place the commands start a container (in_container) and find the runtime
 CONTAINER = source('scripts/lib/container.sh')
 
-# FILES: the runtime's file handling, in every script with SCRIPT_HEADER: new names from mktemp, renamed into place;
+# FILES: the runtime's file handling, in the library of every command: new names from mktemp, renamed into place;
 # nothing written, chmod-ed or removed through a name the script did not make; leftovers known by their record.
 FILES = source('scripts/lib/files.sh')
 
@@ -196,7 +197,7 @@ def fill_script_template(template, **values):
 VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
 
 
-# What -h and --help print for each command of the module, before anything is started (COMMAND_HELP for those whose
+# What -h and --help print for each command of the module, before anything is started (answer_help for those whose
 # other arguments go to bash or pip, no_arguments for make-squashfs and unmake-squashfs, JUPYTER_KERNEL_ARGS): what it
 # does, its options, where it works and what it never touches.
 CommandHelp = namedtuple('CommandHelp', 'usage does options where untouched')
