@@ -716,7 +716,7 @@ def test_in_container_and_its_python_twin_start_the_same_command(tmp_path):
     """For each kind of runtime (Apptainer as 'apptainer', as 'singularity' linked to it, SingularityCE's
     'singularity'), each entry and --exec, the install's options and the user's SINGULARITYCONTAINER_RUNTIME_OPTIONS
     drawn from pieces with blanks, quotes, patterns and $: bash's in_container runs exactly the command line that
-    container_command builds, and never expands or globs an option."""
+    container_command builds, and never expands or globs an option, whatever runtime the environment names."""
     from singularitycontainer_src.container import container_command
     kinds = {}
     for name, target in (('apptainer', None), ('singularity-apptainer', 'apptainer'), ('ce', None)):
@@ -746,7 +746,9 @@ def test_in_container_and_its_python_twin_start_the_same_command(tmp_path):
         install = Install('Test/1.0', container_entry=entry, container_runtime_options=own)
         (root / LIBRARY).write_text(library_text(install))
         command_words = ['python', '-c', 'print("*")', '$HOME']
-        env = dict(os.environ, PATH='%s:%s' % (runtime.parent, os.environ['PATH']))
+        # (a runtime and kind in the environment are not the library's: it finds its own)
+        env = dict(os.environ, PATH='%s:%s' % (runtime.parent, os.environ['PATH']), runtime='/bin/false',
+                   runtime_kind='apptainer')
         env.pop('SINGULARITYCONTAINER_RUNTIME_OPTIONS', None)
         if user:
             env['SINGULARITYCONTAINER_RUNTIME_OPTIONS'] = user

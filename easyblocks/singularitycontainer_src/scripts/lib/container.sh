@@ -2,6 +2,7 @@
 # find_runtime finds the runtime once per command: singularity, else apptainer, on PATH (runtime), and its kind
 # (runtime_kind): apptainer (also as 'singularity', a link to it), or singularity (SingularityCE, or Singularity
 # before the split). The install's twin: container.container_command.
+runtime='' runtime_kind=''  # (found by find_runtime, never taken from the environment)
 find_runtime() {
     [ -z "${runtime_kind:-}" ] || return 0
     runtime=$(command -v singularity || command -v apptainer) || {
