@@ -6514,8 +6514,6 @@ Install = namedtuple('Install', 'module installdir var_suffix sif_name venv_name
 Install.__new__.__defaults__ = ('/install', '', 'image.sif', 'test', '', 'exec', {}, (), {}, 'amd', (), False, '',
                                 '/modules')
 
-COMMAND_SCRIPT = SCRIPTS[0].template  # (every command in bin/: its header, the library, one call)
-
 
 def venv_python(install):
     """The command that starts the venv's Python in the container (after container_init where there is one)."""
@@ -6597,7 +6595,7 @@ def install_scripts(install):
     """The rows of SCRIPTS this installation gets, and one for the wrapper of each of wrapped_commands."""
     wanted = [script for script in SCRIPTS if script.wanted_if is None or getattr(install, script.wanted_if)]
     return wanted + [Script('bin/' + command, 'run %s in the container; all arguments are passed on' % command,
-                            'bash', COMMAND_SCRIPT, 'command', None) for command in install.wrapped_commands]
+                            'bash', COMMAND, 'command', None) for command in install.wrapped_commands]
 
 
 def script_text(install, script, stamp=''):
@@ -6625,7 +6623,7 @@ def install_files(install):
     library and the programs: a command that started before a reinstall refuses what the reinstall wrote (the
     command's header, read_program), instead of mixing the two."""
     digest = hashlib.sha256(library_text(install).encode('utf-8'))
-    for path, text in PROGRAMS:
+    for _, text in PROGRAMS:
         digest.update(text.encode('utf-8'))
     stamp = digest.hexdigest()[:16]
     files = [(LIBRARY, library_text(install, stamp), False)]

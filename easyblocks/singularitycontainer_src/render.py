@@ -12,7 +12,7 @@ from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK,
                      OVERLAY_REFUSED_STATUS, SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK,
                      USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
 from .text import fill_template, printable, sh_quoted, sh_str
-from .scripts import (COMMAND_HELPS, LAUNCH_KINDS, LIBRARY_PIECES, LIBRARY_TEMPLATE, PROGRAMS, SCRIPTS, Script,
+from .scripts import (COMMAND, COMMAND_HELPS, LAUNCH_KINDS, LIBRARY_PIECES, LIBRARY_TEMPLATE, PROGRAMS, SCRIPTS, Script,
                       fill_script_template, help_words)
 from .parameters import container_venv_path, kernel_name
 
@@ -24,8 +24,6 @@ Install = namedtuple('Install', 'module installdir var_suffix sif_name venv_name
                                 'wrapped_commands torch_runscripts lmod_cmd modules_dir')
 Install.__new__.__defaults__ = ('/install', '', 'image.sif', 'test', '', 'exec', {}, (), {}, 'amd', (), False, '',
                                 '/modules')
-
-COMMAND_SCRIPT = SCRIPTS[0].template  # (every command in bin/: its header, the library, one call)
 
 
 def venv_python(install):
@@ -108,7 +106,7 @@ def install_scripts(install):
     """The rows of SCRIPTS this installation gets, and one for the wrapper of each of wrapped_commands."""
     wanted = [script for script in SCRIPTS if script.wanted_if is None or getattr(install, script.wanted_if)]
     return wanted + [Script('bin/' + command, 'run %s in the container; all arguments are passed on' % command,
-                            'bash', COMMAND_SCRIPT, 'command', None) for command in install.wrapped_commands]
+                            'bash', COMMAND, 'command', None) for command in install.wrapped_commands]
 
 
 def script_text(install, script, stamp=''):
@@ -136,7 +134,7 @@ def install_files(install):
     library and the programs: a command that started before a reinstall refuses what the reinstall wrote (the
     command's header, read_program), instead of mixing the two."""
     digest = hashlib.sha256(library_text(install).encode('utf-8'))
-    for path, text in PROGRAMS:
+    for _, text in PROGRAMS:
         digest.update(text.encode('utf-8'))
     stamp = digest.hexdigest()[:16]
     files = [(LIBRARY, library_text(install, stamp), False)]
