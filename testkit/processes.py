@@ -35,8 +35,13 @@ def orphans(uids):
 
 
 def end_orphans(uids, grace=2.0):
-    """End the orphans of the users uids (TERM, then KILL after grace seconds); return {pid: name} of those found."""
+    """End the orphans of the users uids (TERM, then KILL after grace seconds); return {pid: name} of those that were
+    still running a moment after the test (one its own kill had reached is on its way out: not counted)."""
     found = orphans(uids)
+    deadline = time.monotonic() + 0.5
+    while found and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = {pid: name for pid, name in orphans(uids).items() if pid in found}
     for signal_number, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0)):
         for pid in found:
             try:

@@ -89,8 +89,9 @@ def test_each_command_is_a_few_lines_that_call_the_library(tmp_path):
 
 
 def test_a_reinstall_while_a_command_starts_is_refused(tmp_path):
-    """A command whose file is of one install and whose library (or program) is of the next, rewritten in between
-    (a reinstall): the command says so and stops, before anything is done; the same install runs."""
+    """A command whose file is of one install (or of a version before the stamps) and whose library (or program) is
+    of the next, rewritten in between (a reinstall): the command says so and stops, before anything is done; the
+    same install runs."""
     old, new = tmp_path / 'old', tmp_path / 'new'
     write_install(old, Install('Demo/1.0'))
     write_install(new, Install('Demo/1.0', container_conflicts=('Other/1',)))
@@ -104,10 +105,17 @@ def test_a_reinstall_while_a_command_starts_is_refused(tmp_path):
     assert mixed.returncode == 1 and mixed.stdout == ''
     assert mixed.stderr == 'make-squashfs: error: the module was reinstalled while make-squashfs started: run it ' \
         'again\n'
+    # a command of a version before the stamps, whose file had started when the reinstall wrote this library
+    older = subprocess.run(['bash', '-c', 'set -euo pipefail\ncommand_name=venv-pip\nsource "$1"\necho ran', 'bash',
+                            str(new / LIBRARY)], capture_output=True, text=True, timeout=60)
+    assert older.returncode == 1 and older.stdout == ''
+    assert older.stderr == 'venv-pip: error: the module was reinstalled while venv-pip started: run it again\n'
     # a program of the next install, read by a command of this one (venv-pip reads its programs at its start)
     write_install(old, Install('Demo/1.0'))
     (old / 'libexec' / 'overlay-python.py').write_text((new / 'libexec' / 'overlay-python.py').read_text())
-    program = 'set -euo pipefail\ncommand_name=venv-pip\nsource "$1"\nread_program overlay-python.py text\necho read'
+    stamp = re.search(r'^readonly install_stamp=([0-9a-f]{16}) ', (old / LIBRARY).read_text(), re.M).group(1)
+    program = 'set -euo pipefail\ncommand_name=venv-pip\ncommand_stamp=%s\nsource "$1"\n' \
+        'read_program overlay-python.py text\necho read' % stamp
     proc = subprocess.run(['bash', '-c', program, 'bash', str(old / LIBRARY)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 1 and proc.stdout == ''

@@ -34,6 +34,8 @@ CASES = [
     ('container_bind', ['/tmp:/mnt:bogus'], False),
     ('container_bind', ['/tmp:/mnt:ro,bogus'], False),
     ('container_bind', ['/tmp:/mnt:'], False),
+    ('container_bind', ['/tmp:'], False),
+    ('container_bind', ['/tmp::ro'], False),
     ('container_bind', ['/tmp:/mnt:ro:x'], False),
     ('container_bind', ['/tmp:/mnt:ro,/other'], False),
     ('container_bind', ['/a:/b:id=x'], False),

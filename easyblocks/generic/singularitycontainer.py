@@ -2213,6 +2213,7 @@ COMMAND = r'''#!/bin/bash
 set -euo pipefail
 command_name=@name_word@
 command_help=(@help@)
+command_stamp=@stamp@  # (the library refuses another install's: a reinstall while this command started)
 # The install's values and the functions of its commands, beside bin/: bash reads the file whole, at once
 __library=$(readlink -f "${BASH_SOURCE[0]}")
 __library=${__library%/*/*}/@library@
@@ -2223,8 +2224,6 @@ fi
 # shellcheck source-path=SCRIPTDIR source=../@library@
 source "$__library"
 unset __library
-# (the library of this file's install, not of a reinstall that replaced it while this command started)
-[ "$install_stamp" = @stamp@ ] || die "the module was reinstalled while $command_name started: run it again"
 @call@ "$@"
 '''
 
@@ -2244,6 +2243,10 @@ die() {
     error "$@"
     exit 1
 }
+# A command of another install than this library's (command_stamp, set before it sources this): a reinstall wrote
+# this file while the command started, or the command is of a version before the stamps, whose file still ran
+[ "${command_stamp:-}" = "$install_stamp" ] ||
+    die "the module was reinstalled while $command_name started: run it again"
 # The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
 # loaded: Lmod refuses this module after one of them, but not one of them after this module
 conflicting_module_loaded() {
@@ -3432,7 +3435,8 @@ set_up_caches() {
     for cache; do
         subs+=("${cache#*=}")
     done
-    root=$(singularitycontainer_cache_root -q "$parent" "$module_name" "${subs[@]}") || root=
+    # (${a[@]+...}: an empty array under set -u, in an image's bash before 4.4)
+    root=$(singularitycontainer_cache_root -q "$parent" "$module_name" ${subs[@]+"${subs[@]}"}) || root=
     for cache; do
         name=${cache%%=*}
         sub=${cache#*=}
@@ -6152,7 +6156,8 @@ def bind_problem(value):
     source, destination, options = bind_fields(value)
     if re.search(r'\s', value) or ',' in source + destination:
         return "%r must not contain whitespace, nor commas but between options" % value
-    if ':' in options or not (source.startswith('/') and destination.startswith('/')):
+    # (an empty destination after a ':' is no destination to the runtime, not the source: bind_fields has the source)
+    if ':' in options or not all(path.startswith('/') for path in value.split(':')[:2]):
         return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
     for option in options.split(',') if value.count(':') == 2 else []:  # ('src:dst:' has one option, empty)
         if not BIND_OPTION.match(option):

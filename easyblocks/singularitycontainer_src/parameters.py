@@ -72,7 +72,8 @@ def bind_problem(value):
     source, destination, options = bind_fields(value)
     if re.search(r'\s', value) or ',' in source + destination:
         return "%r must not contain whitespace, nor commas but between options" % value
-    if ':' in options or not (source.startswith('/') and destination.startswith('/')):
+    # (an empty destination after a ':' is no destination to the runtime, not the source: bind_fields has the source)
+    if ':' in options or not all(path.startswith('/') for path in value.split(':')[:2]):
         return "%r is not an absolute host path, or 'src:dst[:opts]' with absolute paths" % value
     for option in options.split(',') if value.count(':') == 2 else []:  # ('src:dst:' has one option, empty)
         if not BIND_OPTION.match(option):

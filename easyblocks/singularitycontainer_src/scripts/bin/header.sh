@@ -4,6 +4,7 @@
 set -euo pipefail
 command_name=@name_word@
 command_help=(@help@)
+command_stamp=@stamp@  # (the library refuses another install's: a reinstall while this command started)
 # The install's values and the functions of its commands, beside bin/: bash reads the file whole, at once
 __library=$(readlink -f "${BASH_SOURCE[0]}")
 __library=${__library%/*/*}/@library@
@@ -14,6 +15,4 @@ fi
 # shellcheck source-path=SCRIPTDIR source=../@library@
 source "$__library"
 unset __library
-# (the library of this file's install, not of a reinstall that replaced it while this command started)
-[ "$install_stamp" = @stamp@ ] || die "the module was reinstalled while $command_name started: run it again"
 @call@ "$@"

@@ -10,7 +10,8 @@ set_up_caches() {
     for cache; do
         subs+=("${cache#*=}")
     done
-    root=$(singularitycontainer_cache_root -q "$parent" "$module_name" "${subs[@]}") || root=
+    # (${a[@]+...}: an empty array under set -u, in an image's bash before 4.4)
+    root=$(singularitycontainer_cache_root -q "$parent" "$module_name" ${subs[@]+"${subs[@]}"}) || root=
     for cache; do
         name=${cache%%=*}
         sub=${cache#*=}

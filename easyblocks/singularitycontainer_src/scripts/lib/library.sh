@@ -12,6 +12,10 @@ die() {
     error "$@"
     exit 1
 }
+# A command of another install than this library's (command_stamp, set before it sources this): a reinstall wrote
+# this file while the command started, or the command is of a version before the stamps, whose file still ran
+[ "${command_stamp:-}" = "$install_stamp" ] ||
+    die "the module was reinstalled while $command_name started: run it again"
 # The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
 # loaded: Lmod refuses this module after one of them, but not one of them after this module
 conflicting_module_loaded() {
