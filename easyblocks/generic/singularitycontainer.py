@@ -2280,13 +2280,15 @@ print_help() {
 # For a command that takes no arguments: -h or --help prints its help, any other argument stops it before anything
 # is done
 no_arguments() {
+    answer_help "$@"
+    [ "$#" -eq 0 ] ||
+        die "$command_name takes no arguments, '$(printable "$1")' was given (usage: $command_name; -h says more)"
+}
+# -h or --help as the first argument: what this command does and takes, before anything is started
+answer_help() {
     case "${1:-}" in
         -h | --help) print_help ;;
-        *)
-            [ "$#" -eq 0 ] ||
-                die "$command_name takes no arguments, '$(printable "$1")' was given (usage: $command_name; -h says" \
-                    "more)"
-            ;;
+        *) ;;
     esac
 }
 '''
@@ -2296,12 +2298,6 @@ no_arguments() {
 LAUNCH = r'''# Starting the container.
 # The commands that do (scripts.LAUNCH_KINDS: start-shell, list-packages, the wrappers, venv-pip, the kernel): what
 # each checks and prepares first (prepare_launch), and one function for each kind of launch.
-answer_help() {  # -h or --help as the first argument: what this command does and takes, before anything is started
-    case "${1:-}" in
-        -h | --help) print_help ;;
-        *) ;;
-    esac
-}
 # Before the container starts: not inside one, the module loaded (sif: its image), no conflicting module, the runtime
 # found (find_runtime), the venv's state read (generation, form) and pinned for this start, the caches set up
 prepare_launch() {
@@ -2359,14 +2355,18 @@ launch_runscript() {
     prepare_launch
     in_container "$sif" "/runscripts/$name" "$@"
 }
-# The command $1 in the container with the arguments $2..., after container_init where the install has one (through
-# init-conda-venv); in place of this shell
-in_container_prepared() {
+# The words that start the command $1 with the arguments $2... in the container after container_init where the
+# install has one (through init-conda-venv), into the array prepared
+prepare_command() {
+    prepared=("$@")
     if [ -n "$container_init_set" ]; then
-        in_container "$sif" /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' "$1" "$@"
-    else
-        in_container "$sif" "$@"
+        prepared=(/bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' "$1" "$@")
     fi
+}
+# The command $1 in the container with the arguments $2..., prepared (prepare_command); in place of this shell
+in_container_prepared() {
+    prepare_command "$@"
+    in_container "$sif" "${prepared[@]}"
 }
 # A wrapped command ($1, e.g. python) with the arguments $2...: every argument is the command's (no -h of its own)
 launch_command() {
@@ -4435,15 +4435,20 @@ in_change_container() {
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:-}${bind:+${APPTAINER_BINDPATH:+,}$bind}" \
         SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp in_container "$@"
 }
+# The venv's Python with the arguments $@, in a change's container (prepare_command)
+in_change_python() {
+    prepare_command "$venv/bin/python" "$@"
+    in_change_container "$sif" "${prepared[@]}"
+}
 pip() {
-    in_change_container "$sif" "${venv_python[@]}" -m pip "$@"
+    in_change_python -m pip "$@"
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    in_change_container "$sif" "${venv_python[@]}" -m "$image_commands_module"
+    in_change_python -m "$image_commands_module"
 }
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    in_change_container "$sif" "${venv_python[@]}" -c "$overlay_python" "$@"
+    in_change_python -c "$overlay_python" "$@"
 }
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
 # listed in the new file $3 there (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
@@ -4453,7 +4458,7 @@ export_upper() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        in_change_container "$sif" "${venv_python[@]}" -I -c "$export_python" /venv-pip-upper \
+        in_change_python -I -c "$export_python" /venv-pip-upper \
         "/venv-pip-work/${2#"$work"/}" "/venv-pip-work/${3#"$work"/}"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
@@ -6036,12 +6041,6 @@ def usage_word(name):
     return sh_str(', '.join(COMMAND_HELPS[name].usage.split('\n')))
 
 
-# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see render.scripts).
-# A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
-# parses bash), its template, how the command runs (LAUNCH_KINDS; None: a runscript) and the parameter that must be
-# True for an installation to get it (None: every installation).
-Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
-
 # How a command in bin/ runs (the launch of its row in SCRIPTS): the library's function that its file calls with its
 # arguments, after the command's own name where takes_name (a runscript's, a wrapped command's)
 LaunchKind = namedtuple('LaunchKind', 'function takes_name')
@@ -6054,6 +6053,12 @@ LAUNCH_KINDS = {
     'make-squashfs': LaunchKind('make_squashfs', False),
     'unmake-squashfs': LaunchKind('unmake_squashfs', False),
 }
+
+# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see
+# render.install_scripts). A row: the install dir's file, what it is for (also in the module's help), its language
+# (the sanity check parses bash), its template, how the command runs (LAUNCH_KINDS; None: a runscript) and the
+# parameter that must be True for an installation to get it (None: every installation).
+Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
 
 SCRIPTS = [
     Script('bin/start-shell', 'start bash in the container', 'bash', COMMAND, 'shell', None),
@@ -6520,14 +6525,6 @@ Install.__new__.__defaults__ = ('/install', '', 'image.sif', 'test', '', 'exec',
                                 '/modules')
 
 
-def venv_python(install):
-    """The command that starts the venv's Python in the container (after container_init where there is one)."""
-    python = '%s/bin/python' % container_venv_path(install.venv_name)
-    if install.container_init:
-        return ['/bin/bash', '-c', 'source /runscripts/init-conda-venv && exec "$@"', 'pip', python]
-    return [python]
-
-
 def install_values(install, stamp):
     """The install's values, the library's first lines: read-only variables that its functions and the commands
     read, from layout.py and the install (stamp: install_stamp)."""
@@ -6576,8 +6573,6 @@ def install_values(install, stamp):
          'container_conflicts'),
         ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
         ('cache_dirs', cache_dirs_words(install), 'container_cache_dirs, for set_up_caches'),
-        ('venv_python', ' '.join(sh_str(word) for word in venv_python(install)),
-         "the venv's Python in the container (after container_init where there is one)"),
     ]
     return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
                    ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
@@ -6614,8 +6609,7 @@ def script_text(install, script, stamp=''):
                              help=help_words(name) if name in COMMAND_HELPS else sh_str(
                                  'usage: %s (%s)' % (name, script.purpose)),
                              name_word=sh_quoted(name), library=LIBRARY, stamp=sh_str(stamp), call=call)
-    return fill_script_template(script.template, module=install.module,
-                                venv=container_venv_path(install.venv_name),
+    return fill_script_template(script.template, venv=container_venv_path(install.venv_name),
                                 container_init=install.container_init or ':',
                                 container_init_word=sh_str(install.container_init),
                                 cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(install.module),

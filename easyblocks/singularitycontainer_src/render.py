@@ -26,14 +26,6 @@ Install.__new__.__defaults__ = ('/install', '', 'image.sif', 'test', '', 'exec',
                                 '/modules')
 
 
-def venv_python(install):
-    """The command that starts the venv's Python in the container (after container_init where there is one)."""
-    python = '%s/bin/python' % container_venv_path(install.venv_name)
-    if install.container_init:
-        return ['/bin/bash', '-c', 'source /runscripts/init-conda-venv && exec "$@"', 'pip', python]
-    return [python]
-
-
 def install_values(install, stamp):
     """The install's values, the library's first lines: read-only variables that its functions and the commands
     read, from layout.py and the install (stamp: install_stamp)."""
@@ -82,8 +74,6 @@ def install_values(install, stamp):
          'container_conflicts'),
         ('mksquashfs_options', MKSQUASHFS_OPTIONS, "mksquashfs's options besides the processors and the owner"),
         ('cache_dirs', cache_dirs_words(install), 'container_cache_dirs, for set_up_caches'),
-        ('venv_python', ' '.join(sh_str(word) for word in venv_python(install)),
-         "the venv's Python in the container (after container_init where there is one)"),
     ]
     return ''.join(['readonly %s=%s  # %s\n' % (name, sh_str(value), why) for name, value, why in words] +
                    ['readonly -a %s=(%s)  # %s\n' % row for row in arrays])
@@ -120,8 +110,7 @@ def script_text(install, script, stamp=''):
                              help=help_words(name) if name in COMMAND_HELPS else sh_str(
                                  'usage: %s (%s)' % (name, script.purpose)),
                              name_word=sh_quoted(name), library=LIBRARY, stamp=sh_str(stamp), call=call)
-    return fill_script_template(script.template, module=install.module,
-                                venv=container_venv_path(install.venv_name),
+    return fill_script_template(script.template, venv=container_venv_path(install.venv_name),
                                 container_init=install.container_init or ':',
                                 container_init_word=sh_str(install.container_init),
                                 cache_parent=sh_str(CACHE_ROOT), module_word=sh_str(install.module),

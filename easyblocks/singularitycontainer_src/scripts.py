@@ -300,12 +300,6 @@ def usage_word(name):
     return sh_str(', '.join(COMMAND_HELPS[name].usage.split('\n')))
 
 
-# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see render.scripts).
-# A row: the install dir's file, what it is for (also in the module's help), its language (the sanity check
-# parses bash), its template, how the command runs (LAUNCH_KINDS; None: a runscript) and the parameter that must be
-# True for an installation to get it (None: every installation).
-Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
-
 # How a command in bin/ runs (the launch of its row in SCRIPTS): the library's function that its file calls with its
 # arguments, after the command's own name where takes_name (a runscript's, a wrapped command's)
 LaunchKind = namedtuple('LaunchKind', 'function takes_name')
@@ -318,6 +312,12 @@ LAUNCH_KINDS = {
     'make-squashfs': LaunchKind('make_squashfs', False),
     'unmake-squashfs': LaunchKind('unmake_squashfs', False),
 }
+
+# The scripts the easyblock writes, one row each (the wrappers of wrapped_commands come on top, see
+# render.install_scripts). A row: the install dir's file, what it is for (also in the module's help), its language
+# (the sanity check parses bash), its template, how the command runs (LAUNCH_KINDS; None: a runscript) and the
+# parameter that must be True for an installation to get it (None: every installation).
+Script = namedtuple('Script', 'path purpose kind template launch wanted_if')
 
 SCRIPTS = [
     Script('bin/start-shell', 'start bash in the container', 'bash', COMMAND, 'shell', None),

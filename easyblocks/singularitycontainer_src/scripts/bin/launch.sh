@@ -1,12 +1,6 @@
 # Starting the container.
 # The commands that do (scripts.LAUNCH_KINDS: start-shell, list-packages, the wrappers, venv-pip, the kernel): what
 # each checks and prepares first (prepare_launch), and one function for each kind of launch.
-answer_help() {  # -h or --help as the first argument: what this command does and takes, before anything is started
-    case "${1:-}" in
-        -h | --help) print_help ;;
-        *) ;;
-    esac
-}
 # Before the container starts: not inside one, the module loaded (sif: its image), no conflicting module, the runtime
 # found (find_runtime), the venv's state read (generation, form) and pinned for this start, the caches set up
 prepare_launch() {
@@ -64,14 +58,18 @@ launch_runscript() {
     prepare_launch
     in_container "$sif" "/runscripts/$name" "$@"
 }
-# The command $1 in the container with the arguments $2..., after container_init where the install has one (through
-# init-conda-venv); in place of this shell
-in_container_prepared() {
+# The words that start the command $1 with the arguments $2... in the container after container_init where the
+# install has one (through init-conda-venv), into the array prepared
+prepare_command() {
+    prepared=("$@")
     if [ -n "$container_init_set" ]; then
-        in_container "$sif" /bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' "$1" "$@"
-    else
-        in_container "$sif" "$@"
+        prepared=(/bin/bash -c 'source /runscripts/init-conda-venv && exec "$@"' "$1" "$@")
     fi
+}
+# The command $1 in the container with the arguments $2..., prepared (prepare_command); in place of this shell
+in_container_prepared() {
+    prepare_command "$@"
+    in_container "$sif" "${prepared[@]}"
 }
 # A wrapped command ($1, e.g. python) with the arguments $2...: every argument is the command's (no -h of its own)
 launch_command() {

@@ -10,15 +10,20 @@ in_change_container() {
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:-}${bind:+${APPTAINER_BINDPATH:+,}$bind}" \
         SINGULARITYENV_TMPDIR=$container_tmp APPTAINERENV_TMPDIR=$container_tmp in_container "$@"
 }
+# The venv's Python with the arguments $@, in a change's container (prepare_command)
+in_change_python() {
+    prepare_command "$venv/bin/python" "$@"
+    in_change_container "$sif" "${prepared[@]}"
+}
 pip() {
-    in_change_container "$sif" "${venv_python[@]}" -m pip "$@"
+    in_change_python -m pip "$@"
 }
 # After a change: the image's commands for the venv again (a package that pip removed may have hidden one of them)
 image_commands() {
-    in_change_container "$sif" "${venv_python[@]}" -m "$image_commands_module"
+    in_change_python -m "$image_commands_module"
 }
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
-    in_change_container "$sif" "${venv_python[@]}" -c "$overlay_python" "$@"
+    in_change_python -c "$overlay_python" "$@"
 }
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
 # listed in the new file $3 there (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
@@ -28,7 +33,7 @@ export_upper() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
-        in_change_container "$sif" "${venv_python[@]}" -I -c "$export_python" /venv-pip-upper \
+        in_change_python -I -c "$export_python" /venv-pip-upper \
         "/venv-pip-work/${2#"$work"/}" "/venv-pip-work/${3#"$work"/}"
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may

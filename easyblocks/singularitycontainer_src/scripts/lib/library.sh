@@ -49,12 +49,14 @@ print_help() {
 # For a command that takes no arguments: -h or --help prints its help, any other argument stops it before anything
 # is done
 no_arguments() {
+    answer_help "$@"
+    [ "$#" -eq 0 ] ||
+        die "$command_name takes no arguments, '$(printable "$1")' was given (usage: $command_name; -h says more)"
+}
+# -h or --help as the first argument: what this command does and takes, before anything is started
+answer_help() {
     case "${1:-}" in
         -h | --help) print_help ;;
-        *)
-            [ "$#" -eq 0 ] ||
-                die "$command_name takes no arguments, '$(printable "$1")' was given (usage: $command_name; -h says" \
-                    "more)"
-            ;;
+        *) ;;
     esac
 }
