@@ -1,43 +1,26 @@
-"""The cost of the packed venv's layers at container start (benchmarks/README.md): a start that imports from the
-packed venv with its two files as overlays (as the module gives them: the venv and venv-pip's changes), against the
-same venv as one SquashFS file bound at /user-software (the form where the runtime does not stack overlays), one at a
-time and 8 at once, taking turns."""
+"""The cost of the packed venv's layers at container start (benchmarks/README.md): a start with the venv as two
+layers (its SquashFS file and a layer that venv-pip made, not empty), against the same venv as one SquashFS file,
+through the module's wrapper and by singularity exec after module load, one at a time and 8 at once, under each
+runtime mode, taking turns."""
 import os
 import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
-from harness import bench_user, figure, repeat, rotated, shell_env
-from singularitycontainer_src.layout import CHANGES_NAME, EMPTY_LAYER_MARK, SQUASHFS_NAME
+from harness import bench_user, checked, figure, progress, repeat, rotated, shell_env
 from singularitycontainer_src.install_dir import current_generation
-from testkit.users import as_user
+from singularitycontainer_src.layout import (CHANGES_NAME, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
+                                             GENERATION_RECORD, MKSQUASHFS_OPTIONS, SQUASHFS_NAME, USER_SOFTWARE_PACKED,
+                                             WRITABLE_LAYER_RECORD)
+from testkit.install import SETUID_RUNTIME, local_wheels, write_wheel
+from testkit.users import as_user, give
 
 AT_ONCE = 8
-
-
-def one_file_env(env, idir):
-    """env with the packed venv as one SquashFS file bound at /user-software, and no overlays (venv-pip's changes
-    are empty here: the two forms hold the same venv)."""
-    env = dict(env)
-    generation = current_generation(str(idir))
-    bind = '%s/%s:/user-software:image-src=/user-software,ro' % (generation, SQUASHFS_NAME)
-    for name in ('SINGULARITY', 'APPTAINER'):
-        env.pop(name + '_OVERLAY', None)
-        env[name + '_BINDPATH'] = ','.join(filter(None, [env.get(name + '_BINDPATH', ''), bind]))
-    return env
-
-
-def pinned_env(env, idir):
-    """env as a command of the module gives it to the runtime (pinned_entries): the generation's own files, without
-    its layer where that is empty (as after make-squashfs or a merge, and here)."""
-    env = dict(env)
-    generation = current_generation(str(idir))
-    overlays = ['%s/%s:ro' % (generation, SQUASHFS_NAME)]
-    if not os.path.exists(os.path.join(generation, EMPTY_LAYER_MARK)):
-        overlays.append('%s/%s:ro' % (generation, CHANGES_NAME))
-    for name in ('SINGULARITY', 'APPTAINER'):
-        env[name + '_OVERLAY'] = ','.join(overlays)
-    return env
+GOAL = 1.05  # issue 31, and issue 56 under each runtime mode
+MODES = {'userns': 'user namespace', 'setuid': 'setuid runtime'}
+COMMANDS = {'wrapper': "the module's python -c pass", 'exec': 'singularity exec $SIF <venv>/bin/python -c import'}
 
 
 def starts(cmd, env, cwd, count):
@@ -48,53 +31,112 @@ def starts(cmd, env, cwd, count):
     for proc in procs:
         _, err = proc.communicate()
         if proc.returncode:
-            raise RuntimeError('%s failed: %s' % (' '.join(cmd), err[-2000:]))
+            raise RuntimeError('%s failed: %s' % (' '.join(map(str, cmd)), err[-2000:]))
+        if err.strip():
+            raise RuntimeError('%s printed on stderr: %s' % (' '.join(map(str, cmd)), err[-2000:]))
     return time.perf_counter() - begin
+
+
+def add_layer(ctx, inst):
+    """venv-pip install of a small package: the venv's second layer, not empty; its generation."""
+    wheels = ctx.scratch / 'start-wheels'
+    wheels.mkdir(exist_ok=True)
+    write_wheel(wheels, 'bench-start', code='START = True\n', modules={'data.py': 'DATA = 1\n'})
+    give(wheels, bench_user())
+    checked(inst.shell_command('module load Bench/1.0\nvenv-pip install -q %s bench-start'
+                               % ' '.join(local_wheels(wheels))), env=ctx.env(), what='venv-pip install (a layer)')
+
+
+def one_file_generation(idir, layered):
+    """A generation beside the layered one with the same venv as one SquashFS file (the two unpacked, one over the
+    other, and packed as make-squashfs packs): the form where the runtime stacks no overlays."""
+    one = Path(tempfile.mkdtemp(prefix=GENERATION_PREFIX, dir=idir))
+    one.chmod(0o755)
+    give(one, bench_user())
+    tree = one / 'tree'
+    for name in (SQUASHFS_NAME, CHANGES_NAME):  # (an install's layer holds no whiteouts)
+        checked(['unsquashfs', '-q', '-n', '-f', '-d', tree, layered / name], what='unsquashfs %s' % name)
+    checked(['mksquashfs', tree, one / SQUASHFS_NAME, '-noappend', '-quiet', '-no-progress']
+            + MKSQUASHFS_OPTIONS.split(), what='mksquashfs (one file)')
+    shutil.rmtree(tree)
+    for record in (GENERATION_RECORD, WRITABLE_LAYER_RECORD):
+        shutil.copy2(layered / record, one / record)
+    (one / FORM_RECORD).write_text('file\n')
+    give(one, bench_user())
+    return one
+
+
+def name_state(idir, generation):
+    """The install's link names the generation: as a change makes it current, one rename."""
+    new = idir / ('.bench-link-%d' % os.getpid())
+    os.symlink(generation.name, new)
+    give(new, bench_user())
+    os.replace(new, idir / USER_SOFTWARE_PACKED)
 
 
 def bench_container_start(ctx):
     s = ctx.settings
     inst, idir = ctx.squashed_install()
-    layers = ctx.env(shell_env(inst, 'module load Bench/1.0'))
-    assert layers.get('APPTAINER_OVERLAY'), 'Bench/1.0 has no layers: the runtime does not stack them here'
-    one_file = one_file_env(layers, idir)
-    runtime = shutil.which('singularity', path=layers['PATH']) or shutil.which('apptainer', path=layers['PATH'])
-    # a start that reads the venv: Python finds and imports a module of a package installed there
-    cmd = [runtime, 'exec', layers['SIF'], '/user-software/venv/bench/bin/python', '-c', 'import bench_pkg0.sub000']
-    envs = {'layers': layers, 'pinned': pinned_env(layers, idir), 'one_file': one_file}
+    add_layer(ctx, inst)
+    layered = Path(current_generation(str(idir)))
+    assert (layered / CHANGES_NAME).exists() and not (layered / EMPTY_LAYER_MARK).exists(), 'no layer with a change'
+    states = {'layers': layered, 'one_file': one_file_generation(idir, layered)}
+    modes = ['userns'] + (['setuid'] if SETUID_RUNTIME.exists() else [])
+    envs = {}
+    for state, generation in states.items():
+        name_state(idir, generation)
+        loaded = ctx.env(shell_env(inst, 'module load Bench/1.0'))
+        for mode in modes:
+            envs[mode, state] = dict(loaded)
+            if mode == 'setuid':
+                envs[mode, state]['PATH'] = os.pathsep.join([str(SETUID_RUNTIME.parent), loaded['PATH']])
+    runtime = {mode: shutil.which('singularity', path=envs[mode, 'layers']['PATH']) for mode in modes}
+    venv_python = '/user-software/venv/bench/bin/python'
+
+    def command(mode, kind, env):
+        if kind == 'wrapper':
+            return [str(idir / 'bin' / 'python'), '-c', 'pass']
+        return [runtime[mode], 'exec', env['SIF'], venv_python, '-c', 'import bench_pkg0.sub000, bench_start']
 
     def one_run(index):
         values = {}
-        for count, suffix in ((1, ''), (AT_ONCE, '_8')):
-            order = rotated(list(envs), index)
-            totals = {name: 0.0 for name in envs}
-            for _ in range(s.inner if count == 1 else max(1, s.inner // 4)):
-                for name in order:
-                    totals[name] += starts(cmd, envs[name], ctx.scratch, count)
-            for name in envs:
-                values[name + suffix] = totals[name] * 1000 / (s.inner if count == 1 else max(1, s.inner // 4))
-            values['ratio' + suffix] = values['layers' + suffix] / values['one_file' + suffix]
-            values['pinned_ratio' + suffix] = values['pinned' + suffix] / values['one_file' + suffix]
+        for mode in modes:
+            for kind in COMMANDS:
+                for count, suffix, times in ((1, '', s.inner), (AT_ONCE, '_8', max(1, s.inner // 4))):
+                    totals = dict.fromkeys(states, 0.0)
+                    for _ in range(times):
+                        for state in rotated(list(states), index):
+                            name_state(idir, states[state])
+                            env = envs[mode, state]
+                            totals[state] += starts(command(mode, kind, env), env, ctx.scratch, count)
+                    key = '%s_%s%s' % (mode, kind, suffix)
+                    for state in states:
+                        values['%s_%s' % (key, state)] = totals[state] * 1000 / times
+                    values[key + '_ratio'] = values[key + '_layers'] / values[key + '_one_file']
+        name_state(idir, layered)
         return values
 
+    progress('container_start: %s' % ', '.join(modes))
     v = repeat(s, 'container_start', one_run)
+    name_state(idir, layered)
+    shutil.rmtree(states['one_file'])
     return {
         'name': 'container_start',
-        'title': 'Container start with the packed venv (import from it)',
-        'figures': [
-            figure('layers', 'singularity exec after module load: two overlays, 1 start', 'ms', v['layers']),
-            figure('pinned', "as the module's commands start it (an empty layer left out), 1 start", 'ms',
-                   v['pinned']),
-            figure('one_file', 'one SquashFS file bound, 1 start', 'ms', v['one_file']),
-            figure('ratio', 'two overlays / one file, 1 start', 'x', v['ratio']),
-            figure('pinned_ratio', "module's commands / one file, 1 start", 'x', v['pinned_ratio'],
-                   goal=('<=', 1.05, '<= 1.05x')),
-            figure('layers_8', 'two overlays, %d starts at once (all done)' % AT_ONCE, 'ms', v['layers_8']),
-            figure('pinned_8', "module's commands, %d at once" % AT_ONCE, 'ms', v['pinned_8']),
-            figure('one_file_8', 'one SquashFS file, %d at once' % AT_ONCE, 'ms', v['one_file_8']),
-            figure('ratio_8', 'two overlays / one file, %d at once' % AT_ONCE, 'x', v['ratio_8']),
-            figure('pinned_ratio_8', "module's commands / one file, %d at once" % AT_ONCE, 'x', v['pinned_ratio_8'],
-                   goal=('<=', 1.05, '<= 1.05x')),
-        ],
-        'info': {'starts_per_run': s.inner, 'runtime': runtime},
+        'title': 'Container start with the packed venv: two layers against one file',
+        'figures': start_figures(modes, v),
+        'info': {'starts_per_run': s.inner, 'runtimes': runtime},
     }
+
+
+def start_figures(modes, v):
+    figures = []
+    for mode in modes:
+        for kind, what in COMMANDS.items():
+            for suffix, many in (('', '1 start'), ('_8', '%d starts at once (all done)' % AT_ONCE)):
+                key = '%s_%s%s' % (mode, kind, suffix)
+                label = '%s, %s, %s' % (MODES[mode], what, many)
+                figures += [figure(key + '_layers', label + ': two layers', 'ms', v[key + '_layers']),
+                            figure(key + '_one_file', label + ': one SquashFS file', 'ms', v[key + '_one_file']),
+                            figure(key + '_ratio', label + ': two layers / one file', 'x', v[key + '_ratio'],
+                                   goal=('<=', GOAL, '<= %.2fx' % GOAL))]
+    return figures

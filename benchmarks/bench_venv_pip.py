@@ -8,12 +8,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import (REPO, USER_SOFTWARE, USER_SOFTWARE_PACKED, bench_user, checked, count_entries, figure,
-                     measure_io, progress, repeat, rotated, stdlib_sources)
+from harness import (REPO, USER_SOFTWARE, USER_SOFTWARE_PACKED, BenchError, bench_user, checked, count_entries,
+                     figure, measure_io, progress, repeat, rotated, stdlib_sources)
 from singularitycontainer_src.layout import (CHANGES_NAME, GENERATION_PREFIX, GENERATION_RECORD, NEW_LINK_PREFIX,
                                              SQUASHFS_NAME, USER_SOFTWARE_CHANGES, USER_SOFTWARE_LOCK,
                                              USER_SOFTWARE_LOCK_RECORD, WRITABLE_LAYER_RECORD)
 from singularitycontainer_src.install_dir import current_generation
+from where_time_goes import KINDS, make_shims, medians, read_log
 from testkit.install import SETUID_RUNTIME, local_wheels, write_wheel
 from testkit.users import give
 
@@ -26,15 +27,22 @@ WRITABLE_LAYER_RECORD = WRITABLE_LAYER_RECORD
 SMALL = 'bench-small'
 MODULE_CHARS = 4096          # the modules of the venvs' wheels: whole top-level statements of the standard library's
 GOAL_SECONDS, GOAL_RATIO = 2.0, 1.3  # issue 26: on the largest venv, and against the smallest
+GOAL_FLOOR = 1.15  # issue 56: against the same pip command on a writable copy of the venv, under each runtime mode
 # Where venv-pip works (TMPDIR is unset for it, as on a login node without one) and what it may leave there
 TEMPORARY_PLACES = ('/dev/shm', '/tmp')
 TEMPORARY_PREFIXES = ('venv-pip.', 'empty-layer.')
 
+FLOOR = ('unset SINGULARITY_OVERLAY APPTAINER_OVERLAY\n'
+         'singularity exec -B {copy}:/user-software "$SIF" /user-software/venv/{venv}/bin/python -m pip %s')
 STEPS = {
     'install': 'venv-pip install -q {find} %s' % SMALL,
     'uninstall': 'venv-pip uninstall -q -y %s' % SMALL,
     'manual': 'unmake-squashfs\nrm "$CONTAINERROOT/%s"\nmodule load {module}\npip install -q {find} %s\n'
               'make-squashfs\nmodule load {module}' % (USER_SOFTWARE_PACKED, SMALL),
+    # The floor: the same pip command in a container of the same runtime, on a writable copy of the same venv bound
+    # at /user-software (no SquashFS, no layers, no transaction), from the same shell with the module loaded
+    'floor_install': FLOOR % 'install -q {find} %s' % SMALL,
+    'floor_uninstall': FLOOR % 'uninstall -q -y %s' % SMALL,
 }
 IMPORTABLE = 'python -c "import bench_small"'
 NOT_IMPORTABLE = '! python -c "import bench_small" 2>/dev/null'
@@ -49,6 +57,23 @@ class Venv:
     idir: Path
     entries: int
     original: Path = None  # the copy of the generation
+    copy: Path = None      # the floor's writable copy of the venv (its /user-software), made by writable_copy
+
+    def writable_copy(self, scratch):
+        """The venv as installed, unpacked into a directory of the user's: the floor's venv."""
+        if not self.copy:
+            tree = scratch / ('%s.floor' % self.module.split('/')[0])
+            checked(['unsquashfs', '-q', '-n', '-d', tree, self.original / SQUASHFS_NAME], what='unsquashfs (floor)')
+            self.copy = tree / USER_SOFTWARE
+        return self.copy
+
+    @property
+    def venv_name(self):
+        return next((self.copy / 'venv').iterdir()).name
+
+    def floor_has(self, package):
+        """Whether the floor's copy of the venv has the package installed."""
+        return any(self.copy.glob('venv/*/lib/python*/site-packages/%s' % package.replace('-', '_')))
 
     @property
     def layers(self):
@@ -197,12 +222,14 @@ class Runner:
         self.ctx, self.find = ctx, find
         self.env = ctx.env()
         del self.env['TMPDIR']  # venv-pip chooses its node-local place itself
+        self.setuid_env = dict(self.env, PATH=os.pathsep.join([str(SETUID_RUNTIME.parent), self.env['PATH']]))
         self.said = {}          # {line venv-pip printed on stderr, or its last stdout line: times}
         self.temporary = set()  # what it left in TEMPORARY_PLACES
 
     def step(self, venv, name, values, key, env=None):
         before = temporary_entries()
-        script = STEPS[name].format(find=self.find, module=venv.module)
+        script = STEPS[name].format(find=self.find, module=venv.module, copy=venv.copy,
+                                    venv=venv.venv_name if venv.copy else '')
         env = env or self.env
         data = measure_io(venv.shell(script), env, self.ctx.scratch, '%s (%s)' % (key, venv.module))
         values[key], values[key + '_written'] = data['seconds'], data['io'][self.ctx.counter]
@@ -213,8 +240,39 @@ class Runner:
         self.temporary |= temporary_entries() - before
         if self.ctx.settings.quick:
             return  # (a container start each: tests/test_bench.py's time is short)
+        if name.startswith('floor_'):
+            if venv.floor_has(SMALL) != (name == 'floor_install'):
+                raise BenchError('%s did not %s %s in %s' % (key, name[len('floor_'):], SMALL, venv.copy))
+            return
         check = NOT_IMPORTABLE if name == 'uninstall' else IMPORTABLE
         checked(venv.shell(check), env=env, what='%s after %s (%s)' % (check, key, venv.module))
+
+    def profile(self, venv, mode, times=3):
+        """Where the time of a change goes under the runtime mode (layers: the runtime on PATH, or setuid): the
+        median seconds of each kind of work (where_time_goes) over `times` installs and uninstalls of the package."""
+        env = dict(self.setuid_env if mode.startswith('setuid') else self.env)
+        shims = make_shims(self.ctx.scratch / ('shims-%s' % mode), env['PATH'])
+        env['PATH'] = os.pathsep.join([str(shims), env['PATH']])
+        if mode == 'setuid':
+            (venv.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
+        spent = []
+        floor = mode.endswith('floor')
+        if floor:
+            venv.writable_copy(self.ctx.scratch)
+        for _ in range(times):
+            for name in ('install', 'uninstall'):
+                name = 'floor_' + name if floor else name
+                log = self.ctx.scratch / 'tmp' / 'profile.log'
+                log.write_text('')
+                give(log, bench_user())
+                env['BENCH_PROFILE_LOG'] = str(log)
+                script = STEPS[name].format(find=self.find, copy=venv.copy, venv=venv.venv_name if floor else '')
+                data = measure_io(venv.shell(script), env, self.ctx.scratch,
+                                  'profile of %s (%s)' % (name, venv.module))
+                spent.append(read_log(log, data['seconds']))
+                log.unlink()
+        venv.restore()
+        return medians(spent)
 
     def variant(self, venv, variant):
         """One way of adding the package (and of removing it again, but for the manual steps); back as installed."""
@@ -223,11 +281,16 @@ class Runner:
             self.step(venv, 'manual', values, 'manual')
         elif variant == 'setuid':
             # LUMI's runtime: as make-squashfs records it under a setuid runtime, a change's writable layer is an
-            # EXT3 image (such a runtime lets only root use a directory), copied out by a second container start
+            # EXT3 image (such a runtime lets only root use a directory)
             (venv.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
-            env = dict(self.env, PATH=os.pathsep.join([str(SETUID_RUNTIME.parent), self.env['PATH']]))
             for name in ('install', 'uninstall'):
-                self.step(venv, name, values, 'setuid_%s' % name, env)
+                self.step(venv, name, values, 'setuid_%s' % name, self.setuid_env)
+        elif variant in ('floor', 'setuid_floor'):
+            venv.writable_copy(self.ctx.scratch)
+            env = self.setuid_env if variant == 'setuid_floor' else self.env
+            for name in ('install', 'uninstall'):
+                self.step(venv, 'floor_' + name, values, '%s_%s' % (variant, name), env)
+            return values  # (the floor leaves the install alone)
         else:
             if variant == 'repack':  # venv-pip repacks the whole venv where there is no layer
                 (venv.idir / USER_SOFTWARE_CHANGES).unlink(missing_ok=True)
@@ -243,7 +306,7 @@ def variants(ctx, venv):
     """The ways to measure (--quick: without the full repack, which the layers' absence makes the only way)."""
     if not venv.layers:
         return ['repack', 'manual']
-    layers = ['layers', 'setuid'] if SETUID_RUNTIME.exists() else ['layers']
+    layers = ['layers', 'floor'] + (['setuid', 'setuid_floor'] if SETUID_RUNTIME.exists() else [])
     return layers + (['manual'] if ctx.settings.quick else ['repack', 'manual'])
 
 
@@ -261,6 +324,14 @@ def bench_venv_pip(ctx):
                 progress('  %s: %s' % (venv.module, variant))
                 values.update(('%d_%s' % (venv.entries, key), value)
                               for key, value in runner.variant(venv, variant).items())
+        for venv in venvs:
+            for mode in ('layers', 'setuid'):
+                floor = '%s_floor' % ('setuid' if mode == 'setuid' else '')
+                keys = ['%d_%s_%s' % (venv.entries, variant, name) for variant in (mode, floor.lstrip('_'))
+                        for name in ('install', 'uninstall')]
+                if all(key in values for key in keys):
+                    values['%d_%s_floor_ratio' % (venv.entries, mode)] = (
+                        (values[keys[0]] + values[keys[1]]) / (values[keys[2]] + values[keys[3]]))
         small, large = venvs[0].entries, venvs[-1].entries
         for name in ('install', 'uninstall'):
             key = 'layers_%s' % name if venvs[-1].layers else 'repack_%s' % name
@@ -268,6 +339,12 @@ def bench_venv_pip(ctx):
         return values
 
     v = repeat(ctx.settings, 'venv_pip', one_run)
+    profiles = {}
+    for venv in ([venvs[0], venvs[-1]] if len(venvs) > 1 else venvs):
+        modes = ['layers', 'floor'] + (['setuid', 'setuid_floor'] if SETUID_RUNTIME.exists() else [])
+        for mode in modes if venv.layers else []:
+            progress('  %s: where the time of a change goes (%s)' % (venv.module, mode))
+            profiles['%d_%s' % (venv.entries, mode)] = runner.profile(venv, mode)
     for line, times in sorted(runner.said.items()):
         progress('venv-pip and the manual steps printed (%d times): %s' % (times, line))
     if runner.temporary:
@@ -275,6 +352,7 @@ def bench_venv_pip(ctx):
     figures = []
     for venv in venvs:
         figures += venv_figures(venv, v, goals=len(venvs) > 1 and venv is venvs[-1])
+        figures += profile_figures(venv, profiles)
     if len(venvs) > 1:
         for name in ('install', 'uninstall'):
             figures.append(figure('ratio_' + name, '%s: %s entries / %s entries' % (
@@ -289,7 +367,8 @@ def bench_venv_pip(ctx):
                             'bytes': {name: (venv.original / name).stat().st_size
                                       for name in packed_files(venv.original)}}
                            for venv in venvs],
-                 'printed': runner.said, 'left_in_temporary_places': sorted(runner.temporary)},
+                 'profiles_seconds': profiles, 'printed': runner.said,
+                 'left_in_temporary_places': sorted(runner.temporary)},
     }
 
 
@@ -301,6 +380,12 @@ LABELS = [
     ('setuid_uninstall', 'venv-pip uninstall, as a layer, setuid runtime (EXT3 image on top)', 's'),
     ('setuid_install_written', 'bytes written: venv-pip install, as a layer, setuid runtime', 'bytes'),
     ('layers_uninstall_written', 'bytes written: venv-pip uninstall, as a layer', 'bytes'),
+    ('floor_install', 'the floor: pip install in a container, on a writable copy of the venv', 's'),
+    ('floor_uninstall', 'the floor: pip uninstall in a container, on a writable copy of the venv', 's'),
+    ('layers_floor_ratio', 'venv-pip / the floor, install + uninstall, user namespace', 'x'),
+    ('setuid_floor_install', 'the floor, setuid runtime: pip install', 's'),
+    ('setuid_floor_uninstall', 'the floor, setuid runtime: pip uninstall', 's'),
+    ('setuid_floor_ratio', 'venv-pip / the floor, install + uninstall, setuid runtime', 'x'),
     ('repack_install', 'venv-pip install, full repack (no layer)', 's'),
     ('repack_uninstall', 'venv-pip uninstall, full repack (no layer)', 's'),
     ('repack_install_written', 'bytes written: venv-pip install, full repack', 'bytes'),
@@ -315,6 +400,21 @@ LABELS = [
 ]
 
 
+def profile_figures(venv, profiles):
+    """A change's time by the kind of work (the median of installs and uninstalls), under each runtime mode."""
+    figures = []
+    for mode, name in (('layers', 'user namespace'), ('floor', 'the floor, user namespace'),
+                       ('setuid', 'setuid runtime'), ('setuid_floor', 'the floor, setuid runtime')):
+        spent = profiles.get('%d_%s' % (venv.entries, mode))
+        if spent:
+            for kind, label in list(KINDS.items()) + [('shell', 'the rest: bash, the module, forks')]:
+                if mode.endswith('floor') and kind not in ('container', 'shell'):
+                    continue
+                figures.append(figure('%d_%s_profile_%s' % (venv.entries, mode, kind), '%s entries, %s: of a change, %s'
+                                      % (format(venv.entries, ','), name, label), 'ms', [spent[kind] * 1000]))
+    return figures
+
+
 def venv_figures(venv, v, goals):
     figures = []
     for key, label, unit in LABELS:
@@ -323,6 +423,8 @@ def venv_figures(venv, v, goals):
             continue
         goal = ('<=', GOAL_SECONDS, 'at most %g s' % GOAL_SECONDS) if goals and key in (
             'layers_install', 'layers_uninstall', 'setuid_install', 'setuid_uninstall') else None
+        if key.endswith('floor_ratio'):
+            goal = ('<=', GOAL_FLOOR, 'at most %.2fx' % GOAL_FLOOR)
         figures.append(figure('%d_%s' % (venv.entries, key), '%s entries: %s' % (format(venv.entries, ','), label),
                               unit, values, goal))
     return figures

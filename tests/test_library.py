@@ -678,6 +678,94 @@ def test_a_copy_out_that_fails_says_so_in_one_line(tmp_path):
                                               % (tmp_path / 'gone' / 'copy')), proc.stderr
 
 
+UPPER_NAMES = ODD_NAMES + ['"quoted"', 'say ""twice""', "it's", 'debugfs: ls -p x', '/0/', 'trailing ']
+
+
+def upper_tree(rng):
+    """What a writable overlay's upper directory may hold after a change: directories, files and links of odd names
+    (quotes, debugfs' own words), odd modes, and whiteouts ('w'), at every depth."""
+    tree = {'user-software': ('d', 0o755), 'user-software/venv': ('d', 0o755)}
+    for number in range(rng.randint(3, 25)):
+        parent = rng.choice([path for path, entry in tree.items() if entry[0] == 'd'])
+        name = rng.choice(UPPER_NAMES).replace('/', '|')
+        kind = rng.choice('ddffflw')
+        name = name + str(number) if rng.random() < 0.5 else str(number) + name  # (a blank first, or last)
+        tree['%s/%s' % (parent, name)] = {
+            'd': ('d', rng.choice([0o755, 0o700, 0o555, 0o2775])), 'f': ('f', rng.choice([0o644, 0o600, 0o755, 0o444])),
+            'l': ('l', 'target %d' % number), 'w': ('w',)}[kind]
+    return tree
+
+
+def write_upper(root, tree):
+    """The tree as an upper directory holds it: a whiteout is a character device 0,0 (made here as root)."""
+    root.mkdir(parents=True)
+    for path in sorted(tree):
+        target, entry = root / path, tree[path]
+        if entry[0] == 'd':
+            target.mkdir()
+        elif entry[0] == 'f':
+            target.write_text('text of %s' % path)
+        elif entry[0] == 'l':
+            target.symlink_to(entry[1])
+        else:
+            os.mknod(target, stat.S_IFCHR, os.makedev(0, 0))
+    for path in sorted(tree, reverse=True):  # (below first: a directory's mode may forbid writing in it)
+        if tree[path][0] in 'df':
+            os.chmod(root / path, tree[path][1])
+
+
+def exported(copy, whiteouts):
+    """What a copy out left: the tree ({path: (type, mode, content)}) and the whiteouts' paths (sorted)."""
+    tree = {}
+    for top, dirs, files in os.walk(copy):
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            info = os.lstat(path)
+            content = os.readlink(path) if stat.S_ISLNK(info.st_mode) else (
+                None if stat.S_ISDIR(info.st_mode) else open(path, 'rb').read())
+            tree[os.path.relpath(path, copy)] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode), content)
+    return tree, sorted(whiteouts.read_bytes().split(b'\0')[:-1])
+
+
+def test_the_change_is_read_out_of_an_ext3_image_as_a_container_reads_it(install_dir, tmp_path):
+    """Under a setuid runtime a change's writable layer is an EXT3 image: venv-pip reads it with debugfs on the host
+    (read_upper), without a second container. On generated upper directories (odd names, quotes, debugfs' own words,
+    modes, links, whiteouts at every depth), made into an image by mkfs.ext3 as the change's image is laid out, it
+    copies out the same tree and lists the same whiteouts as EXPORT_UPPER (what the container runs) reading the
+    directory itself; a name with a newline, which debugfs' listing cannot hold, makes it fail (venv-pip then starts
+    the container)."""
+    require(os.geteuid() == 0, 'root, to make whiteouts (character devices) as an overlay does')
+    require(shutil.which('mkfs.ext3', path=os.environ['PATH'] + ':/usr/sbin:/sbin') and
+            shutil.which('debugfs', path=os.environ['PATH'] + ':/usr/sbin:/sbin'), 'e2fsprogs (mkfs.ext3, debugfs)')
+    rng = random.Random(56)
+    for case in range(24):
+        tree = upper_tree(rng)
+        if case == 23:
+            tree['user-software/venv/new\nline'] = rng.choice([('f', 0o644), ('w',), ('d', 0o755)])
+        base = tmp_path / ('case%d' % case)
+        write_upper(base / 'layout' / 'upper', tree)
+        (base / 'layout' / 'work').mkdir()
+        proc = subprocess.run(['bash', '-c', 'PATH=$PATH:/usr/sbin:/sbin; truncate -s 64M "$1" && '
+                               'mkfs.ext3 -q -F -J size=4 -d "$2" "$1"', 'mkfs', str(base / 'image'),
+                               str(base / 'layout')], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        (base / 'work').mkdir()
+        proc = bash(install_dir, 'work=$case/work\nread_upper "$case/image" "$case/work/copy" "$case/work/whiteouts"',
+                    env=dict(case=str(base)))
+        if case == 23:
+            assert proc.returncode != 0, 'a name with a newline was read out of the image'
+            continue
+        assert (proc.returncode, proc.stderr) == (0, ''), (case, proc.stderr)
+        proc = subprocess.run([sys.executable, '-I', '-c', EXPORT_UPPER, str(base / 'layout' / 'upper'),
+                               str(base / 'container-copy'), str(base / 'container-whiteouts')],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert exported(base / 'work' / 'copy', base / 'work' / 'whiteouts') == exported(
+            base / 'container-copy', base / 'container-whiteouts'), case
+        assert exported(base / 'work' / 'copy', base / 'work' / 'whiteouts')[1] == sorted(
+            path.encode() for path, entry in tree.items() if entry == ('w',))
+
+
 def test_a_whiteout_of_a_name_at_the_top_is_matched_as_itself(install_dir, tmp_path):
     """unsquashfs drops the backslash that starts a line of an exclude file (so that a line may start with a blank or
     '#'): a whiteout of '*' at the top of a layer, escaped as '\\*', left every entry of the layer out (the change

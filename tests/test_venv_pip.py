@@ -191,6 +191,25 @@ def test_a_writable_layer_the_runtime_refuses_gives_way_to_the_other_kind(packed
         local_wheels(wheelhouse))).stderr == ''
 
 
+@pytest.mark.needs('image-src')
+def test_a_change_starts_one_container(packed, wheelhouse, tmp_path):
+    """A change as a layer starts one container, pip's (with the image's commands after it), under both runtime
+    modes: under a setuid runtime its writable layer is an EXT3 image that mkfs.ext3 makes (not the runtime's overlay
+    create, which writes a journal of 128 MiB), and the change is read out of it on the host (debugfs), not by a
+    second container."""
+    inst, idir = packed
+    log = tmp_path / 'starts'
+    log.write_text('')
+    give(log, inst.user)
+    shims = fake_command(tmp_path / 'shims', 'singularity', 'echo "$1" >>%s\nexec %s "$@"\n' % (log, RUNTIME))
+    give(tmp_path, inst.user)
+    proc = inst.module_shell('Demo/1.0', 'PATH=%s:$PATH venv-pip install -q %s lumi-later\n'
+                                         'python -c "import lumi_later"' % (shims, ' '.join(local_wheels(wheelhouse))))
+    assert proc.stderr == ''
+    assert log.read_text().split() == ['exec']
+    assert (idir / PACKED / WRITABLE_LAYER).read_text() == EXPECTED_KIND + '\n'
+
+
 # SingularityCE without setuid (its native mode, in a user namespace) mounts the SIF with squashfuse, but no SquashFS
 # overlay and no image-src bind: it leaves them out with only a debug message (SingularityCE's source; it cannot be
 # installed here). This stand-in does the same to the real runtime's variables, then runs it.

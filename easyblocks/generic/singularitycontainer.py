@@ -2247,6 +2247,14 @@ die() {
 # this file while the command started, or the command is of a version before the stamps, whose file still ran
 [ "${command_stamp:-}" = "$install_stamp" ] ||
     die "the module was reinstalled while $command_name started: run it again"
+# Who runs this command, and where, for the records of runs and the checks of ownership: found once, by know_who_runs
+# (each answer is a process), by the commands that change the venv; read as ${run_user:-$(id -un)} and the like, so
+# that a function also answers where they are not known. (Set empty here: not taken from the environment.)
+run_user='' run_group='' run_host=''
+know_who_runs() {
+    run_user=$(id -un) && run_group=$(id -g) || return 0
+    { read -r run_host </proc/sys/kernel/hostname; } 2>/dev/null || run_host=$(hostname)
+}
 # The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
 # loaded: Lmod refuses this module after one of them, but not one of them after this module
 conflicting_module_loaded() {
@@ -2521,7 +2529,7 @@ no_others_link_below_prefix() {
     [ -n "$path" ] || return 0
     for part in share jupyter kernels; do
         path=$path/$part
-        if [ -L "$path" ] && [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
+        if [ -L "$path" ] && [ "$(stat -c %u -- "$path")" != "$EUID" ]; then
             die "$path is a link of $(stat -c %U -- "$path")'s (to $(readlink -- "$path")):" \
                 "jupyter-container-kernel does not write through another user's link; remove it, or give another" \
                 "--prefix"
@@ -2721,7 +2729,7 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
 others_can_replace_in() {
     local dir me dirs=() uid mode gid group i=0 why
     dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
-    me=$(id -u)
+    me=$EUID
     while dirs+=("$dir") && [ "$dir" != / ]; do
         dir=${dir%/*}
         dir=${dir:-/}
@@ -2777,7 +2785,7 @@ group_class_writers() {
             continue
         fi
         case "$tag" in
-            user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(id_name passwd "$id")" ;;
+            user) [ "$id" = 0 ] || [ "$id" = "$EUID" ] || who="the user $(id_name passwd "$id")" ;;
             group)
                 if { [ "$4" != group ] || [ "$id" != "$2" ]; } && ! group_is_only_yours "$id"; then
                     who="the group $(id_name group "$id")"
@@ -2801,10 +2809,11 @@ id_name() {  # the name of the user or group ($1: passwd or group) of the number
 # field), and no other user the user database lists has it as their primary group
 group_is_only_yours() {
     local members
-    [ "$1" = "$(id -g)" ] || return 1
+    [ "$1" = "${run_group:-$(id -g)}" ] || return 1
     members=$(getent group "$1" | cut -d: -f4)
-    [ -z "$members" ] || [ "$members" = "$(id -un)" ] || return 1
-    [ -z "$(getent passwd | awk -F: -v gid="$1" -v me="$(id -un)" '$4 == gid && $1 != me { print; exit }')" ]
+    [ -z "$members" ] || [ "$members" = "${run_user:-$(id -un)}" ] || return 1
+    [ -z "$(getent passwd |
+        awk -F: -v gid="$1" -v me="${run_user:-$(id -un)}" '$4 == gid && $1 != me { print; exit }')" ]
 }
 # The text $1 with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote
 printable() {
@@ -2822,13 +2831,15 @@ rename_into_place() {
     return 1
 }
 process_start() {  # the start of process $1 (clock ticks since boot); nothing if it has ended
-    local fields
-    fields=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    local fields=
+    # (whole, with read, not a cat: the process's name may hold a newline)
+    { IFS= read -r -d '' fields <"/proc/$1/stat"; } 2>/dev/null || true
+    [ -n "$fields" ] || return 0
     read -ra fields <<<"${fields##*) }"
     echo "${fields[19]}"
 }
 run_record() {  # this run, as a record says it: "user host pid start"
-    echo "$(id -un) $(hostname) $$ $(process_start $$)"
+    echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ $(process_start $$)"
 }
 # The record $2 that a run wrote in the directory $1 it made: printed only if both are yours and real (a directory, a
 # regular file, not links)
@@ -2844,9 +2855,10 @@ left_by_an_ended_run() {
     record=$(own_record "$1" "$2") || return 1
     read -r user host pid start <<<"$record" || return 1
     if [ -z "$start" ]; then
-        start=$pid pid=$host host=$user user=$(id -un)
+        start=$pid pid=$host host=$user user=${run_user:-$(id -un)}
     fi
-    [ "$user" = "$(id -un)" ] && [ "$host" = "$(hostname)" ] && [ "$(process_start "$pid")" != "$start" ]
+    [ "$user" = "${run_user:-$(id -un)}" ] && [ "$host" = "${run_host:-$(hostname)}" ] &&
+        [ "$(process_start "$pid")" != "$start" ]
 }
 older_than() {  # whether the file $1 (not followed if a link) was last changed more than $2 minutes ago
     [ -n "$(find "$1" -maxdepth 0 -mmin "+$2" 2>/dev/null)" ]
@@ -2944,10 +2956,9 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
 remove_superseded() {
     local current entry
     current=$(current_generation "$1")
-    for entry in "$1/$generation_prefix"* "$1/$link_prefix"*; do
-        if [ "$entry" = "$current" ] || ! older_than "$entry" "$keep_minutes"; then
-            continue
-        fi
+    # (the old ones in one look: a find for each would cost a process each)
+    while IFS= read -r -d '' entry; do
+        [ "$entry" != "$current" ] || continue
         # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
         generation_whole "$current" || return 0
         case "$entry" in
@@ -2970,7 +2981,8 @@ remove_superseded() {
                 fi
                 ;;
         esac
-    done
+    done < <(find "$1" -mindepth 1 -maxdepth 1 \( -name "$generation_prefix*" -o -name "$link_prefix*" \) \
+        -mmin "+$keep_minutes" -print0 2>/dev/null)
 }
 # Whether the file $1 is a whole SquashFS file, as far as a glance tells: its magic, and as long as its superblock
 # says it is (a node that crashed before it wrote the file back leaves it empty or short); $2 "quick": its magic only
@@ -3173,7 +3185,8 @@ keep_lock_private() {
 note_lock_holder() {
     local new
     new=$(new_private_file "$1" "$lock_record_name.new.") || return 0
-    if echo "$(id -un) $(hostname) $$ ${0##*/}" >"$new" && make_private "$1" "$new" "$2"; then
+    if echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ ${0##*/}" >"$new" &&
+        make_private "$1" "$new" "$2"; then
         rename_into_place "$new" "$1/$lock_record_name" && return 0
     fi
     rm -f -- "$new"
@@ -3201,7 +3214,8 @@ lock_holder() {
             echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
             return
         fi
-        if [ "$host" != "$(hostname)" ] || [ -n "$(process_start "$pid")" ] || (( --tries == 0 )); then
+        if [ "$host" != "${run_host:-$(hostname)}" ] || [ -n "$(process_start "$pid")" ] || (( --tries == 0 ))
+        then
             break
         fi
         sleep 0.1
@@ -3319,7 +3333,7 @@ share_modes() {
     if install_is_group_writable "$1"; then
         executable=0575 readable=0464 forbidden=002 modes=a+rX,g+w,o-w
     fi
-    find "$2" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" -o \
+    find "$2" -user "$EUID" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" -o \
         -perm "/$forbidden" \) -exec chmod "$modes" {} +
 }
 # The mode and group of the file $1 for the new file $2, less the write bits that the install dir $3 forbids
@@ -3635,7 +3649,8 @@ pack_tree() {
     local tree=$1 file=$2
     shift 2
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
-        -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 "${mksquashfs_options[@]}" "$@" >/dev/null
+        -force-uid "$EUID" -force-gid "${run_group:-$(id -g)}" -root-mode 0755 "${mksquashfs_options[@]}" "$@" \
+        >/dev/null
 }
 # The paths on stdin (NUL-terminated) as unsquashfs patterns that match each path only, NUL-terminated: every ASCII
 # punctuation and blank is escaped with a backslash, which makes it itself (the wildcards * ? [, the extended ones @( +(
@@ -3822,7 +3837,7 @@ pack_layer() {
     # (the directories above them, in the tree: none is below a file or a link of it)
     LC_ALL=C sed -z -n 's|/[^/]*$||p' "$whiteouts" | LC_ALL=C sort -zu | (cd -- "$1" && xargs -0r mkdir -p --) ||
         return 1
-    pseudo_names <"$whiteouts" | LC_ALL=C sed -z "s/\$/ c 0 $(id -u) $(id -g) 0 0/" | tr '\0' '\n' \
+    pseudo_names <"$whiteouts" | LC_ALL=C sed -z "s/\$/ c 0 $EUID ${run_group:-$(id -g)} 0 0/" | tr '\0' '\n' \
         >"$whiteouts.pseudo" || return 1
     pack_tree "$1" "$3" -pf "$whiteouts.pseudo"
 }
@@ -3833,11 +3848,27 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
     remove_own_tree "$empty"
     return "$status"
 }
-# A new, sparse EXT3 image $1 of $2 MiB for a writable overlay (it takes only what is written); the runtime's temporary
-# directory for mkfs.ext3 beside it, not in a TMPDIR that others share
+# A new, sparse EXT3 image $1 of $2 MiB for a writable overlay (it takes only what is written), laid out as the
+# runtime's overlay create lays it out (upper/ and work/, the caller's, in a file of mode 0600), made by mkfs.ext3
+# itself: one process, and a journal of 4 MiB, the smallest (the runtime takes no image without one) where the
+# runtime's would write 128 MiB of it at each change. Where that fails (e2fsprogs before 1.43 has no -d), by the
+# runtime, with its temporary directory beside the image, not in a TMPDIR that others share.
 # shellcheck disable=SC2154  # runtime: find_runtime's (container.sh)
 ext3_layer() {
-    find_runtime && TMPDIR=${1%/*} "$runtime" overlay create --sparse --size "$2" "$1" >/dev/null 9>&-
+    local layout mode=755 status=0
+    layout=$(new_private_dir "${1%/*}" .ext3-layout.) || return 1
+    # (ids beyond 16 bits: as the runtime does, the directories open to all in a file only its owner reads)
+    [ "$EUID" -le 65535 ] && [ "${run_group:-$(id -g)}" -le 65535 ] || mode=777
+    if ! { mkdir -m "$mode" -- "$layout/upper" "$layout/work" && truncate -s "$2M" -- "$1" && chmod 600 -- "$1" &&
+        e2fs_tool mkfs.ext3 -q -F -J size=4 -d "$layout" "$1" >/dev/null 2>&1; }; then
+        rm -f -- "$1"
+        find_runtime && TMPDIR=${1%/*} "$runtime" overlay create --sparse --size "$2" "$1" >/dev/null 9>&- || status=$?
+    fi
+    remove_own_tree "$layout"
+    return "$status"
+}
+e2fs_tool() {  # the tool $1 of e2fsprogs with the arguments $2...: where a user's PATH has no sbin, from there
+    PATH=$PATH:/usr/sbin:/sbin "$@"
 }
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout
@@ -3923,7 +3954,7 @@ remove_workdirs_of_this_run() {
 new_workdir() {  # a new work dir in the place $1: its path
     local work
     work=$(new_private_dir "$1" "$workdir_prefix") || return 1
-    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record" &&
+    if ! { chgrp "${run_group:-$(id -g)}" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record" &&
         mkdir "$work/$workdir_tmp"; }; then
         remove_own_tree "$work"
         return 1
@@ -4054,6 +4085,7 @@ CHANGE = r'''
 change_new=
 child=
 begin_change() {
+    know_who_runs
     umask "$(shared_umask "$1")"
     if [ "$2" = wait ]; then
         wait_for_lock "$1" || return
@@ -4451,10 +4483,54 @@ in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on
     in_change_python -c "$overlay_python" "$@"
 }
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
-# listed in the new file $3 there (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
-# layers by now: the image is mounted once. The work dir is bound at a path of the container's own (a setuid runtime
-# cannot make a path such as /run/user/<uid>/... in an image with read-only overlays: it left the bind out).
+# listed in the new file $3 there, NUL-terminated: read on the host by e2fsprogs' debugfs (read_upper), else by a
+# container (export_upper_in_container)
 export_upper() {
+    read_upper "$@" && return 0
+    remove_own_tree "$2"
+    rm -f -- "$3"
+    export_upper_in_container "$@"
+}
+# export_upper by debugfs, which reads the image as a file, without a container: rdump copies the directories, files
+# and links with their permissions and times (whiteouts, character devices 0,0, it leaves out, and the setuid, setgid
+# and sticky bits), and one more run lists each directory it copied (ls -p: /inode/mode/uid/gid/name/size/ a line),
+# where the whiteouts are the character devices, and the entries with those bits get them. Not where a name holds a
+# newline (a line of the listing, or of its commands, could not hold it) or a debugfs says more than its version: then
+# it fails, having written only in the work dir.
+read_upper() {
+    local dump="$work/upper-dump" dirs="$work/upper-dirs" said="$work/upper-debugfs.err" record
+    mkdir -- "$dump" || return 1
+    (cd -- "$dump" && e2fs_tool debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
+        debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
+    find "$2" -type d -printf '%P\0' >"$dirs" || return 1
+    [ -z "$(tr -cd '\n' <"$dirs" | head -c 1)" ] || return 1
+    # (a name in double quotes, a double quote in it doubled: debugfs' own quoting)
+    LC_ALL=C awk 'BEGIN { RS = "\0" } { gsub(/"/, "\"\""); printf "ls -p \"/upper%s\"\n", ($0 == "" ? "" : "/" $0) }' \
+        "$dirs" >"$dirs.commands" || return 1
+    e2fs_tool debugfs -f "$dirs.commands" "$1" 2>"$said" | LC_ALL=C awk -v list="$dirs" -v whiteouts="$3" '
+        BEGIN { RS = "\0"; while ((getline dir < list) > 0) dirs[++count] = dir; RS = "\n"; printf "" > whiteouts }
+        /^debugfs: ls -p / { listed++; next }
+        /^$/ { next }
+        {   # /inode/mode/uid/gid/name/size/: a name holds no /
+            if (split($0, field, "/") != 8 || field[1] != "" || field[8] != "" || field[3] !~ /^[0-7]+$/) exit 1
+            path = (dirs[listed] == "" ? "" : dirs[listed] "/") field[6]
+            if (field[3] ~ /^02/)
+                printf "%s%c", path, 0 > whiteouts
+            else if (field[3] !~ /^12/ && substr(field[3], length(field[3]) - 3, 1) != "0")
+                printf "%s %s%c", substr(field[3], length(field[3]) - 3), path, 0
+        }
+        END { if (listed != count) exit 1 }' >"$dirs.modes" && debugfs_said_nothing "$said" || return 1
+    while IFS= read -r -d '' record; do
+        chmod "${record%% *}" -- "$2/${record#* }" || return 1
+    done <"$dirs.modes"
+}
+debugfs_said_nothing() {  # whether what a debugfs said (the file $1) is its version alone
+    [ "$(grep -cv '^debugfs [0-9]' "$1")" = 0 ]
+}
+# export_upper by a container (EXPORT_UPPER): it sees into the image. The overlays are the read-only layers by now:
+# the image is mounted once. The work dir is bound at a path of the container's own (a setuid runtime cannot make a
+# path such as /run/user/<uid>/... in an image with read-only overlays: it left the bind out).
+export_upper_in_container() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \
@@ -5712,17 +5788,25 @@ the image's own Python: a package upgraded or added in this environment would no
 singularitycontainer_image_commands` writes each of them into this environment's bin/, with this environment's
 Python, unless a package of this environment has a command of that name. The ones it wrote are listed in MANIFEST,
 one a line.
+
+Reading every distribution of the image takes a tenth of a second on a small image and seconds on a large one, and
+venv-pip runs this after every change: the image's commands are kept in TABLE, beside this module, with the key of the
+image's package directories (their names and entries), and read from there while the key is the same.
 """
 import functools
+import hashlib
 import importlib.metadata
+import json
 import os
 import pathlib
 import sys
 import sysconfig
+import tempfile
 
 MANIFEST = os.path.join(sys.prefix, "bin", ".image-commands")  # (layout.IMAGE_COMMANDS_MANIFEST)
 # The module beside this one that has the image's package directories (layout.IMAGE_PACKAGES_MODULE)
 PACKAGES_MODULE = "singularitycontainer_image_packages"
+TABLE = os.path.splitext(os.path.abspath(__file__))[0] + ".table"
 
 
 @functools.lru_cache(maxsize=None)
@@ -5780,14 +5864,64 @@ def entry_point_commands(dist):
     return commands
 
 
-def image_commands():
-    """{name: text without the #! line} of every command of the image's distributions."""
+def read_image_commands(image_dirs):
+    """{name: text without the #! line} of every command of the distributions in image_dirs."""
     commands = {}
-    image_dirs = importlib.import_module(PACKAGES_MODULE).IMAGE_PACKAGE_DIRS
     for dist in importlib.metadata.distributions(path=image_dirs):
         for name, text in {**entry_point_commands(dist), **script_commands(dist)}.items():
             commands.setdefault(name, text)
     return commands
+
+
+def image_key(image_dirs):
+    """What the image's commands depend on, cheaply: each package directory with its entries (a distribution's
+    directory names its version) and its time."""
+    digest = hashlib.sha256()
+    for directory in image_dirs:
+        try:
+            entries = sorted(os.listdir(directory))
+            changed = os.stat(directory).st_mtime_ns
+        except OSError:
+            entries, changed = [], None
+        digest.update(json.dumps([directory, changed, entries]).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def image_commands():
+    """{name: text without the #! line} of every command of the image's distributions: from TABLE where its key is
+    the image's, else read from the distributions and kept in TABLE (written whole, or not at all)."""
+    image_dirs = importlib.import_module(PACKAGES_MODULE).IMAGE_PACKAGE_DIRS
+    key = image_key(image_dirs)
+    try:
+        with open(TABLE, encoding="utf-8") as table:
+            kept = json.load(table)
+        if kept["key"] == key:
+            return {name: text.encode("latin-1") for name, text in kept["commands"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UnicodeError):
+        pass
+    commands = read_image_commands(image_dirs)
+    try:
+        keep_table(key, commands)
+    except OSError:  # (a venv this user cannot write in: read again next time)
+        pass
+    return commands
+
+
+def keep_table(key, commands):
+    """TABLE with the key and the commands, in one rename of a new file of this run's (the venv may be a project's
+    directory, where others can write), with the mode that the umask gives a new file."""
+    handle, new = tempfile.mkstemp(prefix=os.path.basename(TABLE) + ".", dir=os.path.dirname(TABLE))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as table:
+            json.dump({"key": key, "commands": {name: text.decode("latin-1") for name, text in commands.items()}},
+                      table)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(new, 0o666 & ~umask)
+        os.replace(new, TABLE)
+    except BaseException:
+        os.unlink(new)
+        raise
 
 
 def main():

@@ -5,17 +5,25 @@ the image's own Python: a package upgraded or added in this environment would no
 singularitycontainer_image_commands` writes each of them into this environment's bin/, with this environment's
 Python, unless a package of this environment has a command of that name. The ones it wrote are listed in MANIFEST,
 one a line.
+
+Reading every distribution of the image takes a tenth of a second on a small image and seconds on a large one, and
+venv-pip runs this after every change: the image's commands are kept in TABLE, beside this module, with the key of the
+image's package directories (their names and entries), and read from there while the key is the same.
 """
 import functools
+import hashlib
 import importlib.metadata
+import json
 import os
 import pathlib
 import sys
 import sysconfig
+import tempfile
 
 MANIFEST = os.path.join(sys.prefix, "bin", ".image-commands")  # (layout.IMAGE_COMMANDS_MANIFEST)
 # The module beside this one that has the image's package directories (layout.IMAGE_PACKAGES_MODULE)
 PACKAGES_MODULE = "singularitycontainer_image_packages"
+TABLE = os.path.splitext(os.path.abspath(__file__))[0] + ".table"
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,14 +81,64 @@ def entry_point_commands(dist):
     return commands
 
 
-def image_commands():
-    """{name: text without the #! line} of every command of the image's distributions."""
+def read_image_commands(image_dirs):
+    """{name: text without the #! line} of every command of the distributions in image_dirs."""
     commands = {}
-    image_dirs = importlib.import_module(PACKAGES_MODULE).IMAGE_PACKAGE_DIRS
     for dist in importlib.metadata.distributions(path=image_dirs):
         for name, text in {**entry_point_commands(dist), **script_commands(dist)}.items():
             commands.setdefault(name, text)
     return commands
+
+
+def image_key(image_dirs):
+    """What the image's commands depend on, cheaply: each package directory with its entries (a distribution's
+    directory names its version) and its time."""
+    digest = hashlib.sha256()
+    for directory in image_dirs:
+        try:
+            entries = sorted(os.listdir(directory))
+            changed = os.stat(directory).st_mtime_ns
+        except OSError:
+            entries, changed = [], None
+        digest.update(json.dumps([directory, changed, entries]).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def image_commands():
+    """{name: text without the #! line} of every command of the image's distributions: from TABLE where its key is
+    the image's, else read from the distributions and kept in TABLE (written whole, or not at all)."""
+    image_dirs = importlib.import_module(PACKAGES_MODULE).IMAGE_PACKAGE_DIRS
+    key = image_key(image_dirs)
+    try:
+        with open(TABLE, encoding="utf-8") as table:
+            kept = json.load(table)
+        if kept["key"] == key:
+            return {name: text.encode("latin-1") for name, text in kept["commands"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UnicodeError):
+        pass
+    commands = read_image_commands(image_dirs)
+    try:
+        keep_table(key, commands)
+    except OSError:  # (a venv this user cannot write in: read again next time)
+        pass
+    return commands
+
+
+def keep_table(key, commands):
+    """TABLE with the key and the commands, in one rename of a new file of this run's (the venv may be a project's
+    directory, where others can write), with the mode that the umask gives a new file."""
+    handle, new = tempfile.mkstemp(prefix=os.path.basename(TABLE) + ".", dir=os.path.dirname(TABLE))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as table:
+            json.dump({"key": key, "commands": {name: text.decode("latin-1") for name, text in commands.items()}},
+                      table)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(new, 0o666 & ~umask)
+        os.replace(new, TABLE)
+    except BaseException:
+        os.unlink(new)
+        raise
 
 
 def main():

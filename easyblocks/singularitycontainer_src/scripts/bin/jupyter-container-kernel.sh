@@ -40,7 +40,7 @@ no_others_link_below_prefix() {
     [ -n "$path" ] || return 0
     for part in share jupyter kernels; do
         path=$path/$part
-        if [ -L "$path" ] && [ "$(stat -c %u -- "$path")" != "$(id -u)" ]; then
+        if [ -L "$path" ] && [ "$(stat -c %u -- "$path")" != "$EUID" ]; then
             die "$path is a link of $(stat -c %U -- "$path")'s (to $(readlink -- "$path")):" \
                 "jupyter-container-kernel does not write through another user's link; remove it, or give another" \
                 "--prefix"

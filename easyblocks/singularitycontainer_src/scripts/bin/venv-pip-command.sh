@@ -26,10 +26,54 @@ in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on
     in_change_python -c "$overlay_python" "$@"
 }
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
-# listed in the new file $3 there (EXPORT_UPPER): only a container sees into the image. The overlays are the read-only
-# layers by now: the image is mounted once. The work dir is bound at a path of the container's own (a setuid runtime
-# cannot make a path such as /run/user/<uid>/... in an image with read-only overlays: it left the bind out).
+# listed in the new file $3 there, NUL-terminated: read on the host by e2fsprogs' debugfs (read_upper), else by a
+# container (export_upper_in_container)
 export_upper() {
+    read_upper "$@" && return 0
+    remove_own_tree "$2"
+    rm -f -- "$3"
+    export_upper_in_container "$@"
+}
+# export_upper by debugfs, which reads the image as a file, without a container: rdump copies the directories, files
+# and links with their permissions and times (whiteouts, character devices 0,0, it leaves out, and the setuid, setgid
+# and sticky bits), and one more run lists each directory it copied (ls -p: /inode/mode/uid/gid/name/size/ a line),
+# where the whiteouts are the character devices, and the entries with those bits get them. Not where a name holds a
+# newline (a line of the listing, or of its commands, could not hold it) or a debugfs says more than its version: then
+# it fails, having written only in the work dir.
+read_upper() {
+    local dump="$work/upper-dump" dirs="$work/upper-dirs" said="$work/upper-debugfs.err" record
+    mkdir -- "$dump" || return 1
+    (cd -- "$dump" && e2fs_tool debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
+        debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
+    find "$2" -type d -printf '%P\0' >"$dirs" || return 1
+    [ -z "$(tr -cd '\n' <"$dirs" | head -c 1)" ] || return 1
+    # (a name in double quotes, a double quote in it doubled: debugfs' own quoting)
+    LC_ALL=C awk 'BEGIN { RS = "\0" } { gsub(/"/, "\"\""); printf "ls -p \"/upper%s\"\n", ($0 == "" ? "" : "/" $0) }' \
+        "$dirs" >"$dirs.commands" || return 1
+    e2fs_tool debugfs -f "$dirs.commands" "$1" 2>"$said" | LC_ALL=C awk -v list="$dirs" -v whiteouts="$3" '
+        BEGIN { RS = "\0"; while ((getline dir < list) > 0) dirs[++count] = dir; RS = "\n"; printf "" > whiteouts }
+        /^debugfs: ls -p / { listed++; next }
+        /^$/ { next }
+        {   # /inode/mode/uid/gid/name/size/: a name holds no /
+            if (split($0, field, "/") != 8 || field[1] != "" || field[8] != "" || field[3] !~ /^[0-7]+$/) exit 1
+            path = (dirs[listed] == "" ? "" : dirs[listed] "/") field[6]
+            if (field[3] ~ /^02/)
+                printf "%s%c", path, 0 > whiteouts
+            else if (field[3] !~ /^12/ && substr(field[3], length(field[3]) - 3, 1) != "0")
+                printf "%s %s%c", substr(field[3], length(field[3]) - 3), path, 0
+        }
+        END { if (listed != count) exit 1 }' >"$dirs.modes" && debugfs_said_nothing "$said" || return 1
+    while IFS= read -r -d '' record; do
+        chmod "${record%% *}" -- "$2/${record#* }" || return 1
+    done <"$dirs.modes"
+}
+debugfs_said_nothing() {  # whether what a debugfs said (the file $1) is its version alone
+    [ "$(grep -cv '^debugfs [0-9]' "$1")" = 0 ]
+}
+# export_upper by a container (EXPORT_UPPER): it sees into the image. The overlays are the read-only layers by now:
+# the image is mounted once. The work dir is bound at a path of the container's own (a setuid runtime cannot make a
+# path such as /run/user/<uid>/... in an image with read-only overlays: it left the bind out).
+export_upper_in_container() {
     local binds="$1:/venv-pip-upper:image-src=/upper,ro,$work:/venv-pip-work"
     SINGULARITY_BINDPATH="${SINGULARITY_BINDPATH:+$SINGULARITY_BINDPATH,}$binds" \
         APPTAINER_BINDPATH="${APPTAINER_BINDPATH:+$APPTAINER_BINDPATH,}$binds" \

@@ -15,6 +15,7 @@
 change_new=
 child=
 begin_change() {
+    know_who_runs
     umask "$(shared_umask "$1")"
     if [ "$2" = wait ]; then
         wait_for_lock "$1" || return

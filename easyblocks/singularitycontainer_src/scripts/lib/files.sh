@@ -29,7 +29,7 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
 others_can_replace_in() {
     local dir me dirs=() uid mode gid group i=0 why
     dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
-    me=$(id -u)
+    me=$EUID
     while dirs+=("$dir") && [ "$dir" != / ]; do
         dir=${dir%/*}
         dir=${dir:-/}
@@ -85,7 +85,7 @@ group_class_writers() {
             continue
         fi
         case "$tag" in
-            user) [ "$id" = 0 ] || [ "$id" = "$(id -u)" ] || who="the user $(id_name passwd "$id")" ;;
+            user) [ "$id" = 0 ] || [ "$id" = "$EUID" ] || who="the user $(id_name passwd "$id")" ;;
             group)
                 if { [ "$4" != group ] || [ "$id" != "$2" ]; } && ! group_is_only_yours "$id"; then
                     who="the group $(id_name group "$id")"
@@ -109,10 +109,11 @@ id_name() {  # the name of the user or group ($1: passwd or group) of the number
 # field), and no other user the user database lists has it as their primary group
 group_is_only_yours() {
     local members
-    [ "$1" = "$(id -g)" ] || return 1
+    [ "$1" = "${run_group:-$(id -g)}" ] || return 1
     members=$(getent group "$1" | cut -d: -f4)
-    [ -z "$members" ] || [ "$members" = "$(id -un)" ] || return 1
-    [ -z "$(getent passwd | awk -F: -v gid="$1" -v me="$(id -un)" '$4 == gid && $1 != me { print; exit }')" ]
+    [ -z "$members" ] || [ "$members" = "${run_user:-$(id -un)}" ] || return 1
+    [ -z "$(getent passwd |
+        awk -F: -v gid="$1" -v me="${run_user:-$(id -un)}" '$4 == gid && $1 != me { print; exit }')" ]
 }
 # The text $1 with what a terminal would not print (escape sequences, newlines) as '?': for what others wrote
 printable() {
@@ -130,13 +131,15 @@ rename_into_place() {
     return 1
 }
 process_start() {  # the start of process $1 (clock ticks since boot); nothing if it has ended
-    local fields
-    fields=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    local fields=
+    # (whole, with read, not a cat: the process's name may hold a newline)
+    { IFS= read -r -d '' fields <"/proc/$1/stat"; } 2>/dev/null || true
+    [ -n "$fields" ] || return 0
     read -ra fields <<<"${fields##*) }"
     echo "${fields[19]}"
 }
 run_record() {  # this run, as a record says it: "user host pid start"
-    echo "$(id -un) $(hostname) $$ $(process_start $$)"
+    echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ $(process_start $$)"
 }
 # The record $2 that a run wrote in the directory $1 it made: printed only if both are yours and real (a directory, a
 # regular file, not links)
@@ -152,9 +155,10 @@ left_by_an_ended_run() {
     record=$(own_record "$1" "$2") || return 1
     read -r user host pid start <<<"$record" || return 1
     if [ -z "$start" ]; then
-        start=$pid pid=$host host=$user user=$(id -un)
+        start=$pid pid=$host host=$user user=${run_user:-$(id -un)}
     fi
-    [ "$user" = "$(id -un)" ] && [ "$host" = "$(hostname)" ] && [ "$(process_start "$pid")" != "$start" ]
+    [ "$user" = "${run_user:-$(id -un)}" ] && [ "$host" = "${run_host:-$(hostname)}" ] &&
+        [ "$(process_start "$pid")" != "$start" ]
 }
 older_than() {  # whether the file $1 (not followed if a link) was last changed more than $2 minutes ago
     [ -n "$(find "$1" -maxdepth 0 -mmin "+$2" 2>/dev/null)" ]

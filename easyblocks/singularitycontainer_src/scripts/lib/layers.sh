@@ -14,7 +14,8 @@ pack_tree() {
     local tree=$1 file=$2
     shift 2
     mksquashfs "$tree" "$file" -noappend -no-progress -quiet -processors "$(squash_processors)" \
-        -force-uid "$(id -u)" -force-gid "$(id -g)" -root-mode 0755 "${mksquashfs_options[@]}" "$@" >/dev/null
+        -force-uid "$EUID" -force-gid "${run_group:-$(id -g)}" -root-mode 0755 "${mksquashfs_options[@]}" "$@" \
+        >/dev/null
 }
 # The paths on stdin (NUL-terminated) as unsquashfs patterns that match each path only, NUL-terminated: every ASCII
 # punctuation and blank is escaped with a backslash, which makes it itself (the wildcards * ? [, the extended ones @( +(
@@ -201,7 +202,7 @@ pack_layer() {
     # (the directories above them, in the tree: none is below a file or a link of it)
     LC_ALL=C sed -z -n 's|/[^/]*$||p' "$whiteouts" | LC_ALL=C sort -zu | (cd -- "$1" && xargs -0r mkdir -p --) ||
         return 1
-    pseudo_names <"$whiteouts" | LC_ALL=C sed -z "s/\$/ c 0 $(id -u) $(id -g) 0 0/" | tr '\0' '\n' \
+    pseudo_names <"$whiteouts" | LC_ALL=C sed -z "s/\$/ c 0 $EUID ${run_group:-$(id -g)} 0 0/" | tr '\0' '\n' \
         >"$whiteouts.pseudo" || return 1
     pack_tree "$1" "$3" -pf "$whiteouts.pseudo"
 }
@@ -212,11 +213,27 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
     remove_own_tree "$empty"
     return "$status"
 }
-# A new, sparse EXT3 image $1 of $2 MiB for a writable overlay (it takes only what is written); the runtime's temporary
-# directory for mkfs.ext3 beside it, not in a TMPDIR that others share
+# A new, sparse EXT3 image $1 of $2 MiB for a writable overlay (it takes only what is written), laid out as the
+# runtime's overlay create lays it out (upper/ and work/, the caller's, in a file of mode 0600), made by mkfs.ext3
+# itself: one process, and a journal of 4 MiB, the smallest (the runtime takes no image without one) where the
+# runtime's would write 128 MiB of it at each change. Where that fails (e2fsprogs before 1.43 has no -d), by the
+# runtime, with its temporary directory beside the image, not in a TMPDIR that others share.
 # shellcheck disable=SC2154  # runtime: find_runtime's (container.sh)
 ext3_layer() {
-    find_runtime && TMPDIR=${1%/*} "$runtime" overlay create --sparse --size "$2" "$1" >/dev/null 9>&-
+    local layout mode=755 status=0
+    layout=$(new_private_dir "${1%/*}" .ext3-layout.) || return 1
+    # (ids beyond 16 bits: as the runtime does, the directories open to all in a file only its owner reads)
+    [ "$EUID" -le 65535 ] && [ "${run_group:-$(id -g)}" -le 65535 ] || mode=777
+    if ! { mkdir -m "$mode" -- "$layout/upper" "$layout/work" && truncate -s "$2M" -- "$1" && chmod 600 -- "$1" &&
+        e2fs_tool mkfs.ext3 -q -F -J size=4 -d "$layout" "$1" >/dev/null 2>&1; }; then
+        rm -f -- "$1"
+        find_runtime && TMPDIR=${1%/*} "$runtime" overlay create --sparse --size "$2" "$1" >/dev/null 9>&- || status=$?
+    fi
+    remove_own_tree "$layout"
+    return "$status"
+}
+e2fs_tool() {  # the tool $1 of e2fsprogs with the arguments $2...: where a user's PATH has no sbin, from there
+    PATH=$PATH:/usr/sbin:/sbin "$@"
 }
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout

@@ -103,7 +103,8 @@ keep_lock_private() {
 note_lock_holder() {
     local new
     new=$(new_private_file "$1" "$lock_record_name.new.") || return 0
-    if echo "$(id -un) $(hostname) $$ ${0##*/}" >"$new" && make_private "$1" "$new" "$2"; then
+    if echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ ${0##*/}" >"$new" &&
+        make_private "$1" "$new" "$2"; then
         rename_into_place "$new" "$1/$lock_record_name" && return 0
     fi
     rm -f -- "$new"
@@ -131,7 +132,8 @@ lock_holder() {
             echo "another venv-pip, make-squashfs, unmake-squashfs or eb reinstall"
             return
         fi
-        if [ "$host" != "$(hostname)" ] || [ -n "$(process_start "$pid")" ] || (( --tries == 0 )); then
+        if [ "$host" != "${run_host:-$(hostname)}" ] || [ -n "$(process_start "$pid")" ] || (( --tries == 0 ))
+        then
             break
         fi
         sleep 0.1

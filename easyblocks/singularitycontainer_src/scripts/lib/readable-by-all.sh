@@ -20,7 +20,7 @@ share_modes() {
     if install_is_group_writable "$1"; then
         executable=0575 readable=0464 forbidden=002 modes=a+rX,g+w,o-w
     fi
-    find "$2" -user "$(id -u)" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" -o \
+    find "$2" -user "$EUID" ! -type l \( -perm -u+x ! -perm "-$executable" -o ! -perm "-$readable" -o \
         -perm "/$forbidden" \) -exec chmod "$modes" {} +
 }
 # The mode and group of the file $1 for the new file $2, less the write bits that the install dir $3 forbids

@@ -79,10 +79,9 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
 remove_superseded() {
     local current entry
     current=$(current_generation "$1")
-    for entry in "$1/$generation_prefix"* "$1/$link_prefix"*; do
-        if [ "$entry" = "$current" ] || ! older_than "$entry" "$keep_minutes"; then
-            continue
-        fi
+    # (the old ones in one look: a find for each would cost a process each)
+    while IFS= read -r -d '' entry; do
+        [ "$entry" != "$current" ] || continue
         # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
         generation_whole "$current" || return 0
         case "$entry" in
@@ -105,7 +104,8 @@ remove_superseded() {
                 fi
                 ;;
         esac
-    done
+    done < <(find "$1" -mindepth 1 -maxdepth 1 \( -name "$generation_prefix*" -o -name "$link_prefix*" \) \
+        -mmin "+$keep_minutes" -print0 2>/dev/null)
 }
 # Whether the file $1 is a whole SquashFS file, as far as a glance tells: its magic, and as long as its superblock
 # says it is (a node that crashed before it wrote the file back leaves it empty or short); $2 "quick": its magic only

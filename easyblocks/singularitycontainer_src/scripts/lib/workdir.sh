@@ -32,7 +32,7 @@ remove_workdirs_of_this_run() {
 new_workdir() {  # a new work dir in the place $1: its path
     local work
     work=$(new_private_dir "$1" "$workdir_prefix") || return 1
-    if ! { chgrp "$(id -g)" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record" &&
+    if ! { chgrp "${run_group:-$(id -g)}" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record" &&
         mkdir "$work/$workdir_tmp"; }; then
         remove_own_tree "$work"
         return 1
