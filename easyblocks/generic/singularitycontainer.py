@@ -2247,13 +2247,15 @@ die() {
 # this file while the command started, or the command is of a version before the stamps, whose file still ran
 [ "${command_stamp:-}" = "$install_stamp" ] ||
     die "the module was reinstalled while $command_name started: run it again"
-# Who runs this command, and where, for the records of runs and the checks of ownership: found once, by know_who_runs
-# (each answer is a process), by the commands that change the venv; read as ${run_user:-$(id -un)} and the like, so
-# that a function also answers where they are not known. (Set empty here: not taken from the environment.)
-run_user='' run_group='' run_host=''
+# Who runs this command, and where, for the records of runs and the checks of ownership, and the install dir's mode:
+# found once, by know_who_runs (each answer is a process), by the commands that change the venv; read as
+# ${run_user:-$(id -un)} and the like, so that a function also answers where they are not known. (Set empty here: not
+# taken from the environment.)
+run_user='' run_group='' run_host='' root_mode=''
 know_who_runs() {
     run_user=$(id -un) && run_group=$(id -g) || return 0
     { read -r run_host </proc/sys/kernel/hostname; } 2>/dev/null || run_host=$(hostname)
+    root_mode=$(stat -c %a "$root") || root_mode=''
 }
 # The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
 # loaded: Lmod refuses this module after one of them, but not one of them after this module
@@ -2727,8 +2729,17 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
 # others than the directory's group count. $1 is taken as it resolves (realpath), which is what the caller should use
 # from then on.
 others_can_replace_in() {
+    replace_check "$@" || return 1
+    echo "$replace_why"
+}
+# others_can_replace_in without a process to tell it: status 0 where others can, with the answer in replace_why; the
+# directory as it resolves in replace_dir
+replace_why='' replace_dir=''
+replace_check() {
     local dir me dirs=() uid mode gid group i=0 why
-    dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
+    replace_why='' replace_dir=''
+    dir=$(realpath -e -- "$1" 2>/dev/null) || { replace_why="$1 (which cannot be resolved)"; return 0; }
+    replace_dir=$dir
     me=$EUID
     while dirs+=("$dir") && [ "$dir" != / ]; do
         dir=${dir%/*}
@@ -2739,15 +2750,15 @@ others_can_replace_in() {
         dir=${dirs[i]}
         i=$((i + 1))
         if [ "${2:-}" != group ] && [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
-            echo "$dir (which is $(stat -c %U -- "$dir")'s)"
+            replace_why="$dir (which is $(stat -c %U -- "$dir")'s)"
         elif (( 8#$mode & 8#1000 )); then
             continue  # sticky: only a name's owner, the directory's and root may rename it
         elif (( 8#$mode & 8#002 )); then
-            echo "$dir (which all users may write in)"
+            replace_why="$dir (which all users may write in)"
         elif ! (( 8#$mode & 8#020 )); then
             continue  # (with an ACL these bits are its mask: no named user or group may write either)
         elif why=$(group_class_writers "$dir" "$gid" "$group" "${2:-}"); then
-            echo "$dir ($why, without the sticky bit)"
+            replace_why="$dir ($why, without the sticky bit)"
         else
             continue
         fi
@@ -2934,13 +2945,16 @@ new_generation() {
     echo "$generation"
 }
 make_current() {  # the generation $2 becomes the state of the install dir $1: one rename of a new link over the old
-    local link superseded
+    local link superseded files=() file
     superseded=$(current_generation "$1")
     # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
     chmod "$(umask_mode 777)" "$2" || return 1
     link=$(new_link "${2##*/}" "$1" "$link_prefix") || return 1
     # on disk before the link names them: the generation's files, its directory, and its entry and the new link's
-    if ! find "$2" -mindepth 1 -maxdepth 1 -type f -exec sync -- {} + || ! sync -- "$2" "$1"; then
+    for file in "$2"/* "$2"/.*; do  # (the names this run gave them: no process to list them)
+        [ ! -f "$file" ] || [ -L "$file" ] || files+=("$file")
+    done
+    if ! sync -- "${files[@]}" "$2" "$1"; then
         rm -f -- "$link"
         return 1
     fi
@@ -3021,8 +3035,11 @@ damaged_state() {
     echo "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
         "before they were written?): ${way}reinstall the module (eb --rebuild)"
 }
-through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
-    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/$packed_name" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
+# Whether the path $2 names a file through the link of the install dir $1 (gone or not). ($1 is as readlink -f gives
+# it, as root is: where $2 names it as it is, no process is needed to tell.)
+through_the_link() {
+    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/$packed_name" = "${2%/*}" ] &&
+        { [ "${2%/*/*}" = "$1" ] || [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]; }
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
     case "$(readlink -f -- "$2" 2>/dev/null)" in
@@ -3316,7 +3333,9 @@ READABLE_BY_ALL = r'''# The modes of what venv-pip, make-squashfs and unmake-squ
 # read the install dir, never writable by others, writable by the group only in a group install. So do the processes
 # they start (pip in the container, mksquashfs, unsquashfs), which take the umask.
 install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
-    (( 8#$(stat -c %a "$1") & 8#020 ))
+    local mode=$root_mode  # (this install's, as know_who_runs found it)
+    [ "$1" = "$root" ] && [ -n "$mode" ] || mode=$(stat -c %a "$1")
+    (( 8#$mode & 8#020 ))
 }
 shared_umask() {  # the umask to write in the install dir $1 with
     if install_is_group_writable "$1"; then
@@ -3566,9 +3585,10 @@ read_only_overlays() {
 }
 # The runtime's overlays: the list $1 (others_overlays), then $2... (the packed venv's layers, a writable directory)
 use_overlays() {
-    local IFS=,
-    local overlays=("${@:2}")
-    [ -z "$1" ] || overlays=("$1" "${overlays[@]}")
+    local IFS=, overlay overlays=()
+    for overlay in "$@"; do  # (an empty one is none)
+        [ -z "$overlay" ] || overlays+=("$overlay")
+    done
     SINGULARITY_OVERLAY="${overlays[*]}"
     APPTAINER_OVERLAY="${overlays[*]}"
     export SINGULARITY_OVERLAY APPTAINER_OVERLAY
@@ -3663,9 +3683,13 @@ patterns_of() {
 # NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
 # a name with a newline over several lines (only the first has the root), and a link as "path -> target", with the
 # target's length as its size: taken apart by these, never by blanks, any name comes back as it is.
+listing_root=''  # (squashfs_entries': made once a run by know_listing_root, else at each listing)
+know_listing_root() {
+    listing_root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || listing_root=''
+}
 squashfs_entries() {
-    local root
-    root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || return 1
+    local root=$listing_root
+    [ -n "$root" ] || root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || return 1
     unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")
@@ -3705,8 +3729,10 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
 # The paths on stdin (NUL-terminated) removed from the tree $1 where they are there: not below a file or a link of the
 # tree, below which nothing is the tree's (a link's target is not). One rm for all: a change may remove thousands.
 remove_paths() {
-    local path
-    while IFS= read -r -d '' path; do
+    local path first
+    # (an empty list: no process)
+    IFS= read -r -d '' first || [ -n "$first" ] || return 0
+    { printf '%s\0' "$first"; cat; } | while IFS= read -r -d '' path; do
         if { [ -e "$1/$path" ] || [ -L "$1/$path" ]; } && ! under_non_directory "$1" "$path"; then
             printf '%s\0' "$path"
         fi
@@ -3792,6 +3818,7 @@ apply_upper() {
 # is new: nothing of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list
 hide_below_new_directories() {
     local path entry pattern
+    [ -s "$2" ] || return 0
     LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
     while IFS= read -r -d '' path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
@@ -3829,6 +3856,10 @@ pseudo_names() {
 # entry that cannot be opened. (A few processes for all the paths: an upgrade may remove tens of thousands.)
 pack_layer() {
     local whiteouts="$1.whiteouts" path
+    if [ ! -s "$2" ]; then  # (nothing removed: no whiteouts, and no process to find none)
+        pack_tree "$1" "$3"
+        return
+    fi
     LC_ALL=C sort -zu "$2" | while IFS= read -r -d '' path; do
         [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || printf '%s\0' "$path"
     done | in_squashfs "$4" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
@@ -3954,8 +3985,9 @@ remove_workdirs_of_this_run() {
 new_workdir() {  # a new work dir in the place $1: its path
     local work
     work=$(new_private_dir "$1" "$workdir_prefix") || return 1
-    if ! { chgrp "${run_group:-$(id -g)}" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record" &&
-        mkdir "$work/$workdir_tmp"; }; then
+    # (only a setgid place gives it a group and a mode of its own)
+    if ! { { [ ! -g "$1" ] || { chgrp "${run_group:-$(id -g)}" "$work" && chmod g-s "$work"; }; } &&
+        run_record >"$work/$workdir_record" && mkdir "$work/$workdir_tmp"; }; then
         remove_own_tree "$work"
         return 1
     fi
@@ -3973,19 +4005,21 @@ use_workdir_tmp() {
 # what pip keeps there (its nearest directory that exists, and up: others_can_replace_in): a wheel planted there would
 # go into the venv. Elsewhere it is off for this run, which says so in one line.
 use_private_pip_cache() {
-    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} existing why
+    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} existing
     [ -z "${PIP_NO_CACHE_DIR:-}" ] || return 0
     existing=$cache
     while [ ! -e "$existing" ] && [ "$existing" != "${existing%/*}" ]; do
         existing=${existing%/*}
     done
-    if why=$(others_can_replace_in "${existing:-/}"); then
-        echo "${0##*/}: not using pip's cache in $cache: other users can rename or replace what pip keeps in $why" >&2
+    if replace_check "${existing:-/}"; then
+        echo "${0##*/}: not using pip's cache in $cache: other users can rename or replace what pip keeps in" \
+            "$replace_why" >&2
         export PIP_NO_CACHE_DIR=1
     fi
 }
-free_bytes() {  # what is free where the path $1 is
-    df -B1 --output=avail "$1" 2>/dev/null | tail -n 1
+free_bytes() {  # what is free where the path $1 is (for you: not the blocks kept for root)
+    local blocks size
+    read -r blocks size < <(stat -f -c '%a %S' -- "$1" 2>/dev/null) && echo $(( blocks * size ))
 }
 # The places venv-pip works in, in order: $TMPDIR, /dev/shm, /tmp (node-local), as they resolve, where you may write
 # and nobody else can rename or replace what you make (not a project's TMPDIR on /scratch, which has no sticky bit:
@@ -3998,6 +4032,10 @@ workdir_candidates() {
 }
 workdir_places() {  # (not one whose path has a ',' or a ':': the runtime's bind and overlay lists cannot hold it)
     local place
+    if [ -n "$known_places" ]; then
+        printf '%s' "${known_places#-}"
+        return
+    fi
     while read -r place; do
         if ! others_can_replace_in "$place" >/dev/null; then
             place=$(realpath -e -- "$place") && [[ "$place" != *[,:]* ]] && echo "$place"
@@ -4006,11 +4044,30 @@ workdir_places() {  # (not one whose path has a ',' or a ':': the runtime's bind
 }
 say_where_others_can_replace() {  # the candidates that are not places, and why (once a run, before make_workdir)
     local place why
+    if [ -n "$known_places" ]; then
+        printf '%s' "$place_refusals" >&2
+        return
+    fi
     while read -r place; do
         if why=$(others_can_replace_in "$place"); then
             echo "${0##*/}: not working in $place: other users can rename or replace what you make in $why" >&2
         fi
     done < <(workdir_candidates)
+}
+# workdir_places and say_where_others_can_replace, found once for the rest of this run (each place a few processes
+# each time): what a change calls them for, a minute at most, sees the places as they were at its start
+known_places='' place_refusals=''
+know_workdir_places() {
+    local place
+    while read -r place; do
+        if replace_check "$place"; then
+            place_refusals+="${0##*/}: not working in $place: other users can rename or replace what you make in"
+            place_refusals+=" $replace_why"$'\n'
+        elif [[ "$replace_dir" != *[,:]* ]]; then
+            known_places+=$replace_dir$'\n'
+        fi
+    done < <(workdir_candidates)
+    known_places=-$known_places  # (known, if empty)
 }
 # A new work dir with room for $2 bytes (its path): in the first of workdir_places with room that is none of $3...
 # (places where pip ran out of space), else in the install dir $1, saying so; status 1 (and why) where there is none.
@@ -4127,12 +4184,30 @@ in_background() {  # the command $@, run in the background and waited for: its s
     child=
     return "$status"
 }
-stop() {  # end the command with the status $1, after the step in the background
-    if [ -n "$child" ]; then
-        pkill -TERM -P "$child" 2>/dev/null || true  # (what a function run in the background started)
-        kill "$child" 2>/dev/null || true
-        wait "$child" 2>/dev/null || true
-    fi
+# A step that needs nothing of the next ones, started in the background beside them (it takes the second core while
+# they wait for pip), with stdin from /dev/null (pip's questions are the terminal's): join_beside waits for it, its
+# status; stop ends it as it ends the step in the background
+beside=
+start_beside() {
+    "$@" </dev/null &
+    beside=$!
+}
+join_beside() {
+    local status=0
+    [ -n "$beside" ] || return 0
+    wait "$beside" || status=$?
+    beside=
+    return "$status"
+}
+stop() {  # end the command with the status $1, after the steps in the background
+    local step
+    for step in "$child" "$beside"; do
+        if [ -n "$step" ]; then
+            pkill -TERM -P "$step" 2>/dev/null || true  # (what a function run in the background started)
+            kill "$step" 2>/dev/null || true
+            wait "$step" 2>/dev/null || true
+        fi
+    done
     exit "$1"
 }
 '''
@@ -4712,9 +4787,14 @@ pip_on_layers() {
         layer_overlays=$(read_only_overlays "$user_overlays")
         layer_overlays=${layer_overlays:-none}
     fi
-    use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro" "$writable"
+    use_overlays "${layer_overlays#none}" "$squashfs:ro" "${layer_so_far_overlay:-}" "$writable"
     use_for_user_software ""  # (no bind there)
+    # (the layer so far, which the change is put together on, unpacked while pip runs)
+    remove_own_tree "$work/tree"
+    start_beside layer_so_far "$work/tree" "$work/removed"
     in_background in_overlay --then "$image_commands_module" pip "$@" || status=$?
+    layer_so_far_status=0
+    join_beside || layer_so_far_status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
         refused=$writable_kind
         kind_refused=$refused
@@ -4731,7 +4811,7 @@ pip_on_layers() {
         return "$status"
     fi
     if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
-        use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro"
+        use_overlays "${layer_overlays#none}" "$squashfs:ro" "${layer_so_far_overlay:-}"
         mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
         in_background export_upper "$writable" "$work/overlay/upper" "$work/whiteouts" || status=$?
         if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then
@@ -4798,7 +4878,7 @@ repack_instead() {  # the change (pip $3...) into the new generation $2 on the w
 change_in_layers() {
     local new=$1 upper whiteouts tree status=0 python=no newline=no changed=no
     shift
-    pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) + $(writable_layer_room) ))" \
+    pip_where_there_is_room layers "$(( $(layer_so_far_bytes) * 2 + (64 << 20) + $(writable_layer_room) ))" \
         "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
@@ -4821,8 +4901,7 @@ change_in_layers() {
             ;;
     esac
     tree="$work/tree"
-    if ! { mkdir "$tree" && layer_whiteouts "$changes" >"$work/removed" &&
-        in_background apply_layer "$changes" "$tree"; }; then
+    if [ "$layer_so_far_status" -ne 0 ]; then
         again_where_there_is_room "cannot unpack $changes into $work; nothing was changed" "$new" "$@"
         return
     fi
@@ -4842,11 +4921,32 @@ change_in_layers() {
     like "$changes" "$new/$changes_name" "$root"
     layer_or_merge "$new"
 }
+# What the layer of the state the change is made on takes unpacked; and that layer as an overlay of pip's container:
+# none where it changes nothing (a mount less)
+layer_so_far_bytes() {
+    if [ -e "$generation/$empty_mark" ]; then
+        echo 0
+    else
+        unpacked_bytes "$changes"
+    fi
+}
+# The layer of the state the change is made on, unpacked into the new directory $1, its whiteouts listed in the new
+# file $2 (NUL-terminated); one that changes nothing (make-squashfs and a merge leave one) has nothing to unpack
+layer_so_far() {
+    rm -f -- "$2"
+    mkdir "$1" || return 1
+    if [ -e "$generation/$empty_mark" ]; then
+        : >"$2"
+        return
+    fi
+    layer_whiteouts "$changes" >"$2" && in_background apply_layer "$changes" "$1"
+}
 # The new layer, put together, becomes the new generation $1's, on the SquashFS file as it is; or, when it grows
 # beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file
 layer_or_merge() {
-    local new=$1 new_squashfs="$1/$squashfs_name" new_changes="$1/$changes_name"
-    if [ "$(layer_or_merge_choice "$(stat -c %s "$new_changes")" "$(stat -c %s "$squashfs")")" = layer ]; then
+    local new=$1 new_squashfs="$1/$squashfs_name" new_changes="$1/$changes_name" sizes=()
+    mapfile -t sizes < <(stat -c %s -- "$new_changes" "$squashfs")
+    if [ "$(layer_or_merge_choice "${sizes[0]:-}" "${sizes[1]:-}")" = layer ]; then
         # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
         ln -- "$squashfs" "$new_squashfs" || die "cannot link $squashfs into $new; nothing was changed"
         make_new_current "$new"
@@ -4899,6 +4999,12 @@ read_state_under_lock() {
     kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
     squashfs="$generation/$squashfs_name"
     changes="$generation/$changes_name"
+    layer_so_far_overlay=''
+    if [ ! -e "$generation/$empty_mark" ]; then
+        layer_so_far_overlay="$changes:ro"
+        know_listing_root  # (a layer with a change is listed more than once: the root of the listings once)
+    fi
+    layer_so_far_status=1  # (pip_on_layers: 0 once the layer so far is unpacked)
     user_overlays=$(others_overlays "$root")  # (before this run adds its own)
     layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
     generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
@@ -4909,6 +5015,7 @@ read_state_under_lock() {
 pip_on_directory() {
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
     use_state "$form" "$generation"
+    know_workdir_places
     say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
     use_workdir_tmp "$work"
@@ -4937,6 +5044,7 @@ change_packed_venv() {
     work=
     full_places=()  # (where this run ran out of space: not tried again)
     new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+    know_workdir_places
     say_where_others_can_replace
     if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
         change_in_layers "$change_new" "$@"

@@ -255,9 +255,14 @@ pip_on_layers() {
         layer_overlays=$(read_only_overlays "$user_overlays")
         layer_overlays=${layer_overlays:-none}
     fi
-    use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro" "$writable"
+    use_overlays "${layer_overlays#none}" "$squashfs:ro" "${layer_so_far_overlay:-}" "$writable"
     use_for_user_software ""  # (no bind there)
+    # (the layer so far, which the change is put together on, unpacked while pip runs)
+    remove_own_tree "$work/tree"
+    start_beside layer_so_far "$work/tree" "$work/removed"
     in_background in_overlay --then "$image_commands_module" pip "$@" || status=$?
+    layer_so_far_status=0
+    join_beside || layer_so_far_status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
         refused=$writable_kind
         kind_refused=$refused
@@ -274,7 +279,7 @@ pip_on_layers() {
         return "$status"
     fi
     if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
-        use_overlays "${layer_overlays#none}" "$squashfs:ro" "$changes:ro"
+        use_overlays "${layer_overlays#none}" "$squashfs:ro" "${layer_so_far_overlay:-}"
         mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
         in_background export_upper "$writable" "$work/overlay/upper" "$work/whiteouts" || status=$?
         if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then
@@ -341,7 +346,7 @@ repack_instead() {  # the change (pip $3...) into the new generation $2 on the w
 change_in_layers() {
     local new=$1 upper whiteouts tree status=0 python=no newline=no changed=no
     shift
-    pip_where_there_is_room layers "$(( $(unpacked_bytes "$changes") * 2 + (64 << 20) + $(writable_layer_room) ))" \
+    pip_where_there_is_room layers "$(( $(layer_so_far_bytes) * 2 + (64 << 20) + $(writable_layer_room) ))" \
         "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
@@ -364,8 +369,7 @@ change_in_layers() {
             ;;
     esac
     tree="$work/tree"
-    if ! { mkdir "$tree" && layer_whiteouts "$changes" >"$work/removed" &&
-        in_background apply_layer "$changes" "$tree"; }; then
+    if [ "$layer_so_far_status" -ne 0 ]; then
         again_where_there_is_room "cannot unpack $changes into $work; nothing was changed" "$new" "$@"
         return
     fi
@@ -385,11 +389,32 @@ change_in_layers() {
     like "$changes" "$new/$changes_name" "$root"
     layer_or_merge "$new"
 }
+# What the layer of the state the change is made on takes unpacked; and that layer as an overlay of pip's container:
+# none where it changes nothing (a mount less)
+layer_so_far_bytes() {
+    if [ -e "$generation/$empty_mark" ]; then
+        echo 0
+    else
+        unpacked_bytes "$changes"
+    fi
+}
+# The layer of the state the change is made on, unpacked into the new directory $1, its whiteouts listed in the new
+# file $2 (NUL-terminated); one that changes nothing (make-squashfs and a merge leave one) has nothing to unpack
+layer_so_far() {
+    rm -f -- "$2"
+    mkdir "$1" || return 1
+    if [ -e "$generation/$empty_mark" ]; then
+        : >"$2"
+        return
+    fi
+    layer_whiteouts "$changes" >"$2" && in_background apply_layer "$changes" "$1"
+}
 # The new layer, put together, becomes the new generation $1's, on the SquashFS file as it is; or, when it grows
 # beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file
 layer_or_merge() {
-    local new=$1 new_squashfs="$1/$squashfs_name" new_changes="$1/$changes_name"
-    if [ "$(layer_or_merge_choice "$(stat -c %s "$new_changes")" "$(stat -c %s "$squashfs")")" = layer ]; then
+    local new=$1 new_squashfs="$1/$squashfs_name" new_changes="$1/$changes_name" sizes=()
+    mapfile -t sizes < <(stat -c %s -- "$new_changes" "$squashfs")
+    if [ "$(layer_or_merge_choice "${sizes[0]:-}" "${sizes[1]:-}")" = layer ]; then
         # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
         ln -- "$squashfs" "$new_squashfs" || die "cannot link $squashfs into $new; nothing was changed"
         make_new_current "$new"
@@ -442,6 +467,12 @@ read_state_under_lock() {
     kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
     squashfs="$generation/$squashfs_name"
     changes="$generation/$changes_name"
+    layer_so_far_overlay=''
+    if [ ! -e "$generation/$empty_mark" ]; then
+        layer_so_far_overlay="$changes:ro"
+        know_listing_root  # (a layer with a change is listed more than once: the root of the listings once)
+    fi
+    layer_so_far_status=1  # (pip_on_layers: 0 once the layer so far is unpacked)
     user_overlays=$(others_overlays "$root")  # (before this run adds its own)
     layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
     generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
@@ -452,6 +483,7 @@ read_state_under_lock() {
 pip_on_directory() {
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
     use_state "$form" "$generation"
+    know_workdir_places
     say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
     use_workdir_tmp "$work"
@@ -480,6 +512,7 @@ change_packed_venv() {
     work=
     full_places=()  # (where this run ran out of space: not tried again)
     new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
+    know_workdir_places
     say_where_others_can_replace
     if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
         change_in_layers "$change_new" "$@"

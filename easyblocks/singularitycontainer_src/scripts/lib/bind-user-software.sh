@@ -84,9 +84,10 @@ read_only_overlays() {
 }
 # The runtime's overlays: the list $1 (others_overlays), then $2... (the packed venv's layers, a writable directory)
 use_overlays() {
-    local IFS=,
-    local overlays=("${@:2}")
-    [ -z "$1" ] || overlays=("$1" "${overlays[@]}")
+    local IFS=, overlay overlays=()
+    for overlay in "$@"; do  # (an empty one is none)
+        [ -z "$overlay" ] || overlays+=("$overlay")
+    done
     SINGULARITY_OVERLAY="${overlays[*]}"
     APPTAINER_OVERLAY="${overlays[*]}"
     export SINGULARITY_OVERLAY APPTAINER_OVERLAY

@@ -57,11 +57,29 @@ in_background() {  # the command $@, run in the background and waited for: its s
     child=
     return "$status"
 }
-stop() {  # end the command with the status $1, after the step in the background
-    if [ -n "$child" ]; then
-        pkill -TERM -P "$child" 2>/dev/null || true  # (what a function run in the background started)
-        kill "$child" 2>/dev/null || true
-        wait "$child" 2>/dev/null || true
-    fi
+# A step that needs nothing of the next ones, started in the background beside them (it takes the second core while
+# they wait for pip), with stdin from /dev/null (pip's questions are the terminal's): join_beside waits for it, its
+# status; stop ends it as it ends the step in the background
+beside=
+start_beside() {
+    "$@" </dev/null &
+    beside=$!
+}
+join_beside() {
+    local status=0
+    [ -n "$beside" ] || return 0
+    wait "$beside" || status=$?
+    beside=
+    return "$status"
+}
+stop() {  # end the command with the status $1, after the steps in the background
+    local step
+    for step in "$child" "$beside"; do
+        if [ -n "$step" ]; then
+            pkill -TERM -P "$step" 2>/dev/null || true  # (what a function run in the background started)
+            kill "$step" 2>/dev/null || true
+            wait "$step" 2>/dev/null || true
+        fi
+    done
     exit "$1"
 }

@@ -27,8 +27,17 @@ new_link() {  # a new symbolic link to $1 at a fresh name $2/$3XXXXXX: its path
 # others than the directory's group count. $1 is taken as it resolves (realpath), which is what the caller should use
 # from then on.
 others_can_replace_in() {
+    replace_check "$@" || return 1
+    echo "$replace_why"
+}
+# others_can_replace_in without a process to tell it: status 0 where others can, with the answer in replace_why; the
+# directory as it resolves in replace_dir
+replace_why='' replace_dir=''
+replace_check() {
     local dir me dirs=() uid mode gid group i=0 why
-    dir=$(realpath -e -- "$1" 2>/dev/null) || { echo "$1 (which cannot be resolved)"; return 0; }
+    replace_why='' replace_dir=''
+    dir=$(realpath -e -- "$1" 2>/dev/null) || { replace_why="$1 (which cannot be resolved)"; return 0; }
+    replace_dir=$dir
     me=$EUID
     while dirs+=("$dir") && [ "$dir" != / ]; do
         dir=${dir%/*}
@@ -39,15 +48,15 @@ others_can_replace_in() {
         dir=${dirs[i]}
         i=$((i + 1))
         if [ "${2:-}" != group ] && [ "$uid" != 0 ] && [ "$uid" != "$me" ]; then
-            echo "$dir (which is $(stat -c %U -- "$dir")'s)"
+            replace_why="$dir (which is $(stat -c %U -- "$dir")'s)"
         elif (( 8#$mode & 8#1000 )); then
             continue  # sticky: only a name's owner, the directory's and root may rename it
         elif (( 8#$mode & 8#002 )); then
-            echo "$dir (which all users may write in)"
+            replace_why="$dir (which all users may write in)"
         elif ! (( 8#$mode & 8#020 )); then
             continue  # (with an ACL these bits are its mask: no named user or group may write either)
         elif why=$(group_class_writers "$dir" "$gid" "$group" "${2:-}"); then
-            echo "$dir ($why, without the sticky bit)"
+            replace_why="$dir ($why, without the sticky bit)"
         else
             continue
         fi

@@ -28,9 +28,13 @@ patterns_of() {
 # NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
 # a name with a newline over several lines (only the first has the root), and a link as "path -> target", with the
 # target's length as its size: taken apart by these, never by blanks, any name comes back as it is.
+listing_root=''  # (squashfs_entries': made once a run by know_listing_root, else at each listing)
+know_listing_root() {
+    listing_root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || listing_root=''
+}
 squashfs_entries() {
-    local root
-    root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || return 1
+    local root=$listing_root
+    [ -n "$root" ] || root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || return 1
     unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")
@@ -70,8 +74,10 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
 # The paths on stdin (NUL-terminated) removed from the tree $1 where they are there: not below a file or a link of the
 # tree, below which nothing is the tree's (a link's target is not). One rm for all: a change may remove thousands.
 remove_paths() {
-    local path
-    while IFS= read -r -d '' path; do
+    local path first
+    # (an empty list: no process)
+    IFS= read -r -d '' first || [ -n "$first" ] || return 0
+    { printf '%s\0' "$first"; cat; } | while IFS= read -r -d '' path; do
         if { [ -e "$1/$path" ] || [ -L "$1/$path" ]; } && ! under_non_directory "$1" "$path"; then
             printf '%s\0' "$path"
         fi
@@ -157,6 +163,7 @@ apply_upper() {
 # is new: nothing of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list
 hide_below_new_directories() {
     local path entry pattern
+    [ -s "$2" ] || return 0
     LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
     while IFS= read -r -d '' path; do
         if [ -n "$path" ] && [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
@@ -194,6 +201,10 @@ pseudo_names() {
 # entry that cannot be opened. (A few processes for all the paths: an upgrade may remove tens of thousands.)
 pack_layer() {
     local whiteouts="$1.whiteouts" path
+    if [ ! -s "$2" ]; then  # (nothing removed: no whiteouts, and no process to find none)
+        pack_tree "$1" "$3"
+        return
+    fi
     LC_ALL=C sort -zu "$2" | while IFS= read -r -d '' path; do
         [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || printf '%s\0' "$path"
     done | in_squashfs "$4" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""

@@ -16,13 +16,15 @@ die() {
 # this file while the command started, or the command is of a version before the stamps, whose file still ran
 [ "${command_stamp:-}" = "$install_stamp" ] ||
     die "the module was reinstalled while $command_name started: run it again"
-# Who runs this command, and where, for the records of runs and the checks of ownership: found once, by know_who_runs
-# (each answer is a process), by the commands that change the venv; read as ${run_user:-$(id -un)} and the like, so
-# that a function also answers where they are not known. (Set empty here: not taken from the environment.)
-run_user='' run_group='' run_host=''
+# Who runs this command, and where, for the records of runs and the checks of ownership, and the install dir's mode:
+# found once, by know_who_runs (each answer is a process), by the commands that change the venv; read as
+# ${run_user:-$(id -un)} and the like, so that a function also answers where they are not known. (Set empty here: not
+# taken from the environment.)
+run_user='' run_group='' run_host='' root_mode=''
 know_who_runs() {
     run_user=$(id -un) && run_group=$(id -g) || return 0
     { read -r run_host </proc/sys/kernel/hostname; } 2>/dev/null || run_host=$(hostname)
+    root_mode=$(stat -c %a "$root") || root_mode=''
 }
 # The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
 # loaded: Lmod refuses this module after one of them, but not one of them after this module

@@ -3,7 +3,9 @@
 # read the install dir, never writable by others, writable by the group only in a group install. So do the processes
 # they start (pip in the container, mksquashfs, unsquashfs), which take the umask.
 install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
-    (( 8#$(stat -c %a "$1") & 8#020 ))
+    local mode=$root_mode  # (this install's, as know_who_runs found it)
+    [ "$1" = "$root" ] && [ -n "$mode" ] || mode=$(stat -c %a "$1")
+    (( 8#$mode & 8#020 ))
 }
 shared_umask() {  # the umask to write in the install dir $1 with
     if install_is_group_writable "$1"; then

@@ -57,13 +57,16 @@ new_generation() {
     echo "$generation"
 }
 make_current() {  # the generation $2 becomes the state of the install dir $1: one rename of a new link over the old
-    local link superseded
+    local link superseded files=() file
     superseded=$(current_generation "$1")
     # (whole now: for whoever may read the install dir, and removable by the next member's change once superseded)
     chmod "$(umask_mode 777)" "$2" || return 1
     link=$(new_link "${2##*/}" "$1" "$link_prefix") || return 1
     # on disk before the link names them: the generation's files, its directory, and its entry and the new link's
-    if ! find "$2" -mindepth 1 -maxdepth 1 -type f -exec sync -- {} + || ! sync -- "$2" "$1"; then
+    for file in "$2"/* "$2"/.*; do  # (the names this run gave them: no process to list them)
+        [ ! -f "$file" ] || [ -L "$file" ] || files+=("$file")
+    done
+    if ! sync -- "${files[@]}" "$2" "$1"; then
         rm -f -- "$link"
         return 1
     fi
@@ -144,8 +147,11 @@ damaged_state() {
     echo "the packed venv's state ${2##*/} is damaged (its SquashFS files are empty or short: did a node crash" \
         "before they were written?): ${way}reinstall the module (eb --rebuild)"
 }
-through_the_link() {  # whether the path $2 names a file through the link of the install dir $1 (gone or not)
-    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/$packed_name" = "${2%/*}" ] && [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]
+# Whether the path $2 names a file through the link of the install dir $1 (gone or not). ($1 is as readlink -f gives
+# it, as root is: where $2 names it as it is, no process is needed to tell.)
+through_the_link() {
+    [ "${2%/*}" != "$2" ] && [ "${2%/*/*}/$packed_name" = "${2%/*}" ] &&
+        { [ "${2%/*/*}" = "$1" ] || [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]; }
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
     case "$(readlink -f -- "$2" 2>/dev/null)" in

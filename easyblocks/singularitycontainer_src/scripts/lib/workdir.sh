@@ -32,8 +32,9 @@ remove_workdirs_of_this_run() {
 new_workdir() {  # a new work dir in the place $1: its path
     local work
     work=$(new_private_dir "$1" "$workdir_prefix") || return 1
-    if ! { chgrp "${run_group:-$(id -g)}" "$work" && chmod g-s "$work" && run_record >"$work/$workdir_record" &&
-        mkdir "$work/$workdir_tmp"; }; then
+    # (only a setgid place gives it a group and a mode of its own)
+    if ! { { [ ! -g "$1" ] || { chgrp "${run_group:-$(id -g)}" "$work" && chmod g-s "$work"; }; } &&
+        run_record >"$work/$workdir_record" && mkdir "$work/$workdir_tmp"; }; then
         remove_own_tree "$work"
         return 1
     fi
@@ -51,19 +52,21 @@ use_workdir_tmp() {
 # what pip keeps there (its nearest directory that exists, and up: others_can_replace_in): a wheel planted there would
 # go into the venv. Elsewhere it is off for this run, which says so in one line.
 use_private_pip_cache() {
-    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} existing why
+    local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} existing
     [ -z "${PIP_NO_CACHE_DIR:-}" ] || return 0
     existing=$cache
     while [ ! -e "$existing" ] && [ "$existing" != "${existing%/*}" ]; do
         existing=${existing%/*}
     done
-    if why=$(others_can_replace_in "${existing:-/}"); then
-        echo "${0##*/}: not using pip's cache in $cache: other users can rename or replace what pip keeps in $why" >&2
+    if replace_check "${existing:-/}"; then
+        echo "${0##*/}: not using pip's cache in $cache: other users can rename or replace what pip keeps in" \
+            "$replace_why" >&2
         export PIP_NO_CACHE_DIR=1
     fi
 }
-free_bytes() {  # what is free where the path $1 is
-    df -B1 --output=avail "$1" 2>/dev/null | tail -n 1
+free_bytes() {  # what is free where the path $1 is (for you: not the blocks kept for root)
+    local blocks size
+    read -r blocks size < <(stat -f -c '%a %S' -- "$1" 2>/dev/null) && echo $(( blocks * size ))
 }
 # The places venv-pip works in, in order: $TMPDIR, /dev/shm, /tmp (node-local), as they resolve, where you may write
 # and nobody else can rename or replace what you make (not a project's TMPDIR on /scratch, which has no sticky bit:
@@ -76,6 +79,10 @@ workdir_candidates() {
 }
 workdir_places() {  # (not one whose path has a ',' or a ':': the runtime's bind and overlay lists cannot hold it)
     local place
+    if [ -n "$known_places" ]; then
+        printf '%s' "${known_places#-}"
+        return
+    fi
     while read -r place; do
         if ! others_can_replace_in "$place" >/dev/null; then
             place=$(realpath -e -- "$place") && [[ "$place" != *[,:]* ]] && echo "$place"
@@ -84,11 +91,30 @@ workdir_places() {  # (not one whose path has a ',' or a ':': the runtime's bind
 }
 say_where_others_can_replace() {  # the candidates that are not places, and why (once a run, before make_workdir)
     local place why
+    if [ -n "$known_places" ]; then
+        printf '%s' "$place_refusals" >&2
+        return
+    fi
     while read -r place; do
         if why=$(others_can_replace_in "$place"); then
             echo "${0##*/}: not working in $place: other users can rename or replace what you make in $why" >&2
         fi
     done < <(workdir_candidates)
+}
+# workdir_places and say_where_others_can_replace, found once for the rest of this run (each place a few processes
+# each time): what a change calls them for, a minute at most, sees the places as they were at its start
+known_places='' place_refusals=''
+know_workdir_places() {
+    local place
+    while read -r place; do
+        if replace_check "$place"; then
+            place_refusals+="${0##*/}: not working in $place: other users can rename or replace what you make in"
+            place_refusals+=" $replace_why"$'\n'
+        elif [[ "$replace_dir" != *[,:]* ]]; then
+            known_places+=$replace_dir$'\n'
+        fi
+    done < <(workdir_candidates)
+    known_places=-$known_places  # (known, if empty)
 }
 # A new work dir with room for $2 bytes (its path): in the first of workdir_places with room that is none of $3...
 # (places where pip ran out of space), else in the install dir $1, saying so; status 1 (and why) where there is none.
