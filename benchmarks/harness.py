@@ -41,7 +41,7 @@ class Settings:
     quick: bool
     runs: int
     warmup: int
-    image_size: int            # bytes of random data in the install benchmark's image
+    image_sizes: tuple         # bytes of random data in the install benchmark's images
     small_image_size: int      # and in the small image of the copy_image = False comparison
     wheels: int                # wheels installed in the squash benchmark's venv
     modules_per_wheel: int
@@ -52,10 +52,10 @@ class Settings:
     @classmethod
     def make(cls, quick, runs):
         if quick:
-            return cls(quick=True, runs=runs or 1, warmup=0, image_size=4 * MiB, small_image_size=1 * MiB, wheels=1,
-                       modules_per_wheel=20, inner=1, generator_containers=50, venv_pip_sizes=(20,))
-        return cls(quick=False, runs=runs or 5, warmup=1, image_size=2 * GiB, small_image_size=16 * MiB, wheels=3,
-                   modules_per_wheel=1000, inner=20, generator_containers=50,
+            return cls(quick=True, runs=runs or 1, warmup=0, image_sizes=(4 * MiB,), small_image_size=1 * MiB,
+                       wheels=1, modules_per_wheel=20, inner=1, generator_containers=50, venv_pip_sizes=(20,))
+        return cls(quick=False, runs=runs or 5, warmup=1, image_sizes=(1 * GiB, 2 * GiB), small_image_size=16 * MiB,
+                   wheels=3, modules_per_wheel=1000, inner=20, generator_containers=50,
                    venv_pip_sizes=(0, 3000, 30000))
 
 
@@ -193,10 +193,8 @@ class Context:
         env.pop('SLURM_CPUS_PER_TASK', None)     # make-squashfs then uses all of nproc, as on a login node
         return env
 
-    def install_image(self, size=None):
-        """The install benchmark's image: a real SIF whose SquashFS holds size (default: image_size) bytes of
-        random data."""
-        size = size or self.settings.image_size
+    def install_image(self, size):
+        """An image of the install benchmark: a real SIF whose SquashFS holds size bytes of random data."""
         directory = self.scratch if self.settings.quick or size < 64 * MiB else self.cache
         path = directory / ('bench-%d.sif' % size)
         if path.exists():

@@ -41,7 +41,7 @@ exec %(real)s "$@"
 def make_shims(directory, path):
     """A shim in directory for each tool found on path (a PATH string); the directory, to put first on PATH."""
     directory.mkdir(parents=True, exist_ok=True)
-    tools = dict(TOOLS, **{runtime: 'container' for runtime in RUNTIMES})
+    tools = dict(TOOLS, **dict.fromkeys(RUNTIMES, 'container'))
     for tool, kind in tools.items():
         real = shutil.which(tool, path=path)
         if real:
@@ -53,7 +53,7 @@ def make_shims(directory, path):
 
 def read_log(log, total):
     """{kind: seconds} from a shims' log, with 'shell' what the total (seconds) leaves."""
-    spent = {kind: 0.0 for kind in KINDS}
+    spent = dict.fromkeys(KINDS, 0.0)
     if Path(log).exists():
         for line in Path(log).read_text().splitlines():
             kind, start, end = line.split()

@@ -649,7 +649,8 @@ def test_thousands_of_requirements_reach_the_check_on_stdin(monkeypatch):
 
     class Easyconfig:
         cfg = {'container_python_version': '3.12', 'container_components': {'torch': '2.9.1'},
-               'pip_requirements': ['pkg%d >= 1.0  # %d' % (i, i) for i in range(20000)] + ['pkg1', 'PKG1']}
+               'pip_requirements': ['pkg%d >= 1.0  # %d' % (i, i) for i in range(20000)] + ['pkg1', 'PKG1'],
+               'wrapped_commands': ['torchrun']}
 
     for number in range(50):  # (what installer_independent_env unsets)
         monkeypatch.setenv('PIP_SETTING_%d' % number, 'x')
@@ -666,6 +667,13 @@ def test_thousands_of_requirements_reach_the_check_on_stdin(monkeypatch):
     checks = json.loads(ast.literal_eval(set_checks[0].value))
     assert checks['requirements'] == ['pkg%d' % i for i in range(20000)]
     assert checks == dict(checks, python='3.12', components={'torch': '2.9.1'})
+    # where the module wraps python, the check runs through that wrapper (and so checks it: one container start)
+    Easyconfig.cfg['wrapped_commands'] = ['python', 'torchrun']
+    [bash, script_file] = shlex.split(SingularityContainer.container_check_command(Easyconfig()))
+    with open(script_file) as handle:
+        first = handle.readline()
+    os.unlink(script_file)
+    assert first.endswith(" python - <<'%s'\n" % end)
 
 
 @pytest.mark.once_only('what EasyBuild shows of a failed check does not depend on the runtime')

@@ -301,7 +301,9 @@ def test_without_layers_venv_pip_repacks_on_local_storage(packed, tmp_path, whee
             '.packed/user-software.squashfs and a layer on top as overlays here (FATAL: overlays are not supported '
             'here).' % idir) in out
     assert user_software_entries(idir) == [PACKED] and packed_files(idir) == ['user-software.squashfs']
-    no_room = fake_command(tmp_path / 'no-room', 'df', 'echo Avail; echo 0\n')
+    # (a file system with no room: stat -f says so, of any path; the rest of stat is the real one's)
+    no_room = fake_command(tmp_path / 'no-room', 'stat', 'if [ "$1" = -f ]; then echo 0 4096; exit 0; fi\n'
+                                                         'exec %s "$@"\n' % shutil.which('stat'))
     work = tmp_path / 'work'  # venv-pip's node-local storage
     work.mkdir()
     give(work, inst.user)

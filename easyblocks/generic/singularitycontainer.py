@@ -1330,7 +1330,8 @@ class SingularityContainer(EasyBlock):
         if os.path.isfile(self.installed_sif()) or self.dry_run:
             custom_commands.append(self.container_check_command())
             for cmd in self.cfg['wrapped_commands']:
-                if cmd.startswith('python'):
+                # (the container check itself runs through the wrapper python: one container start less)
+                if cmd.startswith('python') and cmd != 'python':
                     custom_commands.append('%s -c pass' % cmd)
         else:
             self.log.warning("%s not found: container checks skipped", self.installed_sif())
@@ -1353,10 +1354,12 @@ class SingularityContainer(EasyBlock):
             raise EasyBuildError("The container check program has no line 'CHECKS = None' for its checks, or has "
                                  "the line %s that ends it", CONTAINER_CHECK_END)
         program = CONTAINER_CHECK_SCRIPT.replace(unset_checks, '\nCHECKS = %r ' % json.dumps(checks), 1)
+        # the module's python where it wraps one (the check is then also the wrapper's), else start-shell's
+        python = 'python -' if 'python' in self.cfg['wrapped_commands'] else "start-shell -c 'python -'"
         handle, path = tempfile.mkstemp(prefix='container-check-', suffix='.sh')
         with os.fdopen(handle, 'w') as script:
-            script.write("exec %s start-shell -c 'python -' <<'%s'\n%s\n%s\n" % (
-                installer_independent_env(), CONTAINER_CHECK_END, program.rstrip('\n'), CONTAINER_CHECK_END))
+            script.write("exec %s %s <<'%s'\n%s\n%s\n" % (
+                installer_independent_env(), python, CONTAINER_CHECK_END, program.rstrip('\n'), CONTAINER_CHECK_END))
         return 'bash %s' % sh_str(path)
 
     # module: the help, the fingerprints of the user software, the load-time logic
