@@ -102,7 +102,8 @@ def bench_container_start(ctx):
         values = {}
         for mode in modes:
             for kind in COMMANDS:
-                for count, suffix, times in ((1, '', s.inner), (AT_ONCE, '_8', max(1, s.inner // 4))):
+                # (half the inner count of the other benchmarks: 2 modes x 2 commands x 2 forms take turns)
+                for count, suffix, times in ((1, '', max(1, s.inner // 2)), (AT_ONCE, '_8', max(1, s.inner // 6))):
                     totals = dict.fromkeys(states, 0.0)
                     for _ in range(times):
                         for state in rotated(list(states), index):

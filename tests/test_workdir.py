@@ -271,12 +271,14 @@ def test_a_writable_overlay_of_the_users_is_left_out_of_a_change(packed, tmp_pat
                        'directory, which needs no mkfs.ext3)', in_setuid_run=True)
 @pytest.mark.needs('image-src')
 def test_without_mkfs_ext3_a_change_is_a_repack(packed, tmp_path, wheelhouse):
-    """A node without mkfs.ext3 (the runtime makes the change's EXT3 image with it): venv-pip stopped. It repacks the
-    whole venv instead, which needs no writable layer, saying why in one line."""
+    """A node without mkfs.ext3 (venv-pip makes the change's EXT3 image with it, and else the runtime, which needs it
+    too): venv-pip stopped. It repacks the whole venv instead, which needs no writable layer, saying why in one
+    line."""
     inst, idir = packed
     shim = fake_command(tmp_path / 'shim', 'singularity', (
         'if [ "$1 $2" = "overlay create" ]; then echo "FATAL:   mkfs.ext3 not found on this node" >&2; exit 255; fi\n'
         'exec %s "$@"\n') % RUNTIME)
+    fake_command(shim, 'mkfs.ext3', 'echo "mkfs.ext3: not found" >&2\nexit 127\n')
     wheel = write_wheel(tmp_path, 'lumi-no-mkfs').parent
     proc = venv_pip(inst, tmp_path, 'install %s lumi-no-mkfs' % ' '.join(local_wheels(wheel)), path=[shim])
     assert 'has the change' in proc.stdout, proc.stderr
