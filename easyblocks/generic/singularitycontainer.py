@@ -4577,7 +4577,7 @@ export_upper() {
 # it fails, having written only in the work dir.
 read_upper() {
     local dump="$work/upper-dump" dirs="$work/upper-dirs" said="$work/upper-debugfs.err" record
-    mkdir -- "$dump" || return 1
+    ext3_put_away "$1" && mkdir -- "$dump" || return 1
     (cd -- "$dump" && e2fs_tool debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
         debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
     find "$2" -type d -printf '%P\0' >"$dirs" || return 1
@@ -4601,6 +4601,15 @@ read_upper() {
     while IFS= read -r -d '' record; do
         chmod "${record%% *}" -- "$2/${record#* }" || return 1
     done <"$dirs.modes"
+}
+# Whether the file system of the EXT3 image $1 was put away whole: clean (s_state, at byte 1082, is 1) and with no
+# journal to replay (s_feature_incompat's RECOVER, at byte 1120: a kernel that still mounts it, as a process left
+# running in the container keeps its mounts, sets it). Else debugfs, which reads the file, may read less than the
+# kernel holds: the container reads it through the kernel instead.
+ext3_put_away() {
+    local fields=()
+    read -ra fields < <(od -An -v --endian=little -j 1082 -N 40 -t u2 -- "$1" | tr '\n' ' '; echo) || return 1
+    [ "${#fields[@]}" -eq 20 ] && [ "${fields[0]}" = 1 ] && (( (fields[19] & 4) == 0 ))
 }
 debugfs_said_nothing() {  # whether what a debugfs said (the file $1) is its version alone
     [ "$(grep -cv '^debugfs [0-9]' "$1")" = 0 ]
