@@ -2737,7 +2737,9 @@ others_can_replace_in() {
 }
 # others_can_replace_in without a process to tell it: status 0 where others can, with the answer in replace_why; the
 # directory as it resolves in replace_dir
+# shellcheck disable=SC2034  # replace_dir: read by workdir.sh
 replace_why='' replace_dir=''
+# shellcheck disable=SC2034  # (the same)
 replace_check() {
     local dir me dirs=() uid mode gid group i=0 why
     replace_why='' replace_dir=''
@@ -3335,6 +3337,7 @@ READABLE_BY_ALL = r'''# The modes of what venv-pip, make-squashfs and unmake-squ
 # the install's row in README's trust table, whatever your umask (000, 002, 022, 077): readable for everyone who may
 # read the install dir, never writable by others, writable by the group only in a group install. So do the processes
 # they start (pip in the container, mksquashfs, unsquashfs), which take the umask.
+# shellcheck disable=SC2154  # root, root_mode: the library's (user-software-paths.sh, library.sh)
 install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
     local mode=$root_mode  # (this install's, as know_who_runs found it)
     [ "$1" = "$root" ] && [ -n "$mode" ] || mode=$(stat -c %a "$1")
@@ -4007,6 +4010,7 @@ use_workdir_tmp() {
 # pip's cache (PIP_CACHE_DIR, else pip's in XDG_CACHE_HOME or ~/.cache) only where no other user can rename or replace
 # what pip keeps there (its nearest directory that exists, and up: others_can_replace_in): a wheel planted there would
 # go into the venv. Elsewhere it is off for this run, which says so in one line.
+# shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
 use_private_pip_cache() {
     local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} existing
     [ -z "${PIP_NO_CACHE_DIR:-}" ] || return 0
@@ -4060,6 +4064,7 @@ say_where_others_can_replace() {  # the candidates that are not places, and why 
 # workdir_places and say_where_others_can_replace, found once for the rest of this run (each place a few processes
 # each time): what a change calls them for, a minute at most, sees the places as they were at its start
 known_places='' place_refusals=''
+# shellcheck disable=SC2154  # replace_why, replace_dir: replace_check's (files.sh)
 know_workdir_places() {
     local place
     while read -r place; do

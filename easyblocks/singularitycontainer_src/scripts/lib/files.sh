@@ -32,7 +32,9 @@ others_can_replace_in() {
 }
 # others_can_replace_in without a process to tell it: status 0 where others can, with the answer in replace_why; the
 # directory as it resolves in replace_dir
+# shellcheck disable=SC2034  # replace_dir: read by workdir.sh
 replace_why='' replace_dir=''
+# shellcheck disable=SC2034  # (the same)
 replace_check() {
     local dir me dirs=() uid mode gid group i=0 why
     replace_why='' replace_dir=''

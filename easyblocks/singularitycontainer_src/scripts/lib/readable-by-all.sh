@@ -2,6 +2,7 @@
 # the install's row in README's trust table, whatever your umask (000, 002, 022, 077): readable for everyone who may
 # read the install dir, never writable by others, writable by the group only in a group install. So do the processes
 # they start (pip in the container, mksquashfs, unsquashfs), which take the umask.
+# shellcheck disable=SC2154  # root, root_mode: the library's (user-software-paths.sh, library.sh)
 install_is_group_writable() {  # whether the install dir $1 is (a project's shared install)
     local mode=$root_mode  # (this install's, as know_who_runs found it)
     [ "$1" = "$root" ] && [ -n "$mode" ] || mode=$(stat -c %a "$1")

@@ -51,6 +51,7 @@ use_workdir_tmp() {
 # pip's cache (PIP_CACHE_DIR, else pip's in XDG_CACHE_HOME or ~/.cache) only where no other user can rename or replace
 # what pip keeps there (its nearest directory that exists, and up: others_can_replace_in): a wheel planted there would
 # go into the venv. Elsewhere it is off for this run, which says so in one line.
+# shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
 use_private_pip_cache() {
     local cache=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/}/.cache}/pip} existing
     [ -z "${PIP_NO_CACHE_DIR:-}" ] || return 0
@@ -104,6 +105,7 @@ say_where_others_can_replace() {  # the candidates that are not places, and why 
 # workdir_places and say_where_others_can_replace, found once for the rest of this run (each place a few processes
 # each time): what a change calls them for, a minute at most, sees the places as they were at its start
 known_places='' place_refusals=''
+# shellcheck disable=SC2154  # replace_why, replace_dir: replace_check's (files.sh)
 know_workdir_places() {
     local place
     while read -r place; do
