@@ -310,6 +310,22 @@ def variants(ctx, venv):
     return layers + (['manual'] if ctx.settings.quick else ['repack', 'manual'])
 
 
+# Each runtime mode's variant, and its floor's (Runner.variant)
+FLOORS = {'layers': 'floor', 'setuid': 'setuid_floor'}
+
+
+def floor_ratios(values, entries):
+    """Of one run: venv-pip's install + uninstall over its floor's, for each runtime mode measured on the venv of
+    entries entries ({'<entries>_<mode>_floor_ratio': ratio})."""
+    ratios = {}
+    for mode, floor in FLOORS.items():
+        seconds = {variant: [values.get('%d_%s_%s' % (entries, variant, name)) for name in ('install', 'uninstall')]
+                   for variant in (mode, floor)}
+        if None not in seconds[mode] + seconds[floor]:
+            ratios['%d_%s_floor_ratio' % (entries, mode)] = sum(seconds[mode]) / sum(seconds[floor])
+    return ratios
+
+
 def bench_venv_pip(ctx):
     wheels = ctx.scratch / 'venv-pip-wheels'
     wheels.mkdir()
@@ -325,13 +341,7 @@ def bench_venv_pip(ctx):
                 values.update(('%d_%s' % (venv.entries, key), value)
                               for key, value in runner.variant(venv, variant).items())
         for venv in venvs:
-            for mode in ('layers', 'setuid'):
-                floor = '%s_floor' % ('setuid' if mode == 'setuid' else '')
-                keys = ['%d_%s_%s' % (venv.entries, variant, name) for variant in (mode, floor.lstrip('_'))
-                        for name in ('install', 'uninstall')]
-                if all(key in values for key in keys):
-                    values['%d_%s_floor_ratio' % (venv.entries, mode)] = (
-                        (values[keys[0]] + values[keys[1]]) / (values[keys[2]] + values[keys[3]]))
+            values.update(floor_ratios(values, venv.entries))
         small, large = venvs[0].entries, venvs[-1].entries
         for name in ('install', 'uninstall'):
             key = 'layers_%s' % name if venvs[-1].layers else 'repack_%s' % name
