@@ -31,7 +31,8 @@ in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on
 export_upper() {
     read_upper "$@" && return 0
     remove_own_tree "$2"
-    rm -f -- "$3"
+    remove_own_tree "$work/upper-dump"
+    rm -f -- "$3" "$work/upper-dirs" "$work/upper-dirs.commands" "$work/upper-dirs.modes"
     export_upper_in_container "$@"
 }
 # export_upper by debugfs, which reads the image as a file, without a container: rdump copies the directories, files
@@ -43,7 +44,7 @@ export_upper() {
 read_upper() {
     local dump="$work/upper-dump" dirs="$work/upper-dirs" said="$work/upper-debugfs.err" record
     ext3_put_away "$1" && mkdir -- "$dump" || return 1
-    (cd -- "$dump" && e2fs_tool debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
+    (cd -- "$dump" && PATH=$PATH:/usr/sbin:/sbin exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
         debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
     find "$2" -type d -printf '%P\0' >"$dirs" || return 1
     [ -z "$(tr -cd '\n' <"$dirs" | head -c 1)" ] || return 1
@@ -56,6 +57,7 @@ read_upper() {
         /^$/ { next }
         {   # /inode/mode/uid/gid/name/size/: a name holds no /
             if (split($0, field, "/") != 8 || field[1] != "" || field[8] != "" || field[3] !~ /^[0-7]+$/) exit 1
+            if (field[3] !~ /^(04|10|12|02)/ && field[2] != "0") exit 1  # (a FIFO, a socket: in no venv)
             path = (dirs[listed] == "" ? "" : dirs[listed] "/") field[6]
             if (field[3] ~ /^02/)
                 printf "%s%c", path, 0 > whiteouts
@@ -416,14 +418,16 @@ layer_so_far() {
         : >"$2"
         return
     fi
-    layer_whiteouts "$changes" >"$2" && in_background apply_layer "$changes" "$1"
+    # (apply_layer not in a background of its own: its unsquashfs is then a child of the step that stop ends)
+    layer_whiteouts "$changes" >"$2" && apply_layer "$changes" "$1"
 }
 # The new layer, put together, becomes the new generation $1's, on the SquashFS file as it is; or, when it grows
 # beyond a quarter of the SquashFS file (and 16 MiB), both are merged into a new SquashFS file
 layer_or_merge() {
     local new=$1 new_squashfs="$1/$squashfs_name" new_changes="$1/$changes_name" sizes=()
     mapfile -t sizes < <(stat -c %s -- "$new_changes" "$squashfs")
-    if [ "$(layer_or_merge_choice "${sizes[0]:-}" "${sizes[1]:-}")" = layer ]; then
+    [ "${#sizes[@]}" -eq 2 ] || die "cannot read the sizes of $new_changes and $squashfs; nothing was changed"
+    if [ "$(layer_or_merge_choice "${sizes[0]}" "${sizes[1]}")" = layer ]; then
         # the SquashFS file stays as it is: the new generation shares it (a hard link, no copy)
         ln -- "$squashfs" "$new_squashfs" || die "cannot link $squashfs into $new; nothing was changed"
         make_new_current "$new"
