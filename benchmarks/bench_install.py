@@ -125,11 +125,11 @@ def one_install(ctx, variant, image, values, prefix, last_steps):
 
 def install_profile(ctx, image, times=3):
     """Where the time of this easyblock's install of the image goes (where_time_goes): the median of times installs."""
-    spent = []
+    spent, shims = [], None
     for _ in range(times):
         rundir = ctx.scratch / 'install-profiled'
         cmd, env, installed = install_variant(ctx, 'easyblock', image, rundir)
-        shims = make_shims(ctx.scratch / 'install-shims', env['PATH'])
+        shims = shims or make_shims(ctx.scratch / 'install-shims', env['PATH'])
         log = ctx.scratch / 'tmp' / 'install-profile.log'
         log.write_text('')
         give(log, bench_user())

@@ -3690,12 +3690,15 @@ patterns_of() {
 # a name with a newline over several lines (only the first has the root), and a link as "path -> target", with the
 # target's length as its size: taken apart by these, never by blanks, any name comes back as it is.
 listing_root=''  # (squashfs_entries': made once a run by know_listing_root, else at each listing)
+random_root() {
+    echo "/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+}
 know_listing_root() {
-    listing_root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || listing_root=''
+    listing_root=$(random_root) || listing_root=''
 }
 squashfs_entries() {
     local root=$listing_root
-    [ -n "$root" ] || root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || return 1
+    [ -n "$root" ] || root=$(random_root) || return 1
     unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")
@@ -3904,8 +3907,9 @@ ext3_layer() {
     remove_own_tree "$layout"
     return "$status"
 }
-e2fs_tool() {  # the tool $1 of e2fsprogs with the arguments $2...: where a user's PATH has no sbin, from there
-    PATH=$PATH:/usr/sbin:/sbin "$@"
+e2fs_dirs=/usr/sbin:/sbin  # (where e2fsprogs is, also where a user's PATH has no sbin)
+e2fs_tool() {  # the tool $1 of e2fsprogs with the arguments $2...
+    PATH=$PATH:$e2fs_dirs "$@"
 }
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout
@@ -4038,31 +4042,16 @@ workdir_candidates() {
     done
 }
 workdir_places() {  # (not one whose path has a ',' or a ':': the runtime's bind and overlay lists cannot hold it)
-    local place
-    if [ -n "$known_places" ]; then
-        printf '%s' "${known_places#-}"
-        return
-    fi
-    while read -r place; do
-        if ! others_can_replace_in "$place" >/dev/null; then
-            place=$(realpath -e -- "$place") && [[ "$place" != *[,:]* ]] && echo "$place"
-        fi
-    done < <(workdir_candidates)
+    [ -n "$known_places" ] || know_workdir_places
+    printf '%s' "${known_places#-}"
 }
 say_where_others_can_replace() {  # the candidates that are not places, and why (once a run, before make_workdir)
-    local place why
-    if [ -n "$known_places" ]; then
-        printf '%s' "$place_refusals" >&2
-        return
-    fi
-    while read -r place; do
-        if why=$(others_can_replace_in "$place"); then
-            echo "${0##*/}: not working in $place: other users can rename or replace what you make in $why" >&2
-        fi
-    done < <(workdir_candidates)
+    [ -n "$known_places" ] || know_workdir_places
+    printf '%s' "$place_refusals" >&2
 }
-# workdir_places and say_where_others_can_replace, found once for the rest of this run (each place a few processes
-# each time): what a change calls them for, a minute at most, sees the places as they were at its start
+# The places and the refusals, found once: in the command's own shell (say_where_others_can_replace, first) for the rest
+# of the run (each place costs a few processes), which then sees them as they were at its start; in a subshell, for
+# that subshell only
 known_places='' place_refusals=''
 # shellcheck disable=SC2154  # replace_why, replace_dir: replace_check's (files.sh)
 know_workdir_places() {
@@ -4584,7 +4573,7 @@ export_upper() {
 read_upper() {
     local dump="$work/upper-dump" dirs="$work/upper-dirs" said="$work/upper-debugfs.err" record
     ext3_put_away "$1" && mkdir -- "$dump" || return 1
-    (cd -- "$dump" && PATH=$PATH:/usr/sbin:/sbin exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
+    (cd -- "$dump" && PATH=$PATH:$e2fs_dirs exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
         debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
     find "$2" -type d -printf '%P\0' >"$dirs" || return 1
     [ -z "$(tr -cd '\n' <"$dirs" | head -c 1)" ] || return 1
@@ -4943,7 +4932,7 @@ change_in_layers() {
 # What the layer of the state the change is made on takes unpacked; and that layer as an overlay of pip's container:
 # none where it changes nothing (a mount less)
 layer_so_far_bytes() {
-    if [ -e "$generation/$empty_mark" ]; then
+    if [ "$layer_so_far_empty" = yes ]; then
         echo 0
     else
         unpacked_bytes "$changes"
@@ -4954,7 +4943,7 @@ layer_so_far_bytes() {
 layer_so_far() {
     rm -f -- "$2"
     mkdir "$1" || return 1
-    if [ -e "$generation/$empty_mark" ]; then
+    if [ "$layer_so_far_empty" = yes ]; then
         : >"$2"
         return
     fi
@@ -5020,11 +5009,11 @@ read_state_under_lock() {
     kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
     squashfs="$generation/$squashfs_name"
     changes="$generation/$changes_name"
-    layer_so_far_overlay=''
-    if [ ! -e "$generation/$empty_mark" ]; then
-        layer_so_far_overlay="$changes:ro"
-        know_listing_root  # (a layer with a change is listed more than once: the root of the listings once)
-    fi
+    layer_so_far_empty=no  # (make-squashfs and a merge leave a layer that changes nothing: not mounted, not unpacked)
+    [ ! -e "$generation/$empty_mark" ] || layer_so_far_empty=yes
+    layer_so_far_overlay="$changes:ro"
+    [ "$layer_so_far_empty" = no ] || layer_so_far_overlay=''
+    [ "$layer_so_far_empty" = yes ] || know_listing_root  # (a layer with a change is listed more than once)
     layer_so_far_status=1  # (pip_on_layers: 0 once the layer so far is unpacked)
     user_overlays=$(others_overlays "$root")  # (before this run adds its own)
     layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
@@ -5036,7 +5025,6 @@ read_state_under_lock() {
 pip_on_directory() {
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
     use_state "$form" "$generation"
-    know_workdir_places
     say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
     use_workdir_tmp "$work"
@@ -5065,7 +5053,6 @@ change_packed_venv() {
     work=
     full_places=()  # (where this run ran out of space: not tried again)
     new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
-    know_workdir_places
     say_where_others_can_replace
     if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
         change_in_layers "$change_new" "$@"

@@ -44,7 +44,7 @@ export_upper() {
 read_upper() {
     local dump="$work/upper-dump" dirs="$work/upper-dirs" said="$work/upper-debugfs.err" record
     ext3_put_away "$1" && mkdir -- "$dump" || return 1
-    (cd -- "$dump" && PATH=$PATH:/usr/sbin:/sbin exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
+    (cd -- "$dump" && PATH=$PATH:$e2fs_dirs exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
         debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
     find "$2" -type d -printf '%P\0' >"$dirs" || return 1
     [ -z "$(tr -cd '\n' <"$dirs" | head -c 1)" ] || return 1
@@ -403,7 +403,7 @@ change_in_layers() {
 # What the layer of the state the change is made on takes unpacked; and that layer as an overlay of pip's container:
 # none where it changes nothing (a mount less)
 layer_so_far_bytes() {
-    if [ -e "$generation/$empty_mark" ]; then
+    if [ "$layer_so_far_empty" = yes ]; then
         echo 0
     else
         unpacked_bytes "$changes"
@@ -414,7 +414,7 @@ layer_so_far_bytes() {
 layer_so_far() {
     rm -f -- "$2"
     mkdir "$1" || return 1
-    if [ -e "$generation/$empty_mark" ]; then
+    if [ "$layer_so_far_empty" = yes ]; then
         : >"$2"
         return
     fi
@@ -480,11 +480,11 @@ read_state_under_lock() {
     kind_refused=  # (the kind the runtime refused, if it did: pip_on_layers)
     squashfs="$generation/$squashfs_name"
     changes="$generation/$changes_name"
-    layer_so_far_overlay=''
-    if [ ! -e "$generation/$empty_mark" ]; then
-        layer_so_far_overlay="$changes:ro"
-        know_listing_root  # (a layer with a change is listed more than once: the root of the listings once)
-    fi
+    layer_so_far_empty=no  # (make-squashfs and a merge leave a layer that changes nothing: not mounted, not unpacked)
+    [ ! -e "$generation/$empty_mark" ] || layer_so_far_empty=yes
+    layer_so_far_overlay="$changes:ro"
+    [ "$layer_so_far_empty" = no ] || layer_so_far_overlay=''
+    [ "$layer_so_far_empty" = yes ] || know_listing_root  # (a layer with a change is listed more than once)
     layer_so_far_status=1  # (pip_on_layers: 0 once the layer so far is unpacked)
     user_overlays=$(others_overlays "$root")  # (before this run adds its own)
     layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
@@ -496,7 +496,6 @@ read_state_under_lock() {
 pip_on_directory() {
     [ -d "$dir/venv" ] || die "there is neither $packed nor $dir/venv: reinstall the module with eb"
     use_state "$form" "$generation"
-    know_workdir_places
     say_where_others_can_replace
     work=$(make_workdir "$root" $(( 64 << 20 ))) || exit 1
     use_workdir_tmp "$work"
@@ -525,7 +524,6 @@ change_packed_venv() {
     work=
     full_places=()  # (where this run ran out of space: not tried again)
     new_change_generation "$root" || die "cannot make a directory in $root; nothing was changed"
-    know_workdir_places
     say_where_others_can_replace
     if [ "$(change_method "$form" "$(yes_if [ -O "$squashfs" ])" "$(yes_if [ -O "$changes" ])")" = layers ]; then
         change_in_layers "$change_new" "$@"

@@ -29,12 +29,15 @@ patterns_of() {
 # a name with a newline over several lines (only the first has the root), and a link as "path -> target", with the
 # target's length as its size: taken apart by these, never by blanks, any name comes back as it is.
 listing_root=''  # (squashfs_entries': made once a run by know_listing_root, else at each listing)
+random_root() {
+    echo "/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+}
 know_listing_root() {
-    listing_root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || listing_root=''
+    listing_root=$(random_root) || listing_root=''
 }
 squashfs_entries() {
     local root=$listing_root
-    [ -n "$root" ] || root=/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') || return 1
+    [ -n "$root" ] || root=$(random_root) || return 1
     unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")
@@ -243,8 +246,9 @@ ext3_layer() {
     remove_own_tree "$layout"
     return "$status"
 }
-e2fs_tool() {  # the tool $1 of e2fsprogs with the arguments $2...: where a user's PATH has no sbin, from there
-    PATH=$PATH:/usr/sbin:/sbin "$@"
+e2fs_dirs=/usr/sbin:/sbin  # (where e2fsprogs is, also where a user's PATH has no sbin)
+e2fs_tool() {  # the tool $1 of e2fsprogs with the arguments $2...
+    PATH=$PATH:$e2fs_dirs "$@"
 }
 # Whether the runtime starts the image $1 with the overlays $2 and the binds $3 (comma lists, as the variables take
 # them) and the command $4... succeeds in it; says why not on stdout

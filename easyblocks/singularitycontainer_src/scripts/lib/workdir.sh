@@ -79,31 +79,16 @@ workdir_candidates() {
     done
 }
 workdir_places() {  # (not one whose path has a ',' or a ':': the runtime's bind and overlay lists cannot hold it)
-    local place
-    if [ -n "$known_places" ]; then
-        printf '%s' "${known_places#-}"
-        return
-    fi
-    while read -r place; do
-        if ! others_can_replace_in "$place" >/dev/null; then
-            place=$(realpath -e -- "$place") && [[ "$place" != *[,:]* ]] && echo "$place"
-        fi
-    done < <(workdir_candidates)
+    [ -n "$known_places" ] || know_workdir_places
+    printf '%s' "${known_places#-}"
 }
 say_where_others_can_replace() {  # the candidates that are not places, and why (once a run, before make_workdir)
-    local place why
-    if [ -n "$known_places" ]; then
-        printf '%s' "$place_refusals" >&2
-        return
-    fi
-    while read -r place; do
-        if why=$(others_can_replace_in "$place"); then
-            echo "${0##*/}: not working in $place: other users can rename or replace what you make in $why" >&2
-        fi
-    done < <(workdir_candidates)
+    [ -n "$known_places" ] || know_workdir_places
+    printf '%s' "$place_refusals" >&2
 }
-# workdir_places and say_where_others_can_replace, found once for the rest of this run (each place a few processes
-# each time): what a change calls them for, a minute at most, sees the places as they were at its start
+# The places and the refusals, found once: in the command's own shell (say_where_others_can_replace, first) for the rest
+# of the run (each place costs a few processes), which then sees them as they were at its start; in a subshell, for
+# that subshell only
 known_places='' place_refusals=''
 # shellcheck disable=SC2154  # replace_why, replace_dir: replace_check's (files.sh)
 know_workdir_places() {
