@@ -14,6 +14,8 @@ from testkit.install import RUNTIME, eb_missing, install_demo, local_wheels, run
 from testkit.users import SWITCHING, TEST_USERS, give
 
 REPO = Path(__file__).resolve().parent.parent
+# What the venv's pip adds where --user asks it to install in the container (scripts/install/venv-pip.sh)
+USER_HINT = " (with --user after venv-pip's command: for you alone, in a layer of yours on a packed venv)"
 # The easyblock's source in this checkout (the installs use the installed copy: testkit.install.EASYBLOCK)
 EASYBLOCK = REPO / 'easyblocks' / 'generic' / 'singularitycontainer.py'
 # The Python programs the easyblock runs in the container or writes into the venv (tools/build-easyblock.py copies

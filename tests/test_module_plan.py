@@ -14,8 +14,8 @@ from singularitycontainer_src.layout import (GENERATION_PREFIX, USER_SOFTWARE_CH
                                              USER_SOFTWARE_PACKED, USER_SOFTWARE_SQUASHFS)
 from singularitycontainer_src.text import lua_str, tcl_str
 from singularitycontainer_src.module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image,
-                                                  MODULE_STEPS, Overlays, PrependPath, SetRestorable, Var, VenvForm,
-                                                  emit_module_logic)
+                                                  MODULE_STEPS, Overlays, PersonalLayer, PrependPath, SetRestorable,
+                                                  Var, VenvForm, emit_module_logic)
 from support import EASYBLOCK, require, require_eb
 from testkit.install import LMOD_CMD, LMOD_INIT, Installation, base_env, run
 from testkit.users import give
@@ -36,6 +36,11 @@ def module_file(syntax, text):
     return text if syntax == 'Lua' else '#%Module\n' + text
 
 
+# small_plan's check of a personal layer (venv-pip --module-personal-layer in a module): its entry, and a line on
+# stderr (where venv-pip says why it leaves one out)
+PERSONAL_CHECK = 'echo "$PLAN_CHECKED_ENTRY"; echo "Plan/1.0: checked" >&2'
+
+
 def small_plan(root):
     """A plan with a step of every kind, on files under root: the image, a bind whose source exists (a directory, a
     file, a link to one) and one whose source does not, a bind the user's takes the destination of."""
@@ -51,6 +56,7 @@ def small_plan(root):
     (root / 'layers' / USER_SOFTWARE_PACKED).symlink_to(generation.name)
     var = Var
     image, caches, forms = var('sif'), var('cache_root_dir'), (var('form'), var('layers_form'))
+    personal = var('personal')
     return [
         Family('PlanFamily'), Conflict('plan-conflict'),
         Image(image, str(root / 'image.sif'), 'image.sif', '', 'sub', '/nowhere', 'Plan/1.0', True),
@@ -62,7 +68,9 @@ def small_plan(root):
         Binds([str(root), str(root / 'afile') + ':/afile', str(root / 'alink') + ':/alink',
                str(root / 'missing') + ':/missing', '/usr:/mine'], ['/usr/bin:/always'], str(root), forms[0],
               USER_SOFTWARE_SQUASHFS, 'user-software', 'Plan/1.0'),
-        Overlays(str(root / 'layers'), forms[1], USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
+        PersonalLayer(personal, forms[1], 'PLAN_PERSONAL_LAYERS', 'plan-layers', 'Plan/1.0', USER_SOFTWARE_PACKED,
+                      PERSONAL_CHECK),
+        Overlays(str(root / 'layers'), forms[1], USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, personal),
         PrependPath('/runscripts'), ContainerEnv('VIRTUAL_ENV', '/user-software/venv/plan'),
         CacheRoot(caches, 'echo %s' % shlex.quote(str(root / 'caches'))),
         Defaults('SINGULARITYCONTAINER_DEFAULTS_PLAN', [('PLAN_DEFAULT', 'module'),
@@ -197,10 +205,46 @@ def test_a_step_added_to_the_plan_reaches_the_module(tmp_path, syntax):
     assert proc.stdout.split() == ['PLAN_EXTRA=reached', 'SIF=%s' % (idir / 'foo-1.3.2.sif'), 'after=unset']
 
 
+def personal_link(top):
+    """A personal dir of Plan/1.0 in top, with the link of a packed venv."""
+    (top / 'Plan' / '1.0').mkdir(parents=True)
+    (top / 'Plan' / '1.0' / USER_SOFTWARE_PACKED).symlink_to('nowhere')
+
+
+@pytest.mark.parametrize('where', ['var', 'xdg', 'home', 'none'])
+def test_the_personal_layer_is_checked_where_the_personal_dir_has_its_link(tmp_path, where):
+    """Both syntaxes find the user's personal dir as the scripts do (the variable, else XDG_DATA_HOME's subdir, else
+    ~/.local/share's) and run the check only where it has the link: its entry goes on top of the install's layers,
+    and what it says on stderr reaches the user. Without the link nothing runs (no process at every load)."""
+    require(os.path.exists(LMOD_CMD), 'Lmod (%s)' % LMOD_CMD)
+    home = tmp_path / 'home'
+    top = {'var': tmp_path / 'mine', 'xdg': tmp_path / 'data' / 'plan-layers',
+           'home': home / '.local' / 'share' / 'plan-layers', 'none': tmp_path / 'elsewhere'}[where]
+    personal_link(top)
+    before = 'export HOME=%s PLAN_CHECKED_ENTRY=/p/layer.squashfs:ro SINGULARITY_OVERLAY= APPTAINER_OVERLAY=\n' % home
+    before += {'var': 'export PLAN_PERSONAL_LAYERS=%s/\n' % top, 'xdg': 'export XDG_DATA_HOME=%s\n' % top.parent,
+               'home': 'unset XDG_DATA_HOME\n', 'none': 'unset XDG_DATA_HOME\n'}[where]
+    plan = small_plan(tmp_path)
+    for syntax in SYNTAXES:
+        modules = tmp_path / syntax / 'Plan'
+        modules.mkdir(parents=True)
+        (modules / ('1.0.lua' if syntax == 'Lua' else '1.0')).write_text(
+            module_file(syntax, emit_module_logic(plan, syntax)))
+        proc = run(['bash', '-c', 'source %s\nmodule use %s\n%smodule load Plan/1.0\necho "$SINGULARITY_OVERLAY"'
+                    % (LMOD_INIT, shlex.quote(str(tmp_path / syntax)), before)], env=base_env())
+        layers = packed_layers(tmp_path)
+        if where == 'none':
+            assert proc.stdout.splitlines()[-1] == layers, syntax
+            assert 'checked' not in proc.stderr, syntax
+        else:
+            assert proc.stdout.splitlines()[-1] == layers + ',/p/layer.squashfs:ro', syntax
+            assert proc.stderr.count('Plan/1.0: checked') == 1, (syntax, proc.stderr)
+
+
 def test_every_step_has_a_call_in_both_languages():
     """Each kind of step becomes a call in Lua and in Tcl, and the easyblock's plan uses only those kinds."""
     steps = [Family, Conflict, Image, SetRestorable, VenvForm, Binds,
-             Overlays, PrependPath, ContainerEnv, CacheRoot,
+             PersonalLayer, Overlays, PrependPath, ContainerEnv, CacheRoot,
              Defaults]
     assert sorted(step.__name__ for step in MODULE_STEPS) == sorted(step.__name__ for step in steps)
     assert all(len(calls) == 2 for calls in MODULE_STEPS.values())

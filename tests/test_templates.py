@@ -12,7 +12,7 @@ import pytest
 
 from singularitycontainer_src.text import PLACEHOLDER, fill_template, lua_str, sh_quoted, sh_str, tcl_str
 from singularitycontainer_src.scripts import MODULE_COMMANDS, RUNSCRIPT_GET_MASTER, SCRIPTS, VENV_PIP_SCRIPT
-from support import PROGRAMS, REPO, program, require
+from support import PROGRAMS, REPO, USER_HINT, program, require
 
 SCRIPT_SOURCES = REPO / 'easyblocks' / 'singularitycontainer_src' / 'scripts'
 TRICKY = ['plain', "it's", 'say "hi"', '$HOME ${X} $(id)', '`date`', 'back\\slash \\n \\\\', 'two\nlines',
@@ -200,8 +200,8 @@ def test_venv_pip_script(tmp_path, args, changes, user):
         suggested = ' '.join(arg for arg in args if arg != '--user')
         assert (proc.returncode, proc.stdout) == (1, '')
         assert proc.stderr == ('pip: --user would install into ~/.local, which %s does not see. Outside the '
-                               "container, with the module loaded, run: venv-pip %s 'it'\\''s'\n"
-                               % (bin_dir.parent, suggested))
+                               "container, with the module loaded, run: venv-pip %s 'it'\\''s'%s\n"
+                               % (bin_dir.parent, suggested, USER_HINT))
     else:
         assert (proc.returncode, proc.stdout.splitlines()) == (0, ['-m', 'pip'] + args + ["it's"])
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from support import fresh, install, require_other_users, require_runtime, require_tools
+from support import USER_HINT, fresh, install, require_other_users, require_runtime, require_tools
 from testkit.images import IMAGE_PYTHON, IMAGE_TOOL_COMMAND, make_test_sif, write_distribution
 from testkit.install import (LAIF_MODULE, RUNTIME, RUNTIME_SETUID, SQUASHFS_WORKS, Installation, base_env,
                              demo_easyconfig, fake_command, install_demo, install_laif, run, spawn, local_wheels,
@@ -465,7 +465,8 @@ def test_pip_install_user_in_the_container_points_to_venv_pip(unpacked):
     proc = inst.module_shell('Demo/1.0', 'pip install --user lumi-later', check=False)
     assert proc.returncode == 1
     assert proc.stderr == ('pip: --user would install into ~/.local, which /user-software/venv/demo does not see. '
-                           'Outside the container, with the module loaded, run: venv-pip install lumi-later\n')
+                           'Outside the container, with the module loaded, run: venv-pip install lumi-later%s\n'
+                           % USER_HINT)
     assert not list(idir.glob('user-software/venv/demo/lib/python*/site-packages/lumi_later'))
 
 
@@ -570,8 +571,9 @@ def test_an_install_dir_that_is_not_yours(unpacked):
     for command in ('venv-pip install lumi-later', 'make-squashfs'):
         proc = inst.module_shell('Demo/1.0', command, check=False, user=OUTSIDER)
         assert proc.returncode == 1
+        hint = '; venv-pip install --user adds packages for you alone' if command.startswith('venv-pip') else ''
         assert proc.stderr == '%s: error: %s is not writable for you: only whoever installed the module can ' \
-            'change it\n' % (command.split()[0], idir)
+            'change it%s\n' % (command.split()[0], idir, hint)
 
 
 @pytest.mark.needs('image-src')

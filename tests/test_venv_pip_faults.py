@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from support import fresh, require_tools
-from test_venv_pip import PACKED, generations, packed_files
-from singularitycontainer_src.layout import KEEP_SUPERSEDED_MINUTES
+from test_venv_pip import LAYERS, PACKED, generations, packed_files
+from singularitycontainer_src.layout import KEEP_SUPERSEDED_MINUTES, PERSONAL_LAYERS_VAR, REQUESTS_NAME
 from testkit.install import RUNTIME, base_env, local_wheels, run, spawn, write_wheel
 from testkit.processes import orphans
 from testkit.users import OWNER, give, user as user_named
@@ -35,8 +35,10 @@ STEPS = ['mktemp', 'chmod', 'chgrp', 'ln', 'mv', 'touch', 'rm', 'mkdir', 'cp', '
 
 SHIM = '''#!/bin/bash
 # A step of the command under test when it names the install dir: counted; at the chosen one, the process group is
-# killed (before it runs, or while the runtime runs pip)
-case " $* " in
+# killed (before it runs, or while the runtime runs pip); the runtime's also when its overlays name it (a personal dir)
+watch=" $* "
+[ {name} != singularity ] || watch="$watch ${{SINGULARITY_OVERLAY:-}} "
+case "$watch" in
     *"{idir}"*)
         exec 8>>{counter}.lock
         flock 8
@@ -103,6 +105,14 @@ class Shims:
 
     def steps(self):
         return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+def personal_state(pdir):
+    """The state of a personal dir: the names in its layer and its requests (None: no layer)."""
+    if not (pdir / PACKED).exists():
+        return None
+    listing = run(['unsquashfs', '-l', str(pdir / PACKED / LAYERS[0])], user=None).stdout
+    return sorted(listing.splitlines()), (pdir / PACKED / REQUESTS_NAME).read_text()
 
 
 def state(idir):
@@ -175,16 +185,21 @@ def age_leftovers(idir):
         os.utime(leftover, (old, old))
 
 
-def kill_at_every_step(installed, tmp_path, script, check_new=None, after_pip=False):
+def kill_at_every_step(installed, tmp_path, script, check_new=None, after_pip=False, personal=None):
     """Run the script once to count its steps and see the new state, then once per step (after_pip: from the pip
     step on), killed there, from the state as installed each time; assert the old or new state after each. Returns
-    what was killed where."""
+    what was killed where. personal: a personal dir (a change of it, not of the install), put back as it is now
+    before each run."""
     inst, idir = fresh(installed)
-    shims = Shims(tmp_path / 'shims', idir)
-    old = state(idir)
+    watched, state_of = (personal, personal_state) if personal else (idir, state)
+    saved = tmp_path / 'personal-saved'
+    if personal:
+        shutil.copytree(personal, saved, symlinks=True)
+    shims = Shims(tmp_path / 'shims', watched)
+    old = state_of(watched)
     status, out = run_killed(inst, shims, script, None, tmp_path)
     assert status == 0, out
-    steps, new = shims.steps(), state(idir)
+    steps, new = shims.steps(), state_of(watched)
     assert new != old and steps, out
     if check_new:
         check_new(new)
@@ -193,21 +208,25 @@ def kill_at_every_step(installed, tmp_path, script, check_new=None, after_pip=Fa
         first = next(i for i, line in enumerate(steps, 1) if line.split()[1] == 'singularity') if after_pip else 1
         for step in range(first, len(steps) + 1):
             inst, idir = fresh(installed)
+            if personal:
+                shutil.rmtree(personal, ignore_errors=True)
+                shutil.copytree(saved, personal, symlinks=True)
+                give(personal, inst.user)
             status, out = run_killed(inst, shims, script, step, tmp_path)
             assert status == -signal.SIGKILL, (steps[step - 1], out)
-            after = state(idir)
+            after = state_of(watched)
             assert after in (old, new), steps[step - 1]
-            assert lock_holders(idir) == [], steps[step - 1]
+            assert lock_holders(watched) == [], steps[step - 1]
             kill_leftover_daemons(daemons)
             seen.append((switch_or_name(steps[step - 1]), 'new' if after == new else 'old'))
     finally:
         kill_leftover_daemons(daemons)
     # the next run after a kill (here after the last one) works at once, and removes what the killed one left
-    age_leftovers(idir)
+    age_leftovers(watched)
     status, out = run_killed(inst, shims, script, None, tmp_path)
     assert status == 0 and 'waiting' not in out, out
-    assert state(idir) == new
-    assert len(generations(idir)) <= 2  # the current one, and the one it superseded (kept for a while)
+    assert state_of(watched) == new
+    assert len(generations(watched)) <= 2  # the current one, and the one it superseded (kept for a while)
     # (a killed pip leaves its own temporary directories in TMPDIR, as it does without venv-pip)
     assert not [path for path in (tmp_path / 'work').iterdir() if not path.name.startswith('pip-')]
     return seen
@@ -222,6 +241,22 @@ def test_kill_a_layered_change_at_every_step(packed_install, tmp_path, wheelhous
     assert ('singularity', 'old') in seen and kinds.count('switch') == 1
     assert seen[kinds.index('switch')] == ('switch', 'old') and seen[kinds.index('switch') + 1][1] == 'new'
     assert all(state == 'old' for _, state in seen[:kinds.index('switch')])
+
+
+@pytest.mark.needs('image-src')
+def test_kill_a_personal_change_at_every_step(packed_install, tmp_path, wheelhouse):
+    """venv-pip install --user, killed at every step: the person's layer is the one before or the new one, whole."""
+    layers = tmp_path / 'layers'
+    layers.mkdir()
+    give(layers, user_named(OWNER))
+    inst, _ = fresh(packed_install)
+    wheels = ' '.join(local_wheels(wheelhouse))
+    personal = 'export %s=%s\nvenv-pip install --user -q %s ' % (PERSONAL_LAYERS_VAR, layers, wheels)
+    inst.module_shell('Demo/1.0', personal + 'lumi-later')
+    seen = kill_at_every_step(packed_install, tmp_path, personal + 'lumi-top', personal=layers / 'Demo' / '1.0')
+    kinds = [kind for kind, _ in seen]
+    assert ('singularity', 'old') in seen and kinds.count('switch') == 1
+    assert seen[kinds.index('switch')] == ('switch', 'old') and seen[kinds.index('switch') + 1][1] == 'new'
 
 
 @pytest.mark.needs('image-src')

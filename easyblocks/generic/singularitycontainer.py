@@ -78,6 +78,16 @@ FORM_RECORD = '.venv-form'
 # before may still be about to open its files)
 KEEP_SUPERSEDED_MINUTES = 2
 SQUASHFS_NAME, CHANGES_NAME = 'user-software.squashfs', 'user-software.changes.squashfs'
+# Personal layers (venv-pip install --user): a user's own change of an install's venv, a layer of theirs on top of
+# the install's layers, in a directory of theirs, the personal dir: PERSONAL_LAYERS_VAR, else
+# $XDG_DATA_HOME/PERSONAL_LAYERS_SUBDIR (~/.local/share/...), then the module's name/version. It is laid out as an
+# install dir's packed venv (the link USER_SOFTWARE_PACKED names a generation holding CHANGES_NAME); each generation
+# also records the install's generation the layer was made on (BASE_RECORD) and what its owner asked pip for
+# (REQUESTS_NAME, one request a line, in order)
+PERSONAL_LAYERS_VAR = 'SINGULARITYCONTAINER_PERSONAL_LAYERS'
+PERSONAL_LAYERS_SUBDIR = 'singularitycontainer-layers'
+BASE_RECORD = '.base'
+REQUESTS_NAME = 'venv-pip-requests.txt'
 # The two files as the module names them: through the link, from the install dir
 USER_SOFTWARE_SQUASHFS = USER_SOFTWARE_PACKED + '/' + SQUASHFS_NAME
 USER_SOFTWARE_CHANGES = USER_SOFTWARE_PACKED + '/' + CHANGES_NAME
@@ -1497,7 +1507,7 @@ class SingularityContainer(EasyBlock):
         """What the module does at load, once for Lua and Tcl: a list of steps (see MODULE_STEPS), in order."""
         installdir, suffix, module = self.installdir, self.var_suffix, self.full_mod_name
         runscripts = os.path.join(installdir, 'runscripts')
-        sif, cache_root, form = Var('sif'), Var('cache_root_dir'), Var('form')
+        sif, cache_root, form, personal = Var('sif'), Var('cache_root_dir'), Var('form'), Var('personal')
         # The cache root: CACHE_ROOT_RULE, run by the shell when the module loads
         rule, call = CACHE_ROOT_RULE, cache_root_call(module, self.cfg['container_cache_dirs'].values())
         # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
@@ -1515,7 +1525,9 @@ class SingularityContainer(EasyBlock):
                      USER_SOFTWARE),
             Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, form,
                   USER_SOFTWARE_SQUASHFS, USER_SOFTWARE, module),
-            Overlays(installdir, form, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
+            PersonalLayer(personal, form, PERSONAL_LAYERS_VAR, PERSONAL_LAYERS_SUBDIR, module, USER_SOFTWARE_PACKED,
+                          '%s --module-personal-layer' % sh_str(os.path.join(installdir, 'bin', 'venv-pip'))),
+            Overlays(installdir, form, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, personal),
             PrependPath(self.prepend_path()),
         ] + [ContainerEnv(key, value) for key, value in self.container_environment()] + [
             CacheRoot(cache_root, rule + '\n' + call),
@@ -1726,13 +1738,33 @@ local function users_list(apptainer_name, singularity_name)
     end
     return list
 end
+-- The user's personal layer (venv-pip install --user), for a venv in layers: where the user's personal dir has its
+-- link, the overlay entry that check prints (it checks the layer is the user's alone and made on the install's venv
+-- as it is, else says why on stderr, in one line); else nil, with no process. The personal dir is var's value, else
+-- subdir in XDG_DATA_HOME (~/.local/share), then the module's name (the scripts' twin: personal_dir)
+local function personal_layer(form, var, subdir, mod_name, packed, check)
+    if form ~= "layers" or mode() ~= "load" then
+        return nil
+    end
+    local top = user_value(var) or ""
+    if top == "" then
+        local data = os.getenv("XDG_DATA_HOME") or ""
+        top = (data ~= "" and data or ((os.getenv("HOME") or "") .. "/.local/share")) .. "/" .. subdir
+    end
+    local link = top:gsub("/$", "") .. "/" .. mod_name .. "/" .. packed
+    if lfs.symlinkattributes(link, "mode") ~= "link" then
+        return nil
+    end
+    local entry = capture(check):gsub("\n$", "")
+    return entry ~= "" and entry or nil
+end
 -- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
--- SquashFS file and the changes on top of it, read-only
-local function set_overlays(installdir, form, squashfs, changes)
+-- SquashFS file and the changes on top of it, read-only, then the personal layer (an entry, or nil)
+local function set_overlays(installdir, form, squashfs, changes, personal)
     local overlays = users_list("APPTAINER_OVERLAY", "SINGULARITY_OVERLAY")
     if form == "layers" then
         overlays = (overlays == "" and "" or (overlays .. ",")) .. pathJoin(installdir, squashfs) .. ":ro," ..
-                   pathJoin(installdir, changes) .. ":ro"
+                   pathJoin(installdir, changes) .. ":ro" .. (personal and ("," .. personal) or "")
     end
     restorable_env("SINGULARITY_OVERLAY", overlays)
     restorable_env("APPTAINER_OVERLAY", overlays)
@@ -2013,13 +2045,38 @@ proc users_list {apptainer_name singularity_name} {
     }
     return $list
 }
+# The user's personal layer (venv-pip install --user), for a venv in layers: where the user's personal dir has its
+# link, the overlay entry that check prints (it checks the layer is the user's alone and made on the install's venv
+# as it is, else says why on stderr, in one line); else "", with no process. The personal dir is var's value, else
+# subdir in XDG_DATA_HOME (~/.local/share), then the module's name (the scripts' twin: personal_dir)
+proc personal_layer {form var subdir mod_name packed check} {
+    if { $form ne "layers" || ![module-info mode load] } {
+        return ""
+    }
+    set top [user_value $var]
+    if { $top eq "" } {
+        set data [expr {[info exists ::env(XDG_DATA_HOME)] ? $::env(XDG_DATA_HOME) : ""}]
+        if { $data eq "" } {
+            set data [expr {[info exists ::env(HOME)] ? $::env(HOME) : ""}]/.local/share
+        }
+        set top $data/$subdir
+    }
+    set link [regsub {/$} $top ""]/$mod_name/$packed
+    if { [catch {file type $link} type] || $type ne "link" } {
+        return ""
+    }
+    if { [catch {exec /bin/sh -c $check 2>@ stderr} entry] } {
+        return ""
+    }
+    return $entry
+}
 # SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
-# SquashFS file and the changes on top of it, read-only
-proc set_overlays {installdir form squashfs changes} {
+# SquashFS file and the changes on top of it, read-only, then the personal layer (an entry, or "")
+proc set_overlays {installdir form squashfs changes personal} {
     set overlays [users_list APPTAINER_OVERLAY SINGULARITY_OVERLAY]
     if { $form eq "layers" } {
         set overlays [expr {$overlays eq "" ? "" : "$overlays,"}][file join $installdir $squashfs]:ro,[file join\
- $installdir $changes]:ro
+ $installdir $changes]:ro[expr {$personal eq "" ? "" : ",$personal"}]
     }
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays
@@ -2128,8 +2185,13 @@ VenvForm = namedtuple('VenvForm', 'into installdir record squashfs changes direc
 # SINGULARITY_BINDPATH and APPTAINER_BINDPATH: the user's binds, then those sources that exist on the node, always,
 # and the user software of installdir for its form (squashfs, or directory)
 Binds = namedtuple('Binds', 'sources always installdir form squashfs directory module')
-# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form
-Overlays = namedtuple('Overlays', 'installdir form squashfs changes')
+# The user's personal layer (README "Your own packages on a shared install") where the venv's form is layers and the
+# user's personal dir (PERSONAL_LAYERS_VAR, else XDG_DATA_HOME's subdir, then module) has the link packed: the overlay
+# entry that check (sh) prints, which also says on stderr why it is left out; else nothing, and no process
+PersonalLayer = namedtuple('PersonalLayer', 'into form var subdir module packed check')
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form,
+# then the personal layer (an entry, or nothing)
+Overlays = namedtuple('Overlays', 'installdir form squashfs changes personal')
 PrependPath = namedtuple('PrependPath', 'value')  # SINGULARITYENV_/APPTAINERENV_PREPEND_PATH, before the user's
 ContainerEnv = namedtuple('ContainerEnv', 'name value')  # SINGULARITYENV_<name> and APPTAINERENV_<name>
 CacheRoot = namedtuple('CacheRoot', 'into script')  # the cache root that script (sh) prints at load
@@ -2150,8 +2212,10 @@ MODULE_STEPS = {
             '{directory}, {module}))',
             'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {form} {squashfs} '
             '{directory} {module}]'),
-    Overlays: ('set_overlays({installdir}, {form}, {squashfs}, {changes})',
-               'set_overlays {installdir} {form} {squashfs} {changes}'),
+    PersonalLayer: ('local {into} = personal_layer({form}, {var}, {subdir}, {module}, {packed}, {check})',
+                    'set {into} [personal_layer {form} {var} {subdir} {module} {packed} {check}]'),
+    Overlays: ('set_overlays({installdir}, {form}, {squashfs}, {changes}, {personal})',
+               'set_overlays {installdir} {form} {squashfs} {changes} {personal}'),
     PrependPath: ('container_prepend_path({value})', 'container_prepend_path {value}'),
     ContainerEnv: ('container_env({name}, {value})', 'container_env {name} {value}'),
     CacheRoot: ('local {into} = cache_root({script})', 'set {into} [cache_root {script}]'),
@@ -2347,6 +2411,7 @@ prepare_launch() {
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
         [ -z "${!name:-}" ] || export "$name=$(pinned_entries "$root" "$generation" "${!name}")"
     done
+    use_personal_layer "${launch_with_personal_layer-yes}"
     set_up_caches "$cache_parent" "$module" "${cache_dirs[@]}"
 }
 # start-shell: with no arguments an interactive shell, else bash with these arguments (e.g. -c 'pip list'); either way
@@ -3089,6 +3154,195 @@ pinned_entries() {
 }
 '''
 
+# PERSONAL: a user's own layer on top of the install's (venv-pip install --user), and its use by the commands that
+# start the container and by the module's load.
+PERSONAL_LAYER = r'''
+# Personal layers (PERSONAL, README "Your own packages on a shared install"): a user's own change of the install's
+# venv (venv-pip install --user), a SquashFS layer of theirs on top of the install's layers, in their personal dir.
+# That is laid out as the install dir's packed venv (STATE): its link names a generation that holds the layer
+# ($changes_name), the name of the install's generation it was made on ($base_record) and what its owner asked pip
+# for ($requests_name, one request a line). It is used only where nobody else can write or rename it, and only on the
+# state of the install's venv it was made on: another state may hold other versions of what it changes.
+
+# The personal dir of this module: $personal_layers_var, else XDG_DATA_HOME's (~/.local/share's)
+# $personal_layers_subdir, then the module's name/version (the module's twin: personal_layer in primitives.lua and
+# primitives.tcl)
+personal_dir() {  # (into the variable pdir, the caller's: no subshell, at every start of a wrapper)
+    pdir=${!personal_layers_var:-}
+    [ -n "$pdir" ] || pdir="${XDG_DATA_HOME:-${HOME:-}/.local/share}/$personal_layers_subdir"
+    pdir="${pdir%/}/$module"
+}
+# Whether the caller's personal layer may be used on the install's generation $1 (a path): personal_layer gets its
+# file through the personal dir's link (a later change of the layer then reaches new starts), personal_generation its
+# generation; where it may not, personal_refusal says why. All empty where there is none.
+personal_layer='' personal_generation='' personal_refusal=''
+# shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
+check_personal_layer() {
+    local pdir base='' mode=''
+    personal_layer='' personal_generation='' personal_refusal=''
+    personal_dir
+    [ -L "$pdir/$packed_name" ] || return 0
+    personal_generation=$(current_generation "$pdir")
+    if [ "${pdir:0:1}" != / ]; then
+        personal_refusal="it is not an absolute path (set $personal_layers_var to one)"
+    elif [ -z "$personal_generation" ] || [ ! -f "$personal_generation/$changes_name" ]; then
+        personal_refusal="$pdir/$packed_name names no layer (remove it: rm $pdir/$packed_name)"
+    elif replace_check "$personal_generation"; then
+        personal_refusal="other users can rename or replace what is in $replace_why"
+    elif [ -L "$personal_generation/$changes_name" ] || [ ! -O "$personal_generation/$changes_name" ] ||
+        ! mode=$(stat -c %a -- "$personal_generation/$changes_name") || (( 8#$mode & 8#022 )); then
+        personal_refusal="$personal_generation/$changes_name is not yours alone (others can write it)"
+    else
+        [ ! -f "$personal_generation/$base_record" ] || IFS= read -r base <"$personal_generation/$base_record" || true
+        if [ "$base" != "${1##*/}" ]; then
+            personal_refusal="the install's venv changed since you made it (it may hold other versions of what your"
+            personal_refusal+=" layer changes): venv-pip sync --user makes your layer again on the venv as it is now"
+        else
+            personal_layer="$pdir/$packed_name/$changes_name"
+            return 0
+        fi
+    fi
+    personal_generation=''
+}
+# The overlay list $1 without the entries in the personal dir $2 (the module names the layer at load)
+without_personal_entries() {
+    local IFS=, entry entries kept=()
+    read -ra entries <<<"$1"
+    for entry in "${entries[@]}"; do
+        [ "${entry#"$2"/}" != "$entry" ] || kept+=("$entry")
+    done
+    echo "${kept[*]}"
+}
+# A command of the module starts the container (prepare_launch): the caller's personal layer on top of the install's
+# layers of the generation $generation of the form $form, pinned to its own generation, where it may be used
+# (check_personal_layer); else without the one the module named at load (a base that moved since, a layer removed),
+# saying why in one line. With $1 empty (venv-pip, whose containers take it where they need it), without it, and
+# module_named_personal says whether the module named it. Nothing to do, and no process, where there is no personal
+# dir and the module named none.
+# shellcheck disable=SC2154  # generation, form: prepare_launch's (launch.sh)
+module_named_personal=''
+use_personal_layer() {
+    local pdir name value
+    personal_dir
+    case ",${SINGULARITY_OVERLAY:-},${APPTAINER_OVERLAY:-}" in
+        *",$pdir/"*) module_named_personal=yes ;;
+        *) [ -L "$pdir/$packed_name" ] || return 0 ;;
+    esac
+    personal_layer='' personal_refusal=''
+    [ -z "$1" ] || check_personal_layer "$generation"
+    if [ -n "$personal_layer" ] && [ "$form" != layers ]; then
+        personal_refusal="the install's venv is not in layers now (its form is $form)"
+        personal_layer=''
+    fi
+    for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY; do
+        value=$(without_personal_entries "${!name:-}" "$pdir")
+        [ -z "$personal_layer" ] || value+="${value:+,}$personal_generation/$changes_name:ro"
+        export "$name=$value"
+    done
+    [ -z "$personal_refusal" ] || echo "${0##*/}: not using your own packages in $pdir: $personal_refusal" >&2
+}
+# For the module's load of a venv in layers (venv-pip --module-personal-layer, before the module's variables are set):
+# the caller's personal layer as an overlay entry, through its link, on stdout where it may be used; else why not, in
+# one line on stderr
+module_personal_layer() {
+    local pdir
+    personal_dir
+    check_personal_layer "$(current_generation "$root")"
+    if [ -n "$personal_layer" ]; then
+        echo "$personal_layer:ro"
+    elif [ -n "$personal_refusal" ]; then
+        echo "$module: not using your own packages in $pdir: $personal_refusal" >&2
+    fi
+}
+# The directories of the venv that a personal change starts from, in the SquashFS files $@ (bottom first: the
+# install's, then the caller's layer so far) as the overlay stacks them (a whiteout, or a file, of a layer above
+# hides a directory and what is in it), into the new file $work/venv-dirs (NUL-terminated paths from the container's
+# root, a directory before what is in it); those whose mode (with the owner's write bit) is not 0755 also into
+# $work/venv-dirs.mode.<octal mode>, one for each
+venv_directories() {
+    local file
+    for file; do
+        listing_modes=yes squashfs_entries "$file" || return 1
+        printf '%s\0' '-'  # (the next layer)
+    done | LC_ALL=C awk -v modes="$work/venv-dirs.mode." '
+        BEGIN { RS = "\0" }
+        $0 == "-" { next }
+        {   type = substr($0, 1, 1); path = substr($0, 12)
+            if (kind[path] == "d" && type != "d")  # (what was in a directory it hides goes with it)
+                for (known in kind)
+                    if (index(known, path "/") == 1) delete kind[known]
+            if (type == "c") delete kind[path]; else kind[path] = type
+            if (type == "d") mode[path] = substr($0, 2, 9)
+        }
+        END {
+            for (path in kind) {
+                if (kind[path] != "d") continue
+                printf "%s%c", path, 0
+                bits = 0
+                for (i = 1; i <= 9; i++) bits = bits * 2 + (substr(mode[path], i, 1) ~ /[rwxst]/)
+                if (substr(mode[path], 2, 1) != "w") bits += 128
+                if (bits != 493) printf "%s%c", path, 0 > (modes sprintf("%o", bits))
+            }
+        }' | LC_ALL=C sort -z >"$work/venv-dirs"
+}
+# Those directories (venv_directories') made in the writable layer's upper directory $1, the caller's, with the
+# modes of the venv: where a layer below holds another user's directory, pip may then write in it, as in a venv of
+# the caller's own (the overlay lets only a directory's owner write in it)
+precreate_venv_directories() {
+    local modes
+    (cd -- "$1" && xargs -0r mkdir -p -- <"$work/venv-dirs" &&
+        for modes in "$work/venv-dirs.mode."*; do
+            [ ! -f "$modes" ] || xargs -0r chmod "${modes##*.}" -- <"$modes" || exit 1
+        done)
+}
+# After pip: what precreate_venv_directories made in the upper directory $1 and pip left empty goes, deepest first,
+# where it was not emptied by pip (OVERLAY_PYTHON lists those in $1$emptied_record: they hide what is below them)
+prune_venv_directories() {
+    local emptied="$1$emptied_record"
+    [ -f "$emptied" ] || emptied=/dev/null
+    # (a directory pip removed is a whiteout now, or gone: rmdir fails there, as on one that is not empty)
+    LC_ALL=C awk -v emptied="$emptied" 'BEGIN { RS = "\0"; while ((getline path < emptied) > 0) kept[path] = 1 }
+                                        !(("/" $0) in kept) { printf "%s%c", $0, 0 }' "$work/venv-dirs" |
+        LC_ALL=C sort -zr | (cd -- "$1" && xargs -0r rmdir --ignore-fail-on-non-empty -- 2>/dev/null) || true
+}
+# venv-pip list --user: the packages of the caller's layer, from its entries (no container): what it adds, or puts
+# in place of the install's ("<name> <version> (the install's: <version>)"), and what of the install's it removes
+# for them ("<name> <version> (removed for you)"); then whether the layer is used now
+list_personal_layer() {
+    local pdir layer
+    personal_dir
+    layer=$(current_generation "$pdir")
+    if [ -z "$layer" ]; then
+        echo "You have no packages of your own on $module (venv-pip install --user adds some)."
+        return 0
+    fi
+    echo "Your own packages on $module (your layer in $pdir):"
+    squashfs_entries "$layer/$changes_name" | LC_ALL=C awk '
+        BEGIN { RS = "\0" }
+        /^[dc] user-software\/venv\/[^\/]*\/lib\/python[^\/]*\/site-packages\/[^\/]*\.dist-info$/ {
+            count = split($0, part, "/")
+            name = part[count]
+            sub(/\.dist-info$/, "", name)
+            version = name
+            sub(/-[^-]*$/, "", name)
+            sub(/^.*-/, "", version)
+            gsub(/_/, "-", name)
+            if (substr($0, 1, 1) == "c") removed[name] = version; else added[name] = version
+        }
+        END {
+            for (name in added) {
+                note = ""
+                if (name in removed) note = " (the install\047s: " removed[name] ")"
+                printf "%s %s%s\n", name, added[name], note
+            }
+            for (name in removed)
+                if (!(name in added)) printf "%s %s (removed for you)\n", name, removed[name]
+        }' | LC_ALL=C sort
+    check_personal_layer "$(current_generation "$root")"
+    [ -z "$personal_refusal" ] || echo "Not used now: $personal_refusal"
+}
+'''
+
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
 USER_SOFTWARE_PATHS = r'''# The install dir this script lives in (module loaded or not), and its venv (STATE):
 # the script's own constants
@@ -3261,7 +3515,9 @@ take_lock() {
     local root=$1 mode
     shift
     if [ ! -w "$root" ]; then
-        error "$root is not writable for you: only whoever installed the module can change it"
+        # shellcheck disable=SC2154  # command_name: the command's, set before it sources the library
+        error "$root is not writable for you: only whoever installed the module can change it$(
+            [ "$command_name" != venv-pip ] || echo "; venv-pip install --user adds packages for you alone")"
         return 2
     fi
     command -v flock >/dev/null || { error "flock not found on PATH (it comes with util-linux)"; return 2; }
@@ -3686,9 +3942,10 @@ patterns_of() {
     LC_ALL=C sed -z -e 's/[[:punct:][:blank:]]/\\&/g' -e 's|\\/|/|g'
 }
 # Each entry of the SquashFS file $1 (below the patterns $2..., and the directories above them) as "<type> <path>",
-# NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
-# a name with a newline over several lines (only the first has the root), and a link as "path -> target", with the
-# target's length as its size: taken apart by these, never by blanks, any name comes back as it is.
+# NUL-terminated; with listing_modes=yes, "<type and permissions, as ls -l shows them> <path>". unsquashfs -lln prints
+# a path after the root it is given (a random one here, which no name holds), a name with a newline over several
+# lines (only the first has the root), and a link as "path -> target", with the target's length as its size: taken
+# apart by these, never by blanks, any name comes back as it is.
 listing_root=''  # (squashfs_entries': made once a run by know_listing_root, else at each listing)
 random_root() {
     echo "/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
@@ -3696,10 +3953,11 @@ random_root() {
 know_listing_root() {
     listing_root=$(random_root) || listing_root=''
 }
+listing_modes=''
 squashfs_entries() {
     local root=$listing_root
     [ -n "$root" ] || root=$(random_root) || return 1
-    unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" '
+    unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" -v width="${listing_modes:+10}" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")
             if (at) {
@@ -3708,7 +3966,7 @@ squashfs_entries() {
                     split(substr(entry, 1, at - 1), fields, " +")
                     path = substr(path, 1, length(path) - fields[3] - 4)
                 }
-                printf "%s %s%c", substr(entry, 1, 1), path, 0
+                printf "%s %s%c", substr(entry, 1, width ? width : 1), path, 0
             }
             entry = ""
         }
@@ -3824,9 +4082,10 @@ apply_upper() {
     cp -a --link --remove-destination "$1/." "$2/"
 }
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2, NUL-terminated paths)
-# is new: nothing of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list
+# is new: nothing of the SquashFS files $3... below it (the venv's, and the install's layer below a personal one) may
+# show through, so what the tree lacks there is added to the list
 hide_below_new_directories() {
-    local path entry pattern
+    local path entry pattern file
     [ -s "$2" ] || return 0
     LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
     while IFS= read -r -d '' path; do
@@ -3838,31 +4097,32 @@ hide_below_new_directories() {
                     ! under_non_directory "$1" "$entry"; then
                     printf '%s\0' "$entry"
                 fi
-            done < <(squashfs_entries "$3" "$pattern")
+            done < <(for file in "${@:3}"; do squashfs_entries "$file" "$pattern"; done)
         fi
     done <"$2.sorted" >>"$2"
     rm -f -- "$2.sorted"
 }
-# The paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came: of a listing of those paths only
-# (the whole file's, 60,000 entries and more, takes a second), unless they are very many
+# The paths on stdin (NUL-terminated) that one of the SquashFS files $@ holds, as they came: of a listing of those
+# paths only (the whole file's, 60,000 entries and more, takes a second), unless they are very many
 in_squashfs() {
-    local paths=() patterns=()
+    local paths=() patterns=() file
     mapfile -d '' paths
     [ "${#paths[@]}" -gt 0 ] || return 0
     [ "${#paths[@]}" -gt 4096 ] || mapfile -d '' patterns < <(printf '%s\0' "${paths[@]}" | patterns_of)
     printf '%s\0' "${paths[@]}" | LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
                                                 $0 in held { printf "%s%c", $0, 0 }' \
-        <(squashfs_entries "$1" "${patterns[@]}") -
+        <(for file in "$@"; do squashfs_entries "$file" "${patterns[@]}"; done) -
 }
 # The paths on stdin (NUL-terminated) as pseudo file definitions name them, NUL-terminated: a blank, a tab, a quote and
 # a backslash escaped (a path cannot hold a newline there: venv-pip repacks where a whiteout would need one)
 pseudo_names() {
     LC_ALL=C sed -z -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/ /\\ /g' -e 's/\t/\\\t/g'
 }
-# Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
-# lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds
-# nothing, a whiteout would hide nothing, and in a directory that only the layer has, the overlay would list it as an
-# entry that cannot be opened. (A few processes for all the paths: an upgrade may remove tens of thousands.)
+# Pack the tree $1 as the layer $3 on the SquashFS files $4... (the venv's, and the install's layer below a personal
+# one), with a whiteout for each path of the list $2 that the tree lacks and they hold (and that is not below another
+# one, nor below a file or a link of the tree). Where they hold nothing, a whiteout would hide nothing, and in a
+# directory that only the layer has, the overlay would list it as an entry that cannot be opened. (A few processes
+# for all the paths: an upgrade may remove tens of thousands.)
 pack_layer() {
     local whiteouts="$1.whiteouts" path
     if [ ! -s "$2" ]; then  # (nothing removed: no whiteouts, and no process to find none)
@@ -3871,7 +4131,7 @@ pack_layer() {
     fi
     LC_ALL=C sort -zu "$2" | while IFS= read -r -d '' path; do
         [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || printf '%s\0' "$path"
-    done | in_squashfs "$4" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
+    done | in_squashfs "${@:4}" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
                  for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
                  gone[$0] = 1; printf "%s%c", $0, 0 }' >"$whiteouts" || return 1
     # (the directories above them, in the tree: none is below a file or a link of it)
@@ -3892,16 +4152,19 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
 # runtime's overlay create lays it out (upper/ and work/, the caller's, in a file of mode 0600), made by mkfs.ext3
 # itself: one process, and a journal of 4 MiB, the smallest (the runtime takes no image without one) where the
 # runtime's would write 128 MiB of it at each change. Where that fails (e2fsprogs before 1.43 has no -d), by the
-# runtime, with its temporary directory beside the image, not in a TMPDIR that others share.
+# runtime, with its temporary directory beside the image, not in a TMPDIR that others share. With $3, the command
+# that fills upper/ first (its path the argument), by mkfs.ext3 only.
 # shellcheck disable=SC2154  # runtime: find_runtime's (container.sh)
 ext3_layer() {
     local layout mode=755 status=0
     layout=$(new_private_dir "${1%/*}" .ext3-layout.) || return 1
     # (ids beyond 16 bits: as the runtime does, the directories open to all in a file only its owner reads)
     [ "$EUID" -le 65535 ] && [ "${run_group:-$(id -g)}" -le 65535 ] || mode=777
-    if ! { mkdir -m "$mode" -- "$layout/upper" "$layout/work" && truncate -s "$2M" -- "$1" && chmod 600 -- "$1" &&
+    if ! { mkdir -m "$mode" -- "$layout/upper" "$layout/work" && { [ -z "${3:-}" ] || "$3" "$layout/upper"; } &&
+        truncate -s "$2M" -- "$1" && chmod 600 -- "$1" &&
         e2fs_tool mkfs.ext3 -q -F -J size=4 -d "$layout" "$1" >/dev/null 2>&1; }; then
         rm -f -- "$1"
+        [ -z "${3:-}" ] || { remove_own_tree "$layout"; return 1; }
         find_runtime && TMPDIR=${1%/*} "$runtime" overlay create --sparse --size "$2" "$1" >/dev/null 9>&- || status=$?
     fi
     remove_own_tree "$layout"
@@ -4272,13 +4535,17 @@ layers below held in them when it packs the change; a later run in the same over
 
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
-with the status REFUSED_STATUS, on which venv-pip repacks the whole venv instead.
+with the status REFUSED_STATUS, on which venv-pip repacks the whole venv instead. So it does where the kernel
+refuses to remove or replace a file of the layers below whose owner the runtime's user namespace does not map
+(EOVERFLOW: a personal change's, on the install's files), which venv-pip then says it cannot do.
 """
 import errno
 import importlib
 import logging
 import os
 import runpy
+import shlex
+import subprocess
 import sys
 
 RECORD = "/user-software/.venv-pip-emptied"  # (layout.EMPTIED_RECORD: tests/test_templates.py)
@@ -4333,11 +4600,11 @@ def rmdir(path, *, dir_fd=None):
         emptied.add(full)
 
 
-def refuse(path, change, error):
-    """Stop pip: the overlay cannot make change at path."""
+def refuse(path, change, error, why=None):
+    """Stop pip: the overlay cannot make change at path (why: what to say instead)."""
     if not refused:
-        refused.append("venv-pip: the packed venv's layers cannot turn %s %s (the overlay says: %s): repacking the "
-                       "whole venv instead" % (path, change, error.strerror))
+        refused.append(why or "venv-pip: the packed venv's layers cannot turn %s %s (the overlay says: %s): repacking "
+                       "the whole venv instead" % (path, change, error.strerror))
         logging.disable(logging.CRITICAL)  # (pip's report of the exception: venv-pip says what happens)
     raise Refused(path)
 
@@ -4357,6 +4624,10 @@ def into_file(call, path, dir_fd):
         return call()
     except OSError as error:
         full = full_path(path, dir_fd)
+        if error.errno == errno.EOVERFLOW and full.startswith(LAYERS + os.sep):
+            # (a user namespace maps only its user: the kernel removes or replaces no file of an unmapped owner)
+            refuse(full, "", error, "venv-pip: the overlay cannot remove or replace %s, a file of another user, in the "
+                   "runtime's user namespace (the kernel refuses it there; a setuid runtime does not)" % full)
         if not removed(full):
             raise
         refuse(full, "from a directory into a file or a link", error)
@@ -4429,10 +4700,40 @@ def run_module(args):
     return 0
 
 
+def each(requests, module):
+    """`venv-pip sync`: module with the arguments of each request of the file requests (a line of shell words; blank
+    lines and # comments skipped), in a process of its own (this program run again, from its file) on the same
+    overlay, one after the other; each one's status goes into requests.status, a line each. The status: REFUSED_STATUS
+    where one was refused (the overlay holds part of its change: venv-pip makes none of them), else 0."""
+    with open(requests, encoding="utf-8", errors="surrogateescape") as source:
+        lines = [line for line in source.read().split("\n") if line.strip() and not line.lstrip().startswith("#")]
+    statuses = []
+    for line in lines:
+        print("venv-pip: again: %s" % line, flush=True)
+        try:
+            words = shlex.split(line)
+        except ValueError as error:
+            print("venv-pip: cannot read that request as shell words (%s)" % error, flush=True)
+            statuses.append(2)
+            continue
+        statuses.append(subprocess.call([sys.executable, sys.argv[0], module] + words))
+        if statuses[-1] == REFUSED_STATUS:
+            break
+    with open(requests + ".status", "w", encoding="utf-8") as record:
+        record.write("".join("%d\n" % status for status in statuses))
+    return REFUSED_STATUS if REFUSED_STATUS in statuses else 0
+
+
 def main(argv):
     args, then = argv[1:], None
     if args[:1] == ["--then"]:
         then, args = args[1], args[2:]
+    if args[:1] == ["--each"]:
+        status = each(args[1], args[2])
+        if status or not then:
+            return status
+        args = [then]
+        then = None
     if os.path.isfile(RECORD):
         with open(RECORD, encoding="utf-8", errors="surrogateescape") as record:
             emptied.update(path for path in record.read().split("\0") if path)
@@ -4554,6 +4855,15 @@ image_commands() {
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
     in_change_python -c "$overlay_python" "$@"
 }
+# venv-pip sync: pip with each request of the file $replaying, one after the other on the writable overlay, then the
+# image's commands (OVERLAY_PYTHON, run from a file in the work dir: it runs itself again for each request); each
+# one's status in $work/$workdir_tmp/requests.status, a line each
+in_overlay_each() {
+    local tmp="$work/$workdir_tmp"
+    { printf '%s' "$overlay_python" >"$tmp/overlay-python.py" && cp -- "$replaying" "$tmp/requests"; } || return 1
+    in_change_python "$container_tmp/overlay-python.py" --then "$image_commands_module" --each \
+        "$container_tmp/requests" pip
+}
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
 # listed in the new file $3 there, NUL-terminated: read on the host by e2fsprogs' debugfs (read_upper), else by a
 # container (export_upper_in_container)
@@ -4622,16 +4932,30 @@ export_upper_in_container() {
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
-# on in the next place): 16 GiB, or four times the packed venv.
+# on in the next place): 16 GiB, or four times the packed venv. A personal change's starts with the venv's
+# directories, the caller's (precreate_venv_directories).
 writable_layer() {
+    local upper=''
+    if [ -n "$personal" ]; then
+        [ -f "$1/venv-dirs" ] || venv_directories "${lower_layers[@]}" ${changes:+"$changes"} || return 1
+        upper=precreate_venv_directories
+    fi
     if [ "$2" = directory ]; then
-        mkdir "$1/overlay" && echo "$1/overlay"
+        mkdir "$1/overlay" || return 1
+        if [ -n "$upper" ]; then
+            mkdir "$1/overlay/upper" "$1/overlay/work" && "$upper" "$1/overlay/upper" || return 1
+        fi
+        echo "$1/overlay"
         return
     fi
-    ext3_layer "$1/overlay.img" "$(ext3_image_mib)" && echo "$1/overlay.img"
+    ext3_layer "$1/overlay.img" "$(ext3_image_mib)" "$upper" && echo "$1/overlay.img"
 }
 ext3_image_mib() {  # the size of the EXT3 image of a change (MiB): 16 GiB, or four times the packed venv
-    local mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
+    local size bytes=0 mib
+    while read -r size; do
+        bytes=$(( bytes + size ))
+    done < <(stat -c %s -- "$squashfs" ${changes:+"$changes"} "${lower_layers[@]:1}")
+    mib=$(( bytes >> 18 ))
     echo $(( mib > 16384 ? mib : 16384 ))
 }
 # What the writable layer takes in the work dir before pip writes to it: an EXT3 image's journal, which mkfs.ext3
@@ -4795,12 +5119,17 @@ pip_on_layers() {
         layer_overlays=$(read_only_overlays "$user_overlays")
         layer_overlays=${layer_overlays:-none}
     fi
-    use_overlays "${layer_overlays#none}" "$squashfs:ro" "${layer_so_far_overlay:-}" "$writable"
+    use_overlays "${layer_overlays#none}" "$squashfs:ro" "${base_layer_overlay:-}" "${layer_so_far_overlay:-}" \
+        "$writable"
     use_for_user_software ""  # (no bind there)
     # (the layer so far, which the change is put together on, unpacked while pip runs)
     remove_own_tree "$work/tree"
     start_beside layer_so_far "$work/tree" "$work/removed"
-    in_background in_overlay --then "$image_commands_module" pip "$@" || status=$?
+    if [ -n "$replaying" ]; then
+        in_background in_overlay_each || status=$?
+    else
+        in_background in_overlay --then "$image_commands_module" pip "$@" || status=$?
+    fi
     layer_so_far_status=0
     join_beside || layer_so_far_status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
@@ -4819,7 +5148,7 @@ pip_on_layers() {
         return "$status"
     fi
     if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
-        use_overlays "${layer_overlays#none}" "$squashfs:ro" "${layer_so_far_overlay:-}"
+        use_overlays "${layer_overlays#none}" "$squashfs:ro" "${base_layer_overlay:-}" "${layer_so_far_overlay:-}"
         mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
         in_background export_upper "$writable" "$work/overlay/upper" "$work/whiteouts" || status=$?
         if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then
@@ -4876,7 +5205,9 @@ pack_base() {  # the tree $1 becomes the SquashFS file of the new generation $2,
     fi
 }
 repack_instead() {  # the change (pip $3...) into the new generation $2 on the whole venv instead of as a layer,
-    # saying why ($1) if it says
+    # saying why ($1) if it says; not for a personal layer, which cannot hold the whole venv
+    [ -z "$personal" ] || die "this change cannot be a layer of your own (${1:+${1%%:*}}${1:-see above})," \
+        "and the install's venv is not yours to repack; nothing was changed"
     [ -z "$1" ] || echo "venv-pip: $1"
     remove_own_tree "$work"
     change_by_repacking "${@:2}"
@@ -4890,6 +5221,9 @@ change_in_layers() {
         "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
+    if [ "$status" -eq 0 ] && [ -n "$personal" ]; then
+        prune_venv_directories "$upper"
+    fi
     if [ "$status" -eq 0 ]; then
         ! venv_python_changed "$upper/$venv_bin" || python=yes
         if [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
@@ -4904,7 +5238,12 @@ change_in_layers() {
         python) repack_instead "$python_changed" "$new" "$@"; return ;;
         newline) repack_instead "$newline_in_a_name" "$new" "$@"; return ;;
         unchanged)
-            echo "venv-pip: nothing changed in $venv; $packed stays as it was."
+            if [ -n "$replaying" ]; then  # (none of the requests changes the venv as it is now: an empty layer)
+                empty_layer "$new/$changes_name" || die "cannot write $new/$changes_name; nothing was changed"
+                commit_personal_layer "$new"
+                exit 0
+            fi
+            echo "venv-pip: nothing changed in $venv; $changed_what stays as it was."
             exit 0
             ;;
     esac
@@ -4914,7 +5253,7 @@ change_in_layers() {
         return
     fi
     if ! apply_upper "$upper" "$tree" "$work/removed" "$whiteouts" ||
-        ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
+        ! hide_below_new_directories "$tree" "$work/removed" "${lower_layers[@]}"; then
         again_where_there_is_room "cannot put the change together in $work; nothing was changed" "$new" "$@"
         return
     fi
@@ -4923,9 +5262,13 @@ change_in_layers() {
         repack_instead "$newline_in_a_name" "$new" "$@"
         return
     fi
-    share_modes "$root" "$tree"
-    in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "$squashfs" ||
+    share_modes "$layers_dir" "$tree"
+    in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "${lower_layers[@]}" ||
         die "mksquashfs failed; nothing was changed"
+    if [ -n "$personal" ]; then
+        commit_personal_layer "$new" "$@"
+        return
+    fi
     like "$changes" "$new/$changes_name" "$root"
     layer_or_merge "$new"
 }
@@ -5018,7 +5361,44 @@ read_state_under_lock() {
     user_overlays=$(others_overlays "$root")  # (before this run adds its own)
     layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
     generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
-    remove_superseded "$root"
+    lower_layers=("$squashfs")  # (what a layer of the change goes on: the SquashFS files below it)
+    base_layer_overlay=''  # (the install's layer, below a personal change's: read_personal_state)
+    layers_dir=$root changed_what=$packed  # (where the change's generation goes, and what it changes)
+    [ -n "$personal" ] || remove_superseded "$root"  # (a personal change leaves the install alone)
+}
+# A personal change (personal_change) goes into the personal dir $1: on the install's venv as read_state_under_lock
+# read it, below the caller's layer so far (if any, made on that state) as the layer the change is put together on
+read_personal_state() {
+    local pdir=$1 base=''
+    [ "$form" = layers ] || die "your own packages go into a layer on top of the install's layers, and the install's" \
+        "venv is not in layers (its form is $form): ask its owner to run make-squashfs, or install it yourself"
+    base_layer_overlay=$layer_so_far_overlay
+    [ "$layer_so_far_empty" = yes ] || lower_layers+=("$changes")
+    layers_dir=$pdir changed_what="your layer in $pdir"
+    user_overlays=$(without_personal_entries "$user_overlays" "$pdir")
+    personal_generation=$(current_generation "$pdir")
+    changes='' layer_so_far_empty=yes layer_so_far_overlay=''
+    if [ -n "$replaying" ]; then  # (venv-pip sync --user: the requests of the layer so far, on the venv as it is)
+        if [ -z "$personal_generation" ] || [ ! -f "$personal_generation/$requests_name" ]; then
+            die "there is no layer of yours in $pdir to make again (venv-pip install --user makes one)"
+        fi
+        replaying="$personal_generation/$requests_name"
+    elif [ -n "$personal_generation" ]; then
+        [ ! -f "$personal_generation/$base_record" ] || IFS= read -r base <"$personal_generation/$base_record" || true
+        [ "$base" = "${generation##*/}" ] || die "the install's venv changed since you made your layer in $pdir" \
+            "(it may hold other versions of what your layer changes): run venv-pip sync --user first, which makes" \
+            "your layer again on the venv as it is now"
+        generation_whole "$personal_generation" || die "your layer's state $personal_generation is damaged (its" \
+            "SquashFS file is empty or short: did a node crash before it was written?): remove $pdir/$packed_name" \
+            "and make your layer again"
+        changes="$personal_generation/$changes_name"
+        layer_so_far_empty=no
+        layer_so_far_overlay="$changes:ro"
+        know_listing_root
+    fi
+    # (the writable layer's kind as the runtime took it last time)
+    [ -z "$personal_generation" ] || writable_kind=$(writable_layer_kind "$personal_generation")
+    remove_superseded "$pdir"
 }
 # The change (pip with the arguments $@) of an unpacked venv, in place (the lock is held until pip and image_commands
 # end); venv-pip ends with pip's status
@@ -5066,10 +5446,101 @@ change_packed_venv() {
         change_by_repacking "$change_new" "$@"
     fi
 }
+# venv-pip install/uninstall --user: the change (pip with the arguments $@, but --user) into a new generation of the
+# caller's personal dir (PERSONAL), on the install's venv as it is now and the caller's layer so far. What cannot be
+# a layer (a change of the venv's own Python, a name with a newline, what the overlay refuses) is refused: the
+# install's venv is not the caller's to repack. The lock is the personal dir's: the install's is its changers'.
+personal_change() {
+    local arg args=() pdir
+    for arg; do
+        [ "$arg" = --user ] || args+=("$arg")
+    done
+    personal=yes
+    personal_dir
+    make_personal_dir "$pdir"
+    begin_change "$pdir" wait || exit 1
+    read_state_under_lock
+    read_personal_state "$pdir"
+    use_private_pip_cache
+    work=
+    full_places=()
+    new_change_generation "$pdir" || die "cannot make a directory in $pdir; nothing was changed"
+    say_where_others_can_replace
+    change_in_layers "$change_new" "${args[@]}"
+    exit 0
+}
+# The personal dir $1 (made private, with what it needs above it), where nobody else can rename or replace what is in
+# it
+# shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
+make_personal_dir() {
+    [ "${1:0:1}" = / ] ||
+        die "the directory of your own packages, $1, is not an absolute path: set $personal_layers_var to one"
+    (umask 077 && mkdir -p -- "$1") || die "cannot make $1, the directory of your own packages: set" \
+        "$personal_layers_var to a directory of yours"
+    if replace_check "$1"; then
+        die "other users can rename or replace what is in $replace_why: your own packages cannot be kept in $1;" \
+            "set $personal_layers_var to a directory of yours that only you can write"
+    fi
+}
+# The new layer of the generation $1 (pip with the arguments $2... made it) becomes the caller's, recorded with the
+# install's generation it was made on and the requests so far and this one: one rename (STATE)
+commit_personal_layer() {
+    local new=$1
+    shift
+    { echo "${generation##*/}" >"$new/$base_record" && personal_requests "$@" >"$new/$requests_name" &&
+        record_writable_layer_kind "$new" "$writable_kind"; } || die "cannot write in $new; nothing was changed"
+    commit_change "$layers_dir" layers || die "cannot make $layers_dir/$packed_name name $new; nothing was changed"
+    local later=" In this shell, singularity exec and run see it after module load $module again." what="has the change"
+    [ -z "$module_named_personal" ] || later=''
+    [ -z "$replaying" ] || what="is made again on the install's venv as it is now"
+    echo "venv-pip: your layer in $layers_dir $what; new jobs use it (no module reload needed), running ones keep the" \
+        "old one.$later"
+}
+# The requests of the caller's layer so far (its requests file), then pip's arguments $@ as one more: a line of shell
+# words, each quoted where it needs it ('...'), as venv-pip sync reads them back. After venv-pip sync, those of its
+# requests that pip carried out (their statuses in $work/$workdir_tmp/requests.status), saying which it did not.
+personal_requests() {
+    local word words=() quote="'"
+    echo "# What you asked venv-pip for, for your layer on $module, in order: pip's arguments, as shell words"
+    if [ -n "$replaying" ]; then
+        replayed_requests
+        return
+    fi
+    if [ -n "$personal_generation" ] && [ -f "$personal_generation/$requests_name" ]; then
+        grep -v '^#' -- "$personal_generation/$requests_name" || true
+    fi
+    for word; do
+        case "$word" in
+            '' | *[!A-Za-z0-9_./=:,+@%-]*) words+=("$quote${word//$quote/$quote\\$quote$quote}$quote") ;;
+            *) words+=("$word") ;;
+        esac
+    done
+    echo "${words[*]}"
+}
+# venv-pip sync: the requests replayed that pip carried out, on stdout; those it did not, said on stderr
+replayed_requests() {
+    local line status
+    exec 3<"$work/$workdir_tmp/requests.status"
+    while IFS= read -r line; do
+        [[ ! "$line" =~ ^[[:space:]]*(#|$) ]] || continue  # (as OVERLAY_PYTHON skips them)
+        IFS= read -r status <&3 || status=skipped
+        if [ "$status" = 0 ]; then
+            printf '%s\n' "$line"
+        else
+            echo "venv-pip: not carried over (pip failed, exit code $status; your layer leaves it out): $line" >&2
+        fi
+    done <"$work/$workdir_tmp/requests"
+    exec 3<&-
+}
 # venv-pip: the command. Its Python programs are read once, first: OVERLAY_PYTHON, run in the container on the
 # writable overlay, and EXPORT_UPPER, which copies a change out of an EXT3 image (read_program)
 venv_pip() {
+    if [ "${1:-}" = --module-personal-layer ]; then  # (the module's load asks: module_personal_layer)
+        module_personal_layer
+        exit 0
+    fi
     answer_help "$@"
+    launch_with_personal_layer=''  # (venv-pip's containers take it where it says: read_personal_state)
     prepare_launch
     read_program overlay-python.py overlay_python
     read_program export-upper.py export_python
@@ -5080,10 +5551,23 @@ venv_pip() {
     python_changed+=" Python"
     [ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
     umask "$(shared_umask "$root")"
+    # (a change of the install's venv, unless it is the caller's own: personal_change; replaying: venv-pip sync)
+    personal='' replaying=''
+    if [ "$1" = sync ]; then  # (venv-pip's own word: pip has no sync)
+        [ "$*" = "sync --user" ] || die "venv-pip sync takes --user (venv-pip sync --user: your layer made again on" \
+            "the install's venv as it is now, from your requests), '$(printable "$*")' was given"
+        replaying=yes
+        personal_change
+    fi
+    if [ "$1" = list ] && pip_wants_user "$@"; then
+        [ "$#" -eq 2 ] || die "venv-pip list --user takes no other options, '$(printable "$*")' was given"
+        list_personal_layer
+        exit 0
+    fi
     if ! pip_changes_venv "$@"; then
         pip_without_change "$@"  # (and exit: not in a condition, where set -e would be off)
     fi
-    ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
+    ! pip_wants_user "$@" || personal_change "$@"
     begin_change "$root" wait || exit 1
     read_state_under_lock
     use_private_pip_cache
@@ -6093,13 +6577,15 @@ as_venv_pip() {
 
 if pip_changes_venv "$@"; then
     problem=
+    also=
     if pip_wants_user "$@"; then
         problem="--user would install into ~/.local, which $venv does not see."
+        also=" (with --user after venv-pip's command: for you alone, in a layer of yours on a packed venv)"
     elif [ ! -w "$venv/bin" ]; then
         problem="$venv is read-only in the container (packed in user-software.squashfs, or not yours)."
     fi
     if [ -n "$problem" ]; then
-        echo "pip: $problem Outside the container, with the module loaded, run: $(as_venv_pip "$@")" >&2
+        echo "pip: $problem Outside the container, with the module loaded, run: $(as_venv_pip "$@")$also" >&2
         exit 1
     fi
 fi
@@ -6169,7 +6655,8 @@ SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV,
 # The library's pieces, after its own functions, in this order
 LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY_ALL, LAYERS, WORKDIR, LOCK_INSTALL_DIR,
                   CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON, CACHE_ROOT_RULE,
-                  CACHE_SETUP, LAUNCH, VENV_PIP, MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
+                  CACHE_SETUP, LAUNCH, PERSONAL_LAYER, VENV_PIP, MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS,
+                  JUPYTER_KERNEL]
 
 # The Python programs that venv-pip runs in the container, files of their own in libexec/ (read_program): OVERLAY_PYTHON
 # (pip on the writable overlay) and EXPORT_UPPER (a change copied out of an EXT3 image). As the programs written into
@@ -6211,11 +6698,19 @@ COMMAND_HELPS = {
         "who may read the install; a file or directory pip was given that the container does not see is named, "
         "with the bind that shows it.",
         [('-h, --help', 'this text'), ('<command> --help', "pip's help on a command (venv-pip install --help)"),
+         ('install --user, uninstall --user',
+          "the change for you alone, on an install you may not change: a layer of yours on top of the install's (in "
+          "XDG_DATA_HOME, ~/.local/share, or where SINGULARITYCONTAINER_PERSONAL_LAYERS says), which every container "
+          "of the module you start has, on the state of the install's venv it was made on"),
+         ('list --user', "the packages of your layer: what it adds or replaces, and what of the install's it "
+                         "removes for you"),
+         ('sync --user', "your layer made again on the install's venv as it is now (after its changers changed it), "
+                         "from your requests, in order; says which no longer work"),
          ('...', "everything else goes to pip as given (-q, -r requirements.txt, --upgrade, --no-deps, ...)")],
         "with the module loaded, on a login node or in a job; a change by the user who installed the module, or in "
-        "a project's shared install by the members of its group.",
+        "a project's shared install by the members of its group; with --user, by anyone who may use the module.",
         "the image and its own packages (an upgrade goes into the venv, on top of them), other modules' venvs, "
-        "~/.local (no user site)."),
+        "~/.local (no user site); with --user, the install."),
     'list-packages': CommandHelp(
         "list-packages [pip list's options]",
         "The Python packages in the container, the image's and the virtual environment's (pip list).",
@@ -6792,6 +7287,10 @@ def install_values(install, stamp):
         ('empty_mark', EMPTY_LAYER_MARK, 'in a generation whose layer changes nothing'),
         ('writable_record', WRITABLE_LAYER_RECORD, "how a change gets its writable layer: 'directory' or 'image'"),
         ('form_record', FORM_RECORD, "the venv's form: 'layers' or 'file'"),
+        ('personal_layers_var', PERSONAL_LAYERS_VAR, 'names where personal layers are (else personal_layers_subdir)'),
+        ('personal_layers_subdir', PERSONAL_LAYERS_SUBDIR, 'in XDG_DATA_HOME (~/.local/share), where they are'),
+        ('base_record', BASE_RECORD, "in a personal layer's generation: the install's generation it was made on"),
+        ('requests_name', REQUESTS_NAME, 'and what its owner asked pip for, a request a line'),
         ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
         ('lock_name', USER_SOFTWARE_LOCK, "the install dir's lock"),
         ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),

@@ -31,7 +31,7 @@ from .layout import (CACHE_ROOT, CONTAINER_CHECK_END, CONTAINER_RUNSCRIPTS, CONT
                      ERROR_TAIL_LINES, GENERATION_PREFIX, IMAGE_COMMANDS_MODULE,
                      IMAGE_PACKAGES_MODULE, IMAGE_PYTHON_JSON, INSTALL_HOLDS_LOCK, KEEP_PREVIOUS_DAYS, LAYERS_IMAGE,
                      LIBRARY, LUMI_CENTRAL_SIF_DEFAULT, LUMI_CENTRAL_SIF_SUBDIR, MODULE_FAMILY,
-                     NVIDIA_RUNTIME_VARIABLES, PREVIOUS_INSTALLATION,
+                     NVIDIA_RUNTIME_VARIABLES, PERSONAL_LAYERS_SUBDIR, PERSONAL_LAYERS_VAR, PREVIOUS_INSTALLATION,
                      PREVIOUS_INSTALLATION_MARKER, USER_SOFTWARE, USER_SOFTWARE_CHANGES,
                      USER_SOFTWARE_ENTRIES, USER_SOFTWARE_FORM, USER_SOFTWARE_LOCK, USER_SOFTWARE_PACKED,
                      USER_SOFTWARE_SQUASHFS, install_umask)
@@ -44,8 +44,8 @@ from .install_lock import (group_is_only_yours, group_writable_chosen, keep_lock
                            owner_group_mode, same_file)
 from .install_dir import (current_generation, installer_container_settings, installer_independent_env, link_targets,
                           not_removable, tree_fingerprint, unused_name, venv_form)
-from .module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image, Overlays, PrependPath,
-                          SetRestorable, Var, VenvForm, emit_module_logic)
+from .module_plan import (Binds, CacheRoot, Conflict, ContainerEnv, Defaults, Family, Image, Overlays,
+                          PersonalLayer, PrependPath, SetRestorable, Var, VenvForm, emit_module_logic)
 from .scripts import (CONTAINER_CHECK_SCRIPT, CREATE_VENV, DETECT_IMAGE_PYTHON, IMAGE_COMMANDS,
                       IMAGE_PACKAGES, VENV_PIP_SCRIPT, CACHE_ROOT_RULE, cache_root_call)
 from .parameters import PARAMETERS, bind_fields, container_venv_path, easyconfig_problems, venv_name
@@ -810,7 +810,7 @@ class SingularityContainer(EasyBlock):
         """What the module does at load, once for Lua and Tcl: a list of steps (see MODULE_STEPS), in order."""
         installdir, suffix, module = self.installdir, self.var_suffix, self.full_mod_name
         runscripts = os.path.join(installdir, 'runscripts')
-        sif, cache_root, form = Var('sif'), Var('cache_root_dir'), Var('form')
+        sif, cache_root, form, personal = Var('sif'), Var('cache_root_dir'), Var('form'), Var('personal')
         # The cache root: CACHE_ROOT_RULE, run by the shell when the module loads
         rule, call = CACHE_ROOT_RULE, cache_root_call(module, self.cfg['container_cache_dirs'].values())
         # A user's load stops when the image is gone; EasyBuild's load of its fake module (the devel module of
@@ -828,7 +828,9 @@ class SingularityContainer(EasyBlock):
                      USER_SOFTWARE),
             Binds(list(self.cfg['container_bind']), [self.runscripts_bind()], installdir, form,
                   USER_SOFTWARE_SQUASHFS, USER_SOFTWARE, module),
-            Overlays(installdir, form, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES),
+            PersonalLayer(personal, form, PERSONAL_LAYERS_VAR, PERSONAL_LAYERS_SUBDIR, module, USER_SOFTWARE_PACKED,
+                          '%s --module-personal-layer' % sh_str(os.path.join(installdir, 'bin', 'venv-pip'))),
+            Overlays(installdir, form, USER_SOFTWARE_SQUASHFS, USER_SOFTWARE_CHANGES, personal),
             PrependPath(self.prepend_path()),
         ] + [ContainerEnv(key, value) for key, value in self.container_environment()] + [
             CacheRoot(cache_root, rule + '\n' + call),

@@ -30,6 +30,16 @@ FORM_RECORD = '.venv-form'
 # before may still be about to open its files)
 KEEP_SUPERSEDED_MINUTES = 2
 SQUASHFS_NAME, CHANGES_NAME = 'user-software.squashfs', 'user-software.changes.squashfs'
+# Personal layers (venv-pip install --user): a user's own change of an install's venv, a layer of theirs on top of
+# the install's layers, in a directory of theirs, the personal dir: PERSONAL_LAYERS_VAR, else
+# $XDG_DATA_HOME/PERSONAL_LAYERS_SUBDIR (~/.local/share/...), then the module's name/version. It is laid out as an
+# install dir's packed venv (the link USER_SOFTWARE_PACKED names a generation holding CHANGES_NAME); each generation
+# also records the install's generation the layer was made on (BASE_RECORD) and what its owner asked pip for
+# (REQUESTS_NAME, one request a line, in order)
+PERSONAL_LAYERS_VAR = 'SINGULARITYCONTAINER_PERSONAL_LAYERS'
+PERSONAL_LAYERS_SUBDIR = 'singularitycontainer-layers'
+BASE_RECORD = '.base'
+REQUESTS_NAME = 'venv-pip-requests.txt'
 # The two files as the module names them: through the link, from the install dir
 USER_SOFTWARE_SQUASHFS = USER_SOFTWARE_PACKED + '/' + SQUASHFS_NAME
 USER_SOFTWARE_CHANGES = USER_SOFTWARE_PACKED + '/' + CHANGES_NAME

@@ -29,8 +29,13 @@ VenvForm = namedtuple('VenvForm', 'into installdir record squashfs changes direc
 # SINGULARITY_BINDPATH and APPTAINER_BINDPATH: the user's binds, then those sources that exist on the node, always,
 # and the user software of installdir for its form (squashfs, or directory)
 Binds = namedtuple('Binds', 'sources always installdir form squashfs directory module')
-# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form
-Overlays = namedtuple('Overlays', 'installdir form squashfs changes')
+# The user's personal layer (README "Your own packages on a shared install") where the venv's form is layers and the
+# user's personal dir (PERSONAL_LAYERS_VAR, else XDG_DATA_HOME's subdir, then module) has the link packed: the overlay
+# entry that check (sh) prints, which also says on stderr why it is left out; else nothing, and no process
+PersonalLayer = namedtuple('PersonalLayer', 'into form var subdir module packed check')
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form,
+# then the personal layer (an entry, or nothing)
+Overlays = namedtuple('Overlays', 'installdir form squashfs changes personal')
 PrependPath = namedtuple('PrependPath', 'value')  # SINGULARITYENV_/APPTAINERENV_PREPEND_PATH, before the user's
 ContainerEnv = namedtuple('ContainerEnv', 'name value')  # SINGULARITYENV_<name> and APPTAINERENV_<name>
 CacheRoot = namedtuple('CacheRoot', 'into script')  # the cache root that script (sh) prints at load
@@ -51,8 +56,10 @@ MODULE_STEPS = {
             '{directory}, {module}))',
             'set_binds [keep_binds {sources}] {always} [user_software_bind {installdir} {form} {squashfs} '
             '{directory} {module}]'),
-    Overlays: ('set_overlays({installdir}, {form}, {squashfs}, {changes})',
-               'set_overlays {installdir} {form} {squashfs} {changes}'),
+    PersonalLayer: ('local {into} = personal_layer({form}, {var}, {subdir}, {module}, {packed}, {check})',
+                    'set {into} [personal_layer {form} {var} {subdir} {module} {packed} {check}]'),
+    Overlays: ('set_overlays({installdir}, {form}, {squashfs}, {changes}, {personal})',
+               'set_overlays {installdir} {form} {squashfs} {changes} {personal}'),
     PrependPath: ('container_prepend_path({value})', 'container_prepend_path {value}'),
     ContainerEnv: ('container_env({name}, {value})', 'container_env {name} {value}'),
     CacheRoot: ('local {into} = cache_root({script})', 'set {into} [cache_root {script}]'),

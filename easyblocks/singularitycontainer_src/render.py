@@ -6,10 +6,11 @@ import os
 from collections import namedtuple
 
 from .container import RUNTIME_KINDS
-from .layout import (CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
-                     GENERATION_RECORD, GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE, INSTALL_HOLDS_LOCK, INSTALL_UMASK,
-                     KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY, MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX,
-                     OVERLAY_REFUSED_STATUS, SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK,
+from .layout import (BASE_RECORD, CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD,
+                     GENERATION_PREFIX, GENERATION_RECORD, GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE,
+                     INSTALL_HOLDS_LOCK, INSTALL_UMASK, KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY,
+                     MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX, OVERLAY_REFUSED_STATUS, PERSONAL_LAYERS_SUBDIR,
+                     PERSONAL_LAYERS_VAR, REQUESTS_NAME, SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK,
                      USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
 from .text import fill_template, printable, sh_quoted, sh_str
 from .scripts import (COMMAND, COMMAND_HELPS, LAUNCH_KINDS, LIBRARY_PIECES, LIBRARY_TEMPLATE, PROGRAMS, SCRIPTS, Script,
@@ -43,6 +44,10 @@ def install_values(install, stamp):
         ('empty_mark', EMPTY_LAYER_MARK, 'in a generation whose layer changes nothing'),
         ('writable_record', WRITABLE_LAYER_RECORD, "how a change gets its writable layer: 'directory' or 'image'"),
         ('form_record', FORM_RECORD, "the venv's form: 'layers' or 'file'"),
+        ('personal_layers_var', PERSONAL_LAYERS_VAR, 'names where personal layers are (else personal_layers_subdir)'),
+        ('personal_layers_subdir', PERSONAL_LAYERS_SUBDIR, 'in XDG_DATA_HOME (~/.local/share), where they are'),
+        ('base_record', BASE_RECORD, "in a personal layer's generation: the install's generation it was made on"),
+        ('requests_name', REQUESTS_NAME, 'and what its owner asked pip for, a request a line'),
         ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
         ('lock_name', USER_SOFTWARE_LOCK, "the install dir's lock"),
         ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),

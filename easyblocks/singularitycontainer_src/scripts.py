@@ -43,6 +43,10 @@ FILES = source('scripts/lib/files.sh')
 # venv-pip, make-squashfs, unmake-squashfs and the wrappers read it (and venv-pip's changes write it) alike.
 VENV_STATE = source('scripts/lib/venv-state.sh')
 
+# PERSONAL: a user's own layer on top of the install's (venv-pip install --user), and its use by the commands that
+# start the container and by the module's load.
+PERSONAL_LAYER = source('scripts/lib/personal-layer.sh')
+
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
 USER_SOFTWARE_PATHS = source('scripts/lib/user-software-paths.sh')
 
@@ -178,7 +182,8 @@ SCRIPT_SNIPPETS = {'pip_changes_venv': PIP_CHANGES_VENV,
 # The library's pieces, after its own functions, in this order
 LIBRARY_PIECES = [USER_SOFTWARE_PATHS, VENV_STATE, FILES, CONTAINER, READABLE_BY_ALL, LAYERS, WORKDIR, LOCK_INSTALL_DIR,
                   CHANGE, DECISIONS, PIP_CHANGES_VENV, BIND_USER_SOFTWARE, KEEP_VENV_PYTHON, CACHE_ROOT_RULE,
-                  CACHE_SETUP, LAUNCH, VENV_PIP, MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS, JUPYTER_KERNEL]
+                  CACHE_SETUP, LAUNCH, PERSONAL_LAYER, VENV_PIP, MAKE_SQUASHFS, UNMAKE_SQUASHFS, JUPYTER_KERNEL_ARGS,
+                  JUPYTER_KERNEL]
 
 # The Python programs that venv-pip runs in the container, files of their own in libexec/ (read_program): OVERLAY_PYTHON
 # (pip on the writable overlay) and EXPORT_UPPER (a change copied out of an EXT3 image). As the programs written into
@@ -220,11 +225,19 @@ COMMAND_HELPS = {
         "who may read the install; a file or directory pip was given that the container does not see is named, "
         "with the bind that shows it.",
         [('-h, --help', 'this text'), ('<command> --help', "pip's help on a command (venv-pip install --help)"),
+         ('install --user, uninstall --user',
+          "the change for you alone, on an install you may not change: a layer of yours on top of the install's (in "
+          "XDG_DATA_HOME, ~/.local/share, or where SINGULARITYCONTAINER_PERSONAL_LAYERS says), which every container "
+          "of the module you start has, on the state of the install's venv it was made on"),
+         ('list --user', "the packages of your layer: what it adds or replaces, and what of the install's it "
+                         "removes for you"),
+         ('sync --user', "your layer made again on the install's venv as it is now (after its changers changed it), "
+                         "from your requests, in order; says which no longer work"),
          ('...', "everything else goes to pip as given (-q, -r requirements.txt, --upgrade, --no-deps, ...)")],
         "with the module loaded, on a login node or in a job; a change by the user who installed the module, or in "
-        "a project's shared install by the members of its group.",
+        "a project's shared install by the members of its group; with --user, by anyone who may use the module.",
         "the image and its own packages (an upgrade goes into the venv, on top of them), other modules' venvs, "
-        "~/.local (no user site)."),
+        "~/.local (no user site); with --user, the install."),
     'list-packages': CommandHelp(
         "list-packages [pip list's options]",
         "The Python packages in the container, the image's and the virtual environment's (pip list).",

@@ -185,13 +185,38 @@ proc users_list {apptainer_name singularity_name} {
     }
     return $list
 }
+# The user's personal layer (venv-pip install --user), for a venv in layers: where the user's personal dir has its
+# link, the overlay entry that check prints (it checks the layer is the user's alone and made on the install's venv
+# as it is, else says why on stderr, in one line); else "", with no process. The personal dir is var's value, else
+# subdir in XDG_DATA_HOME (~/.local/share), then the module's name (the scripts' twin: personal_dir)
+proc personal_layer {form var subdir mod_name packed check} {
+    if { $form ne "layers" || ![module-info mode load] } {
+        return ""
+    }
+    set top [user_value $var]
+    if { $top eq "" } {
+        set data [expr {[info exists ::env(XDG_DATA_HOME)] ? $::env(XDG_DATA_HOME) : ""}]
+        if { $data eq "" } {
+            set data [expr {[info exists ::env(HOME)] ? $::env(HOME) : ""}]/.local/share
+        }
+        set top $data/$subdir
+    }
+    set link [regsub {/$} $top ""]/$mod_name/$packed
+    if { [catch {file type $link} type] || $type ne "link" } {
+        return ""
+    }
+    if { [catch {exec /bin/sh -c $check 2>@ stderr} entry] } {
+        return ""
+    }
+    return $entry
+}
 # SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
-# SquashFS file and the changes on top of it, read-only
-proc set_overlays {installdir form squashfs changes} {
+# SquashFS file and the changes on top of it, read-only, then the personal layer (an entry, or "")
+proc set_overlays {installdir form squashfs changes personal} {
     set overlays [users_list APPTAINER_OVERLAY SINGULARITY_OVERLAY]
     if { $form eq "layers" } {
         set overlays [expr {$overlays eq "" ? "" : "$overlays,"}][file join $installdir $squashfs]:ro,[file join\
- $installdir $changes]:ro
+ $installdir $changes]:ro[expr {$personal eq "" ? "" : ",$personal"}]
     }
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays

@@ -13,13 +13,17 @@ layers below held in them when it packs the change; a later run in the same over
 
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
-with the status REFUSED_STATUS, on which venv-pip repacks the whole venv instead.
+with the status REFUSED_STATUS, on which venv-pip repacks the whole venv instead. So it does where the kernel
+refuses to remove or replace a file of the layers below whose owner the runtime's user namespace does not map
+(EOVERFLOW: a personal change's, on the install's files), which venv-pip then says it cannot do.
 """
 import errno
 import importlib
 import logging
 import os
 import runpy
+import shlex
+import subprocess
 import sys
 
 RECORD = "/user-software/.venv-pip-emptied"  # (layout.EMPTIED_RECORD: tests/test_templates.py)
@@ -74,11 +78,11 @@ def rmdir(path, *, dir_fd=None):
         emptied.add(full)
 
 
-def refuse(path, change, error):
-    """Stop pip: the overlay cannot make change at path."""
+def refuse(path, change, error, why=None):
+    """Stop pip: the overlay cannot make change at path (why: what to say instead)."""
     if not refused:
-        refused.append("venv-pip: the packed venv's layers cannot turn %s %s (the overlay says: %s): repacking the "
-                       "whole venv instead" % (path, change, error.strerror))
+        refused.append(why or "venv-pip: the packed venv's layers cannot turn %s %s (the overlay says: %s): repacking "
+                       "the whole venv instead" % (path, change, error.strerror))
         logging.disable(logging.CRITICAL)  # (pip's report of the exception: venv-pip says what happens)
     raise Refused(path)
 
@@ -98,6 +102,10 @@ def into_file(call, path, dir_fd):
         return call()
     except OSError as error:
         full = full_path(path, dir_fd)
+        if error.errno == errno.EOVERFLOW and full.startswith(LAYERS + os.sep):
+            # (a user namespace maps only its user: the kernel removes or replaces no file of an unmapped owner)
+            refuse(full, "", error, "venv-pip: the overlay cannot remove or replace %s, a file of another user, in the "
+                   "runtime's user namespace (the kernel refuses it there; a setuid runtime does not)" % full)
         if not removed(full):
             raise
         refuse(full, "from a directory into a file or a link", error)
@@ -170,10 +178,40 @@ def run_module(args):
     return 0
 
 
+def each(requests, module):
+    """`venv-pip sync`: module with the arguments of each request of the file requests (a line of shell words; blank
+    lines and # comments skipped), in a process of its own (this program run again, from its file) on the same
+    overlay, one after the other; each one's status goes into requests.status, a line each. The status: REFUSED_STATUS
+    where one was refused (the overlay holds part of its change: venv-pip makes none of them), else 0."""
+    with open(requests, encoding="utf-8", errors="surrogateescape") as source:
+        lines = [line for line in source.read().split("\n") if line.strip() and not line.lstrip().startswith("#")]
+    statuses = []
+    for line in lines:
+        print("venv-pip: again: %s" % line, flush=True)
+        try:
+            words = shlex.split(line)
+        except ValueError as error:
+            print("venv-pip: cannot read that request as shell words (%s)" % error, flush=True)
+            statuses.append(2)
+            continue
+        statuses.append(subprocess.call([sys.executable, sys.argv[0], module] + words))
+        if statuses[-1] == REFUSED_STATUS:
+            break
+    with open(requests + ".status", "w", encoding="utf-8") as record:
+        record.write("".join("%d\n" % status for status in statuses))
+    return REFUSED_STATUS if REFUSED_STATUS in statuses else 0
+
+
 def main(argv):
     args, then = argv[1:], None
     if args[:1] == ["--then"]:
         then, args = args[1], args[2:]
+    if args[:1] == ["--each"]:
+        status = each(args[1], args[2])
+        if status or not then:
+            return status
+        args = [then]
+        then = None
     if os.path.isfile(RECORD):
         with open(RECORD, encoding="utf-8", errors="surrogateescape") as record:
             emptied.update(path for path in record.read().split("\0") if path)

@@ -37,6 +37,7 @@ prepare_launch() {
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
         [ -z "${!name:-}" ] || export "$name=$(pinned_entries "$root" "$generation" "${!name}")"
     done
+    use_personal_layer "${launch_with_personal_layer-yes}"
     set_up_caches "$cache_parent" "$module" "${cache_dirs[@]}"
 }
 # start-shell: with no arguments an interactive shell, else bash with these arguments (e.g. -c 'pip list'); either way

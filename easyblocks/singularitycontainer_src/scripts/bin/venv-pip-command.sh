@@ -25,6 +25,15 @@ image_commands() {
 in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on the writable overlay (OVERLAY_PYTHON)
     in_change_python -c "$overlay_python" "$@"
 }
+# venv-pip sync: pip with each request of the file $replaying, one after the other on the writable overlay, then the
+# image's commands (OVERLAY_PYTHON, run from a file in the work dir: it runs itself again for each request); each
+# one's status in $work/$workdir_tmp/requests.status, a line each
+in_overlay_each() {
+    local tmp="$work/$workdir_tmp"
+    { printf '%s' "$overlay_python" >"$tmp/overlay-python.py" && cp -- "$replaying" "$tmp/requests"; } || return 1
+    in_change_python "$container_tmp/overlay-python.py" --then "$image_commands_module" --each \
+        "$container_tmp/requests" pip
+}
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
 # listed in the new file $3 there, NUL-terminated: read on the host by e2fsprogs' debugfs (read_upper), else by a
 # container (export_upper_in_container)
@@ -93,16 +102,30 @@ export_upper_in_container() {
 }
 # The writable layer of a change in the work dir $1, of the kind $2 (writable_layer_kind): its path. An EXT3 image may
 # be larger than the place's room (where that runs out, pip fails as it would in a directory there, and venv-pip goes
-# on in the next place): 16 GiB, or four times the packed venv.
+# on in the next place): 16 GiB, or four times the packed venv. A personal change's starts with the venv's
+# directories, the caller's (precreate_venv_directories).
 writable_layer() {
+    local upper=''
+    if [ -n "$personal" ]; then
+        [ -f "$1/venv-dirs" ] || venv_directories "${lower_layers[@]}" ${changes:+"$changes"} || return 1
+        upper=precreate_venv_directories
+    fi
     if [ "$2" = directory ]; then
-        mkdir "$1/overlay" && echo "$1/overlay"
+        mkdir "$1/overlay" || return 1
+        if [ -n "$upper" ]; then
+            mkdir "$1/overlay/upper" "$1/overlay/work" && "$upper" "$1/overlay/upper" || return 1
+        fi
+        echo "$1/overlay"
         return
     fi
-    ext3_layer "$1/overlay.img" "$(ext3_image_mib)" && echo "$1/overlay.img"
+    ext3_layer "$1/overlay.img" "$(ext3_image_mib)" "$upper" && echo "$1/overlay.img"
 }
 ext3_image_mib() {  # the size of the EXT3 image of a change (MiB): 16 GiB, or four times the packed venv
-    local mib=$(( ($(stat -c %s "$squashfs") + $(stat -c %s "$changes")) >> 18 ))
+    local size bytes=0 mib
+    while read -r size; do
+        bytes=$(( bytes + size ))
+    done < <(stat -c %s -- "$squashfs" ${changes:+"$changes"} "${lower_layers[@]:1}")
+    mib=$(( bytes >> 18 ))
     echo $(( mib > 16384 ? mib : 16384 ))
 }
 # What the writable layer takes in the work dir before pip writes to it: an EXT3 image's journal, which mkfs.ext3
@@ -266,12 +289,17 @@ pip_on_layers() {
         layer_overlays=$(read_only_overlays "$user_overlays")
         layer_overlays=${layer_overlays:-none}
     fi
-    use_overlays "${layer_overlays#none}" "$squashfs:ro" "${layer_so_far_overlay:-}" "$writable"
+    use_overlays "${layer_overlays#none}" "$squashfs:ro" "${base_layer_overlay:-}" "${layer_so_far_overlay:-}" \
+        "$writable"
     use_for_user_software ""  # (no bind there)
     # (the layer so far, which the change is put together on, unpacked while pip runs)
     remove_own_tree "$work/tree"
     start_beside layer_so_far "$work/tree" "$work/removed"
-    in_background in_overlay --then "$image_commands_module" pip "$@" || status=$?
+    if [ -n "$replaying" ]; then
+        in_background in_overlay_each || status=$?
+    else
+        in_background in_overlay --then "$image_commands_module" pip "$@" || status=$?
+    fi
     layer_so_far_status=0
     join_beside || layer_so_far_status=$?
     if [ "$status" -eq 255 ] && [ -z "$kind_refused" ] && ! container_starts; then
@@ -290,7 +318,7 @@ pip_on_layers() {
         return "$status"
     fi
     if [ "$status" -eq 0 ] && [ "$writable_kind" = image ]; then
-        use_overlays "${layer_overlays#none}" "$squashfs:ro" "${layer_so_far_overlay:-}"
+        use_overlays "${layer_overlays#none}" "$squashfs:ro" "${base_layer_overlay:-}" "${layer_so_far_overlay:-}"
         mkdir "$work/overlay" || die "cannot write in $work; nothing was changed"
         in_background export_upper "$writable" "$work/overlay/upper" "$work/whiteouts" || status=$?
         if [ "$status" -ne 0 ] && ! ran_out_of_space "$work"; then
@@ -347,7 +375,9 @@ pack_base() {  # the tree $1 becomes the SquashFS file of the new generation $2,
     fi
 }
 repack_instead() {  # the change (pip $3...) into the new generation $2 on the whole venv instead of as a layer,
-    # saying why ($1) if it says
+    # saying why ($1) if it says; not for a personal layer, which cannot hold the whole venv
+    [ -z "$personal" ] || die "this change cannot be a layer of your own (${1:+${1%%:*}}${1:-see above})," \
+        "and the install's venv is not yours to repack; nothing was changed"
     [ -z "$1" ] || echo "venv-pip: $1"
     remove_own_tree "$work"
     change_by_repacking "${@:2}"
@@ -361,6 +391,9 @@ change_in_layers() {
         "$@" || status=$?
     upper="$work/overlay/upper"
     whiteouts="$work/whiteouts"
+    if [ "$status" -eq 0 ] && [ -n "$personal" ]; then
+        prune_venv_directories "$upper"
+    fi
     if [ "$status" -eq 0 ]; then
         ! venv_python_changed "$upper/$venv_bin" || python=yes
         if [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
@@ -375,7 +408,12 @@ change_in_layers() {
         python) repack_instead "$python_changed" "$new" "$@"; return ;;
         newline) repack_instead "$newline_in_a_name" "$new" "$@"; return ;;
         unchanged)
-            echo "venv-pip: nothing changed in $venv; $packed stays as it was."
+            if [ -n "$replaying" ]; then  # (none of the requests changes the venv as it is now: an empty layer)
+                empty_layer "$new/$changes_name" || die "cannot write $new/$changes_name; nothing was changed"
+                commit_personal_layer "$new"
+                exit 0
+            fi
+            echo "venv-pip: nothing changed in $venv; $changed_what stays as it was."
             exit 0
             ;;
     esac
@@ -385,7 +423,7 @@ change_in_layers() {
         return
     fi
     if ! apply_upper "$upper" "$tree" "$work/removed" "$whiteouts" ||
-        ! hide_below_new_directories "$tree" "$work/removed" "$squashfs"; then
+        ! hide_below_new_directories "$tree" "$work/removed" "${lower_layers[@]}"; then
         again_where_there_is_room "cannot put the change together in $work; nothing was changed" "$new" "$@"
         return
     fi
@@ -394,9 +432,13 @@ change_in_layers() {
         repack_instead "$newline_in_a_name" "$new" "$@"
         return
     fi
-    share_modes "$root" "$tree"
-    in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "$squashfs" ||
+    share_modes "$layers_dir" "$tree"
+    in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "${lower_layers[@]}" ||
         die "mksquashfs failed; nothing was changed"
+    if [ -n "$personal" ]; then
+        commit_personal_layer "$new" "$@"
+        return
+    fi
     like "$changes" "$new/$changes_name" "$root"
     layer_or_merge "$new"
 }
@@ -489,7 +531,44 @@ read_state_under_lock() {
     user_overlays=$(others_overlays "$root")  # (before this run adds its own)
     layer_overlays=  # (user_overlays but the writable ones, or none, once a change on layers needs them: pip_on_layers)
     generation_whole "$generation" || die "$(damaged_state "$root" "$generation")"
-    remove_superseded "$root"
+    lower_layers=("$squashfs")  # (what a layer of the change goes on: the SquashFS files below it)
+    base_layer_overlay=''  # (the install's layer, below a personal change's: read_personal_state)
+    layers_dir=$root changed_what=$packed  # (where the change's generation goes, and what it changes)
+    [ -n "$personal" ] || remove_superseded "$root"  # (a personal change leaves the install alone)
+}
+# A personal change (personal_change) goes into the personal dir $1: on the install's venv as read_state_under_lock
+# read it, below the caller's layer so far (if any, made on that state) as the layer the change is put together on
+read_personal_state() {
+    local pdir=$1 base=''
+    [ "$form" = layers ] || die "your own packages go into a layer on top of the install's layers, and the install's" \
+        "venv is not in layers (its form is $form): ask its owner to run make-squashfs, or install it yourself"
+    base_layer_overlay=$layer_so_far_overlay
+    [ "$layer_so_far_empty" = yes ] || lower_layers+=("$changes")
+    layers_dir=$pdir changed_what="your layer in $pdir"
+    user_overlays=$(without_personal_entries "$user_overlays" "$pdir")
+    personal_generation=$(current_generation "$pdir")
+    changes='' layer_so_far_empty=yes layer_so_far_overlay=''
+    if [ -n "$replaying" ]; then  # (venv-pip sync --user: the requests of the layer so far, on the venv as it is)
+        if [ -z "$personal_generation" ] || [ ! -f "$personal_generation/$requests_name" ]; then
+            die "there is no layer of yours in $pdir to make again (venv-pip install --user makes one)"
+        fi
+        replaying="$personal_generation/$requests_name"
+    elif [ -n "$personal_generation" ]; then
+        [ ! -f "$personal_generation/$base_record" ] || IFS= read -r base <"$personal_generation/$base_record" || true
+        [ "$base" = "${generation##*/}" ] || die "the install's venv changed since you made your layer in $pdir" \
+            "(it may hold other versions of what your layer changes): run venv-pip sync --user first, which makes" \
+            "your layer again on the venv as it is now"
+        generation_whole "$personal_generation" || die "your layer's state $personal_generation is damaged (its" \
+            "SquashFS file is empty or short: did a node crash before it was written?): remove $pdir/$packed_name" \
+            "and make your layer again"
+        changes="$personal_generation/$changes_name"
+        layer_so_far_empty=no
+        layer_so_far_overlay="$changes:ro"
+        know_listing_root
+    fi
+    # (the writable layer's kind as the runtime took it last time)
+    [ -z "$personal_generation" ] || writable_kind=$(writable_layer_kind "$personal_generation")
+    remove_superseded "$pdir"
 }
 # The change (pip with the arguments $@) of an unpacked venv, in place (the lock is held until pip and image_commands
 # end); venv-pip ends with pip's status
@@ -537,10 +616,101 @@ change_packed_venv() {
         change_by_repacking "$change_new" "$@"
     fi
 }
+# venv-pip install/uninstall --user: the change (pip with the arguments $@, but --user) into a new generation of the
+# caller's personal dir (PERSONAL), on the install's venv as it is now and the caller's layer so far. What cannot be
+# a layer (a change of the venv's own Python, a name with a newline, what the overlay refuses) is refused: the
+# install's venv is not the caller's to repack. The lock is the personal dir's: the install's is its changers'.
+personal_change() {
+    local arg args=() pdir
+    for arg; do
+        [ "$arg" = --user ] || args+=("$arg")
+    done
+    personal=yes
+    personal_dir
+    make_personal_dir "$pdir"
+    begin_change "$pdir" wait || exit 1
+    read_state_under_lock
+    read_personal_state "$pdir"
+    use_private_pip_cache
+    work=
+    full_places=()
+    new_change_generation "$pdir" || die "cannot make a directory in $pdir; nothing was changed"
+    say_where_others_can_replace
+    change_in_layers "$change_new" "${args[@]}"
+    exit 0
+}
+# The personal dir $1 (made private, with what it needs above it), where nobody else can rename or replace what is in
+# it
+# shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
+make_personal_dir() {
+    [ "${1:0:1}" = / ] ||
+        die "the directory of your own packages, $1, is not an absolute path: set $personal_layers_var to one"
+    (umask 077 && mkdir -p -- "$1") || die "cannot make $1, the directory of your own packages: set" \
+        "$personal_layers_var to a directory of yours"
+    if replace_check "$1"; then
+        die "other users can rename or replace what is in $replace_why: your own packages cannot be kept in $1;" \
+            "set $personal_layers_var to a directory of yours that only you can write"
+    fi
+}
+# The new layer of the generation $1 (pip with the arguments $2... made it) becomes the caller's, recorded with the
+# install's generation it was made on and the requests so far and this one: one rename (STATE)
+commit_personal_layer() {
+    local new=$1
+    shift
+    { echo "${generation##*/}" >"$new/$base_record" && personal_requests "$@" >"$new/$requests_name" &&
+        record_writable_layer_kind "$new" "$writable_kind"; } || die "cannot write in $new; nothing was changed"
+    commit_change "$layers_dir" layers || die "cannot make $layers_dir/$packed_name name $new; nothing was changed"
+    local later=" In this shell, singularity exec and run see it after module load $module again." what="has the change"
+    [ -z "$module_named_personal" ] || later=''
+    [ -z "$replaying" ] || what="is made again on the install's venv as it is now"
+    echo "venv-pip: your layer in $layers_dir $what; new jobs use it (no module reload needed), running ones keep the" \
+        "old one.$later"
+}
+# The requests of the caller's layer so far (its requests file), then pip's arguments $@ as one more: a line of shell
+# words, each quoted where it needs it ('...'), as venv-pip sync reads them back. After venv-pip sync, those of its
+# requests that pip carried out (their statuses in $work/$workdir_tmp/requests.status), saying which it did not.
+personal_requests() {
+    local word words=() quote="'"
+    echo "# What you asked venv-pip for, for your layer on $module, in order: pip's arguments, as shell words"
+    if [ -n "$replaying" ]; then
+        replayed_requests
+        return
+    fi
+    if [ -n "$personal_generation" ] && [ -f "$personal_generation/$requests_name" ]; then
+        grep -v '^#' -- "$personal_generation/$requests_name" || true
+    fi
+    for word; do
+        case "$word" in
+            '' | *[!A-Za-z0-9_./=:,+@%-]*) words+=("$quote${word//$quote/$quote\\$quote$quote}$quote") ;;
+            *) words+=("$word") ;;
+        esac
+    done
+    echo "${words[*]}"
+}
+# venv-pip sync: the requests replayed that pip carried out, on stdout; those it did not, said on stderr
+replayed_requests() {
+    local line status
+    exec 3<"$work/$workdir_tmp/requests.status"
+    while IFS= read -r line; do
+        [[ ! "$line" =~ ^[[:space:]]*(#|$) ]] || continue  # (as OVERLAY_PYTHON skips them)
+        IFS= read -r status <&3 || status=skipped
+        if [ "$status" = 0 ]; then
+            printf '%s\n' "$line"
+        else
+            echo "venv-pip: not carried over (pip failed, exit code $status; your layer leaves it out): $line" >&2
+        fi
+    done <"$work/$workdir_tmp/requests"
+    exec 3<&-
+}
 # venv-pip: the command. Its Python programs are read once, first: OVERLAY_PYTHON, run in the container on the
 # writable overlay, and EXPORT_UPPER, which copies a change out of an EXT3 image (read_program)
 venv_pip() {
+    if [ "${1:-}" = --module-personal-layer ]; then  # (the module's load asks: module_personal_layer)
+        module_personal_layer
+        exit 0
+    fi
     answer_help "$@"
+    launch_with_personal_layer=''  # (venv-pip's containers take it where it says: read_personal_state)
     prepare_launch
     read_program overlay-python.py overlay_python
     read_program export-upper.py export_python
@@ -551,10 +721,23 @@ venv_pip() {
     python_changed+=" Python"
     [ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
     umask "$(shared_umask "$root")"
+    # (a change of the install's venv, unless it is the caller's own: personal_change; replaying: venv-pip sync)
+    personal='' replaying=''
+    if [ "$1" = sync ]; then  # (venv-pip's own word: pip has no sync)
+        [ "$*" = "sync --user" ] || die "venv-pip sync takes --user (venv-pip sync --user: your layer made again on" \
+            "the install's venv as it is now, from your requests), '$(printable "$*")' was given"
+        replaying=yes
+        personal_change
+    fi
+    if [ "$1" = list ] && pip_wants_user "$@"; then
+        [ "$#" -eq 2 ] || die "venv-pip list --user takes no other options, '$(printable "$*")' was given"
+        list_personal_layer
+        exit 0
+    fi
     if ! pip_changes_venv "$@"; then
         pip_without_change "$@"  # (and exit: not in a condition, where set -e would be off)
     fi
-    ! pip_wants_user "$@" || die "--user would install into ~/.local, which $venv does not see; leave --user out"
+    ! pip_wants_user "$@" || personal_change "$@"
     begin_change "$root" wait || exit 1
     read_state_under_lock
     use_private_pip_cache

@@ -17,13 +17,15 @@ as_venv_pip() {
 
 if pip_changes_venv "$@"; then
     problem=
+    also=
     if pip_wants_user "$@"; then
         problem="--user would install into ~/.local, which $venv does not see."
+        also=" (with --user after venv-pip's command: for you alone, in a layer of yours on a packed venv)"
     elif [ ! -w "$venv/bin" ]; then
         problem="$venv is read-only in the container (packed in user-software.squashfs, or not yours)."
     fi
     if [ -n "$problem" ]; then
-        echo "pip: $problem Outside the container, with the module loaded, run: $(as_venv_pip "$@")" >&2
+        echo "pip: $problem Outside the container, with the module loaded, run: $(as_venv_pip "$@")$also" >&2
         exit 1
     fi
 fi

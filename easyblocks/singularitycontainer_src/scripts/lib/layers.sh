@@ -25,9 +25,10 @@ patterns_of() {
     LC_ALL=C sed -z -e 's/[[:punct:][:blank:]]/\\&/g' -e 's|\\/|/|g'
 }
 # Each entry of the SquashFS file $1 (below the patterns $2..., and the directories above them) as "<type> <path>",
-# NUL-terminated. unsquashfs -lln prints a path after the root it is given (a random one here, which no name holds),
-# a name with a newline over several lines (only the first has the root), and a link as "path -> target", with the
-# target's length as its size: taken apart by these, never by blanks, any name comes back as it is.
+# NUL-terminated; with listing_modes=yes, "<type and permissions, as ls -l shows them> <path>". unsquashfs -lln prints
+# a path after the root it is given (a random one here, which no name holds), a name with a newline over several
+# lines (only the first has the root), and a link as "path -> target", with the target's length as its size: taken
+# apart by these, never by blanks, any name comes back as it is.
 listing_root=''  # (squashfs_entries': made once a run by know_listing_root, else at each listing)
 random_root() {
     echo "/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
@@ -35,10 +36,11 @@ random_root() {
 know_listing_root() {
     listing_root=$(random_root) || listing_root=''
 }
+listing_modes=''
 squashfs_entries() {
     local root=$listing_root
     [ -n "$root" ] || root=$(random_root) || return 1
-    unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" '
+    unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" -v width="${listing_modes:+10}" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")
             if (at) {
@@ -47,7 +49,7 @@ squashfs_entries() {
                     split(substr(entry, 1, at - 1), fields, " +")
                     path = substr(path, 1, length(path) - fields[3] - 4)
                 }
-                printf "%s %s%c", substr(entry, 1, 1), path, 0
+                printf "%s %s%c", substr(entry, 1, width ? width : 1), path, 0
             }
             entry = ""
         }
@@ -163,9 +165,10 @@ apply_upper() {
     cp -a --link --remove-destination "$1/." "$2/"
 }
 # A directory of the tree $1 where the layer it was unpacked from had a whiteout (in the list $2, NUL-terminated paths)
-# is new: nothing of the SquashFS file $3 below it may show through, so what the tree lacks there is added to the list
+# is new: nothing of the SquashFS files $3... below it (the venv's, and the install's layer below a personal one) may
+# show through, so what the tree lacks there is added to the list
 hide_below_new_directories() {
-    local path entry pattern
+    local path entry pattern file
     [ -s "$2" ] || return 0
     LC_ALL=C sort -zu "$2" >"$2.sorted" || return 1
     while IFS= read -r -d '' path; do
@@ -177,31 +180,32 @@ hide_below_new_directories() {
                     ! under_non_directory "$1" "$entry"; then
                     printf '%s\0' "$entry"
                 fi
-            done < <(squashfs_entries "$3" "$pattern")
+            done < <(for file in "${@:3}"; do squashfs_entries "$file" "$pattern"; done)
         fi
     done <"$2.sorted" >>"$2"
     rm -f -- "$2.sorted"
 }
-# The paths on stdin (NUL-terminated) that the SquashFS file $1 holds, as they came: of a listing of those paths only
-# (the whole file's, 60,000 entries and more, takes a second), unless they are very many
+# The paths on stdin (NUL-terminated) that one of the SquashFS files $@ holds, as they came: of a listing of those
+# paths only (the whole file's, 60,000 entries and more, takes a second), unless they are very many
 in_squashfs() {
-    local paths=() patterns=()
+    local paths=() patterns=() file
     mapfile -d '' paths
     [ "${#paths[@]}" -gt 0 ] || return 0
     [ "${#paths[@]}" -gt 4096 ] || mapfile -d '' patterns < <(printf '%s\0' "${paths[@]}" | patterns_of)
     printf '%s\0' "${paths[@]}" | LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { held[substr($0, 3)] = 1; next }
                                                 $0 in held { printf "%s%c", $0, 0 }' \
-        <(squashfs_entries "$1" "${patterns[@]}") -
+        <(for file in "$@"; do squashfs_entries "$file" "${patterns[@]}"; done) -
 }
 # The paths on stdin (NUL-terminated) as pseudo file definitions name them, NUL-terminated: a blank, a tab, a quote and
 # a backslash escaped (a path cannot hold a newline there: venv-pip repacks where a whiteout would need one)
 pseudo_names() {
     LC_ALL=C sed -z -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/ /\\ /g' -e 's/\t/\\\t/g'
 }
-# Pack the tree $1 as the layer $3 on the SquashFS file $4, with a whiteout for each path of the list $2 that the tree
-# lacks and $4 holds (and that is not below another one, nor below a file or a link of the tree). Where $4 holds
-# nothing, a whiteout would hide nothing, and in a directory that only the layer has, the overlay would list it as an
-# entry that cannot be opened. (A few processes for all the paths: an upgrade may remove tens of thousands.)
+# Pack the tree $1 as the layer $3 on the SquashFS files $4... (the venv's, and the install's layer below a personal
+# one), with a whiteout for each path of the list $2 that the tree lacks and they hold (and that is not below another
+# one, nor below a file or a link of the tree). Where they hold nothing, a whiteout would hide nothing, and in a
+# directory that only the layer has, the overlay would list it as an entry that cannot be opened. (A few processes
+# for all the paths: an upgrade may remove tens of thousands.)
 pack_layer() {
     local whiteouts="$1.whiteouts" path
     if [ ! -s "$2" ]; then  # (nothing removed: no whiteouts, and no process to find none)
@@ -210,7 +214,7 @@ pack_layer() {
     fi
     LC_ALL=C sort -zu "$2" | while IFS= read -r -d '' path; do
         [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || printf '%s\0' "$path"
-    done | in_squashfs "$4" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
+    done | in_squashfs "${@:4}" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
                  for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
                  gone[$0] = 1; printf "%s%c", $0, 0 }' >"$whiteouts" || return 1
     # (the directories above them, in the tree: none is below a file or a link of it)
@@ -231,16 +235,19 @@ empty_layer() {  # the layer $1 that changes nothing (made from a directory besi
 # runtime's overlay create lays it out (upper/ and work/, the caller's, in a file of mode 0600), made by mkfs.ext3
 # itself: one process, and a journal of 4 MiB, the smallest (the runtime takes no image without one) where the
 # runtime's would write 128 MiB of it at each change. Where that fails (e2fsprogs before 1.43 has no -d), by the
-# runtime, with its temporary directory beside the image, not in a TMPDIR that others share.
+# runtime, with its temporary directory beside the image, not in a TMPDIR that others share. With $3, the command
+# that fills upper/ first (its path the argument), by mkfs.ext3 only.
 # shellcheck disable=SC2154  # runtime: find_runtime's (container.sh)
 ext3_layer() {
     local layout mode=755 status=0
     layout=$(new_private_dir "${1%/*}" .ext3-layout.) || return 1
     # (ids beyond 16 bits: as the runtime does, the directories open to all in a file only its owner reads)
     [ "$EUID" -le 65535 ] && [ "${run_group:-$(id -g)}" -le 65535 ] || mode=777
-    if ! { mkdir -m "$mode" -- "$layout/upper" "$layout/work" && truncate -s "$2M" -- "$1" && chmod 600 -- "$1" &&
+    if ! { mkdir -m "$mode" -- "$layout/upper" "$layout/work" && { [ -z "${3:-}" ] || "$3" "$layout/upper"; } &&
+        truncate -s "$2M" -- "$1" && chmod 600 -- "$1" &&
         e2fs_tool mkfs.ext3 -q -F -J size=4 -d "$layout" "$1" >/dev/null 2>&1; }; then
         rm -f -- "$1"
+        [ -z "${3:-}" ] || { remove_own_tree "$layout"; return 1; }
         find_runtime && TMPDIR=${1%/*} "$runtime" overlay create --sparse --size "$2" "$1" >/dev/null 9>&- || status=$?
     fi
     remove_own_tree "$layout"

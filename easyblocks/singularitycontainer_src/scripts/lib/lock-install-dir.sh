@@ -157,7 +157,9 @@ take_lock() {
     local root=$1 mode
     shift
     if [ ! -w "$root" ]; then
-        error "$root is not writable for you: only whoever installed the module can change it"
+        # shellcheck disable=SC2154  # command_name: the command's, set before it sources the library
+        error "$root is not writable for you: only whoever installed the module can change it$(
+            [ "$command_name" != venv-pip ] || echo "; venv-pip install --user adds packages for you alone")"
         return 2
     fi
     command -v flock >/dev/null || { error "flock not found on PATH (it comes with util-linux)"; return 2; }

@@ -1,0 +1,185 @@
+
+# Personal layers (PERSONAL, README "Your own packages on a shared install"): a user's own change of the install's
+# venv (venv-pip install --user), a SquashFS layer of theirs on top of the install's layers, in their personal dir.
+# That is laid out as the install dir's packed venv (STATE): its link names a generation that holds the layer
+# ($changes_name), the name of the install's generation it was made on ($base_record) and what its owner asked pip
+# for ($requests_name, one request a line). It is used only where nobody else can write or rename it, and only on the
+# state of the install's venv it was made on: another state may hold other versions of what it changes.
+
+# The personal dir of this module: $personal_layers_var, else XDG_DATA_HOME's (~/.local/share's)
+# $personal_layers_subdir, then the module's name/version (the module's twin: personal_layer in primitives.lua and
+# primitives.tcl)
+personal_dir() {  # (into the variable pdir, the caller's: no subshell, at every start of a wrapper)
+    pdir=${!personal_layers_var:-}
+    [ -n "$pdir" ] || pdir="${XDG_DATA_HOME:-${HOME:-}/.local/share}/$personal_layers_subdir"
+    pdir="${pdir%/}/$module"
+}
+# Whether the caller's personal layer may be used on the install's generation $1 (a path): personal_layer gets its
+# file through the personal dir's link (a later change of the layer then reaches new starts), personal_generation its
+# generation; where it may not, personal_refusal says why. All empty where there is none.
+personal_layer='' personal_generation='' personal_refusal=''
+# shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
+check_personal_layer() {
+    local pdir base='' mode=''
+    personal_layer='' personal_generation='' personal_refusal=''
+    personal_dir
+    [ -L "$pdir/$packed_name" ] || return 0
+    personal_generation=$(current_generation "$pdir")
+    if [ "${pdir:0:1}" != / ]; then
+        personal_refusal="it is not an absolute path (set $personal_layers_var to one)"
+    elif [ -z "$personal_generation" ] || [ ! -f "$personal_generation/$changes_name" ]; then
+        personal_refusal="$pdir/$packed_name names no layer (remove it: rm $pdir/$packed_name)"
+    elif replace_check "$personal_generation"; then
+        personal_refusal="other users can rename or replace what is in $replace_why"
+    elif [ -L "$personal_generation/$changes_name" ] || [ ! -O "$personal_generation/$changes_name" ] ||
+        ! mode=$(stat -c %a -- "$personal_generation/$changes_name") || (( 8#$mode & 8#022 )); then
+        personal_refusal="$personal_generation/$changes_name is not yours alone (others can write it)"
+    else
+        [ ! -f "$personal_generation/$base_record" ] || IFS= read -r base <"$personal_generation/$base_record" || true
+        if [ "$base" != "${1##*/}" ]; then
+            personal_refusal="the install's venv changed since you made it (it may hold other versions of what your"
+            personal_refusal+=" layer changes): venv-pip sync --user makes your layer again on the venv as it is now"
+        else
+            personal_layer="$pdir/$packed_name/$changes_name"
+            return 0
+        fi
+    fi
+    personal_generation=''
+}
+# The overlay list $1 without the entries in the personal dir $2 (the module names the layer at load)
+without_personal_entries() {
+    local IFS=, entry entries kept=()
+    read -ra entries <<<"$1"
+    for entry in "${entries[@]}"; do
+        [ "${entry#"$2"/}" != "$entry" ] || kept+=("$entry")
+    done
+    echo "${kept[*]}"
+}
+# A command of the module starts the container (prepare_launch): the caller's personal layer on top of the install's
+# layers of the generation $generation of the form $form, pinned to its own generation, where it may be used
+# (check_personal_layer); else without the one the module named at load (a base that moved since, a layer removed),
+# saying why in one line. With $1 empty (venv-pip, whose containers take it where they need it), without it, and
+# module_named_personal says whether the module named it. Nothing to do, and no process, where there is no personal
+# dir and the module named none.
+# shellcheck disable=SC2154  # generation, form: prepare_launch's (launch.sh)
+module_named_personal=''
+use_personal_layer() {
+    local pdir name value
+    personal_dir
+    case ",${SINGULARITY_OVERLAY:-},${APPTAINER_OVERLAY:-}" in
+        *",$pdir/"*) module_named_personal=yes ;;
+        *) [ -L "$pdir/$packed_name" ] || return 0 ;;
+    esac
+    personal_layer='' personal_refusal=''
+    [ -z "$1" ] || check_personal_layer "$generation"
+    if [ -n "$personal_layer" ] && [ "$form" != layers ]; then
+        personal_refusal="the install's venv is not in layers now (its form is $form)"
+        personal_layer=''
+    fi
+    for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY; do
+        value=$(without_personal_entries "${!name:-}" "$pdir")
+        [ -z "$personal_layer" ] || value+="${value:+,}$personal_generation/$changes_name:ro"
+        export "$name=$value"
+    done
+    [ -z "$personal_refusal" ] || echo "${0##*/}: not using your own packages in $pdir: $personal_refusal" >&2
+}
+# For the module's load of a venv in layers (venv-pip --module-personal-layer, before the module's variables are set):
+# the caller's personal layer as an overlay entry, through its link, on stdout where it may be used; else why not, in
+# one line on stderr
+module_personal_layer() {
+    local pdir
+    personal_dir
+    check_personal_layer "$(current_generation "$root")"
+    if [ -n "$personal_layer" ]; then
+        echo "$personal_layer:ro"
+    elif [ -n "$personal_refusal" ]; then
+        echo "$module: not using your own packages in $pdir: $personal_refusal" >&2
+    fi
+}
+# The directories of the venv that a personal change starts from, in the SquashFS files $@ (bottom first: the
+# install's, then the caller's layer so far) as the overlay stacks them (a whiteout, or a file, of a layer above
+# hides a directory and what is in it), into the new file $work/venv-dirs (NUL-terminated paths from the container's
+# root, a directory before what is in it); those whose mode (with the owner's write bit) is not 0755 also into
+# $work/venv-dirs.mode.<octal mode>, one for each
+venv_directories() {
+    local file
+    for file; do
+        listing_modes=yes squashfs_entries "$file" || return 1
+        printf '%s\0' '-'  # (the next layer)
+    done | LC_ALL=C awk -v modes="$work/venv-dirs.mode." '
+        BEGIN { RS = "\0" }
+        $0 == "-" { next }
+        {   type = substr($0, 1, 1); path = substr($0, 12)
+            if (kind[path] == "d" && type != "d")  # (what was in a directory it hides goes with it)
+                for (known in kind)
+                    if (index(known, path "/") == 1) delete kind[known]
+            if (type == "c") delete kind[path]; else kind[path] = type
+            if (type == "d") mode[path] = substr($0, 2, 9)
+        }
+        END {
+            for (path in kind) {
+                if (kind[path] != "d") continue
+                printf "%s%c", path, 0
+                bits = 0
+                for (i = 1; i <= 9; i++) bits = bits * 2 + (substr(mode[path], i, 1) ~ /[rwxst]/)
+                if (substr(mode[path], 2, 1) != "w") bits += 128
+                if (bits != 493) printf "%s%c", path, 0 > (modes sprintf("%o", bits))
+            }
+        }' | LC_ALL=C sort -z >"$work/venv-dirs"
+}
+# Those directories (venv_directories') made in the writable layer's upper directory $1, the caller's, with the
+# modes of the venv: where a layer below holds another user's directory, pip may then write in it, as in a venv of
+# the caller's own (the overlay lets only a directory's owner write in it)
+precreate_venv_directories() {
+    local modes
+    (cd -- "$1" && xargs -0r mkdir -p -- <"$work/venv-dirs" &&
+        for modes in "$work/venv-dirs.mode."*; do
+            [ ! -f "$modes" ] || xargs -0r chmod "${modes##*.}" -- <"$modes" || exit 1
+        done)
+}
+# After pip: what precreate_venv_directories made in the upper directory $1 and pip left empty goes, deepest first,
+# where it was not emptied by pip (OVERLAY_PYTHON lists those in $1$emptied_record: they hide what is below them)
+prune_venv_directories() {
+    local emptied="$1$emptied_record"
+    [ -f "$emptied" ] || emptied=/dev/null
+    # (a directory pip removed is a whiteout now, or gone: rmdir fails there, as on one that is not empty)
+    LC_ALL=C awk -v emptied="$emptied" 'BEGIN { RS = "\0"; while ((getline path < emptied) > 0) kept[path] = 1 }
+                                        !(("/" $0) in kept) { printf "%s%c", $0, 0 }' "$work/venv-dirs" |
+        LC_ALL=C sort -zr | (cd -- "$1" && xargs -0r rmdir --ignore-fail-on-non-empty -- 2>/dev/null) || true
+}
+# venv-pip list --user: the packages of the caller's layer, from its entries (no container): what it adds, or puts
+# in place of the install's ("<name> <version> (the install's: <version>)"), and what of the install's it removes
+# for them ("<name> <version> (removed for you)"); then whether the layer is used now
+list_personal_layer() {
+    local pdir layer
+    personal_dir
+    layer=$(current_generation "$pdir")
+    if [ -z "$layer" ]; then
+        echo "You have no packages of your own on $module (venv-pip install --user adds some)."
+        return 0
+    fi
+    echo "Your own packages on $module (your layer in $pdir):"
+    squashfs_entries "$layer/$changes_name" | LC_ALL=C awk '
+        BEGIN { RS = "\0" }
+        /^[dc] user-software\/venv\/[^\/]*\/lib\/python[^\/]*\/site-packages\/[^\/]*\.dist-info$/ {
+            count = split($0, part, "/")
+            name = part[count]
+            sub(/\.dist-info$/, "", name)
+            version = name
+            sub(/-[^-]*$/, "", name)
+            sub(/^.*-/, "", version)
+            gsub(/_/, "-", name)
+            if (substr($0, 1, 1) == "c") removed[name] = version; else added[name] = version
+        }
+        END {
+            for (name in added) {
+                note = ""
+                if (name in removed) note = " (the install\047s: " removed[name] ")"
+                printf "%s %s%s\n", name, added[name], note
+            }
+            for (name in removed)
+                if (!(name in added)) printf "%s %s (removed for you)\n", name, removed[name]
+        }' | LC_ALL=C sort
+    check_personal_layer "$(current_generation "$root")"
+    [ -z "$personal_refusal" ] || echo "Not used now: $personal_refusal"
+}

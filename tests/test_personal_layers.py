@@ -1,0 +1,174 @@
+"""Personal layers (README "Your own packages on a shared install"): a user of an install that is not theirs adds
+packages for themselves alone with venv-pip install --user, as a SquashFS layer of theirs on top of the install's
+layers; everything that starts the container sees it, other users never do; it is used only where nobody else can
+write it and only on the state of the install's venv it was made on; venv-pip sync --user makes it again on a state
+that moved."""
+import os
+import shlex
+import shutil
+
+import pytest
+
+from support import fresh, require_other_users
+from singularitycontainer_src.layout import BASE_RECORD, PERSONAL_LAYERS_VAR, REQUESTS_NAME, USER_SOFTWARE_PACKED
+from testkit.install import RUNTIME_SETUID, local_wheels, write_wheel
+from testkit.users import MEMBER, OUTSIDER, OWNER, give, user
+
+pytestmark = [pytest.mark.runtime, pytest.mark.system]
+
+MODULE = 'Demo/1.0'
+NOT_USED = "%s: not using your own packages in %s: "
+
+
+@pytest.fixture(autouse=True)
+def other_users():
+    require_other_users()
+
+
+@pytest.fixture
+def install(packed_install):
+    """The owner's Demo/1.0 with lumi-base in its packed venv, as installed."""
+    return fresh(packed_install)
+
+
+def layers_of(tmp_path, who):
+    """Where `who` keeps personal layers in this test (PERSONAL_LAYERS_VAR): a directory of theirs in their home,
+    which only they can write up to / (the test's own tmp_path is another user's: a layer there is refused)."""
+    top = user(who).home / '.lumi-ct-layers' / ('%s-%s' % (tmp_path.parent.name, tmp_path.name))
+    if not top.exists():
+        top.mkdir(parents=True)
+        give(top.parent, user(who))
+    return top
+
+
+@pytest.fixture(autouse=True)
+def no_layers_left(tmp_path):
+    """Each test's personal dirs go with it."""
+    yield
+    for who in (OWNER, MEMBER, OUTSIDER):
+        shutil.rmtree(user(who).home / '.lumi-ct-layers' / ('%s-%s' % (tmp_path.parent.name, tmp_path.name)),
+                      ignore_errors=True)
+
+
+def as_user(inst, tmp_path, who, script, check=True, load=True):
+    """script in a shell of `who` with Lmod, their personal layers in layers_of and (load) the module loaded."""
+    pre = 'export %s=%s' % (PERSONAL_LAYERS_VAR, shlex.quote(str(layers_of(tmp_path, who))))
+    return inst.shell(('module load %s\n' % MODULE if load else '') + script, check=check, user=who, pre=pre)
+
+
+def imports(inst, tmp_path, who, *modules, command='python'):
+    """{module: whether `who`'s container imports it}, through the module's python wrapper (or command)."""
+    code = 'import importlib.util as u\nfor m in %r: print(m, u.find_spec(m) is not None)' % (modules,)
+    out = as_user(inst, tmp_path, who, '%s -c %s' % (command, shlex.quote(code))).stdout
+    found = dict(line.split() for line in out.splitlines() if line.split(' ')[0] in modules)
+    return {module: found[module] == 'True' for module in modules}
+
+
+def personal_dir(tmp_path, who):
+    return layers_of(tmp_path, who) / MODULE
+
+
+def test_each_members_packages_are_theirs_alone(install, tmp_path, wheelhouse):
+    """Two users add different packages for themselves on one owner's install: each one's container (the wrapper,
+    start-shell, and singularity exec after a load) has their own and not the other's; the owner's has neither; the
+    install is untouched. The layer records the install's state it was made on and the requests, as shell words."""
+    inst, idir = install
+    wheels = ' '.join(local_wheels(wheelhouse))
+    before = sorted(str(p) for p in idir.rglob('*'))
+    out = as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-later' % wheels).stdout
+    assert 'venv-pip: your layer in %s has the change' % personal_dir(tmp_path, MEMBER) in out
+    as_user(inst, tmp_path, OUTSIDER, 'venv-pip install --user %s lumi-top' % wheels)
+    assert imports(inst, tmp_path, MEMBER, 'lumi_later', 'lumi_top', 'lumi_base') == \
+        {'lumi_later': True, 'lumi_top': False, 'lumi_base': True}
+    assert imports(inst, tmp_path, OUTSIDER, 'lumi_later', 'lumi_top') == {'lumi_later': False, 'lumi_top': True}
+    assert imports(inst, tmp_path, OWNER, 'lumi_later', 'lumi_top') == {'lumi_later': False, 'lumi_top': False}
+    shell = as_user(inst, tmp_path, MEMBER, 'start-shell -c "python -c \'import lumi_later\' && echo started"')
+    assert shell.stdout.split()[-1:] == ['started']
+    exec_ = as_user(inst, tmp_path, MEMBER, 'singularity exec "$SIF" python -c "import lumi_later; print(7)"')
+    assert exec_.stdout.split()[-1:] == ['7'] and exec_.stderr == ''
+    assert sorted(str(p) for p in idir.rglob('*')) == before
+    listed = as_user(inst, tmp_path, MEMBER, 'venv-pip list --user').stdout
+    assert listed == 'Your own packages on %s (your layer in %s):\nlumi-later 1.0\n' % (
+        MODULE, personal_dir(tmp_path, MEMBER))
+    assert 'no packages of your own' in as_user(inst, tmp_path, OWNER, 'venv-pip list --user').stdout
+    current = personal_dir(tmp_path, MEMBER) / USER_SOFTWARE_PACKED
+    assert (current / BASE_RECORD).read_text() == os.readlink(idir / USER_SOFTWARE_PACKED) + '\n'
+    requests = (current / REQUESTS_NAME).read_text().splitlines()
+    assert requests[0].startswith('#') and shlex.split(requests[1]) == ['install'] + wheels.split() + ['lumi-later']
+
+
+def test_a_member_removes_a_package_of_the_install_for_themselves(install, tmp_path):
+    """uninstall --user of the install's own package: gone for the member, there for the owner. In a user namespace
+    the kernel removes no file of another user (its owner is not mapped there): said in one line, nothing changed."""
+    inst, idir = install
+    proc = as_user(inst, tmp_path, MEMBER, 'venv-pip uninstall --user -y lumi-base', check=False)
+    if RUNTIME_SETUID:
+        assert proc.returncode == 0, proc.stderr
+        assert imports(inst, tmp_path, MEMBER, 'lumi_base') == {'lumi_base': False}
+        listed = as_user(inst, tmp_path, MEMBER, 'venv-pip list --user').stdout.splitlines()
+        assert listed[1:] == ['lumi-base 1.0 (removed for you)']
+    else:
+        assert proc.returncode == 1
+        assert 'a file of another user, in the runtime\'s user namespace (the kernel refuses it there; a setuid ' \
+               'runtime does not)' in proc.stdout
+        assert "venv-pip: error: this change cannot be a layer of your own (see above), and the install's venv is " \
+               "not yours to repack; nothing was changed\n" == proc.stderr
+        assert not (personal_dir(tmp_path, MEMBER) / USER_SOFTWARE_PACKED).exists()
+    assert imports(inst, tmp_path, OWNER, 'lumi_base') == {'lumi_base': True}
+
+
+def test_a_layer_made_on_another_state_waits_for_sync(install, tmp_path, wheelhouse):
+    """The owner changes the install under a member's layer: the member's load and commands leave the layer out,
+    saying so in one line each, and a further personal change is refused; venv-pip sync --user replays the member's
+    requests on the venv as it is now, in one new layer, and says which no longer resolves (and drops it)."""
+    inst, idir = install
+    wheels = ' '.join(local_wheels(wheelhouse))
+    gone = tmp_path / 'gone-wheels'
+    gone.mkdir()
+    write_wheel(gone, 'lumi-gone', code='GONE = 1\n')
+    give(gone, user(MEMBER))
+    as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-later\nvenv-pip install --user --no-index '
+            '--find-links=%s lumi-gone' % (wheels, gone))
+    inst.module_shell(MODULE, 'venv-pip install -q %s lumi-top' % wheels)
+    pdir = personal_dir(tmp_path, MEMBER)
+    said = NOT_USED % ('python', pdir) + "the install's venv changed since you made it (it may hold other " \
+        "versions of what your layer changes): venv-pip sync --user makes your layer again on the venv as it is now\n"
+    proc = as_user(inst, tmp_path, MEMBER, 'python -c "import lumi_top; print(1)"')
+    assert proc.stderr == said.replace('python: ', MODULE + ': ', 1) + said  # (the load, then the wrapper)
+    assert imports(inst, tmp_path, MEMBER, 'lumi_later', 'lumi_top') == {'lumi_later': False, 'lumi_top': True}
+    refused = as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-many-files' % wheels, check=False)
+    assert refused.returncode == 1 and 'run venv-pip sync --user first' in refused.stderr
+    shutil.rmtree(gone)
+    sync = as_user(inst, tmp_path, MEMBER, 'venv-pip sync --user')
+    assert 'is made again on the install\'s venv as it is now' in sync.stdout
+    assert 'venv-pip: not carried over (pip failed, exit code 1; your layer leaves it out): install --no-index ' \
+           '--find-links=%s lumi-gone' % gone in sync.stderr
+    assert imports(inst, tmp_path, MEMBER, 'lumi_later', 'lumi_top', 'lumi_gone') == \
+        {'lumi_later': True, 'lumi_top': True, 'lumi_gone': False}
+    requests = (pdir / USER_SOFTWARE_PACKED / REQUESTS_NAME).read_text()
+    assert 'lumi-later' in requests and 'lumi-gone' not in requests
+    assert (pdir / USER_SOFTWARE_PACKED / BASE_RECORD).read_text() == os.readlink(idir / USER_SOFTWARE_PACKED) + '\n'
+
+
+def test_a_layer_that_others_can_write_is_left_out(install, tmp_path, wheelhouse):
+    """A member's personal dir that others can write (or one another user made, planted where the member's variable
+    points) is left out at load and by the commands, saying why in one line; venv-pip refuses to write there."""
+    inst, idir = install
+    wheels = ' '.join(local_wheels(wheelhouse))
+    as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-later' % wheels)
+    pdir = personal_dir(tmp_path, MEMBER)
+    layers_of(tmp_path, MEMBER).chmod(0o777)
+    proc = as_user(inst, tmp_path, MEMBER, 'python -c "print(1)"')
+    assert proc.stderr.count('not using your own packages in %s: other users can rename or replace what is in'
+                             % pdir) == 2, proc.stderr
+    assert imports(inst, tmp_path, MEMBER, 'lumi_later') == {'lumi_later': False}
+    refused = as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-top' % wheels, check=False)
+    assert refused.returncode == 1 and 'your own packages cannot be kept in %s' % pdir in refused.stderr
+    # a layer that another user made (or took over) where the member's variable points: theirs, not the member's
+    layers_of(tmp_path, MEMBER).chmod(0o755)
+    assert 'not using' not in as_user(inst, tmp_path, MEMBER, 'python -c "import lumi_later"').stderr
+    give(pdir, user(OUTSIDER))
+    pdir.chmod(0o755)  # (readable: the member's commands find it)
+    proc = as_user(inst, tmp_path, MEMBER, 'python -c "import lumi_later"', check=False)
+    assert proc.returncode == 1 and 'No module named' in proc.stderr
+    assert 'not using your own packages in %s: other users can rename or replace what is in' % pdir in proc.stderr
