@@ -11,8 +11,8 @@ from pathlib import Path
 from harness import (REPO, USER_SOFTWARE, USER_SOFTWARE_PACKED, BenchError, bench_user, checked, count_entries,
                      figure, measure_io, progress, repeat, rotated, stdlib_sources)
 from singularitycontainer_src.layout import (CHANGES_NAME, GENERATION_PREFIX, GENERATION_RECORD, NEW_LINK_PREFIX,
-                                             SQUASHFS_NAME, USER_SOFTWARE_CHANGES, USER_SOFTWARE_LOCK,
-                                             USER_SOFTWARE_LOCK_RECORD, WRITABLE_LAYER_RECORD)
+                                             PERSONAL_LAYERS_VAR, SQUASHFS_NAME, USER_SOFTWARE_CHANGES,
+                                             USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, WRITABLE_LAYER_RECORD)
 from singularitycontainer_src.install_dir import current_generation
 from where_time_goes import KINDS, make_shims, medians, read_log
 from testkit.install import SETUID_RUNTIME, local_wheels, write_wheel
@@ -41,6 +41,10 @@ STEPS = {
               'make-squashfs\nmodule load {module}' % (USER_SOFTWARE_PACKED, SMALL),
     # The floor: the same pip command in a container of the same runtime, on a writable copy of the same venv bound
     # at /user-software (no SquashFS, no layers, no transaction), from the same shell with the module loaded
+    # A personal change (issue 57: venv-pip --user, a layer of the user's own on top of the install's), in a personal
+    # dir of the bench user's
+    'personal_install': 'venv-pip install --user -q {find} %s' % SMALL,
+    'personal_uninstall': 'venv-pip uninstall --user -q -y %s' % SMALL,
     'floor_install': FLOOR % 'install -q {find} %s' % SMALL,
     'floor_uninstall': FLOOR % 'uninstall -q -y %s' % SMALL,
 }
@@ -244,7 +248,7 @@ class Runner:
             if venv.floor_has(SMALL) != (name == 'floor_install'):
                 raise BenchError('%s did not %s %s in %s' % (key, name[len('floor_'):], SMALL, venv.copy))
             return
-        check = NOT_IMPORTABLE if name == 'uninstall' else IMPORTABLE
+        check = NOT_IMPORTABLE if name.endswith('uninstall') else IMPORTABLE
         checked(venv.shell(check), env=env, what='%s after %s (%s)' % (check, key, venv.module))
 
     def profile(self, venv, mode, times=3):
@@ -285,6 +289,19 @@ class Runner:
             (venv.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
             for name in ('install', 'uninstall'):
                 self.step(venv, name, values, 'setuid_%s' % name, self.setuid_env)
+        elif variant in ('personal', 'setuid_personal'):
+            layers = self.ctx.scratch / 'personal-layers'
+            layers.mkdir()
+            give(layers, bench_user())
+            env = dict(self.setuid_env if variant == 'setuid_personal' else self.env,
+                       **{PERSONAL_LAYERS_VAR: str(layers)})
+            if variant == 'setuid_personal':
+                (venv.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
+            for name in ('install', 'uninstall'):
+                self.step(venv, 'personal_' + name, values, '%s_%s' % (variant, name), env)
+            shutil.rmtree(layers)
+            venv.restore()
+            return values  # (the install stays as it is)
         elif variant in ('floor', 'setuid_floor'):
             venv.writable_copy(self.ctx.scratch)
             env = self.setuid_env if variant == 'setuid_floor' else self.env
@@ -306,7 +323,8 @@ def variants(ctx, venv):
     """The ways to measure (--quick: without the full repack, which the layers' absence makes the only way)."""
     if not venv.layers:
         return ['repack', 'manual']
-    layers = ['layers', 'floor'] + (['setuid', 'setuid_floor'] if SETUID_RUNTIME.exists() else [])
+    layers = ['layers', 'floor', 'personal'] + (
+        ['setuid', 'setuid_floor', 'setuid_personal'] if SETUID_RUNTIME.exists() else [])
     return layers + (['manual'] if ctx.settings.quick else ['repack', 'manual'])
 
 
@@ -396,6 +414,10 @@ LABELS = [
     ('setuid_floor_install', 'the floor, setuid runtime: pip install', 's'),
     ('setuid_floor_uninstall', 'the floor, setuid runtime: pip uninstall', 's'),
     ('setuid_floor_ratio', 'venv-pip / the floor, install + uninstall, setuid runtime', 'x'),
+    ('personal_install', 'venv-pip install --user, a personal layer, user namespace', 's'),
+    ('personal_uninstall', 'venv-pip uninstall --user, a personal layer, user namespace', 's'),
+    ('setuid_personal_install', 'venv-pip install --user, a personal layer, setuid runtime', 's'),
+    ('setuid_personal_uninstall', 'venv-pip uninstall --user, a personal layer, setuid runtime', 's'),
     ('repack_install', 'venv-pip install, full repack (no layer)', 's'),
     ('repack_uninstall', 'venv-pip uninstall, full repack (no layer)', 's'),
     ('repack_install_written', 'bytes written: venv-pip install, full repack', 'bytes'),
@@ -432,7 +454,8 @@ def venv_figures(venv, v, goals):
         if values is None:
             continue
         goal = ('<=', GOAL_SECONDS, 'at most %g s' % GOAL_SECONDS) if goals and key in (
-            'layers_install', 'layers_uninstall', 'setuid_install', 'setuid_uninstall') else None
+            'layers_install', 'layers_uninstall', 'setuid_install', 'setuid_uninstall', 'personal_install',
+            'personal_uninstall', 'setuid_personal_install', 'setuid_personal_uninstall') else None
         if key.endswith('floor_ratio'):
             goal = ('<=', GOAL_FLOOR, 'at most %.2fx' % GOAL_FLOOR)
         figures.append(figure('%d_%s' % (venv.entries, key), '%s entries: %s' % (format(venv.entries, ','), label),

@@ -53,6 +53,8 @@ def test_quick_benchmarks_report_all_figures(tmp_path):
     venv_pip = {fig['key'] for fig in result['benchmarks'][BENCHMARKS.index('venv_pip')]['figures']}
     assert any(key.endswith('_layers_install') for key in venv_pip)
     assert any(key.endswith('_setuid_install') for key in venv_pip) == SETUID_RUNTIME.exists()
+    assert any(key.endswith('_personal_install') for key in venv_pip)
+    assert any(key.endswith('_setuid_personal_install') for key in venv_pip) == SETUID_RUNTIME.exists()
     # The options benchmark (a tiny tree here, no PyPI wheels): each variant's size, and the read through squashfuse
     options = {fig['key'] for fig in result['benchmarks'][-1]['figures']}
     assert {'gzip', 'gzip_bytes', 'gzip_unsquash_shm', 'gzip_unsquash_disk', 'gzip_read', 'zstd_1_read'} <= options

@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from support import require_tools
+from support import fresh, require_tools
 from testkit.install import (LAIF_MODULE, LMOD_INIT, RUNTIME_FEATURES, Installation, cache_roots, demo_easyconfig,
-                             fake_command, run, spawn, torch_bind)
+                             fake_command, local_wheels, run, spawn, torch_bind)
+from singularitycontainer_src.layout import PERSONAL_LAYERS_VAR
 from testkit.users import OUTSIDER, give, user
 
 pytestmark = pytest.mark.runtime  # drives the container runtime: make test runs it with a real one too
@@ -255,6 +256,25 @@ def test_srun_ranks_on_two_nodes_all_reduce_and_ddp(pytorch, slurm):
                       % (root, TWO_NODES), env=slurm.env(inst.env()), check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr + slurm.log('slurmd')
     check_rank_lines(proc.stdout, slurm, check_ddp_output(proc.stdout, slurm))
+
+
+def test_a_personal_layer_reaches_every_rank_on_two_nodes(packed_install, slurm, wheelhouse, tmp_path):
+    """A package of the user's own (venv-pip install --user: a layer of theirs, in a directory every node reads) is
+    in the container of every rank that srun starts, on both nodes, after module load in the job's shell."""
+    inst, root = fresh(packed_install)
+    layers = tmp_path / 'layers'
+    layers.mkdir()
+    give(layers, user())
+    pre = 'export %s=%s' % (PERSONAL_LAYERS_VAR, layers)
+    inst.shell('module load Demo/1.0\nvenv-pip install -q --user %s lumi-later' % ' '.join(local_wheels(wheelhouse)),
+               pre=pre)
+    proc = inst.shell('module load Demo/1.0\nsrun %s singularity exec "$SIF" python -c "import lumi_later, os, socket; '
+                      'print(\'RANK\', os.environ[\'SLURM_PROCID\'], socket.gethostname())"' % TWO_NODES,
+                      env=slurm.env(inst.env()), pre=pre, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + slurm.log('slurmd')
+    ranks = [line.split() for line in proc.stdout.splitlines() if line.startswith('RANK ')]
+    assert sorted(int(rank) for _, rank, _ in ranks) == [0, 1, 2, 3], proc.stdout
+    assert len({host for _, _, host in ranks}) == 2, proc.stdout
 
 
 JOB_SCRIPT = '''\

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from support import require, require_other_users, require_runtime, require_tools
+from singularitycontainer_src.layout import PERSONAL_LAYERS_VAR
 from testkit.install import KERNEL_WHEELS, base_env, install_demo, local_wheels, run
 from testkit.users import MEMBER, OWNER, PROJECT_GROUP, give, project_gid, user
 
@@ -272,3 +273,20 @@ def test_a_kernel_in_a_projects_prefix(kernel_module, tmp_path):
             ERROR + "the kernel %s in %s is %s's: you cannot %s it (they made it writable only for "
             "themselves); ask them to, or give another --name" % (KERNEL, kernels, OWNER, verb)))
     assert spec.owner() == OWNER and (spec / 'kernel.json').read_text() == before
+
+
+def test_the_kernel_has_the_users_own_packages(kernel_module, tmp_path, wheelhouse):
+    """A package of the user's own (venv-pip install --user: a layer of theirs) is in the kernel's container, which
+    a Jupyter client starts without the module loaded (the kernel loads it)."""
+    inst, idir, _ = kernel_module
+    layers, runtime_dir = tmp_path / 'layers', tmp_path / 'runtime'
+    for path in (layers, runtime_dir):
+        path.mkdir()
+        give(path, inst.user)
+    env = jupyter_env(tmp_path / 'jupyter', JUPYTER_RUNTIME_DIR=str(runtime_dir), **{PERSONAL_LAYERS_VAR: str(layers)})
+    inst.module_shell(MODULE, 'venv-pip install -q --user %s lumi-top\njupyter-container-kernel install'
+                      % ' '.join(local_wheels(wheelhouse)), env=env)
+    client = run([sys.executable, '-c', CLIENT, KERNEL, 'import lumi_top; print(lumi_top.TOP)', str(runtime_dir)],
+                 env=env)
+    result = json.loads(client.stdout.splitlines()[-1])
+    assert (result['status'], result['stdout']) == ('ok', 'base+top\n'), result['errors']

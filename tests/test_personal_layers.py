@@ -11,7 +11,7 @@ import pytest
 
 from support import fresh, require_other_users
 from singularitycontainer_src.layout import BASE_RECORD, PERSONAL_LAYERS_VAR, REQUESTS_NAME, USER_SOFTWARE_PACKED
-from testkit.install import RUNTIME_SETUID, local_wheels, write_wheel
+from testkit.install import RUNTIME_SETUID, demo_easyconfig, local_wheels, write_wheel
 from testkit.users import MEMBER, OUTSIDER, OWNER, give, user
 
 pytestmark = [pytest.mark.runtime, pytest.mark.system]
@@ -66,6 +66,16 @@ def imports(inst, tmp_path, who, *modules, command='python'):
 
 def personal_dir(tmp_path, who):
     return layers_of(tmp_path, who) / MODULE
+
+
+def gone_wheels(tmp_path, who):
+    """A directory of `who`'s with the wheel of lumi-gone, which the test removes later (a request no longer
+    resolves)."""
+    gone = tmp_path / 'gone-wheels'
+    gone.mkdir()
+    write_wheel(gone, 'lumi-gone', code='GONE = 1\n')
+    give(gone, user(who))
+    return gone
 
 
 def test_each_members_packages_are_theirs_alone(install, tmp_path, wheelhouse):
@@ -123,10 +133,7 @@ def test_a_layer_made_on_another_state_waits_for_sync(install, tmp_path, wheelho
     requests on the venv as it is now, in one new layer, and says which no longer resolves (and drops it)."""
     inst, idir = install
     wheels = ' '.join(local_wheels(wheelhouse))
-    gone = tmp_path / 'gone-wheels'
-    gone.mkdir()
-    write_wheel(gone, 'lumi-gone', code='GONE = 1\n')
-    give(gone, user(MEMBER))
+    gone = gone_wheels(tmp_path, MEMBER)
     as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-later\nvenv-pip install --user --no-index '
             '--find-links=%s lumi-gone' % (wheels, gone))
     inst.module_shell(MODULE, 'venv-pip install -q %s lumi-top' % wheels)
@@ -141,8 +148,8 @@ def test_a_layer_made_on_another_state_waits_for_sync(install, tmp_path, wheelho
     shutil.rmtree(gone)
     sync = as_user(inst, tmp_path, MEMBER, 'venv-pip sync --user')
     assert 'is made again on the install\'s venv as it is now' in sync.stdout
-    assert 'venv-pip: not carried over (pip failed, exit code 1; your layer leaves it out): install --no-index ' \
-           '--find-links=%s lumi-gone' % gone in sync.stderr
+    assert 'venv-pip: not carried over (pip failed, exit code 1): install --no-index --find-links=%s lumi-gone' \
+        % gone in sync.stderr
     assert imports(inst, tmp_path, MEMBER, 'lumi_later', 'lumi_top', 'lumi_gone') == \
         {'lumi_later': True, 'lumi_top': True, 'lumi_gone': False}
     requests = (pdir / USER_SOFTWARE_PACKED / REQUESTS_NAME).read_text()
@@ -172,3 +179,50 @@ def test_a_layer_that_others_can_write_is_left_out(install, tmp_path, wheelhouse
     proc = as_user(inst, tmp_path, MEMBER, 'python -c "import lumi_later"', check=False)
     assert proc.returncode == 1 and 'No module named' in proc.stderr
     assert 'not using your own packages in %s: other users can rename or replace what is in' % pdir in proc.stderr
+
+
+@pytest.fixture
+def next_version(install, wheelhouse, tmp_path):
+    """Demo/2.0 beside Demo/1.0 in the same prefix, whose venv ships lumi-later 2.0 (newer than what 1.0 gets)."""
+    inst, idir = install
+    newer = tmp_path / 'newer-wheels'
+    newer.mkdir()
+    write_wheel(newer, 'lumi-later', version='2.0', code='LATER = 2\n')
+    give(newer, user(OWNER))
+    ec = inst.write_easyconfig('Demo-2.0.eb', demo_easyconfig(
+        version='2.0', wrapped_commands=['python'], pip_requirements=['lumi-base', 'lumi-later==2.0'],
+        pip_install_options=local_wheels(wheelhouse) + ['--find-links=%s' % newer]))
+    inst.eb(ec, '--rebuild')
+    return inst.installdir('Demo', '2.0')
+
+
+def test_changes_carry_over_to_the_next_module(install, next_version, tmp_path, wheelhouse):
+    """venv-pip sync --from Demo/1.0 on Demo/2.0 replays what venv-pip added to 1.0, in order, as one change, and says
+    what does not carry over: an older version of what 2.0 ships (and its uninstall), a request that no longer
+    resolves. --user --from does the same for a member's own layer. The requests file of each generation says what
+    was asked."""
+    inst, idir = install
+    wheels = ' '.join(local_wheels(wheelhouse))
+    gone = gone_wheels(tmp_path, OWNER)
+    inst.module_shell(MODULE, 'venv-pip install -q %s lumi-later==1.0\nvenv-pip install -q %s lumi-top\n'
+                      'venv-pip install -q --no-index --find-links=%s lumi-gone' % (wheels, wheels, gone))
+    as_user(inst, tmp_path, MEMBER, 'venv-pip install -q --user %s lumi-many-files' % wheels)
+    shutil.rmtree(gone)
+    requests = (idir / USER_SOFTWARE_PACKED / REQUESTS_NAME).read_text().splitlines()
+    assert [shlex.split(line)[-1] for line in requests[1:]] == ['lumi-later==1.0', 'lumi-top', 'lumi-gone']
+    out = inst.module_shell('Demo/2.0', 'venv-pip sync --from Demo/1.0', check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert 'venv-pip: left out: the module ships newer versions: lumi-later 2.0 (1.0 asked)' in out.stdout
+    assert ('venv-pip: not carried over (this module ships what it changes, said above): install -q %s '
+            'lumi-later==1.0' % wheels) in out.stderr
+    assert ('venv-pip: not carried over (pip failed, exit code 1): install -q --no-index --find-links=%s lumi-gone'
+            % gone) in out.stderr
+    check = 'import lumi_later, lumi_top, importlib.util as u; print(lumi_later.LATER, u.find_spec("lumi_gone"))'
+    assert inst.module_shell('Demo/2.0', 'python -c %s' % shlex.quote(check)).stdout.split() == ['2', 'None']
+    carried = (next_version / USER_SOFTWARE_PACKED / REQUESTS_NAME).read_text().splitlines()
+    assert [shlex.split(line)[-1] for line in carried[1:]] == ['lumi-top']
+    # a member's own, onto their (empty) layer of the next module
+    proc = as_user(inst, tmp_path, MEMBER, 'module load Demo/2.0\nvenv-pip sync --user --from Demo/1.0\n'
+                   'venv-pip list --user')
+    assert 'has what you added to Demo/1.0' in proc.stdout
+    assert proc.stdout.rstrip().endswith('\nlumi-many-files 1.0')

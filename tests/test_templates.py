@@ -235,6 +235,7 @@ def test_the_programs_literals_are_the_layouts_names():
     overlay, commands = program('overlay_python'), program('image_commands')
     assert overlay.RECORD == layout.EMPTIED_RECORD
     assert overlay.REFUSED_STATUS == int(layout.OVERLAY_REFUSED_STATUS)
+    assert overlay.NEWER_HERE_STATUS == int(layout.NEWER_HERE_STATUS)
     assert os.path.basename(commands.MANIFEST) == layout.IMAGE_COMMANDS_MANIFEST
     assert commands.PACKAGES_MODULE == layout.IMAGE_PACKAGES_MODULE
     assert 'python -m %s` writes' % layout.IMAGE_COMMANDS_MODULE in ' '.join(commands.__doc__.split())

@@ -65,8 +65,8 @@ def user_software_entries(idir):
 
 
 def packed_files(idir):
-    """The packed venv's files: those of the generation its link names."""
-    return sorted(p.name for p in (idir / PACKED).iterdir() if not p.name.startswith('.'))
+    """The packed venv's SquashFS files: those of the generation its link names (beside them, its requests file)."""
+    return sorted(p.name for p in (idir / PACKED).iterdir() if p.name.endswith('.squashfs'))
 
 
 def generations(idir):

@@ -21,7 +21,9 @@ from support import require_runtime, require_tools
 from testkit.install import CONTAINER_PYTHON_VERSION, RUNTIME_SETUID, base_env, install_demo, local_wheels, spawn
 from testkit.pip_reference import (LINK, REPACK, SNAPSHOT, describe, differences, operation_script, parse_snapshot,
                                    random_operations, snapshot_command, status_of, write_wheels)
-from testkit.users import give
+from singularitycontainer_src.layout import PERSONAL_LAYERS_VAR
+from test_personal_layers import layers_of
+from testkit.users import MEMBER, give
 
 pytestmark = [pytest.mark.runtime, pytest.mark.needs('image-src'), pytest.mark.system]  # (the differential tests)
 
@@ -90,6 +92,11 @@ def step(sides, op):
         requirements = work / ('requirements-%s.txt' % ('packed' if side.packed else 'plain'))
         procs.append(side.start(operation_script(op, wheels, requirements, side.packed) + snapshot_command(
             work / 'snapshot.py')))
+    return results_of(procs)
+
+
+def results_of(procs):
+    """Each side's output, once it ended: (status, the snapshot, stdout, stderr)."""
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=600)
@@ -175,3 +182,60 @@ def test_random_sequence_equals_plain_pip(sides):
     ops = random_operations(SEED, STEPS) + [REPACK]
     run_sequence(sides, ops, 'replay: LUMI_CT_DIFF_SEED=%d LUMI_CT_DIFF_STEPS=%d pytest %s -k random' % (
         SEED, STEPS, os.path.relpath(__file__)))
+
+
+# Personal layers (issue 57): the owner changes the packed install (the base steps, on both modules), then a member
+# changes it for themselves (venv-pip --user: a layer of theirs, on the packed module; plain pip as the owner on the
+# reference). What the member's container sees equals the reference: the install's venv followed by the same
+# commands. Under a runtime in a user namespace a member cannot remove or replace the install's files (the kernel's
+# refusal, said in one line): only the cases that add to it.
+PERSONAL_CASES = {
+    'adds': ([['install', 'pkgtree==1.0', 'tool==1.0']],
+             [['install', 'top==1.0', 'oddnames==1.0'], ['install', 'oddnames==2.0', 'many==1.0'],
+              ['uninstall', '-y', 'top', 'many'], ['install', 'flip==1.0', 'minor==1.0']]),
+    'changes-the-installs': ([['install', 'pkgtree==1.0', 'tool==1.0', 'minor==1.0', 'oddnames==1.0']],
+                             [['install', 'pkgtree==2.0'], ['uninstall', '-y', 'tool'], ['install', 'minor==1.1'],
+                              ['install', 'pkgtree==3.0', 'oddnames==2.0', 'leaf==2.0'], ['uninstall', '-y', 'leaf']]),
+}
+CHANGES_THE_INSTALLS = {'changes-the-installs'}
+
+
+def personal_step(sides, op, layers):
+    """op as a member's venv-pip --user on the packed module (then their snapshot, after the module loaded again:
+    their first layer reaches singularity exec then) and as the owner's plain pip on the reference."""
+    packed, plain, wheels, work = sides
+    mine = [op[0], '--user'] + op[1:]
+    procs = [spawn(packed.inst.shell_command('module load Demo/1.0\n' + operation_script(
+        mine, wheels, work / 'requirements-packed.txt', True) + 'module load Demo/1.0\n' + snapshot_command(
+        work / 'snapshot.py'), pre='export %s=%s' % (PERSONAL_LAYERS_VAR, layers)), env=base_env(), user=MEMBER,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        plain.start(operation_script(op, wheels, work / 'requirements-plain.txt', False) + snapshot_command(
+            work / 'snapshot.py'))]
+    return results_of(procs)
+
+
+@pytest.mark.parametrize('case', sorted(PERSONAL_CASES))
+def test_a_members_layer_equals_plain_pip_after_the_installs(sides, case, tmp_path):
+    if case in CHANGES_THE_INSTALLS and not RUNTIME_SETUID:
+        pytest.skip('a user namespace removes no file of another user (test_personal_layers checks what it says)')
+    base, mine = PERSONAL_CASES[case]
+    for side in sides[:2]:
+        side.reset()
+    layers = layers_of(tmp_path, MEMBER)
+    try:
+        for op in base:
+            (status, seen, out, err), (ref_status, ref_seen, _, _) = step(sides, op)
+            assert (status, ref_status) == (0, 0) and differences(seen, ref_seen) == [], (out, err)
+        done = []
+        for number, op in enumerate(mine, 1):
+            (status, seen, out, err), (ref_status, ref_seen, _, _) = personal_step(sides, op, layers)
+            done.append(describe(op))
+            problems = differences(seen, ref_seen)
+            if status != ref_status:
+                problems.insert(0, 'exit status: venv-pip --user %d, pip %d' % (status, ref_status))
+            if problems:
+                pytest.fail('the personal case %s: step %d of %d differs: %s\n%s\nsteps:\n  %s\nvenv-pip said:\n%s%s'
+                            % (case, number, len(mine), describe(op), '\n'.join(problems), '\n  '.join(done),
+                               out.strip().rsplit('\n', 1)[0][-3000:], err[-3000:]))
+    finally:
+        shutil.rmtree(layers, ignore_errors=True)

@@ -100,6 +100,9 @@ EMPTIED_RECORD = '/user-software/.venv-pip-emptied'
 # OVERLAY_PYTHON's exit status where the overlay cannot make pip's change (a file turned into a directory, or back):
 # venv-pip repacks the whole venv instead (EX_TEMPFAIL, which pip never returns)
 OVERLAY_REFUSED_STATUS = '75'
+# OVERLAY_PYTHON's status for a request that venv-pip sync --from leaves out: it would put an older version in place
+# of one the module ships (the venv or the image), or remove one (EX_PROTOCOL, which pip never returns)
+NEWER_HERE_STATUS = '76'
 # mksquashfs's options besides the number of processors and the owner, from benchmarks/bench_squash_options.py (a
 # real venv of 47,000 entries): gzip level 1 packs with 9x less CPU time than the default level 9, for an image 14%
 # larger that reads faster; every runtime reads gzip (zstd, faster still, may not be readable where the runtime uses
@@ -3164,13 +3167,13 @@ PERSONAL_LAYER = r'''
 # for ($requests_name, one request a line). It is used only where nobody else can write or rename it, and only on the
 # state of the install's venv it was made on: another state may hold other versions of what it changes.
 
-# The personal dir of this module: $personal_layers_var, else XDG_DATA_HOME's (~/.local/share's)
-# $personal_layers_subdir, then the module's name/version (the module's twin: personal_layer in primitives.lua and
-# primitives.tcl)
-personal_dir() {  # (into the variable pdir, the caller's: no subshell, at every start of a wrapper)
+# The personal dir of the module $1 (NAME/VERSION), into the variable pdir (the caller's: no subshell, at every
+# start of a wrapper): $personal_layers_var, else XDG_DATA_HOME's (~/.local/share's) $personal_layers_subdir, then
+# the module's name/version (the module's twin: personal_layer in primitives.lua and primitives.tcl)
+personal_dir() {
     pdir=${!personal_layers_var:-}
     [ -n "$pdir" ] || pdir="${XDG_DATA_HOME:-${HOME:-}/.local/share}/$personal_layers_subdir"
-    pdir="${pdir%/}/$module"
+    pdir="${pdir%/}/$1"
 }
 # Whether the caller's personal layer may be used on the install's generation $1 (a path): personal_layer gets its
 # file through the personal dir's link (a later change of the layer then reaches new starts), personal_generation its
@@ -3180,7 +3183,7 @@ personal_layer='' personal_generation='' personal_refusal=''
 check_personal_layer() {
     local pdir base='' mode=''
     personal_layer='' personal_generation='' personal_refusal=''
-    personal_dir
+    personal_dir "$module"
     [ -L "$pdir/$packed_name" ] || return 0
     personal_generation=$(current_generation "$pdir")
     if [ "${pdir:0:1}" != / ]; then
@@ -3223,7 +3226,7 @@ without_personal_entries() {
 module_named_personal=''
 use_personal_layer() {
     local pdir name value
-    personal_dir
+    personal_dir "$module"
     case ",${SINGULARITY_OVERLAY:-},${APPTAINER_OVERLAY:-}" in
         *",$pdir/"*) module_named_personal=yes ;;
         *) [ -L "$pdir/$packed_name" ] || return 0 ;;
@@ -3246,7 +3249,7 @@ use_personal_layer() {
 # one line on stderr
 module_personal_layer() {
     local pdir
-    personal_dir
+    personal_dir "$module"
     check_personal_layer "$(current_generation "$root")"
     if [ -n "$personal_layer" ]; then
         echo "$personal_layer:ro"
@@ -3310,7 +3313,7 @@ prune_venv_directories() {
 # for them ("<name> <version> (removed for you)"); then whether the layer is used now
 list_personal_layer() {
     local pdir layer
-    personal_dir
+    personal_dir "$module"
     layer=$(current_generation "$pdir")
     if [ -z "$layer" ]; then
         echo "You have no packages of your own on $module (venv-pip install --user adds some)."
@@ -4541,16 +4544,21 @@ refuses to remove or replace a file of the layers below whose owner the runtime'
 """
 import errno
 import importlib
+import importlib.metadata
+import json
 import logging
 import os
+import re
 import runpy
 import shlex
 import subprocess
 import sys
+import tempfile
 
 RECORD = "/user-software/.venv-pip-emptied"  # (layout.EMPTIED_RECORD: tests/test_templates.py)
 LAYERS = os.path.dirname(RECORD)  # (what the layers hold: pip's temporary directories elsewhere do not count)
 REFUSED_STATUS = 75  # (layout.OVERLAY_REFUSED_STATUS)
+NEWER_HERE_STATUS = 76  # (venv-pip sync --from: a request of what the module ships, left out)
 real_rmdir = os.rmdir
 real_listdir = os.listdir
 real_scandir = os.scandir
@@ -4700,14 +4708,60 @@ def run_module(args):
     return 0
 
 
-def each(requests, module):
+def canonical(name):
+    """A distribution's name as pip compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def shipped():
+    """{canonical name: version} of the distributions this venv sees now (the image's too)."""
+    return {canonical(dist.metadata["Name"]): dist.version for dist in importlib.metadata.distributions()}
+
+
+def not_carried(words, here):
+    """For pip's arguments words: why a request replayed on another module (sync --from) stays out, where the
+    module ships (here: shipped(), before the replay) what it changes: an install that would put an older version in
+    place of one here (from pip's own --dry-run report), an uninstall of one here. Or the dry run's status where pip
+    cannot resolve it; nothing where it carries over."""
+    if "uninstall" in words:
+        named = [canonical(word) for word in words[words.index("uninstall") + 1:] if not word.startswith("-")]
+        ours = ["%s %s" % (name, here[name]) for name in named if name in here]
+        return ours and "the module ships %s: its own choice, kept" % ", ".join(ours)
+    if "install" not in words:
+        return None
+    at = words.index("install") + 1
+    handle, report = tempfile.mkstemp(suffix=".json")
+    os.close(handle)
+    try:
+        status = subprocess.call([sys.executable, "-m", "pip"] + words[:at] + [
+            "--dry-run", "--quiet", "--report", report] + words[at:], stdout=subprocess.DEVNULL)
+        if status:
+            return status
+        with open(report, encoding="utf-8") as source:
+            planned = json.load(source).get("install", [])
+    finally:
+        os.unlink(report)
+    from pip._vendor.packaging.version import Version  # (the image's pip: what the venv's pip runs)
+    older = []
+    for item in planned:
+        name, asked = item["metadata"]["name"], item["metadata"]["version"]
+        shipped_version = here.get(canonical(name))
+        if shipped_version and Version(asked) < Version(shipped_version):
+            older.append("%s %s (%s asked)" % (name, shipped_version, asked))
+    return older and "the module ships newer versions: %s" % ", ".join(older)
+
+
+def each(requests, module, carry=False):
     """`venv-pip sync`: module with the arguments of each request of the file requests (a line of shell words; blank
     lines and # comments skipped), in a process of its own (this program run again, from its file) on the same
     overlay, one after the other; each one's status goes into requests.status, a line each. The status: REFUSED_STATUS
-    where one was refused (the overlay holds part of its change: venv-pip makes none of them), else 0."""
+    where one was refused (the overlay holds part of its change: venv-pip makes none of them), else 0. carry (sync
+    --from, to another module): a request that not_carried leaves out is not run (NEWER_HERE_STATUS, or its dry
+    run's status)."""
     with open(requests, encoding="utf-8", errors="surrogateescape") as source:
         lines = [line for line in source.read().split("\n") if line.strip() and not line.lstrip().startswith("#")]
     statuses = []
+    here = shipped() if carry else {}
     for line in lines:
         print("venv-pip: again: %s" % line, flush=True)
         try:
@@ -4715,6 +4769,14 @@ def each(requests, module):
         except ValueError as error:
             print("venv-pip: cannot read that request as shell words (%s)" % error, flush=True)
             statuses.append(2)
+            continue
+        why = not_carried(words, here) if carry and module == "pip" else None
+        if isinstance(why, int):
+            statuses.append(why)
+            continue
+        if why:
+            print("venv-pip: left out: %s" % why, flush=True)
+            statuses.append(NEWER_HERE_STATUS)
             continue
         statuses.append(subprocess.call([sys.executable, sys.argv[0], module] + words))
         if statuses[-1] == REFUSED_STATUS:
@@ -4728,8 +4790,8 @@ def main(argv):
     args, then = argv[1:], None
     if args[:1] == ["--then"]:
         then, args = args[1], args[2:]
-    if args[:1] == ["--each"]:
-        status = each(args[1], args[2])
+    if args[:1] in (["--each"], ["--carry"]):
+        status = each(args[1], args[2], args[0] == "--carry")
         if status or not then:
             return status
         args = [then]
@@ -4861,8 +4923,8 @@ in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on
 in_overlay_each() {
     local tmp="$work/$workdir_tmp"
     { printf '%s' "$overlay_python" >"$tmp/overlay-python.py" && cp -- "$replaying" "$tmp/requests"; } || return 1
-    in_change_python "$container_tmp/overlay-python.py" --then "$image_commands_module" --each \
-        "$container_tmp/requests" pip
+    in_change_python "$container_tmp/overlay-python.py" --then "$image_commands_module" \
+        "$([ -n "$replay_from" ] && echo --carry || echo --each)" "$container_tmp/requests" pip
 }
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
 # listed in the new file $3 there, NUL-terminated: read on the host by e2fsprogs' debugfs (read_upper), else by a
@@ -5058,6 +5120,7 @@ make_new_current() {  # the new generation $1 (of the form layers, with a layer 
         new_form=layers
         record_writable_layer_kind "$1" "$writable_kind" || die "cannot write in $1; the venv was not changed"
     fi
+    write_requests "$1" "$generation" || die "cannot write in $1; the venv was not changed"
     commit_change "$root" "$new_form" || die "cannot make $packed name $1; nothing was changed"
 }
 # The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
@@ -5088,7 +5151,11 @@ pip_where_there_is_room() {
                 venv_python_links "$work/tree/$venv_bin" >"$work/python-links"; }; then
                 die "cannot write in $work; nothing was changed"
             fi
-            in_background pip "$@" || status=$?
+            if [ -n "$replaying" ]; then
+                in_background in_overlay_each || status=$?
+            else
+                in_background pip "$@" || status=$?
+            fi
         else
             pip_on_layers "$@" || status=$?
         fi
@@ -5183,6 +5250,7 @@ change_by_repacking() {
     keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
+        [ -z "$replaying" ] || replayed_requests >/dev/null  # (what did not carry over)
         echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
@@ -5238,11 +5306,13 @@ change_in_layers() {
         python) repack_instead "$python_changed" "$new" "$@"; return ;;
         newline) repack_instead "$newline_in_a_name" "$new" "$@"; return ;;
         unchanged)
-            if [ -n "$replaying" ]; then  # (none of the requests changes the venv as it is now: an empty layer)
+            if [ -n "$replaying" ] && [ -n "$personal" ] && [ -z "$replay_from" ]; then
+                # (none of the requests changes the venv as it is now: an empty layer)
                 empty_layer "$new/$changes_name" || die "cannot write $new/$changes_name; nothing was changed"
                 commit_personal_layer "$new"
                 exit 0
             fi
+            [ -z "$replaying" ] || replayed_requests >/dev/null  # (what did not carry over)
             echo "venv-pip: nothing changed in $venv; $changed_what stays as it was."
             exit 0
             ;;
@@ -5378,11 +5448,13 @@ read_personal_state() {
     user_overlays=$(without_personal_entries "$user_overlays" "$pdir")
     personal_generation=$(current_generation "$pdir")
     changes='' layer_so_far_empty=yes layer_so_far_overlay=''
-    if [ -n "$replaying" ]; then  # (venv-pip sync --user: the requests of the layer so far, on the venv as it is)
+    requests_base=$personal_generation requests_of="your layer"
+    if [ -n "$replaying" ] && [ -z "$replay_from" ]; then  # (venv-pip sync --user: the layer's own requests, again)
         if [ -z "$personal_generation" ] || [ ! -f "$personal_generation/$requests_name" ]; then
             die "there is no layer of yours in $pdir to make again (venv-pip install --user makes one)"
         fi
         replaying="$personal_generation/$requests_name"
+        requests_base=''
     elif [ -n "$personal_generation" ]; then
         [ ! -f "$personal_generation/$base_record" ] || IFS= read -r base <"$personal_generation/$base_record" || true
         [ "$base" = "${generation##*/}" ] || die "the install's venv changed since you made your layer in $pdir" \
@@ -5446,6 +5518,64 @@ change_packed_venv() {
         change_by_repacking "$change_new" "$@"
     fi
 }
+# venv-pip sync [--user] [--from NAME/VERSION] (COMMAND_HELPS): the requests of a layer or of a venv replayed, in
+# order, as one change: with --user, the caller's own again on the install's venv as it is now, or another module's
+# personal layer's (--from) on top of the caller's layer of this module; without, the install's venv of another
+# module's (--from) on this one's, by its changers
+sync_command() {
+    local user='' from='' other requests
+    while [ "$#" -gt 0 ]; do
+        case "$1" in
+            --user) user=yes ;;
+            --from=?*) from=${1#--from=} ;;
+            --from) [ "$#" -ge 2 ] || die "venv-pip sync --from needs a module (NAME/VERSION)"; from=$2; shift ;;
+            *) die "venv-pip sync takes --user and --from NAME/VERSION, '$(printable "$1")' was given" ;;
+        esac
+        shift
+    done
+    [ -n "$user$from" ] || die "venv-pip sync needs --user (your layer made again on the install's venv as it is" \
+        "now), --from NAME/VERSION (what venv-pip added to that module, replayed on this one), or both"
+    change_request=()
+    replaying=yes
+    if [ -n "$from" ]; then
+        case "$from" in
+            */*/* | /* | */ | *..* | .*) die "venv-pip sync --from takes a module of the same prefix, as" \
+                "NAME/VERSION (PyTorch/2.7.1-rocm-6.2.4-python-3.12-singularity-20250827, say)," \
+                "'$(printable "$from")' was given" ;;
+            */*) ;;
+            *) die "venv-pip sync --from takes NAME/VERSION, '$(printable "$from")' was given" ;;
+        esac
+        [ "$from" != "$module" ] || die "venv-pip sync --from names this module, $module: give the one to replay"
+        replay_from=$from
+        if [ -n "$user" ]; then
+            local pdir
+            personal_dir "$from"
+            other=$(current_generation "$pdir")
+            requests="$pdir"
+            [ -z "$other" ] || requests="$other/$requests_name"
+            # shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
+            if [ -n "$other" ] && replace_check "$other"; then
+                die "other users can rename or replace what is in $replace_why: not replaying the requests there"
+            fi
+        else
+            other=$(current_generation "${root%/*/*}/$from")
+            requests="${root%/*/*}/$from"
+            [ -z "$other" ] || requests="$other/$requests_name"
+        fi
+        [ -f "$requests" ] || die "there is nothing that venv-pip added to $from to replay (no $requests)"
+        replaying=$requests
+    fi
+    if [ -n "$user" ]; then
+        personal_change
+    fi
+    begin_change "$root" wait || exit 1
+    read_state_under_lock
+    use_private_pip_cache
+    [ "$form" != directory ] || die "venv-pip sync --from replays onto a packed venv, and $dir is unpacked: run" \
+        "make-squashfs first"
+    change_packed_venv
+    exit 0
+}
 # venv-pip install/uninstall --user: the change (pip with the arguments $@, but --user) into a new generation of the
 # caller's personal dir (PERSONAL), on the install's venv as it is now and the caller's layer so far. What cannot be
 # a layer (a change of the venv's own Python, a name with a newline, what the overlay refuses) is refused: the
@@ -5455,8 +5585,9 @@ personal_change() {
     for arg; do
         [ "$arg" = --user ] || args+=("$arg")
     done
+    [ -n "$replaying" ] || change_request=("${args[@]}")
     personal=yes
-    personal_dir
+    personal_dir "$module"
     make_personal_dir "$pdir"
     begin_change "$pdir" wait || exit 1
     read_state_under_lock
@@ -5487,35 +5618,40 @@ make_personal_dir() {
 commit_personal_layer() {
     local new=$1
     shift
-    { echo "${generation##*/}" >"$new/$base_record" && personal_requests "$@" >"$new/$requests_name" &&
+    { echo "${generation##*/}" >"$new/$base_record" && write_requests "$new" "$requests_base" &&
         record_writable_layer_kind "$new" "$writable_kind"; } || die "cannot write in $new; nothing was changed"
     commit_change "$layers_dir" layers || die "cannot make $layers_dir/$packed_name name $new; nothing was changed"
     local later=" In this shell, singularity exec and run see it after module load $module again." what="has the change"
     [ -z "$module_named_personal" ] || later=''
     [ -z "$replaying" ] || what="is made again on the install's venv as it is now"
+    [ -z "$replay_from" ] || what="has what you added to $replay_from"
     echo "venv-pip: your layer in $layers_dir $what; new jobs use it (no module reload needed), running ones keep the" \
         "old one.$later"
 }
-# The requests of the caller's layer so far (its requests file), then pip's arguments $@ as one more: a line of shell
-# words, each quoted where it needs it ('...'), as venv-pip sync reads them back. After venv-pip sync, those of its
-# requests that pip carried out (their statuses in $work/$workdir_tmp/requests.status), saying which it did not.
-personal_requests() {
+# The requests file of the new generation $1 (what venv-pip was asked for, to make it, in order, one request a line:
+# pip's arguments as shell words, each quoted where it needs it, '...', as venv-pip sync reads them back): those of
+# the generation $2 it was made on (none: a layer made again), then this change's (change_request), or those of the
+# requests it replayed (venv-pip sync) that pip carried out, saying which it did not
+write_requests() {
     local word words=() quote="'"
-    echo "# What you asked venv-pip for, for your layer on $module, in order: pip's arguments, as shell words"
-    if [ -n "$replaying" ]; then
-        replayed_requests
-        return
-    fi
-    if [ -n "$personal_generation" ] && [ -f "$personal_generation/$requests_name" ]; then
-        grep -v '^#' -- "$personal_generation/$requests_name" || true
-    fi
-    for word; do
-        case "$word" in
-            '' | *[!A-Za-z0-9_./=:,+@%-]*) words+=("$quote${word//$quote/$quote\\$quote$quote}$quote") ;;
-            *) words+=("$word") ;;
-        esac
-    done
-    echo "${words[*]}"
+    {
+        echo "# What venv-pip was asked for, for ${requests_of:-the venv of $module}, in order: pip's arguments as" \
+            "shell words (venv-pip sync --from replays them on another module)"
+        if [ -n "$2" ] && [ -f "$2/$requests_name" ]; then
+            grep -v '^#' -- "$2/$requests_name" || true
+        fi
+        if [ -n "$replaying" ]; then
+            replayed_requests
+        else
+            for word in "${change_request[@]}"; do
+                case "$word" in
+                    '' | *[!A-Za-z0-9_./=:,+@%-]*) words+=("$quote${word//$quote/$quote\\$quote$quote}$quote") ;;
+                    *) words+=("$word") ;;
+                esac
+            done
+            echo "${words[*]}"
+        fi
+    } >"$1/$requests_name"
 }
 # venv-pip sync: the requests replayed that pip carried out, on stdout; those it did not, said on stderr
 replayed_requests() {
@@ -5526,8 +5662,10 @@ replayed_requests() {
         IFS= read -r status <&3 || status=skipped
         if [ "$status" = 0 ]; then
             printf '%s\n' "$line"
+        elif [ "$status" = "$newer_here_status" ]; then
+            echo "venv-pip: not carried over (this module ships what it changes, said above): $line" >&2
         else
-            echo "venv-pip: not carried over (pip failed, exit code $status; your layer leaves it out): $line" >&2
+            echo "venv-pip: not carried over (pip failed, exit code $status): $line" >&2
         fi
     done <"$work/$workdir_tmp/requests"
     exec 3<&-
@@ -5551,13 +5689,11 @@ venv_pip() {
     python_changed+=" Python"
     [ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
     umask "$(shared_umask "$root")"
-    # (a change of the install's venv, unless it is the caller's own: personal_change; replaying: venv-pip sync)
-    personal='' replaying=''
+    # (a change of the install's venv, unless it is the caller's own: personal_change; replaying: venv-pip sync, the
+    # requests it replays, of another module's: replay_from)
+    personal='' replaying='' replay_from='' requests_of='' requests_base='' change_request=("$@")
     if [ "$1" = sync ]; then  # (venv-pip's own word: pip has no sync)
-        [ "$*" = "sync --user" ] || die "venv-pip sync takes --user (venv-pip sync --user: your layer made again on" \
-            "the install's venv as it is now, from your requests), '$(printable "$*")' was given"
-        replaying=yes
-        personal_change
+        sync_command "${@:2}"
     fi
     if [ "$1" = list ] && pip_wants_user "$@"; then
         [ "$#" -eq 2 ] || die "venv-pip list --user takes no other options, '$(printable "$*")' was given"
@@ -6706,6 +6842,10 @@ COMMAND_HELPS = {
                          "removes for you"),
          ('sync --user', "your layer made again on the install's venv as it is now (after its changers changed it), "
                          "from your requests, in order; says which no longer work"),
+         ('sync [--user] --from N/V', "what venv-pip added to the module N/V of the same prefix (with --user: to your "
+                                      "layer of it), replayed here in order as one change; says what does not carry "
+                                      "over (what this module ships at a newer version, or ships and the request "
+                                      "removes; what no longer resolves)"),
          ('...', "everything else goes to pip as given (-q, -r requirements.txt, --upgrade, --no-deps, ...)")],
         "with the module loaded, on a login node or in a job; a change by the user who installed the module, or in "
         "a project's shared install by the members of its group; with --user, by anyone who may use the module.",
@@ -7306,6 +7446,7 @@ def install_values(install, stamp):
         ('venv', venv, 'the virtual environment, in the container'),
         ('image_commands_module', IMAGE_COMMANDS_MODULE, "the venv's module that gives it the image's commands"),
         ('overlay_refused', OVERLAY_REFUSED_STATUS, "OVERLAY_PYTHON's status for a change the layers cannot take"),
+        ('newer_here_status', NEWER_HERE_STATUS, "and for a request sync --from leaves out (newer versions here)"),
         ('jupyter_usage', ', '.join(COMMAND_HELPS['jupyter-container-kernel'].usage.split('\n')),
          "jupyter-container-kernel's usage"),
         ('kernel_name_default', kernel_name(install.module), "the kernel's name without --name"),

@@ -52,6 +52,9 @@ EMPTIED_RECORD = '/user-software/.venv-pip-emptied'
 # OVERLAY_PYTHON's exit status where the overlay cannot make pip's change (a file turned into a directory, or back):
 # venv-pip repacks the whole venv instead (EX_TEMPFAIL, which pip never returns)
 OVERLAY_REFUSED_STATUS = '75'
+# OVERLAY_PYTHON's status for a request that venv-pip sync --from leaves out: it would put an older version in place
+# of one the module ships (the venv or the image), or remove one (EX_PROTOCOL, which pip never returns)
+NEWER_HERE_STATUS = '76'
 # mksquashfs's options besides the number of processors and the owner, from benchmarks/bench_squash_options.py (a
 # real venv of 47,000 entries): gzip level 1 packs with 9x less CPU time than the default level 9, for an image 14%
 # larger that reads faster; every runtime reads gzip (zstd, faster still, may not be readable where the runtime uses

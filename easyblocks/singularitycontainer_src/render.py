@@ -9,9 +9,9 @@ from .container import RUNTIME_KINDS
 from .layout import (BASE_RECORD, CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD,
                      GENERATION_PREFIX, GENERATION_RECORD, GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE,
                      INSTALL_HOLDS_LOCK, INSTALL_UMASK, KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY,
-                     MKSQUASHFS_OPTIONS, NEW_LINK_PREFIX, OVERLAY_REFUSED_STATUS, PERSONAL_LAYERS_SUBDIR,
-                     PERSONAL_LAYERS_VAR, REQUESTS_NAME, SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK,
-                     USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
+                     MKSQUASHFS_OPTIONS, NEWER_HERE_STATUS, NEW_LINK_PREFIX, OVERLAY_REFUSED_STATUS,
+                     PERSONAL_LAYERS_SUBDIR, PERSONAL_LAYERS_VAR, REQUESTS_NAME, SQUASHFS_NAME, USER_SOFTWARE,
+                     USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
 from .text import fill_template, printable, sh_quoted, sh_str
 from .scripts import (COMMAND, COMMAND_HELPS, LAUNCH_KINDS, LIBRARY_PIECES, LIBRARY_TEMPLATE, PROGRAMS, SCRIPTS, Script,
                       fill_script_template, help_words)
@@ -63,6 +63,7 @@ def install_values(install, stamp):
         ('venv', venv, 'the virtual environment, in the container'),
         ('image_commands_module', IMAGE_COMMANDS_MODULE, "the venv's module that gives it the image's commands"),
         ('overlay_refused', OVERLAY_REFUSED_STATUS, "OVERLAY_PYTHON's status for a change the layers cannot take"),
+        ('newer_here_status', NEWER_HERE_STATUS, "and for a request sync --from leaves out (newer versions here)"),
         ('jupyter_usage', ', '.join(COMMAND_HELPS['jupyter-container-kernel'].usage.split('\n')),
          "jupyter-container-kernel's usage"),
         ('kernel_name_default', kernel_name(install.module), "the kernel's name without --name"),

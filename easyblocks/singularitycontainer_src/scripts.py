@@ -233,6 +233,10 @@ COMMAND_HELPS = {
                          "removes for you"),
          ('sync --user', "your layer made again on the install's venv as it is now (after its changers changed it), "
                          "from your requests, in order; says which no longer work"),
+         ('sync [--user] --from N/V', "what venv-pip added to the module N/V of the same prefix (with --user: to your "
+                                      "layer of it), replayed here in order as one change; says what does not carry "
+                                      "over (what this module ships at a newer version, or ships and the request "
+                                      "removes; what no longer resolves)"),
          ('...', "everything else goes to pip as given (-q, -r requirements.txt, --upgrade, --no-deps, ...)")],
         "with the module loaded, on a login node or in a job; a change by the user who installed the module, or in "
         "a project's shared install by the members of its group; with --user, by anyone who may use the module.",

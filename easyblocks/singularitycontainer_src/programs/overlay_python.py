@@ -19,16 +19,21 @@ refuses to remove or replace a file of the layers below whose owner the runtime'
 """
 import errno
 import importlib
+import importlib.metadata
+import json
 import logging
 import os
+import re
 import runpy
 import shlex
 import subprocess
 import sys
+import tempfile
 
 RECORD = "/user-software/.venv-pip-emptied"  # (layout.EMPTIED_RECORD: tests/test_templates.py)
 LAYERS = os.path.dirname(RECORD)  # (what the layers hold: pip's temporary directories elsewhere do not count)
 REFUSED_STATUS = 75  # (layout.OVERLAY_REFUSED_STATUS)
+NEWER_HERE_STATUS = 76  # (venv-pip sync --from: a request of what the module ships, left out)
 real_rmdir = os.rmdir
 real_listdir = os.listdir
 real_scandir = os.scandir
@@ -178,14 +183,60 @@ def run_module(args):
     return 0
 
 
-def each(requests, module):
+def canonical(name):
+    """A distribution's name as pip compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def shipped():
+    """{canonical name: version} of the distributions this venv sees now (the image's too)."""
+    return {canonical(dist.metadata["Name"]): dist.version for dist in importlib.metadata.distributions()}
+
+
+def not_carried(words, here):
+    """For pip's arguments words: why a request replayed on another module (sync --from) stays out, where the
+    module ships (here: shipped(), before the replay) what it changes: an install that would put an older version in
+    place of one here (from pip's own --dry-run report), an uninstall of one here. Or the dry run's status where pip
+    cannot resolve it; nothing where it carries over."""
+    if "uninstall" in words:
+        named = [canonical(word) for word in words[words.index("uninstall") + 1:] if not word.startswith("-")]
+        ours = ["%s %s" % (name, here[name]) for name in named if name in here]
+        return ours and "the module ships %s: its own choice, kept" % ", ".join(ours)
+    if "install" not in words:
+        return None
+    at = words.index("install") + 1
+    handle, report = tempfile.mkstemp(suffix=".json")
+    os.close(handle)
+    try:
+        status = subprocess.call([sys.executable, "-m", "pip"] + words[:at] + [
+            "--dry-run", "--quiet", "--report", report] + words[at:], stdout=subprocess.DEVNULL)
+        if status:
+            return status
+        with open(report, encoding="utf-8") as source:
+            planned = json.load(source).get("install", [])
+    finally:
+        os.unlink(report)
+    from pip._vendor.packaging.version import Version  # (the image's pip: what the venv's pip runs)
+    older = []
+    for item in planned:
+        name, asked = item["metadata"]["name"], item["metadata"]["version"]
+        shipped_version = here.get(canonical(name))
+        if shipped_version and Version(asked) < Version(shipped_version):
+            older.append("%s %s (%s asked)" % (name, shipped_version, asked))
+    return older and "the module ships newer versions: %s" % ", ".join(older)
+
+
+def each(requests, module, carry=False):
     """`venv-pip sync`: module with the arguments of each request of the file requests (a line of shell words; blank
     lines and # comments skipped), in a process of its own (this program run again, from its file) on the same
     overlay, one after the other; each one's status goes into requests.status, a line each. The status: REFUSED_STATUS
-    where one was refused (the overlay holds part of its change: venv-pip makes none of them), else 0."""
+    where one was refused (the overlay holds part of its change: venv-pip makes none of them), else 0. carry (sync
+    --from, to another module): a request that not_carried leaves out is not run (NEWER_HERE_STATUS, or its dry
+    run's status)."""
     with open(requests, encoding="utf-8", errors="surrogateescape") as source:
         lines = [line for line in source.read().split("\n") if line.strip() and not line.lstrip().startswith("#")]
     statuses = []
+    here = shipped() if carry else {}
     for line in lines:
         print("venv-pip: again: %s" % line, flush=True)
         try:
@@ -193,6 +244,14 @@ def each(requests, module):
         except ValueError as error:
             print("venv-pip: cannot read that request as shell words (%s)" % error, flush=True)
             statuses.append(2)
+            continue
+        why = not_carried(words, here) if carry and module == "pip" else None
+        if isinstance(why, int):
+            statuses.append(why)
+            continue
+        if why:
+            print("venv-pip: left out: %s" % why, flush=True)
+            statuses.append(NEWER_HERE_STATUS)
             continue
         statuses.append(subprocess.call([sys.executable, sys.argv[0], module] + words))
         if statuses[-1] == REFUSED_STATUS:
@@ -206,8 +265,8 @@ def main(argv):
     args, then = argv[1:], None
     if args[:1] == ["--then"]:
         then, args = args[1], args[2:]
-    if args[:1] == ["--each"]:
-        status = each(args[1], args[2])
+    if args[:1] in (["--each"], ["--carry"]):
+        status = each(args[1], args[2], args[0] == "--carry")
         if status or not then:
             return status
         args = [then]

@@ -31,8 +31,8 @@ in_overlay() {  # [--then NEXT] MODULE ARGS...: modules of the venv's Python, on
 in_overlay_each() {
     local tmp="$work/$workdir_tmp"
     { printf '%s' "$overlay_python" >"$tmp/overlay-python.py" && cp -- "$replaying" "$tmp/requests"; } || return 1
-    in_change_python "$container_tmp/overlay-python.py" --then "$image_commands_module" --each \
-        "$container_tmp/requests" pip
+    in_change_python "$container_tmp/overlay-python.py" --then "$image_commands_module" \
+        "$([ -n "$replay_from" ] && echo --carry || echo --each)" "$container_tmp/requests" pip
 }
 # The upper directory of the writable EXT3 image $1 copied into the new directory $2 of the work dir, its whiteouts
 # listed in the new file $3 there, NUL-terminated: read on the host by e2fsprogs' debugfs (read_upper), else by a
@@ -228,6 +228,7 @@ make_new_current() {  # the new generation $1 (of the form layers, with a layer 
         new_form=layers
         record_writable_layer_kind "$1" "$writable_kind" || die "cannot write in $1; the venv was not changed"
     fi
+    write_requests "$1" "$generation" || die "cannot write in $1; the venv was not changed"
     commit_change "$root" "$new_form" || die "cannot make $packed name $1; nothing was changed"
 }
 # The SquashFS file $2 with the layer $3 on top (if there is one) unpacked into $1/tree
@@ -258,7 +259,11 @@ pip_where_there_is_room() {
                 venv_python_links "$work/tree/$venv_bin" >"$work/python-links"; }; then
                 die "cannot write in $work; nothing was changed"
             fi
-            in_background pip "$@" || status=$?
+            if [ -n "$replaying" ]; then
+                in_background in_overlay_each || status=$?
+            else
+                in_background pip "$@" || status=$?
+            fi
         else
             pip_on_layers "$@" || status=$?
         fi
@@ -353,6 +358,7 @@ change_by_repacking() {
     keep_venv_python "$work/tree/$venv_bin" "$(cat "$work/python-links")"
     in_background image_commands || die "the image's commands could not be given to $venv; the venv was not changed"
     if [ "$(venv_state "$work/tree")" = "$(cat "$work/before")" ]; then
+        [ -z "$replaying" ] || replayed_requests >/dev/null  # (what did not carry over)
         echo "venv-pip: nothing changed in $venv; $packed stays as it was."
         exit 0
     fi
@@ -408,11 +414,13 @@ change_in_layers() {
         python) repack_instead "$python_changed" "$new" "$@"; return ;;
         newline) repack_instead "$newline_in_a_name" "$new" "$@"; return ;;
         unchanged)
-            if [ -n "$replaying" ]; then  # (none of the requests changes the venv as it is now: an empty layer)
+            if [ -n "$replaying" ] && [ -n "$personal" ] && [ -z "$replay_from" ]; then
+                # (none of the requests changes the venv as it is now: an empty layer)
                 empty_layer "$new/$changes_name" || die "cannot write $new/$changes_name; nothing was changed"
                 commit_personal_layer "$new"
                 exit 0
             fi
+            [ -z "$replaying" ] || replayed_requests >/dev/null  # (what did not carry over)
             echo "venv-pip: nothing changed in $venv; $changed_what stays as it was."
             exit 0
             ;;
@@ -548,11 +556,13 @@ read_personal_state() {
     user_overlays=$(without_personal_entries "$user_overlays" "$pdir")
     personal_generation=$(current_generation "$pdir")
     changes='' layer_so_far_empty=yes layer_so_far_overlay=''
-    if [ -n "$replaying" ]; then  # (venv-pip sync --user: the requests of the layer so far, on the venv as it is)
+    requests_base=$personal_generation requests_of="your layer"
+    if [ -n "$replaying" ] && [ -z "$replay_from" ]; then  # (venv-pip sync --user: the layer's own requests, again)
         if [ -z "$personal_generation" ] || [ ! -f "$personal_generation/$requests_name" ]; then
             die "there is no layer of yours in $pdir to make again (venv-pip install --user makes one)"
         fi
         replaying="$personal_generation/$requests_name"
+        requests_base=''
     elif [ -n "$personal_generation" ]; then
         [ ! -f "$personal_generation/$base_record" ] || IFS= read -r base <"$personal_generation/$base_record" || true
         [ "$base" = "${generation##*/}" ] || die "the install's venv changed since you made your layer in $pdir" \
@@ -616,6 +626,64 @@ change_packed_venv() {
         change_by_repacking "$change_new" "$@"
     fi
 }
+# venv-pip sync [--user] [--from NAME/VERSION] (COMMAND_HELPS): the requests of a layer or of a venv replayed, in
+# order, as one change: with --user, the caller's own again on the install's venv as it is now, or another module's
+# personal layer's (--from) on top of the caller's layer of this module; without, the install's venv of another
+# module's (--from) on this one's, by its changers
+sync_command() {
+    local user='' from='' other requests
+    while [ "$#" -gt 0 ]; do
+        case "$1" in
+            --user) user=yes ;;
+            --from=?*) from=${1#--from=} ;;
+            --from) [ "$#" -ge 2 ] || die "venv-pip sync --from needs a module (NAME/VERSION)"; from=$2; shift ;;
+            *) die "venv-pip sync takes --user and --from NAME/VERSION, '$(printable "$1")' was given" ;;
+        esac
+        shift
+    done
+    [ -n "$user$from" ] || die "venv-pip sync needs --user (your layer made again on the install's venv as it is" \
+        "now), --from NAME/VERSION (what venv-pip added to that module, replayed on this one), or both"
+    change_request=()
+    replaying=yes
+    if [ -n "$from" ]; then
+        case "$from" in
+            */*/* | /* | */ | *..* | .*) die "venv-pip sync --from takes a module of the same prefix, as" \
+                "NAME/VERSION (PyTorch/2.7.1-rocm-6.2.4-python-3.12-singularity-20250827, say)," \
+                "'$(printable "$from")' was given" ;;
+            */*) ;;
+            *) die "venv-pip sync --from takes NAME/VERSION, '$(printable "$from")' was given" ;;
+        esac
+        [ "$from" != "$module" ] || die "venv-pip sync --from names this module, $module: give the one to replay"
+        replay_from=$from
+        if [ -n "$user" ]; then
+            local pdir
+            personal_dir "$from"
+            other=$(current_generation "$pdir")
+            requests="$pdir"
+            [ -z "$other" ] || requests="$other/$requests_name"
+            # shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
+            if [ -n "$other" ] && replace_check "$other"; then
+                die "other users can rename or replace what is in $replace_why: not replaying the requests there"
+            fi
+        else
+            other=$(current_generation "${root%/*/*}/$from")
+            requests="${root%/*/*}/$from"
+            [ -z "$other" ] || requests="$other/$requests_name"
+        fi
+        [ -f "$requests" ] || die "there is nothing that venv-pip added to $from to replay (no $requests)"
+        replaying=$requests
+    fi
+    if [ -n "$user" ]; then
+        personal_change
+    fi
+    begin_change "$root" wait || exit 1
+    read_state_under_lock
+    use_private_pip_cache
+    [ "$form" != directory ] || die "venv-pip sync --from replays onto a packed venv, and $dir is unpacked: run" \
+        "make-squashfs first"
+    change_packed_venv
+    exit 0
+}
 # venv-pip install/uninstall --user: the change (pip with the arguments $@, but --user) into a new generation of the
 # caller's personal dir (PERSONAL), on the install's venv as it is now and the caller's layer so far. What cannot be
 # a layer (a change of the venv's own Python, a name with a newline, what the overlay refuses) is refused: the
@@ -625,8 +693,9 @@ personal_change() {
     for arg; do
         [ "$arg" = --user ] || args+=("$arg")
     done
+    [ -n "$replaying" ] || change_request=("${args[@]}")
     personal=yes
-    personal_dir
+    personal_dir "$module"
     make_personal_dir "$pdir"
     begin_change "$pdir" wait || exit 1
     read_state_under_lock
@@ -657,35 +726,40 @@ make_personal_dir() {
 commit_personal_layer() {
     local new=$1
     shift
-    { echo "${generation##*/}" >"$new/$base_record" && personal_requests "$@" >"$new/$requests_name" &&
+    { echo "${generation##*/}" >"$new/$base_record" && write_requests "$new" "$requests_base" &&
         record_writable_layer_kind "$new" "$writable_kind"; } || die "cannot write in $new; nothing was changed"
     commit_change "$layers_dir" layers || die "cannot make $layers_dir/$packed_name name $new; nothing was changed"
     local later=" In this shell, singularity exec and run see it after module load $module again." what="has the change"
     [ -z "$module_named_personal" ] || later=''
     [ -z "$replaying" ] || what="is made again on the install's venv as it is now"
+    [ -z "$replay_from" ] || what="has what you added to $replay_from"
     echo "venv-pip: your layer in $layers_dir $what; new jobs use it (no module reload needed), running ones keep the" \
         "old one.$later"
 }
-# The requests of the caller's layer so far (its requests file), then pip's arguments $@ as one more: a line of shell
-# words, each quoted where it needs it ('...'), as venv-pip sync reads them back. After venv-pip sync, those of its
-# requests that pip carried out (their statuses in $work/$workdir_tmp/requests.status), saying which it did not.
-personal_requests() {
+# The requests file of the new generation $1 (what venv-pip was asked for, to make it, in order, one request a line:
+# pip's arguments as shell words, each quoted where it needs it, '...', as venv-pip sync reads them back): those of
+# the generation $2 it was made on (none: a layer made again), then this change's (change_request), or those of the
+# requests it replayed (venv-pip sync) that pip carried out, saying which it did not
+write_requests() {
     local word words=() quote="'"
-    echo "# What you asked venv-pip for, for your layer on $module, in order: pip's arguments, as shell words"
-    if [ -n "$replaying" ]; then
-        replayed_requests
-        return
-    fi
-    if [ -n "$personal_generation" ] && [ -f "$personal_generation/$requests_name" ]; then
-        grep -v '^#' -- "$personal_generation/$requests_name" || true
-    fi
-    for word; do
-        case "$word" in
-            '' | *[!A-Za-z0-9_./=:,+@%-]*) words+=("$quote${word//$quote/$quote\\$quote$quote}$quote") ;;
-            *) words+=("$word") ;;
-        esac
-    done
-    echo "${words[*]}"
+    {
+        echo "# What venv-pip was asked for, for ${requests_of:-the venv of $module}, in order: pip's arguments as" \
+            "shell words (venv-pip sync --from replays them on another module)"
+        if [ -n "$2" ] && [ -f "$2/$requests_name" ]; then
+            grep -v '^#' -- "$2/$requests_name" || true
+        fi
+        if [ -n "$replaying" ]; then
+            replayed_requests
+        else
+            for word in "${change_request[@]}"; do
+                case "$word" in
+                    '' | *[!A-Za-z0-9_./=:,+@%-]*) words+=("$quote${word//$quote/$quote\\$quote$quote}$quote") ;;
+                    *) words+=("$word") ;;
+                esac
+            done
+            echo "${words[*]}"
+        fi
+    } >"$1/$requests_name"
 }
 # venv-pip sync: the requests replayed that pip carried out, on stdout; those it did not, said on stderr
 replayed_requests() {
@@ -696,8 +770,10 @@ replayed_requests() {
         IFS= read -r status <&3 || status=skipped
         if [ "$status" = 0 ]; then
             printf '%s\n' "$line"
+        elif [ "$status" = "$newer_here_status" ]; then
+            echo "venv-pip: not carried over (this module ships what it changes, said above): $line" >&2
         else
-            echo "venv-pip: not carried over (pip failed, exit code $status; your layer leaves it out): $line" >&2
+            echo "venv-pip: not carried over (pip failed, exit code $status): $line" >&2
         fi
     done <"$work/$workdir_tmp/requests"
     exec 3<&-
@@ -721,13 +797,11 @@ venv_pip() {
     python_changed+=" Python"
     [ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
     umask "$(shared_umask "$root")"
-    # (a change of the install's venv, unless it is the caller's own: personal_change; replaying: venv-pip sync)
-    personal='' replaying=''
+    # (a change of the install's venv, unless it is the caller's own: personal_change; replaying: venv-pip sync, the
+    # requests it replays, of another module's: replay_from)
+    personal='' replaying='' replay_from='' requests_of='' requests_base='' change_request=("$@")
     if [ "$1" = sync ]; then  # (venv-pip's own word: pip has no sync)
-        [ "$*" = "sync --user" ] || die "venv-pip sync takes --user (venv-pip sync --user: your layer made again on" \
-            "the install's venv as it is now, from your requests), '$(printable "$*")' was given"
-        replaying=yes
-        personal_change
+        sync_command "${@:2}"
     fi
     if [ "$1" = list ] && pip_wants_user "$@"; then
         [ "$#" -eq 2 ] || die "venv-pip list --user takes no other options, '$(printable "$*")' was given"

@@ -6,13 +6,13 @@
 # for ($requests_name, one request a line). It is used only where nobody else can write or rename it, and only on the
 # state of the install's venv it was made on: another state may hold other versions of what it changes.
 
-# The personal dir of this module: $personal_layers_var, else XDG_DATA_HOME's (~/.local/share's)
-# $personal_layers_subdir, then the module's name/version (the module's twin: personal_layer in primitives.lua and
-# primitives.tcl)
-personal_dir() {  # (into the variable pdir, the caller's: no subshell, at every start of a wrapper)
+# The personal dir of the module $1 (NAME/VERSION), into the variable pdir (the caller's: no subshell, at every
+# start of a wrapper): $personal_layers_var, else XDG_DATA_HOME's (~/.local/share's) $personal_layers_subdir, then
+# the module's name/version (the module's twin: personal_layer in primitives.lua and primitives.tcl)
+personal_dir() {
     pdir=${!personal_layers_var:-}
     [ -n "$pdir" ] || pdir="${XDG_DATA_HOME:-${HOME:-}/.local/share}/$personal_layers_subdir"
-    pdir="${pdir%/}/$module"
+    pdir="${pdir%/}/$1"
 }
 # Whether the caller's personal layer may be used on the install's generation $1 (a path): personal_layer gets its
 # file through the personal dir's link (a later change of the layer then reaches new starts), personal_generation its
@@ -22,7 +22,7 @@ personal_layer='' personal_generation='' personal_refusal=''
 check_personal_layer() {
     local pdir base='' mode=''
     personal_layer='' personal_generation='' personal_refusal=''
-    personal_dir
+    personal_dir "$module"
     [ -L "$pdir/$packed_name" ] || return 0
     personal_generation=$(current_generation "$pdir")
     if [ "${pdir:0:1}" != / ]; then
@@ -65,7 +65,7 @@ without_personal_entries() {
 module_named_personal=''
 use_personal_layer() {
     local pdir name value
-    personal_dir
+    personal_dir "$module"
     case ",${SINGULARITY_OVERLAY:-},${APPTAINER_OVERLAY:-}" in
         *",$pdir/"*) module_named_personal=yes ;;
         *) [ -L "$pdir/$packed_name" ] || return 0 ;;
@@ -88,7 +88,7 @@ use_personal_layer() {
 # one line on stderr
 module_personal_layer() {
     local pdir
-    personal_dir
+    personal_dir "$module"
     check_personal_layer "$(current_generation "$root")"
     if [ -n "$personal_layer" ]; then
         echo "$personal_layer:ro"
@@ -152,7 +152,7 @@ prune_venv_directories() {
 # for them ("<name> <version> (removed for you)"); then whether the layer is used now
 list_personal_layer() {
     local pdir layer
-    personal_dir
+    personal_dir "$module"
     layer=$(current_generation "$pdir")
     if [ -z "$layer" ]; then
         echo "You have no packages of your own on $module (venv-pip install --user adds some)."
