@@ -1,7 +1,8 @@
 """The cost of the packed venv's layers at container start (benchmarks/README.md): a start with the venv as two
 layers (its SquashFS file and a layer that venv-pip made, not empty), against the same venv as one SquashFS file,
 through the module's wrapper and by singularity exec after module load, one at a time and 8 at once, under each
-runtime mode, taking turns."""
+runtime mode, taking turns. And the same two layers with a personal layer of the user's on top (venv-pip install
+--user, issue 57), against them without it."""
 import os
 import shutil
 import subprocess
@@ -12,8 +13,8 @@ from pathlib import Path
 from harness import bench_user, checked, figure, progress, repeat, rotated, shell_env
 from singularitycontainer_src.install_dir import current_generation
 from singularitycontainer_src.layout import (CHANGES_NAME, EMPTY_LAYER_MARK, FORM_RECORD, GENERATION_PREFIX,
-                                             GENERATION_RECORD, MKSQUASHFS_OPTIONS, SQUASHFS_NAME, USER_SOFTWARE_PACKED,
-                                             WRITABLE_LAYER_RECORD)
+                                             GENERATION_RECORD, MKSQUASHFS_OPTIONS, PERSONAL_LAYERS_VAR,
+                                             SQUASHFS_NAME, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
 from testkit.install import SETUID_RUNTIME, local_wheels, write_wheel
 from testkit.users import as_user, give
 
@@ -37,14 +38,22 @@ def starts(cmd, env, cwd, count):
     return time.perf_counter() - begin
 
 
-def add_layer(ctx, inst):
-    """venv-pip install of a small package: the venv's second layer, not empty; its generation."""
+def add_layer(ctx, inst, personal=None):
+    """venv-pip install of a small package: the venv's second layer, not empty; with personal (a directory), a
+    personal layer in it instead (venv-pip install --user, PERSONAL_LAYERS_VAR)."""
     wheels = ctx.scratch / 'start-wheels'
     wheels.mkdir(exist_ok=True)
-    write_wheel(wheels, 'bench-start', code='START = True\n', modules={'data.py': 'DATA = 1\n'})
+    name = 'bench-mine' if personal else 'bench-start'
+    write_wheel(wheels, name, code='START = True\n', modules={'data.py': 'DATA = 1\n'})
     give(wheels, bench_user())
-    checked(inst.shell_command('module load Bench/1.0\nvenv-pip install -q %s bench-start'
-                               % ' '.join(local_wheels(wheels))), env=ctx.env(), what='venv-pip install (a layer)')
+    checked(inst.shell_command('%smodule load Bench/1.0\nvenv-pip install -q %s %s %s' % (
+        personal_setting(personal), '--user' if personal else '', ' '.join(local_wheels(wheels)), name)),
+        env=ctx.env(), what='venv-pip install (a layer)')
+
+
+def personal_setting(personal):
+    """The shell line that makes personal (a directory, or None) where the user's personal layers are."""
+    return 'export %s=%s\n' % (PERSONAL_LAYERS_VAR, personal) if personal else ''
 
 
 def one_file_generation(idir, layered):
@@ -80,12 +89,18 @@ def bench_container_start(ctx):
     add_layer(ctx, inst)
     layered = Path(current_generation(str(idir)))
     assert (layered / CHANGES_NAME).exists() and not (layered / EMPTY_LAYER_MARK).exists(), 'no layer with a change'
-    states = {'layers': layered, 'one_file': one_file_generation(idir, layered)}
+    personal = ctx.scratch / 'start-personal'
+    personal.mkdir()
+    give(personal, bench_user())
+    add_layer(ctx, inst, personal)
+    # ('personal': the layers and the user's layer on top, the module loaded with it)
+    states = {'layers': layered, 'one_file': one_file_generation(idir, layered), 'personal': layered}
     modes = ['userns'] + (['setuid'] if SETUID_RUNTIME.exists() else [])
     envs = {}
     for state, generation in states.items():
         name_state(idir, generation)
-        loaded = ctx.env(shell_env(inst, 'module load Bench/1.0'))
+        loaded = ctx.env(shell_env(inst, personal_setting(personal if state == 'personal' else None) +
+                                   'module load Bench/1.0'))
         for mode in modes:
             envs[mode, state] = dict(loaded)
             if mode == 'setuid':
@@ -114,6 +129,7 @@ def bench_container_start(ctx):
                     for state in states:
                         values['%s_%s' % (key, state)] = totals[state] * 1000 / times
                     values[key + '_ratio'] = values[key + '_layers'] / values[key + '_one_file']
+                    values[key + '_personal_ratio'] = values[key + '_personal'] / values[key + '_layers']
         name_state(idir, layered)
         return values
 
@@ -139,5 +155,9 @@ def start_figures(modes, v):
                 figures += [figure(key + '_layers', label + ': two layers', 'ms', v[key + '_layers']),
                             figure(key + '_one_file', label + ': one SquashFS file', 'ms', v[key + '_one_file']),
                             figure(key + '_ratio', label + ': two layers / one file', 'x', v[key + '_ratio'],
-                                   goal=('<=', GOAL, '<= %.2fx' % GOAL))]
+                                   goal=('<=', GOAL, '<= %.2fx' % GOAL)),
+                            figure(key + '_personal', label + ': two layers and a personal one', 'ms',
+                                   v[key + '_personal']),
+                            figure(key + '_personal_ratio', label + ': with a personal layer / without', 'x',
+                                   v[key + '_personal_ratio'], goal=('<=', GOAL, '<= %.2fx' % GOAL))]
     return figures
