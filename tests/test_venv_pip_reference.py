@@ -214,9 +214,15 @@ def personal_step(sides, op, layers):
     return results_of(procs)
 
 
-@pytest.mark.parametrize('case', sorted(PERSONAL_CASES))
+# (under setuid only: a user namespace removes no file of another user, which test_personal_layers checks it says)
+SETUID_ONLY = pytest.mark.once_only('a member removes or replaces the install\'s files only under a setuid runtime',
+                                    in_setuid_run=True)
+
+
+@pytest.mark.parametrize('case', [pytest.param(case, marks=[SETUID_ONLY] if case in CHANGES_THE_INSTALLS else [])
+                                  for case in sorted(PERSONAL_CASES)])
 def test_a_members_layer_equals_plain_pip_after_the_installs(sides, case, tmp_path):
-    if case in CHANGES_THE_INSTALLS and not RUNTIME_SETUID:
+    if case in CHANGES_THE_INSTALLS and not RUNTIME_SETUID:  # (a run with this runtime alone)
         pytest.skip('a user namespace removes no file of another user (test_personal_layers checks what it says)')
     base, mine = PERSONAL_CASES[case]
     for side in sides[:2]:
