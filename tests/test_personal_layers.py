@@ -6,12 +6,13 @@ that moved."""
 import os
 import shlex
 import shutil
+import subprocess
 
 import pytest
 
 from support import fresh, require_other_users
 from singularitycontainer_src.layout import BASE_RECORD, PERSONAL_LAYERS_VAR, REQUESTS_NAME, USER_SOFTWARE_PACKED
-from testkit.install import RUNTIME_SETUID, demo_easyconfig, local_wheels, write_wheel
+from testkit.install import RUNTIME_SETUID, base_env, demo_easyconfig, local_wheels, spawn, write_wheel
 from testkit.users import MEMBER, OUTSIDER, OWNER, give, user
 
 pytestmark = [pytest.mark.runtime, pytest.mark.system]
@@ -105,6 +106,22 @@ def test_each_members_packages_are_theirs_alone(install, tmp_path, wheelhouse):
     assert (current / BASE_RECORD).read_text() == os.readlink(idir / USER_SOFTWARE_PACKED) + '\n'
     requests = (current / REQUESTS_NAME).read_text().splitlines()
     assert requests[0].startswith('#') and shlex.split(requests[1]) == ['install'] + wheels.split() + ['lumi-later']
+
+
+def test_two_members_change_their_own_layers_at_once(install, tmp_path, wheelhouse):
+    """Two users' personal changes on one install at the same time: neither waits for the other (each takes the lock
+    of their own personal dir), and each gets exactly their own package."""
+    inst, idir = install
+    wheels = ' '.join(local_wheels(wheelhouse))
+    procs = {who: spawn(inst.shell_command('module load %s\nvenv-pip install --user %s %s' % (MODULE, wheels, package),
+                                           pre='export %s=%s' % (PERSONAL_LAYERS_VAR, layers_of(tmp_path, who))),
+                        env=base_env(), user=who, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for who, package in ((MEMBER, 'lumi-later'), (OUTSIDER, 'lumi-top'))}
+    for who, proc in procs.items():
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0 and 'waiting' not in err, (who, out, err)
+    assert imports(inst, tmp_path, MEMBER, 'lumi_later', 'lumi_top') == {'lumi_later': True, 'lumi_top': False}
+    assert imports(inst, tmp_path, OUTSIDER, 'lumi_later', 'lumi_top') == {'lumi_later': False, 'lumi_top': True}
 
 
 def test_a_member_removes_a_package_of_the_install_for_themselves(install, tmp_path):
