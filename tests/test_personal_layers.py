@@ -32,10 +32,15 @@ def install(packed_install):
     return fresh(packed_install)
 
 
+def layers_path(tmp_path, who):
+    """Where `who` keeps personal layers in this test (PERSONAL_LAYERS_VAR), in their home: which only they can write
+    up to / (the test's own tmp_path is another user's: a layer there is refused)."""
+    return user(who).home / '.lumi-ct-layers' / ('%s-%s' % (tmp_path.parent.name, tmp_path.name))
+
+
 def layers_of(tmp_path, who):
-    """Where `who` keeps personal layers in this test (PERSONAL_LAYERS_VAR): a directory of theirs in their home,
-    which only they can write up to / (the test's own tmp_path is another user's: a layer there is refused)."""
-    top = user(who).home / '.lumi-ct-layers' / ('%s-%s' % (tmp_path.parent.name, tmp_path.name))
+    """layers_path, made: a directory of theirs."""
+    top = layers_path(tmp_path, who)
     if not top.exists():
         top.mkdir(parents=True)
         give(top.parent, user(who))
@@ -47,8 +52,7 @@ def no_layers_left(tmp_path):
     """Each test's personal dirs go with it."""
     yield
     for who in (OWNER, MEMBER, OUTSIDER):
-        shutil.rmtree(user(who).home / '.lumi-ct-layers' / ('%s-%s' % (tmp_path.parent.name, tmp_path.name)),
-                      ignore_errors=True)
+        shutil.rmtree(layers_path(tmp_path, who), ignore_errors=True)
 
 
 def as_user(inst, tmp_path, who, script, check=True, load=True):

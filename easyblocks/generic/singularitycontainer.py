@@ -5016,7 +5016,7 @@ ext3_image_mib() {  # the size of the EXT3 image of a change (MiB): 16 GiB, or f
     local size bytes=0 mib
     while read -r size; do
         bytes=$(( bytes + size ))
-    done < <(stat -c %s -- "$squashfs" ${changes:+"$changes"} "${lower_layers[@]:1}")
+    done < <(stat -c %s -- "${lower_layers[@]}" ${changes:+"$changes"})
     mib=$(( bytes >> 18 ))
     echo $(( mib > 16384 ? mib : 16384 ))
 }
@@ -5336,7 +5336,7 @@ change_in_layers() {
     in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "${lower_layers[@]}" ||
         die "mksquashfs failed; nothing was changed"
     if [ -n "$personal" ]; then
-        commit_personal_layer "$new" "$@"
+        commit_personal_layer "$new"
         return
     fi
     like "$changes" "$new/$changes_name" "$root"
@@ -5445,7 +5445,6 @@ read_personal_state() {
     base_layer_overlay=$layer_so_far_overlay
     [ "$layer_so_far_empty" = yes ] || lower_layers+=("$changes")
     layers_dir=$pdir changed_what="your layer in $pdir"
-    user_overlays=$(without_personal_entries "$user_overlays" "$pdir")
     personal_generation=$(current_generation "$pdir")
     changes='' layer_so_far_empty=yes layer_so_far_overlay=''
     requests_base=$personal_generation requests_of="your layer"
@@ -5547,20 +5546,15 @@ sync_command() {
         esac
         [ "$from" != "$module" ] || die "venv-pip sync --from names this module, $module: give the one to replay"
         replay_from=$from
-        if [ -n "$user" ]; then
-            local pdir
-            personal_dir "$from"
-            other=$(current_generation "$pdir")
-            requests="$pdir"
-            [ -z "$other" ] || requests="$other/$requests_name"
-            # shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
-            if [ -n "$other" ] && replace_check "$other"; then
-                die "other users can rename or replace what is in $replace_why: not replaying the requests there"
-            fi
-        else
-            other=$(current_generation "${root%/*/*}/$from")
-            requests="${root%/*/*}/$from"
-            [ -z "$other" ] || requests="$other/$requests_name"
+        # (the other module's personal dir, or its install dir beside this one)
+        local pdir="${root%/*/*}/$from"
+        [ -z "$user" ] || personal_dir "$from"
+        other=$(current_generation "$pdir")
+        requests="$pdir"
+        [ -z "$other" ] || requests="$other/$requests_name"
+        # shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
+        if [ -n "$user" ] && [ -n "$other" ] && replace_check "$other"; then
+            die "other users can rename or replace what is in $replace_why: not replaying the requests there"
         fi
         [ -f "$requests" ] || die "there is nothing that venv-pip added to $from to replay (no $requests)"
         replaying=$requests
@@ -5613,11 +5607,10 @@ make_personal_dir() {
             "set $personal_layers_var to a directory of yours that only you can write"
     fi
 }
-# The new layer of the generation $1 (pip with the arguments $2... made it) becomes the caller's, recorded with the
-# install's generation it was made on and the requests so far and this one: one rename (STATE)
+# The new layer of the generation $1 becomes the caller's, recorded with the install's generation it was made on and
+# the requests so far and this one: one rename (STATE)
 commit_personal_layer() {
     local new=$1
-    shift
     { echo "${generation##*/}" >"$new/$base_record" && write_requests "$new" "$requests_base" &&
         record_writable_layer_kind "$new" "$writable_kind"; } || die "cannot write in $new; nothing was changed"
     commit_change "$layers_dir" layers || die "cannot make $layers_dir/$packed_name name $new; nothing was changed"
