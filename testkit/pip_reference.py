@@ -242,9 +242,9 @@ def describe(op):
     return 'venv-pip ' + ' '.join(shlex.quote(arg) for arg in op)
 
 
-def operation_script(op, wheels, requirements_file, packed):
-    """The shell lines (after module load) that run op on one side: its exit status is printed on a line of its own
-    before the snapshot's."""
+def operation_script(op, wheels, requirements_file, packed, user=False):
+    """The shell lines (after module load) that run op on one side (user: venv-pip's --user, a change of the caller's
+    own layer): its exit status is printed on a line of its own before the snapshot's."""
     repack = ('unmake-squashfs >/dev/null && rm "$CONTAINERROOT/%s" && %%s'
               'make-squashfs >/dev/null && rm -r "$CONTAINERROOT/user-software"; echo status=$?\n' % PACKED)
     if op == REPACK:
@@ -261,6 +261,8 @@ def operation_script(op, wheels, requirements_file, packed):
         args = 'install %s %s' % (options, ' '.join(shlex.quote(arg) for arg in op[1:]))
     else:
         args = ' '.join(shlex.quote(arg) for arg in op)
+    if user:
+        args = args.replace(' ', ' --user ', 1)
     return 'venv-pip %s </dev/null; echo status=$?\n' % args
 
 

@@ -204,9 +204,8 @@ def personal_step(sides, op, layers):
     """op as a member's venv-pip --user on the packed module (then their snapshot, after the module loaded again:
     their first layer reaches singularity exec then) and as the owner's plain pip on the reference."""
     packed, plain, wheels, work = sides
-    mine = [op[0], '--user'] + op[1:]
     procs = [spawn(packed.inst.shell_command('module load Demo/1.0\n' + operation_script(
-        mine, wheels, work / 'requirements-packed.txt', True) + 'module load Demo/1.0\n' + snapshot_command(
+        op, wheels, work / 'requirements-packed.txt', True, user=True) + 'module load Demo/1.0\n' + snapshot_command(
         work / 'snapshot.py'), pre='export %s=%s' % (PERSONAL_LAYERS_VAR, layers)), env=base_env(), user=MEMBER,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
         plain.start(operation_script(op, wheels, work / 'requirements-plain.txt', False) + snapshot_command(
@@ -225,6 +224,26 @@ def test_a_members_layer_equals_plain_pip_after_the_installs(sides, case, tmp_pa
     if case in CHANGES_THE_INSTALLS and not RUNTIME_SETUID:  # (a run with this runtime alone)
         pytest.skip('a user namespace removes no file of another user (test_personal_layers checks what it says)')
     base, mine = PERSONAL_CASES[case]
+    run_personal_sequence(sides, base, mine, tmp_path, 'the personal case %s of %s' % (case, __file__))
+
+
+@SETUID_ONLY
+def test_a_members_random_layer_equals_plain_pip(sides, tmp_path):
+    """A random sequence of a member's own changes (from the seed: installs, upgrades, downgrades, uninstalls,
+    reinstalls, -r files, of the install's packages too) after the owner's, against plain pip."""
+    if not RUNTIME_SETUID:  # (a run with this runtime alone)
+        pytest.skip('a user namespace removes no file of another user (test_personal_layers checks what it says)')
+    # (three times the install's steps: a member's are quicker. No repack: the install's, not the member's. Not the
+    # package with a newline in a name, which a layer cannot list: a member's change refuses it, plain pip does not)
+    mine = [op for op in random_operations(SEED + 1, 3 * STEPS)
+            if op != REPACK and not any(word.startswith('newline') for word in (op[1] if op[0] == '-r' else op[1:]))]
+    run_personal_sequence(sides, PERSONAL_CASES['changes-the-installs'][0], mine, tmp_path,
+                          'replay: LUMI_CT_DIFF_SEED=%d LUMI_CT_DIFF_STEPS=%d pytest %s -k random_layer' % (
+                              SEED, STEPS, os.path.relpath(__file__)))
+
+
+def run_personal_sequence(sides, base, mine, tmp_path, replay):
+    """The owner's steps base on both modules, then the member's mine (personal_step), comparing after each."""
     for side in sides[:2]:
         side.reset()
     layers = layers_of(tmp_path, MEMBER)
@@ -240,8 +259,8 @@ def test_a_members_layer_equals_plain_pip_after_the_installs(sides, case, tmp_pa
             if status != ref_status:
                 problems.insert(0, 'exit status: venv-pip --user %d, pip %d' % (status, ref_status))
             if problems:
-                pytest.fail('the personal case %s: step %d of %d differs: %s\n%s\nsteps:\n  %s\nvenv-pip said:\n%s%s'
-                            % (case, number, len(mine), describe(op), '\n'.join(problems), '\n  '.join(done),
+                pytest.fail('%s\nstep %d of %d differs: %s\n%s\nsteps:\n  %s\nvenv-pip said:\n%s%s'
+                            % (replay, number, len(mine), describe(op), '\n'.join(problems), '\n  '.join(done),
                                out.strip().rsplit('\n', 1)[0][-3000:], err[-3000:]))
     finally:
         shutil.rmtree(layers, ignore_errors=True)
