@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from support import fresh, require_other_users
-from singularitycontainer_src.layout import BASE_RECORD, PERSONAL_LAYERS_VAR, REQUESTS_NAME, USER_SOFTWARE_PACKED
+from singularitycontainer_src.layout import (BASE_RECORD, CHANGES_NAME, PERSONAL_LAYERS_VAR, REQUESTS_NAME,
+                                             USER_SOFTWARE_PACKED)
 from testkit.install import RUNTIME_SETUID, base_env, demo_easyconfig, local_wheels, spawn, write_wheel
 from testkit.users import MEMBER, OUTSIDER, OWNER, give, user
 
@@ -105,6 +106,14 @@ def test_each_members_packages_are_theirs_alone(install, tmp_path, wheelhouse):
     listed = as_user(inst, tmp_path, MEMBER, 'venv-pip list --user').stdout
     assert listed == 'Your own packages on %s (your layer in %s):\nlumi-later 1.0\n' % (
         MODULE, personal_dir(tmp_path, MEMBER))
+    # the venv's pip list in the container: below its table, which are the member's alone (not in another format)
+    yours = '\nYours alone, in your layer (venv-pip install --user; outside the container: venv-pip list --user):\n' \
+        'lumi-later 1.0\n'
+    table = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list --disable-pip-version-check"').stdout
+    assert table.endswith(yours) and 'lumi-later' in table[:-len(yours)]
+    freeze = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list --format freeze"').stdout
+    assert 'lumi-later==1.0' in freeze and 'Yours' not in freeze
+    assert 'Yours' not in as_user(inst, tmp_path, OWNER, 'start-shell -c "pip list"').stdout
     assert 'no packages of your own' in as_user(inst, tmp_path, OWNER, 'venv-pip list --user').stdout
     current = personal_dir(tmp_path, MEMBER) / USER_SOFTWARE_PACKED
     assert (current / BASE_RECORD).read_text() == os.readlink(idir / USER_SOFTWARE_PACKED) + '\n'
@@ -138,6 +147,8 @@ def test_a_member_removes_a_package_of_the_install_for_themselves(install, tmp_p
         assert imports(inst, tmp_path, MEMBER, 'lumi_base') == {'lumi_base': False}
         listed = as_user(inst, tmp_path, MEMBER, 'venv-pip list --user').stdout.splitlines()
         assert listed[1:] == ['lumi-base 1.0 (removed for you)']
+        table = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list"').stdout
+        assert table.endswith('venv-pip list --user):\nlumi-base 1.0 (removed for you)\n')
     else:
         assert proc.returncode == 1
         assert 'a file of another user, in the runtime\'s user namespace (the kernel refuses it there; a setuid ' \
@@ -161,8 +172,10 @@ def test_a_layer_made_on_another_state_waits_for_sync(install, tmp_path, wheelho
     pdir = personal_dir(tmp_path, MEMBER)
     said = NOT_USED % ('python', pdir) + "the install's venv changed since you made it (it may hold other " \
         "versions of what your layer changes): venv-pip sync --user makes your layer again on the venv as it is now\n"
-    proc = as_user(inst, tmp_path, MEMBER, 'python -c "import lumi_top; print(1)"')
-    assert proc.stderr == said.replace('python: ', MODULE + ': ', 1) + said  # (the load, then the wrapper)
+    # (the load says it at each load; the commands at the first start that finds it, not at each)
+    proc = as_user(inst, tmp_path, MEMBER, 'python -c "import lumi_top; print(1)"\npython -c "print(2)"')
+    assert proc.stderr == said.replace('python: ', MODULE + ': ', 1) + said.replace('\n', ' (said once)\n')
+    assert proc.stdout.split()[-2:] == ['1', '2']
     assert imports(inst, tmp_path, MEMBER, 'lumi_later', 'lumi_top') == {'lumi_later': False, 'lumi_top': True}
     refused = as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-many-files' % wheels, check=False)
     assert refused.returncode == 1 and 'run venv-pip sync --user first' in refused.stderr
@@ -176,6 +189,54 @@ def test_a_layer_made_on_another_state_waits_for_sync(install, tmp_path, wheelho
     requests = (pdir / USER_SOFTWARE_PACKED / REQUESTS_NAME).read_text()
     assert 'lumi-later' in requests and 'lumi-gone' not in requests
     assert (pdir / USER_SOFTWARE_PACKED / BASE_RECORD).read_text() == os.readlink(idir / USER_SOFTWARE_PACKED) + '\n'
+
+
+def test_a_shell_loaded_before_a_change_keeps_a_layer_with_its_base(install, tmp_path, wheelhouse):
+    """singularity exec in a shell that loaded the module before the owner changed the install starts the container
+    with the member's layer on the install's venv it was made on (not the layer on a base it was not made for); once
+    the member's venv-pip sync --user made it again, that shell gets the new layer on the new base. The module's
+    commands take the install's venv as it is at each start."""
+    inst, idir = install
+    wheels = ' '.join(local_wheels(wheelhouse))
+    as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-later' % wheels)
+    loaded = as_user(inst, tmp_path, MEMBER, 'export -p').stdout  # (the loaded shell: its environment)
+    code = 'import importlib.util as u; print(*(u.find_spec(m) is not None for m in ("lumi_later", "lumi_top")))'
+    plain_exec = 'singularity exec "$SIF" python -c %s' % shlex.quote(code)
+
+    def in_loaded_shell():
+        proc = as_user(inst, tmp_path, MEMBER, loaded + plain_exec, load=False)
+        return proc.stdout.split()[-2:], proc.stderr
+
+    assert in_loaded_shell() == (['True', 'False'], '')
+    inst.module_shell(MODULE, 'venv-pip install -q %s lumi-top' % wheels)
+    assert in_loaded_shell() == (['True', 'False'], '')  # (the layer's own base, still there)
+    wrapper = as_user(inst, tmp_path, MEMBER, loaded + 'python -c %s' % shlex.quote(code), load=False)
+    assert wrapper.stdout.split()[-2:] == ['False', 'True'] and 'venv-pip sync --user' in wrapper.stderr
+    as_user(inst, tmp_path, MEMBER, 'venv-pip sync --user')
+    assert in_loaded_shell() == (['True', 'True'], '')
+
+
+def test_a_layer_the_node_cannot_read_is_left_out_saying_so(install, tmp_path, wheelhouse):
+    """A layer the module named at load that a command cannot read where it starts (a job's node that does not see
+    the personal dir, or a file made unreadable): the install's venv alone, and one line that says why."""
+    inst, idir = install
+    wheels = ' '.join(local_wheels(wheelhouse))
+    as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-later' % wheels)
+    pdir = personal_dir(tmp_path, MEMBER)
+    layer = pdir / USER_SOFTWARE_PACKED / CHANGES_NAME
+    run = 'python -c "import lumi_base; print(1)"'
+    proc = as_user(inst, tmp_path, MEMBER, 'chmod 0 %s\n%s' % (shlex.quote(str(layer)), run))
+    host = as_user(inst, tmp_path, MEMBER, 'echo "$HOSTNAME"', load=False).stdout.strip()
+    generation = pdir / os.readlink(pdir / USER_SOFTWARE_PACKED)
+    assert proc.stderr == NOT_USED % ('python', pdir) + 'you cannot read %s/%s on %s\n' % (
+        generation, CHANGES_NAME, host)
+    assert proc.stdout.split()[-1:] == ['1']
+    layer.chmod(0o644)
+    away = pdir.with_name('away')
+    proc = as_user(inst, tmp_path, MEMBER, 'mv %s %s\n%s' % (shlex.quote(str(pdir)), shlex.quote(str(away)), run))
+    assert proc.stderr == NOT_USED % ('python', pdir) + 'there is no %s/%s on %s (a job\'s nodes must see it: set ' \
+        '%s to a directory they all see)\n' % (pdir, USER_SOFTWARE_PACKED, host, PERSONAL_LAYERS_VAR)
+    assert proc.stdout.split()[-1:] == ['1']
 
 
 def test_a_layer_that_others_can_write_is_left_out(install, tmp_path, wheelhouse):

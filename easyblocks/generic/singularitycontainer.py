@@ -83,11 +83,19 @@ SQUASHFS_NAME, CHANGES_NAME = 'user-software.squashfs', 'user-software.changes.s
 # $XDG_DATA_HOME/PERSONAL_LAYERS_SUBDIR (~/.local/share/...), then the module's name/version. It is laid out as an
 # install dir's packed venv (the link USER_SOFTWARE_PACKED names a generation holding CHANGES_NAME); each generation
 # also records the install's generation the layer was made on (BASE_RECORD) and what its owner asked pip for
-# (REQUESTS_NAME, one request a line, in order)
+# (REQUESTS_NAME, one request a line, in order), and links to the install's two files of that generation
+# (BASE_LINKS): the module names the install's layers through them, so that a shell loaded before a change of the
+# install's venv starts the container with the layer and the base it was made on, both from the personal dir's link
 PERSONAL_LAYERS_VAR = 'SINGULARITYCONTAINER_PERSONAL_LAYERS'
 PERSONAL_LAYERS_SUBDIR = 'singularitycontainer-layers'
 BASE_RECORD = '.base'
 REQUESTS_NAME = 'venv-pip-requests.txt'
+BASE_LINKS = ('base.' + SQUASHFS_NAME, 'base.' + CHANGES_NAME)
+# At the root of a personal layer (so /PERSONAL_PACKAGES in the container, beside the venv, not in it): its packages,
+# one a line, as venv-pip list --user shows them, which the venv's pip list adds below its own
+PERSONAL_PACKAGES = 'user-software.yours'
+# In the personal dir: the state of a base that moved that the commands said at a start (they say it once)
+SAID_RECORD = '.said'
 # The two files as the module names them: through the link, from the install dir
 USER_SOFTWARE_SQUASHFS = USER_SOFTWARE_PACKED + '/' + SQUASHFS_NAME
 USER_SOFTWARE_CHANGES = USER_SOFTWARE_PACKED + '/' + CHANGES_NAME
@@ -1742,7 +1750,7 @@ local function users_list(apptainer_name, singularity_name)
     return list
 end
 -- The user's personal layer (venv-pip install --user), for a venv in layers: where the user's personal dir has its
--- link, the overlay entry that check prints (it checks the layer is the user's alone and made on the install's venv
+-- link, the overlay entries that check prints (it checks the layer is the user's alone and made on the install's venv
 -- as it is, else says why on stderr, in one line); else nil, with no process. The personal dir is var's value, else
 -- subdir in XDG_DATA_HOME (~/.local/share), then the module's name (the scripts' twin: personal_dir)
 local function personal_layer(form, var, subdir, mod_name, packed, check)
@@ -1762,12 +1770,13 @@ local function personal_layer(form, var, subdir, mod_name, packed, check)
     return entry ~= "" and entry or nil
 end
 -- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
--- SquashFS file and the changes on top of it, read-only, then the personal layer (an entry, or nil)
+-- SquashFS file and the changes on top of it, read-only; or, where the user has a personal layer, its entries (the
+-- install's two files it was made on and it, from personal_layer)
 local function set_overlays(installdir, form, squashfs, changes, personal)
     local overlays = users_list("APPTAINER_OVERLAY", "SINGULARITY_OVERLAY")
     if form == "layers" then
-        overlays = (overlays == "" and "" or (overlays .. ",")) .. pathJoin(installdir, squashfs) .. ":ro," ..
-                   pathJoin(installdir, changes) .. ":ro" .. (personal and ("," .. personal) or "")
+        overlays = (overlays == "" and "" or (overlays .. ",")) ..
+                   (personal or (pathJoin(installdir, squashfs) .. ":ro," .. pathJoin(installdir, changes) .. ":ro"))
     end
     restorable_env("SINGULARITY_OVERLAY", overlays)
     restorable_env("APPTAINER_OVERLAY", overlays)
@@ -2074,12 +2083,15 @@ proc personal_layer {form var subdir mod_name packed check} {
     return $entry
 }
 # SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
-# SquashFS file and the changes on top of it, read-only, then the personal layer (an entry, or "")
+# SquashFS file and the changes on top of it, read-only; or, where the user has a personal layer, its entries (the
+# install's two files it was made on and it, from personal_layer)
 proc set_overlays {installdir form squashfs changes personal} {
     set overlays [users_list APPTAINER_OVERLAY SINGULARITY_OVERLAY]
     if { $form eq "layers" } {
-        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}][file join $installdir $squashfs]:ro,[file join\
- $installdir $changes]:ro[expr {$personal eq "" ? "" : ",$personal"}]
+        if { $personal eq "" } {
+            set personal [file join $installdir $squashfs]:ro,[file join $installdir $changes]:ro
+        }
+        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}]$personal
     }
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays
@@ -2190,10 +2202,11 @@ VenvForm = namedtuple('VenvForm', 'into installdir record squashfs changes direc
 Binds = namedtuple('Binds', 'sources always installdir form squashfs directory module')
 # The user's personal layer (README "Your own packages on a shared install") where the venv's form is layers and the
 # user's personal dir (PERSONAL_LAYERS_VAR, else XDG_DATA_HOME's subdir, then module) has the link packed: the overlay
-# entry that check (sh) prints, which also says on stderr why it is left out; else nothing, and no process
+# entries that check (sh) prints (the install's layers it was made on, then it), which also says on stderr why it is
+# left out; else nothing, and no process
 PersonalLayer = namedtuple('PersonalLayer', 'into form var subdir module packed check')
-# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form,
-# then the personal layer (an entry, or nothing)
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form, or
+# the personal layer's entries (nothing: none)
 Overlays = namedtuple('Overlays', 'installdir form squashfs changes personal')
 PrependPath = namedtuple('PrependPath', 'value')  # SINGULARITYENV_/APPTAINERENV_PREPEND_PATH, before the user's
 ContainerEnv = namedtuple('ContainerEnv', 'name value')  # SINGULARITYENV_<name> and APPTAINERENV_<name>
@@ -3177,14 +3190,21 @@ personal_dir() {
 }
 # Whether the caller's personal layer may be used on the install's generation $1 (a path): personal_layer gets its
 # file through the personal dir's link (a later change of the layer then reaches new starts), personal_generation its
-# generation; where it may not, personal_refusal says why. All empty where there is none.
-personal_layer='' personal_generation='' personal_refusal=''
+# generation; where it may not, personal_refusal says why (personal_moved then names the layer's generation and the
+# install's where the install's venv changed since the layer was made). All empty where there is none.
+personal_layer='' personal_generation='' personal_refusal='' personal_moved=''
 # shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
 check_personal_layer() {
     local pdir base='' mode=''
-    personal_layer='' personal_generation='' personal_refusal=''
+    personal_layer='' personal_generation='' personal_refusal='' personal_moved=''
     personal_dir "$module"
-    [ -L "$pdir/$packed_name" ] || return 0
+    if [ ! -L "$pdir/$packed_name" ]; then
+        # (the module found it at load: a job's node that does not see the personal dir, or one removed since)
+        [ -z "$module_named_personal" ] || personal_refusal="there is no $pdir/$packed_name on ${HOSTNAME:-this node}"
+        [ -z "$module_named_personal" ] || personal_refusal+=" (a job's nodes must see it: set $personal_layers_var to"
+        [ -z "$module_named_personal" ] || personal_refusal+=" a directory they all see)"
+        return 0
+    fi
     personal_generation=$(current_generation "$pdir")
     if [ "${pdir:0:1}" != / ]; then
         personal_refusal="it is not an absolute path (set $personal_layers_var to one)"
@@ -3195,11 +3215,16 @@ check_personal_layer() {
     elif [ -L "$personal_generation/$changes_name" ] || [ ! -O "$personal_generation/$changes_name" ] ||
         ! mode=$(stat -c %a -- "$personal_generation/$changes_name") || (( 8#$mode & 8#022 )); then
         personal_refusal="$personal_generation/$changes_name is not yours alone (others can write it)"
+    elif [ ! -r "$personal_generation/$changes_name" ]; then
+        personal_refusal="you cannot read $personal_generation/$changes_name on ${HOSTNAME:-this node}"
     else
         [ ! -f "$personal_generation/$base_record" ] || IFS= read -r base <"$personal_generation/$base_record" || true
         if [ "$base" != "${1##*/}" ]; then
             personal_refusal="the install's venv changed since you made it (it may hold other versions of what your"
             personal_refusal+=" layer changes): venv-pip sync --user makes your layer again on the venv as it is now"
+            personal_moved="${personal_generation##*/} ${1##*/}"
+        elif [ ! -L "$personal_generation/$base_squashfs_link" ]; then
+            personal_refusal="an earlier venv-pip made it: venv-pip sync --user makes it again"
         else
             personal_layer="$pdir/$packed_name/$changes_name"
             return 0
@@ -3222,10 +3247,10 @@ without_personal_entries() {
 # saying why in one line. With $1 empty (venv-pip, whose containers take it where they need it), without it, and
 # module_named_personal says whether the module named it. Nothing to do, and no process, where there is no personal
 # dir and the module named none.
-# shellcheck disable=SC2154  # generation, form: prepare_launch's (launch.sh)
+# shellcheck disable=SC2154  # generation, form, root: prepare_launch's (launch.sh) and the install's values
 module_named_personal=''
 use_personal_layer() {
-    local pdir name value
+    local pdir name value install_entries=''
     personal_dir "$module"
     case ",${SINGULARITY_OVERLAY:-},${APPTAINER_OVERLAY:-}" in
         *",$pdir/"*) module_named_personal=yes ;;
@@ -3237,22 +3262,44 @@ use_personal_layer() {
         personal_refusal="the install's venv is not in layers now (its form is $form)"
         personal_layer=''
     fi
+    # (the module named the install's layers through the links of the personal generation: here they are the install's
+    # own, of the generation this start is pinned to, as for a user with no layer)
+    if [ -n "$module_named_personal" ]; then
+        install_entries=$(pinned_entries "$root" "$generation" \
+            "$root/$packed_name/$squashfs_name:ro,$root/$packed_name/$changes_name:ro")
+    fi
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY; do
         value=$(without_personal_entries "${!name:-}" "$pdir")
+        [ -z "$install_entries" ] || value+="${value:+,}$install_entries"
         [ -z "$personal_layer" ] || value+="${value:+,}$personal_generation/$changes_name:ro"
         export "$name=$value"
     done
+    [ -z "$personal_moved" ] || said_once_in "$pdir" || personal_refusal=''
     [ -z "$personal_refusal" ] || echo "${0##*/}: not using your own packages in $pdir: $personal_refusal" >&2
 }
+# Whether this is the first start to find the caller's layer and the install's generation as personal_moved names
+# them, the state of a base that moved, recorded in the personal dir $1 (the caller's, checked): the commands say so
+# at the first start only, not at each (module load and venv-pip list --user say it each time)
+said_once_in() {
+    local said='' new
+    [ ! -f "$1/$said_record" ] || IFS= read -r said <"$1/$said_record" || true
+    [ "$said" != "$personal_moved" ] || return 1
+    personal_refusal+=" (said once)"
+    new=$(mktemp -- "$1/$said_record.XXXXXX") || return 0
+    { printf '%s\n' "$personal_moved" >"$new" && mv -f -- "$new" "$1/$said_record"; } || rm -f -- "$new"
+    return 0
+}
 # For the module's load of a venv in layers (venv-pip --module-personal-layer, before the module's variables are set):
-# the caller's personal layer as an overlay entry, through its link, on stdout where it may be used; else why not, in
-# one line on stderr
+# where the caller's personal layer may be used, the overlay entries of the install's layers and it, all through the
+# personal dir's link (its generation links to the install's files it was made on), on stdout; else why not, in one
+# line on stderr. A shell loaded before a change of the install's venv or of the layer then starts a container with a
+# layer and its base, both of one generation of the personal dir, until venv-pip sync --user makes another.
 module_personal_layer() {
     local pdir
     personal_dir "$module"
     check_personal_layer "$(current_generation "$root")"
     if [ -n "$personal_layer" ]; then
-        echo "$personal_layer:ro"
+        echo "$pdir/$packed_name/$base_squashfs_link:ro,$pdir/$packed_name/$base_changes_link:ro,$personal_layer:ro"
     elif [ -n "$personal_refusal" ]; then
         echo "$module: not using your own packages in $pdir: $personal_refusal" >&2
     fi
@@ -3308,19 +3355,12 @@ prune_venv_directories() {
                                         !(("/" $0) in kept) { printf "%s%c", $0, 0 }' "$work/venv-dirs" |
         LC_ALL=C sort -zr | (cd -- "$1" && xargs -0r rmdir --ignore-fail-on-non-empty -- 2>/dev/null) || true
 }
-# venv-pip list --user: the packages of the caller's layer, from its entries (no container): what it adds, or puts
-# in place of the install's ("<name> <version> (the install's: <version>)"), and what of the install's it removes
-# for them ("<name> <version> (removed for you)"); then whether the layer is used now
-list_personal_layer() {
-    local pdir layer
-    personal_dir "$module"
-    layer=$(current_generation "$pdir")
-    if [ -z "$layer" ]; then
-        echo "You have no packages of your own on $module (venv-pip install --user adds some)."
-        return 0
-    fi
-    echo "Your own packages on $module (your layer in $pdir):"
-    squashfs_entries "$layer/$changes_name" | LC_ALL=C awk '
+# The packages of a personal layer, one a line, sorted: what it adds ("<name> <version>"), or puts in place of the
+# install's ("<name> <version> (the install's: <version>)"), and what of the install's it removes ("<name> <version>
+# (removed for you)"), from its entries on stdin as squashfs_entries gives them ("<type> <path>", NUL-terminated): a
+# dist-info directory of the venv's site-packages that it has, or a whiteout of one
+personal_packages() {
+    LC_ALL=C awk '
         BEGIN { RS = "\0" }
         /^[dc] user-software\/venv\/[^\/]*\/lib\/python[^\/]*\/site-packages\/[^\/]*\.dist-info$/ {
             count = split($0, part, "/")
@@ -3341,6 +3381,30 @@ list_personal_layer() {
             for (name in removed)
                 if (!(name in added)) printf "%s %s (removed for you)\n", name, removed[name]
         }' | LC_ALL=C sort
+}
+# The personal layer put together in the tree $1, with the paths it removes in the list $2 (NUL-terminated): its
+# packages (personal_packages), recorded at its root as $yours_name for the venv's pip list in the container
+# shellcheck disable=SC2154  # lower_layers: the install's SquashFS files below (venv-pip-command.sh)
+record_personal_packages() {
+    {
+        [ ! -d "$1/user-software/venv" ] || (cd -- "$1" && find user-software/venv -mindepth 5 -maxdepth 5 -type d \
+            -path 'user-software/venv/*/lib/python*/site-packages/*.dist-info' -printf 'd %p\0')
+        { LC_ALL=C grep -z '^user-software/venv/[^/]*/lib/python[^/]*/site-packages/[^/]*\.dist-info$' -- "$2" ||
+            true; } | in_squashfs "${lower_layers[@]}" | LC_ALL=C sed -z 's/^/c /'
+    } | personal_packages >"$1/$yours_name" && chmod 644 -- "$1/$yours_name"
+}
+# venv-pip list --user: the packages of the caller's layer (personal_packages, from its entries: no container), then
+# whether the layer is used now
+list_personal_layer() {
+    local pdir layer
+    personal_dir "$module"
+    layer=$(current_generation "$pdir")
+    if [ -z "$layer" ]; then
+        echo "You have no packages of your own on $module (venv-pip install --user adds some)."
+        return 0
+    fi
+    echo "Your own packages on $module (your layer in $pdir):"
+    squashfs_entries "$layer/$changes_name" | personal_packages
     check_personal_layer "$(current_generation "$root")"
     [ -z "$personal_refusal" ] || echo "Not used now: $personal_refusal"
 }
@@ -5332,15 +5396,23 @@ change_in_layers() {
         repack_instead "$newline_in_a_name" "$new" "$@"
         return
     fi
-    share_modes "$layers_dir" "$tree"
-    in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "${lower_layers[@]}" ||
+    pack_new_layer "$new" "$tree"
+}
+# The change put together in the tree $2 (what it removes in $work/removed) packed as the layer of the new generation
+# $1, which becomes the venv's (layer_or_merge), or the caller's (commit_personal_layer)
+pack_new_layer() {
+    if [ -n "$personal" ] && ! record_personal_packages "$2" "$work/removed"; then
+        die "cannot write in $work; nothing was changed"
+    fi
+    share_modes "$layers_dir" "$2"
+    in_background pack_layer "$2" "$work/removed" "$1/$changes_name" "${lower_layers[@]}" ||
         die "mksquashfs failed; nothing was changed"
     if [ -n "$personal" ]; then
-        commit_personal_layer "$new"
+        commit_personal_layer "$1"
         return
     fi
-    like "$changes" "$new/$changes_name" "$root"
-    layer_or_merge "$new"
+    like "$changes" "$1/$changes_name" "$root"
+    layer_or_merge "$1"
 }
 # What the layer of the state the change is made on takes unpacked; and that layer as an overlay of pip's container:
 # none where it changes nothing (a mount less)
@@ -5611,8 +5683,12 @@ make_personal_dir() {
 # the requests so far and this one: one rename (STATE)
 commit_personal_layer() {
     local new=$1
+    # (and links to the install's files it was made on: the module names them, see module_personal_layer)
     { echo "${generation##*/}" >"$new/$base_record" && write_requests "$new" "$requests_base" &&
-        record_writable_layer_kind "$new" "$writable_kind"; } || die "cannot write in $new; nothing was changed"
+        record_writable_layer_kind "$new" "$writable_kind" &&
+        ln -s -- "$generation/$squashfs_name" "$new/$base_squashfs_link" &&
+        ln -s -- "$generation/$changes_name" "$new/$base_changes_link"; } ||
+        die "cannot write in $new; nothing was changed"
     commit_change "$layers_dir" layers || die "cannot make $layers_dir/$packed_name name $new; nothing was changed"
     local later=" In this shell, singularity exec and run see it after module load $module again." what="has the change"
     [ -z "$module_named_personal" ] || later=''
@@ -6686,7 +6762,8 @@ if __name__ == "__main__":
 
 # bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
 # Installing into the venv from inside the container cannot work while it is packed (read-only), and --user
-# installs are not seen by it: both are sent to venv-pip, which does it from outside.
+# installs are not seen by it: both are sent to venv-pip, which does it from outside. pip list adds which packages
+# are the user's alone, where a personal layer is on top (its record, PERSONAL_PACKAGES).
 VENV_PIP_SCRIPT_TEMPLATE = r'''#!/bin/sh
 # The image's pip, run by this virtual environment's Python.
 venv=$(dirname "$(dirname "$0")")
@@ -6717,6 +6794,25 @@ if pip_changes_venv "$@"; then
         echo "pip: $problem Outside the container, with the module loaded, run: $(as_venv_pip "$@")$also" >&2
         exit 1
     fi
+fi
+# pip list as a table, where a personal layer of the user's is on top: then which of these are theirs alone
+lists_as_table() {
+    while [ "$#" -gt 0 ]; do
+        case "$1" in
+            --format=columns) ;;
+            --format=*) return 1 ;;
+            --format) [ "${2:-columns}" = columns ] || return 1 ;;
+        esac
+        shift
+    done
+}
+# shellcheck disable=SC2154  # pip_changes_venv_subcommand: pip_changes_venv's (pip-changes-venv.sh)
+if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_as_table "$@"; then
+    "$(dirname "$0")/python" -m pip "$@" || exit
+    echo
+    echo "Yours alone, in your layer (venv-pip install --user; outside the container: venv-pip list --user):"
+    cat @yours@
+    exit 0
 fi
 exec "$(dirname "$0")/python" -m pip "$@"
 '''
@@ -6801,7 +6897,7 @@ def fill_script_template(template, **values):
     return fill_template(template, **{key: value for key, value in values.items() if key in used})
 
 
-VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
+VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE, yours='/' + PERSONAL_PACKAGES)
 
 
 # What -h and --help print for each command of the module, before anything is started (answer_help for those whose
@@ -7424,6 +7520,10 @@ def install_values(install, stamp):
         ('personal_layers_subdir', PERSONAL_LAYERS_SUBDIR, 'in XDG_DATA_HOME (~/.local/share), where they are'),
         ('base_record', BASE_RECORD, "in a personal layer's generation: the install's generation it was made on"),
         ('requests_name', REQUESTS_NAME, 'and what its owner asked pip for, a request a line'),
+        ('base_squashfs_link', BASE_LINKS[0], "and links to the install's two files of that generation"),
+        ('yours_name', PERSONAL_PACKAGES, "at a personal layer's root: its packages, as venv-pip list --user says"),
+        ('said_record', SAID_RECORD, 'in a personal dir: the moved base the commands said (once)'),
+        ('base_changes_link', BASE_LINKS[1], "(the install's layer of changes)"),
         ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
         ('lock_name', USER_SOFTWARE_LOCK, "the install dir's lock"),
         ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),

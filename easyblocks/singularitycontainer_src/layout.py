@@ -35,11 +35,19 @@ SQUASHFS_NAME, CHANGES_NAME = 'user-software.squashfs', 'user-software.changes.s
 # $XDG_DATA_HOME/PERSONAL_LAYERS_SUBDIR (~/.local/share/...), then the module's name/version. It is laid out as an
 # install dir's packed venv (the link USER_SOFTWARE_PACKED names a generation holding CHANGES_NAME); each generation
 # also records the install's generation the layer was made on (BASE_RECORD) and what its owner asked pip for
-# (REQUESTS_NAME, one request a line, in order)
+# (REQUESTS_NAME, one request a line, in order), and links to the install's two files of that generation
+# (BASE_LINKS): the module names the install's layers through them, so that a shell loaded before a change of the
+# install's venv starts the container with the layer and the base it was made on, both from the personal dir's link
 PERSONAL_LAYERS_VAR = 'SINGULARITYCONTAINER_PERSONAL_LAYERS'
 PERSONAL_LAYERS_SUBDIR = 'singularitycontainer-layers'
 BASE_RECORD = '.base'
 REQUESTS_NAME = 'venv-pip-requests.txt'
+BASE_LINKS = ('base.' + SQUASHFS_NAME, 'base.' + CHANGES_NAME)
+# At the root of a personal layer (so /PERSONAL_PACKAGES in the container, beside the venv, not in it): its packages,
+# one a line, as venv-pip list --user shows them, which the venv's pip list adds below its own
+PERSONAL_PACKAGES = 'user-software.yours'
+# In the personal dir: the state of a base that moved that the commands said at a start (they say it once)
+SAID_RECORD = '.said'
 # The two files as the module names them: through the link, from the install dir
 USER_SOFTWARE_SQUASHFS = USER_SOFTWARE_PACKED + '/' + SQUASHFS_NAME
 USER_SOFTWARE_CHANGES = USER_SOFTWARE_PACKED + '/' + CHANGES_NAME

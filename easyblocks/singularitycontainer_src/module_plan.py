@@ -31,10 +31,11 @@ VenvForm = namedtuple('VenvForm', 'into installdir record squashfs changes direc
 Binds = namedtuple('Binds', 'sources always installdir form squashfs directory module')
 # The user's personal layer (README "Your own packages on a shared install") where the venv's form is layers and the
 # user's personal dir (PERSONAL_LAYERS_VAR, else XDG_DATA_HOME's subdir, then module) has the link packed: the overlay
-# entry that check (sh) prints, which also says on stderr why it is left out; else nothing, and no process
+# entries that check (sh) prints (the install's layers it was made on, then it), which also says on stderr why it is
+# left out; else nothing, and no process
 PersonalLayer = namedtuple('PersonalLayer', 'into form var subdir module packed check')
-# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form,
-# then the personal layer (an entry, or nothing)
+# SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's overlays, then the layers of the packed venv for its form, or
+# the personal layer's entries (nothing: none)
 Overlays = namedtuple('Overlays', 'installdir form squashfs changes personal')
 PrependPath = namedtuple('PrependPath', 'value')  # SINGULARITYENV_/APPTAINERENV_PREPEND_PATH, before the user's
 ContainerEnv = namedtuple('ContainerEnv', 'name value')  # SINGULARITYENV_<name> and APPTAINERENV_<name>

@@ -6,12 +6,13 @@ import os
 from collections import namedtuple
 
 from .container import RUNTIME_KINDS
-from .layout import (BASE_RECORD, CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK, FORM_RECORD,
-                     GENERATION_PREFIX, GENERATION_RECORD, GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE,
+from .layout import (BASE_LINKS, BASE_RECORD, CACHE_ROOT, CHANGES_NAME, EMPTIED_RECORD, EMPTY_LAYER_MARK,
+                     FORM_RECORD, GENERATION_PREFIX, GENERATION_RECORD, GROUP_INSTALL_UMASK, IMAGE_COMMANDS_MODULE,
                      INSTALL_HOLDS_LOCK, INSTALL_UMASK, KEEP_SUPERSEDED_MINUTES, LAYERS_IMAGE, LIBRARY,
                      MKSQUASHFS_OPTIONS, NEWER_HERE_STATUS, NEW_LINK_PREFIX, OVERLAY_REFUSED_STATUS,
-                     PERSONAL_LAYERS_SUBDIR, PERSONAL_LAYERS_VAR, REQUESTS_NAME, SQUASHFS_NAME, USER_SOFTWARE,
-                     USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD)
+                     PERSONAL_LAYERS_SUBDIR, PERSONAL_LAYERS_VAR, PERSONAL_PACKAGES, REQUESTS_NAME, SAID_RECORD,
+                     SQUASHFS_NAME, USER_SOFTWARE, USER_SOFTWARE_LOCK, USER_SOFTWARE_LOCK_RECORD, USER_SOFTWARE_PACKED,
+                     WRITABLE_LAYER_RECORD)
 from .text import fill_template, printable, sh_quoted, sh_str
 from .scripts import (COMMAND, COMMAND_HELPS, LAUNCH_KINDS, LIBRARY_PIECES, LIBRARY_TEMPLATE, PROGRAMS, SCRIPTS, Script,
                       fill_script_template, help_words)
@@ -48,6 +49,10 @@ def install_values(install, stamp):
         ('personal_layers_subdir', PERSONAL_LAYERS_SUBDIR, 'in XDG_DATA_HOME (~/.local/share), where they are'),
         ('base_record', BASE_RECORD, "in a personal layer's generation: the install's generation it was made on"),
         ('requests_name', REQUESTS_NAME, 'and what its owner asked pip for, a request a line'),
+        ('base_squashfs_link', BASE_LINKS[0], "and links to the install's two files of that generation"),
+        ('yours_name', PERSONAL_PACKAGES, "at a personal layer's root: its packages, as venv-pip list --user says"),
+        ('said_record', SAID_RECORD, 'in a personal dir: the moved base the commands said (once)'),
+        ('base_changes_link', BASE_LINKS[1], "(the install's layer of changes)"),
         ('keep_minutes', str(KEEP_SUPERSEDED_MINUTES), 'how long a superseded generation stays'),
         ('lock_name', USER_SOFTWARE_LOCK, "the install dir's lock"),
         ('lock_record_name', USER_SOFTWARE_LOCK_RECORD, 'who holds it'),

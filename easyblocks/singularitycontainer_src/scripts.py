@@ -5,7 +5,7 @@ import textwrap
 from collections import namedtuple
 
 from .sources import source
-from .layout import CACHE_ROOT
+from .layout import CACHE_ROOT, PERSONAL_PACKAGES
 from .text import PLACEHOLDER, fill_template, sh_str
 
 
@@ -160,7 +160,8 @@ IMAGE_COMMANDS = source('programs/image_commands.py')
 
 # bin/pip* of a venv without its own pip: the image's pip, run by the venv's Python so packages go into the venv.
 # Installing into the venv from inside the container cannot work while it is packed (read-only), and --user
-# installs are not seen by it: both are sent to venv-pip, which does it from outside.
+# installs are not seen by it: both are sent to venv-pip, which does it from outside. pip list adds which packages
+# are the user's alone, where a personal layer is on top (its record, PERSONAL_PACKAGES).
 VENV_PIP_SCRIPT_TEMPLATE = source('scripts/install/venv-pip.sh')
 
 # Run by the sanity check in the container, with the checks as JSON on stdin. No single quotes in it, so that it
@@ -199,7 +200,7 @@ def fill_script_template(template, **values):
     return fill_template(template, **{key: value for key, value in values.items() if key in used})
 
 
-VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE)
+VENV_PIP_SCRIPT = fill_script_template(VENV_PIP_SCRIPT_TEMPLATE, yours='/' + PERSONAL_PACKAGES)
 
 
 # What -h and --help print for each command of the module, before anything is started (answer_help for those whose

@@ -188,7 +188,7 @@ local function users_list(apptainer_name, singularity_name)
     return list
 end
 -- The user's personal layer (venv-pip install --user), for a venv in layers: where the user's personal dir has its
--- link, the overlay entry that check prints (it checks the layer is the user's alone and made on the install's venv
+-- link, the overlay entries that check prints (it checks the layer is the user's alone and made on the install's venv
 -- as it is, else says why on stderr, in one line); else nil, with no process. The personal dir is var's value, else
 -- subdir in XDG_DATA_HOME (~/.local/share), then the module's name (the scripts' twin: personal_dir)
 local function personal_layer(form, var, subdir, mod_name, packed, check)
@@ -208,12 +208,13 @@ local function personal_layer(form, var, subdir, mod_name, packed, check)
     return entry ~= "" and entry or nil
 end
 -- SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
--- SquashFS file and the changes on top of it, read-only, then the personal layer (an entry, or nil)
+-- SquashFS file and the changes on top of it, read-only; or, where the user has a personal layer, its entries (the
+-- install's two files it was made on and it, from personal_layer)
 local function set_overlays(installdir, form, squashfs, changes, personal)
     local overlays = users_list("APPTAINER_OVERLAY", "SINGULARITY_OVERLAY")
     if form == "layers" then
-        overlays = (overlays == "" and "" or (overlays .. ",")) .. pathJoin(installdir, squashfs) .. ":ro," ..
-                   pathJoin(installdir, changes) .. ":ro" .. (personal and ("," .. personal) or "")
+        overlays = (overlays == "" and "" or (overlays .. ",")) ..
+                   (personal or (pathJoin(installdir, squashfs) .. ":ro," .. pathJoin(installdir, changes) .. ":ro"))
     end
     restorable_env("SINGULARITY_OVERLAY", overlays)
     restorable_env("APPTAINER_OVERLAY", overlays)

@@ -211,12 +211,15 @@ proc personal_layer {form var subdir mod_name packed check} {
     return $entry
 }
 # SINGULARITY_OVERLAY and APPTAINER_OVERLAY: the user's own overlays, then, where the venv's form is layers, the
-# SquashFS file and the changes on top of it, read-only, then the personal layer (an entry, or "")
+# SquashFS file and the changes on top of it, read-only; or, where the user has a personal layer, its entries (the
+# install's two files it was made on and it, from personal_layer)
 proc set_overlays {installdir form squashfs changes personal} {
     set overlays [users_list APPTAINER_OVERLAY SINGULARITY_OVERLAY]
     if { $form eq "layers" } {
-        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}][file join $installdir $squashfs]:ro,[file join\
- $installdir $changes]:ro[expr {$personal eq "" ? "" : ",$personal"}]
+        if { $personal eq "" } {
+            set personal [file join $installdir $squashfs]:ro,[file join $installdir $changes]:ro
+        }
+        set overlays [expr {$overlays eq "" ? "" : "$overlays,"}]$personal
     }
     restorable_env SINGULARITY_OVERLAY $overlays
     restorable_env APPTAINER_OVERLAY $overlays

@@ -440,15 +440,23 @@ change_in_layers() {
         repack_instead "$newline_in_a_name" "$new" "$@"
         return
     fi
-    share_modes "$layers_dir" "$tree"
-    in_background pack_layer "$tree" "$work/removed" "$new/$changes_name" "${lower_layers[@]}" ||
+    pack_new_layer "$new" "$tree"
+}
+# The change put together in the tree $2 (what it removes in $work/removed) packed as the layer of the new generation
+# $1, which becomes the venv's (layer_or_merge), or the caller's (commit_personal_layer)
+pack_new_layer() {
+    if [ -n "$personal" ] && ! record_personal_packages "$2" "$work/removed"; then
+        die "cannot write in $work; nothing was changed"
+    fi
+    share_modes "$layers_dir" "$2"
+    in_background pack_layer "$2" "$work/removed" "$1/$changes_name" "${lower_layers[@]}" ||
         die "mksquashfs failed; nothing was changed"
     if [ -n "$personal" ]; then
-        commit_personal_layer "$new"
+        commit_personal_layer "$1"
         return
     fi
-    like "$changes" "$new/$changes_name" "$root"
-    layer_or_merge "$new"
+    like "$changes" "$1/$changes_name" "$root"
+    layer_or_merge "$1"
 }
 # What the layer of the state the change is made on takes unpacked; and that layer as an overlay of pip's container:
 # none where it changes nothing (a mount less)
@@ -719,8 +727,12 @@ make_personal_dir() {
 # the requests so far and this one: one rename (STATE)
 commit_personal_layer() {
     local new=$1
+    # (and links to the install's files it was made on: the module names them, see module_personal_layer)
     { echo "${generation##*/}" >"$new/$base_record" && write_requests "$new" "$requests_base" &&
-        record_writable_layer_kind "$new" "$writable_kind"; } || die "cannot write in $new; nothing was changed"
+        record_writable_layer_kind "$new" "$writable_kind" &&
+        ln -s -- "$generation/$squashfs_name" "$new/$base_squashfs_link" &&
+        ln -s -- "$generation/$changes_name" "$new/$base_changes_link"; } ||
+        die "cannot write in $new; nothing was changed"
     commit_change "$layers_dir" layers || die "cannot make $layers_dir/$packed_name name $new; nothing was changed"
     local later=" In this shell, singularity exec and run see it after module load $module again." what="has the change"
     [ -z "$module_named_personal" ] || later=''

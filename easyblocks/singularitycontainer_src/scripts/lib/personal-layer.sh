@@ -16,14 +16,21 @@ personal_dir() {
 }
 # Whether the caller's personal layer may be used on the install's generation $1 (a path): personal_layer gets its
 # file through the personal dir's link (a later change of the layer then reaches new starts), personal_generation its
-# generation; where it may not, personal_refusal says why. All empty where there is none.
-personal_layer='' personal_generation='' personal_refusal=''
+# generation; where it may not, personal_refusal says why (personal_moved then names the layer's generation and the
+# install's where the install's venv changed since the layer was made). All empty where there is none.
+personal_layer='' personal_generation='' personal_refusal='' personal_moved=''
 # shellcheck disable=SC2154  # replace_why: replace_check's (files.sh)
 check_personal_layer() {
     local pdir base='' mode=''
-    personal_layer='' personal_generation='' personal_refusal=''
+    personal_layer='' personal_generation='' personal_refusal='' personal_moved=''
     personal_dir "$module"
-    [ -L "$pdir/$packed_name" ] || return 0
+    if [ ! -L "$pdir/$packed_name" ]; then
+        # (the module found it at load: a job's node that does not see the personal dir, or one removed since)
+        [ -z "$module_named_personal" ] || personal_refusal="there is no $pdir/$packed_name on ${HOSTNAME:-this node}"
+        [ -z "$module_named_personal" ] || personal_refusal+=" (a job's nodes must see it: set $personal_layers_var to"
+        [ -z "$module_named_personal" ] || personal_refusal+=" a directory they all see)"
+        return 0
+    fi
     personal_generation=$(current_generation "$pdir")
     if [ "${pdir:0:1}" != / ]; then
         personal_refusal="it is not an absolute path (set $personal_layers_var to one)"
@@ -34,11 +41,16 @@ check_personal_layer() {
     elif [ -L "$personal_generation/$changes_name" ] || [ ! -O "$personal_generation/$changes_name" ] ||
         ! mode=$(stat -c %a -- "$personal_generation/$changes_name") || (( 8#$mode & 8#022 )); then
         personal_refusal="$personal_generation/$changes_name is not yours alone (others can write it)"
+    elif [ ! -r "$personal_generation/$changes_name" ]; then
+        personal_refusal="you cannot read $personal_generation/$changes_name on ${HOSTNAME:-this node}"
     else
         [ ! -f "$personal_generation/$base_record" ] || IFS= read -r base <"$personal_generation/$base_record" || true
         if [ "$base" != "${1##*/}" ]; then
             personal_refusal="the install's venv changed since you made it (it may hold other versions of what your"
             personal_refusal+=" layer changes): venv-pip sync --user makes your layer again on the venv as it is now"
+            personal_moved="${personal_generation##*/} ${1##*/}"
+        elif [ ! -L "$personal_generation/$base_squashfs_link" ]; then
+            personal_refusal="an earlier venv-pip made it: venv-pip sync --user makes it again"
         else
             personal_layer="$pdir/$packed_name/$changes_name"
             return 0
@@ -61,10 +73,10 @@ without_personal_entries() {
 # saying why in one line. With $1 empty (venv-pip, whose containers take it where they need it), without it, and
 # module_named_personal says whether the module named it. Nothing to do, and no process, where there is no personal
 # dir and the module named none.
-# shellcheck disable=SC2154  # generation, form: prepare_launch's (launch.sh)
+# shellcheck disable=SC2154  # generation, form, root: prepare_launch's (launch.sh) and the install's values
 module_named_personal=''
 use_personal_layer() {
-    local pdir name value
+    local pdir name value install_entries=''
     personal_dir "$module"
     case ",${SINGULARITY_OVERLAY:-},${APPTAINER_OVERLAY:-}" in
         *",$pdir/"*) module_named_personal=yes ;;
@@ -76,22 +88,44 @@ use_personal_layer() {
         personal_refusal="the install's venv is not in layers now (its form is $form)"
         personal_layer=''
     fi
+    # (the module named the install's layers through the links of the personal generation: here they are the install's
+    # own, of the generation this start is pinned to, as for a user with no layer)
+    if [ -n "$module_named_personal" ]; then
+        install_entries=$(pinned_entries "$root" "$generation" \
+            "$root/$packed_name/$squashfs_name:ro,$root/$packed_name/$changes_name:ro")
+    fi
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY; do
         value=$(without_personal_entries "${!name:-}" "$pdir")
+        [ -z "$install_entries" ] || value+="${value:+,}$install_entries"
         [ -z "$personal_layer" ] || value+="${value:+,}$personal_generation/$changes_name:ro"
         export "$name=$value"
     done
+    [ -z "$personal_moved" ] || said_once_in "$pdir" || personal_refusal=''
     [ -z "$personal_refusal" ] || echo "${0##*/}: not using your own packages in $pdir: $personal_refusal" >&2
 }
+# Whether this is the first start to find the caller's layer and the install's generation as personal_moved names
+# them, the state of a base that moved, recorded in the personal dir $1 (the caller's, checked): the commands say so
+# at the first start only, not at each (module load and venv-pip list --user say it each time)
+said_once_in() {
+    local said='' new
+    [ ! -f "$1/$said_record" ] || IFS= read -r said <"$1/$said_record" || true
+    [ "$said" != "$personal_moved" ] || return 1
+    personal_refusal+=" (said once)"
+    new=$(mktemp -- "$1/$said_record.XXXXXX") || return 0
+    { printf '%s\n' "$personal_moved" >"$new" && mv -f -- "$new" "$1/$said_record"; } || rm -f -- "$new"
+    return 0
+}
 # For the module's load of a venv in layers (venv-pip --module-personal-layer, before the module's variables are set):
-# the caller's personal layer as an overlay entry, through its link, on stdout where it may be used; else why not, in
-# one line on stderr
+# where the caller's personal layer may be used, the overlay entries of the install's layers and it, all through the
+# personal dir's link (its generation links to the install's files it was made on), on stdout; else why not, in one
+# line on stderr. A shell loaded before a change of the install's venv or of the layer then starts a container with a
+# layer and its base, both of one generation of the personal dir, until venv-pip sync --user makes another.
 module_personal_layer() {
     local pdir
     personal_dir "$module"
     check_personal_layer "$(current_generation "$root")"
     if [ -n "$personal_layer" ]; then
-        echo "$personal_layer:ro"
+        echo "$pdir/$packed_name/$base_squashfs_link:ro,$pdir/$packed_name/$base_changes_link:ro,$personal_layer:ro"
     elif [ -n "$personal_refusal" ]; then
         echo "$module: not using your own packages in $pdir: $personal_refusal" >&2
     fi
@@ -147,19 +181,12 @@ prune_venv_directories() {
                                         !(("/" $0) in kept) { printf "%s%c", $0, 0 }' "$work/venv-dirs" |
         LC_ALL=C sort -zr | (cd -- "$1" && xargs -0r rmdir --ignore-fail-on-non-empty -- 2>/dev/null) || true
 }
-# venv-pip list --user: the packages of the caller's layer, from its entries (no container): what it adds, or puts
-# in place of the install's ("<name> <version> (the install's: <version>)"), and what of the install's it removes
-# for them ("<name> <version> (removed for you)"); then whether the layer is used now
-list_personal_layer() {
-    local pdir layer
-    personal_dir "$module"
-    layer=$(current_generation "$pdir")
-    if [ -z "$layer" ]; then
-        echo "You have no packages of your own on $module (venv-pip install --user adds some)."
-        return 0
-    fi
-    echo "Your own packages on $module (your layer in $pdir):"
-    squashfs_entries "$layer/$changes_name" | LC_ALL=C awk '
+# The packages of a personal layer, one a line, sorted: what it adds ("<name> <version>"), or puts in place of the
+# install's ("<name> <version> (the install's: <version>)"), and what of the install's it removes ("<name> <version>
+# (removed for you)"), from its entries on stdin as squashfs_entries gives them ("<type> <path>", NUL-terminated): a
+# dist-info directory of the venv's site-packages that it has, or a whiteout of one
+personal_packages() {
+    LC_ALL=C awk '
         BEGIN { RS = "\0" }
         /^[dc] user-software\/venv\/[^\/]*\/lib\/python[^\/]*\/site-packages\/[^\/]*\.dist-info$/ {
             count = split($0, part, "/")
@@ -180,6 +207,30 @@ list_personal_layer() {
             for (name in removed)
                 if (!(name in added)) printf "%s %s (removed for you)\n", name, removed[name]
         }' | LC_ALL=C sort
+}
+# The personal layer put together in the tree $1, with the paths it removes in the list $2 (NUL-terminated): its
+# packages (personal_packages), recorded at its root as $yours_name for the venv's pip list in the container
+# shellcheck disable=SC2154  # lower_layers: the install's SquashFS files below (venv-pip-command.sh)
+record_personal_packages() {
+    {
+        [ ! -d "$1/user-software/venv" ] || (cd -- "$1" && find user-software/venv -mindepth 5 -maxdepth 5 -type d \
+            -path 'user-software/venv/*/lib/python*/site-packages/*.dist-info' -printf 'd %p\0')
+        { LC_ALL=C grep -z '^user-software/venv/[^/]*/lib/python[^/]*/site-packages/[^/]*\.dist-info$' -- "$2" ||
+            true; } | in_squashfs "${lower_layers[@]}" | LC_ALL=C sed -z 's/^/c /'
+    } | personal_packages >"$1/$yours_name" && chmod 644 -- "$1/$yours_name"
+}
+# venv-pip list --user: the packages of the caller's layer (personal_packages, from its entries: no container), then
+# whether the layer is used now
+list_personal_layer() {
+    local pdir layer
+    personal_dir "$module"
+    layer=$(current_generation "$pdir")
+    if [ -z "$layer" ]; then
+        echo "You have no packages of your own on $module (venv-pip install --user adds some)."
+        return 0
+    fi
+    echo "Your own packages on $module (your layer in $pdir):"
+    squashfs_entries "$layer/$changes_name" | personal_packages
     check_personal_layer "$(current_generation "$root")"
     [ -z "$personal_refusal" ] || echo "Not used now: $personal_refusal"
 }
