@@ -106,14 +106,15 @@ def test_each_members_packages_are_theirs_alone(install, tmp_path, wheelhouse):
     listed = as_user(inst, tmp_path, MEMBER, 'venv-pip list --user').stdout
     assert listed == 'Your own packages on %s (your layer in %s):\nlumi-later 1.0\n' % (
         MODULE, personal_dir(tmp_path, MEMBER))
-    # the venv's pip list in the container: below its table, which are the member's alone (not in another format)
+    # the venv's pip list in the container: below its table of all, on stderr, which are the member's alone (not in
+    # another format, a part of the packages, or help)
     yours = '\nYours alone, in your layer (venv-pip install --user; outside the container: venv-pip list --user):\n' \
         'lumi-later 1.0\n'
-    table = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list --disable-pip-version-check"').stdout
-    assert table.endswith(yours) and 'lumi-later' in table[:-len(yours)]
-    freeze = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list --format freeze"').stdout
-    assert 'lumi-later==1.0' in freeze and 'Yours' not in freeze
-    assert 'Yours' not in as_user(inst, tmp_path, OWNER, 'start-shell -c "pip list"').stdout
+    table = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list --disable-pip-version-check"')
+    assert table.stderr == yours and 'lumi-later' in table.stdout
+    for other in ('--form json', '--format=freeze', '--not-required', '--help'):
+        proc = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list %s"' % other)
+        assert proc.stdout and 'Yours' not in proc.stdout + proc.stderr, other
     assert 'no packages of your own' in as_user(inst, tmp_path, OWNER, 'venv-pip list --user').stdout
     current = personal_dir(tmp_path, MEMBER) / USER_SOFTWARE_PACKED
     assert (current / BASE_RECORD).read_text() == os.readlink(idir / USER_SOFTWARE_PACKED) + '\n'
@@ -147,8 +148,9 @@ def test_a_member_removes_a_package_of_the_install_for_themselves(install, tmp_p
         assert imports(inst, tmp_path, MEMBER, 'lumi_base') == {'lumi_base': False}
         listed = as_user(inst, tmp_path, MEMBER, 'venv-pip list --user').stdout.splitlines()
         assert listed[1:] == ['lumi-base 1.0 (removed for you)']
-        table = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list"').stdout
-        assert table.endswith('venv-pip list --user):\nlumi-base 1.0 (removed for you)\n')
+        table = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list"')
+        assert table.stderr.endswith('venv-pip list --user):\nlumi-base 1.0 (removed for you)\n')
+        assert 'lumi-base' not in table.stdout
     else:
         assert proc.returncode == 1
         assert 'a file of another user, in the runtime\'s user namespace (the kernel refuses it there; a setuid ' \

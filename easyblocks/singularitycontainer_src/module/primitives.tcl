@@ -186,7 +186,7 @@ proc users_list {apptainer_name singularity_name} {
     return $list
 }
 # The user's personal layer (venv-pip install --user), for a venv in layers: where the user's personal dir has its
-# link, the overlay entry that check prints (it checks the layer is the user's alone and made on the install's venv
+# link, the overlay entries that check prints (it checks the layer is the user's alone and made on the install's venv
 # as it is, else says why on stderr, in one line); else "", with no process. The personal dir is var's value, else
 # subdir in XDG_DATA_HOME (~/.local/share), then the module's name (the scripts' twin: personal_dir)
 proc personal_layer {form var subdir mod_name packed check} {

@@ -445,9 +445,7 @@ change_in_layers() {
 # The change put together in the tree $2 (what it removes in $work/removed) packed as the layer of the new generation
 # $1, which becomes the venv's (layer_or_merge), or the caller's (commit_personal_layer)
 pack_new_layer() {
-    if [ -n "$personal" ] && ! record_personal_packages "$2" "$work/removed"; then
-        die "cannot write in $work; nothing was changed"
-    fi
+    [ -z "$personal" ] || before_packing=record_personal_packages
     share_modes "$layers_dir" "$2"
     in_background pack_layer "$2" "$work/removed" "$1/$changes_name" "${lower_layers[@]}" ||
         die "mksquashfs failed; nothing was changed"

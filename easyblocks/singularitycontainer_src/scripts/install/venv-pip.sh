@@ -29,23 +29,28 @@ if pip_changes_venv "$@"; then
         exit 1
     fi
 fi
-# pip list as a table, where a personal layer of the user's is on top: then which of these are theirs alone
-lists_as_table() {
+# pip list of all the venv's packages as a table (not another format, help, or a part: outdated, not required...),
+# where a personal layer of the user's is on top: then, on stderr, which of these are theirs alone (pip takes an
+# option's unambiguous start for it: --form json)
+lists_all_as_table() {
     while [ "$#" -gt 0 ]; do
         case "$1" in
-            --format=columns) ;;
-            --format=*) return 1 ;;
-            --format) [ "${2:-columns}" = columns ] || return 1 ;;
+            -h | --he | --hel | --help | -o | --o* | -u | --up* | --user | -e | --edi* | --not* | --exc* | --pat*)
+                return 1 ;;
+            --fo=* | --for=* | --form=* | --forma=* | --format=*) [ "${1#*=}" = columns ] || return 1 ;;
+            --fo | --for | --form | --forma | --format) [ "${2:-}" = columns ] || return 1 ;;
         esac
         shift
     done
 }
 # shellcheck disable=SC2154  # pip_changes_venv_subcommand: pip_changes_venv's (pip-changes-venv.sh)
-if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_as_table "$@"; then
+if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_all_as_table "$@"; then
     "$(dirname "$0")/python" -m pip "$@" || exit
-    echo
-    echo "Yours alone, in your layer (venv-pip install --user; outside the container: venv-pip list --user):"
-    cat @yours@
+    {
+        echo
+        echo "Yours alone, in your layer (venv-pip install --user; outside the container: venv-pip list --user):"
+        cat @yours@
+    } >&2
     exit 0
 fi
 exec "$(dirname "$0")/python" -m pip "$@"

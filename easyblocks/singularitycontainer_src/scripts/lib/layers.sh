@@ -205,10 +205,15 @@ pseudo_names() {
 # one), with a whiteout for each path of the list $2 that the tree lacks and they hold (and that is not below another
 # one, nor below a file or a link of the tree). Where they hold nothing, a whiteout would hide nothing, and in a
 # directory that only the layer has, the overlay would list it as an entry that cannot be opened. (A few processes
-# for all the paths: an upgrade may remove tens of thousands.)
+# for all the paths: an upgrade may remove tens of thousands.) With before_packing set, that command is run with the
+# tree and the list of its whiteouts (NUL-terminated paths) before the tree is packed.
+before_packing=''
 pack_layer() {
     local whiteouts="$1.whiteouts" path
     if [ ! -s "$2" ]; then  # (nothing removed: no whiteouts, and no process to find none)
+        if [ -n "$before_packing" ]; then
+            { : >"$whiteouts" && "$before_packing" "$1" "$whiteouts"; } || return 1
+        fi
         pack_tree "$1" "$3"
         return
     fi
@@ -222,6 +227,7 @@ pack_layer() {
         return 1
     pseudo_names <"$whiteouts" | LC_ALL=C sed -z "s/\$/ c 0 $EUID ${run_group:-$(id -g)} 0 0/" | tr '\0' '\n' \
         >"$whiteouts.pseudo" || return 1
+    [ -z "$before_packing" ] || "$before_packing" "$1" "$whiteouts" || return 1
     pack_tree "$1" "$3" -pf "$whiteouts.pseudo"
 }
 empty_layer() {  # the layer $1 that changes nothing (made from a directory beside it: in a new generation, which

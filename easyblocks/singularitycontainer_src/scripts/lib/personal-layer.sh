@@ -3,8 +3,10 @@
 # venv (venv-pip install --user), a SquashFS layer of theirs on top of the install's layers, in their personal dir.
 # That is laid out as the install dir's packed venv (STATE): its link names a generation that holds the layer
 # ($changes_name), the name of the install's generation it was made on ($base_record) and what its owner asked pip
-# for ($requests_name, one request a line). It is used only where nobody else can write or rename it, and only on the
-# state of the install's venv it was made on: another state may hold other versions of what it changes.
+# for ($requests_name, one request a line), with links to the install's two files of that state ($base_squashfs_link,
+# $base_changes_link): the module's load names the install's layers through them, the commands the install's own,
+# pinned. It is used only where nobody else can write or rename it, and only on the state of the install's venv it
+# was made on: another state may hold other versions of what it changes.
 
 # The personal dir of the module $1 (NAME/VERSION), into the variable pdir (the caller's: no subshell, at every
 # start of a wrapper): $personal_layers_var, else XDG_DATA_HOME's (~/.local/share's) $personal_layers_subdir, then
@@ -48,9 +50,7 @@ check_personal_layer() {
         if [ "$base" != "${1##*/}" ]; then
             personal_refusal="the install's venv changed since you made it (it may hold other versions of what your"
             personal_refusal+=" layer changes): venv-pip sync --user makes your layer again on the venv as it is now"
-            personal_moved="${personal_generation##*/} ${1##*/}"
-        elif [ ! -L "$personal_generation/$base_squashfs_link" ]; then
-            personal_refusal="an earlier venv-pip made it: venv-pip sync --user makes it again"
+            personal_moved="${personal_generation##*/}.${1##*/}"
         else
             personal_layer="$pdir/$packed_name/$changes_name"
             return 0
@@ -82,15 +82,15 @@ use_personal_layer() {
         *",$pdir/"*) module_named_personal=yes ;;
         *) [ -L "$pdir/$packed_name" ] || return 0 ;;
     esac
-    personal_layer='' personal_refusal=''
+    personal_layer='' personal_refusal='' personal_moved=''
     [ -z "$1" ] || check_personal_layer "$generation"
     if [ -n "$personal_layer" ] && [ "$form" != layers ]; then
         personal_refusal="the install's venv is not in layers now (its form is $form)"
         personal_layer=''
     fi
     # (the module named the install's layers through the links of the personal generation: here they are the install's
-    # own, of the generation this start is pinned to, as for a user with no layer)
-    if [ -n "$module_named_personal" ]; then
+    # own, of the generation this start is pinned to, as for a user with no layer; none where no generation is)
+    if [ -n "$module_named_personal" ] && [ -n "$generation" ]; then
         install_entries=$(pinned_entries "$root" "$generation" \
             "$root/$packed_name/$squashfs_name:ro,$root/$packed_name/$changes_name:ro")
     fi
@@ -104,15 +104,21 @@ use_personal_layer() {
     [ -z "$personal_refusal" ] || echo "${0##*/}: not using your own packages in $pdir: $personal_refusal" >&2
 }
 # Whether this is the first start to find the caller's layer and the install's generation as personal_moved names
-# them, the state of a base that moved, recorded in the personal dir $1 (the caller's, checked): the commands say so
-# at the first start only, not at each (module load and venv-pip list --user say it each time)
+# them (the state of a base that moved), in the personal dir $1 (the caller's, checked): the record $said_record.<that
+# state>, made with O_EXCL by the one start that says so (of a job's ranks that start at once, one); those of earlier
+# states go. The commands say it at the first start only; module load and venv-pip list --user each time. Where the
+# record cannot be made (a personal dir read-only on this node), at each start.
 said_once_in() {
-    local said='' new
-    [ ! -f "$1/$said_record" ] || IFS= read -r said <"$1/$said_record" || true
-    [ "$said" != "$personal_moved" ] || return 1
+    local said
+    [ ! -e "$1/$said_record.$personal_moved" ] || return 1
+    if (set -C && : >"$1/$said_record.$personal_moved") 2>/dev/null; then
+        for said in "$1/$said_record".*; do
+            [ "$said" = "$1/$said_record.$personal_moved" ] || rm -f -- "$said"
+        done
+    elif [ -e "$1/$said_record.$personal_moved" ]; then
+        return 1  # (another start made it just now, and says so)
+    fi
     personal_refusal+=" (said once)"
-    new=$(mktemp -- "$1/$said_record.XXXXXX") || return 0
-    { printf '%s\n' "$personal_moved" >"$new" && mv -f -- "$new" "$1/$said_record"; } || rm -f -- "$new"
     return 0
 }
 # For the module's load of a venv in layers (venv-pip --module-personal-layer, before the module's variables are set):
@@ -124,11 +130,16 @@ module_personal_layer() {
     local pdir
     personal_dir "$module"
     check_personal_layer "$(current_generation "$root")"
-    if [ -n "$personal_layer" ]; then
+    if [ -n "$personal_layer" ] && [ -L "$personal_generation/$base_squashfs_link" ] &&
+        [ -L "$personal_generation/$base_changes_link" ]; then
         echo "$pdir/$packed_name/$base_squashfs_link:ro,$pdir/$packed_name/$base_changes_link:ro,$personal_layer:ro"
-    elif [ -n "$personal_refusal" ]; then
-        echo "$module: not using your own packages in $pdir: $personal_refusal" >&2
+        return 0
     fi
+    if [ -n "$personal_layer" ]; then
+        personal_refusal="an earlier venv-pip made it without the links to the install's files it was made on:"
+        personal_refusal+=" venv-pip sync --user makes it again"
+    fi
+    [ -z "$personal_refusal" ] || echo "$module: not using your own packages in $pdir: $personal_refusal" >&2
 }
 # The directories of the venv that a personal change starts from, in the SquashFS files $@ (bottom first: the
 # install's, then the caller's layer so far) as the overlay stacks them (a whiteout, or a file, of a layer above
@@ -208,15 +219,15 @@ personal_packages() {
                 if (!(name in added)) printf "%s %s (removed for you)\n", name, removed[name]
         }' | LC_ALL=C sort
 }
-# The personal layer put together in the tree $1, with the paths it removes in the list $2 (NUL-terminated): its
-# packages (personal_packages), recorded at its root as $yours_name for the venv's pip list in the container
-# shellcheck disable=SC2154  # lower_layers: the install's SquashFS files below (venv-pip-command.sh)
+# The personal layer put together in the tree $1, with its whiteouts in the list $2 (NUL-terminated paths; pack_layer's
+# before_packing): its packages (personal_packages), recorded at its root as $yours_name for the venv's pip list in
+# the container
 record_personal_packages() {
     {
         [ ! -d "$1/user-software/venv" ] || (cd -- "$1" && find user-software/venv -mindepth 5 -maxdepth 5 -type d \
             -path 'user-software/venv/*/lib/python*/site-packages/*.dist-info' -printf 'd %p\0')
         { LC_ALL=C grep -z '^user-software/venv/[^/]*/lib/python[^/]*/site-packages/[^/]*\.dist-info$' -- "$2" ||
-            true; } | in_squashfs "${lower_layers[@]}" | LC_ALL=C sed -z 's/^/c /'
+            true; } | LC_ALL=C sed -z 's/^/c /'
     } | personal_packages >"$1/$yours_name" && chmod 644 -- "$1/$yours_name"
 }
 # venv-pip list --user: the packages of the caller's layer (personal_packages, from its entries: no container), then
