@@ -112,7 +112,7 @@ def test_each_members_packages_are_theirs_alone(install, tmp_path, wheelhouse):
         'lumi-later 1.0\n'
     table = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list --disable-pip-version-check"')
     assert table.stderr == yours and 'lumi-later' in table.stdout
-    for other in ('--form json', '--format=freeze', '--not-required', '--help'):
+    for other in ('--form json', '--format=freeze', '--not-required', '--help', '--h', '-lV'):
         proc = as_user(inst, tmp_path, MEMBER, 'start-shell -c "pip list %s"' % other)
         assert proc.stdout and 'Yours' not in proc.stdout + proc.stderr, other
     assert 'no packages of your own' in as_user(inst, tmp_path, OWNER, 'venv-pip list --user').stdout
@@ -179,6 +179,13 @@ def test_a_layer_made_on_another_state_waits_for_sync(install, tmp_path, wheelho
     assert proc.stderr == said.replace('python: ', MODULE + ': ', 1) + said.replace('\n', ' (said once)\n')
     assert proc.stdout.split()[-2:] == ['1', '2']
     assert imports(inst, tmp_path, MEMBER, 'lumi_later', 'lumi_top') == {'lumi_later': False, 'lumi_top': True}
+    # (where nothing can be recorded, a personal dir read-only on this node: at each start, not claiming once)
+    for said_record in pdir.glob('.said.*'):
+        said_record.unlink()
+    pdir.chmod(0o555)
+    proc = as_user(inst, tmp_path, MEMBER, 'python -c "print(1)"\npython -c "print(2)"')
+    pdir.chmod(0o700)
+    assert proc.stderr == said.replace('python: ', MODULE + ': ', 1) + said + said
     refused = as_user(inst, tmp_path, MEMBER, 'venv-pip install --user %s lumi-many-files' % wheels, check=False)
     assert refused.returncode == 1 and 'run venv-pip sync --user first' in refused.stderr
     shutil.rmtree(gone)

@@ -3289,10 +3289,10 @@ said_once_in() {
         for said in "$1/$said_record".*; do
             [ "$said" = "$1/$said_record.$personal_moved" ] || rm -f -- "$said"
         done
+        personal_refusal+=" (said once)"
     elif [ -e "$1/$said_record.$personal_moved" ]; then
         return 1  # (another start made it just now, and says so)
     fi
-    personal_refusal+=" (said once)"
     return 0
 }
 # For the module's load of a venv in layers (venv-pip --module-personal-layer, before the module's variables are set):
@@ -3310,8 +3310,11 @@ module_personal_layer() {
         return 0
     fi
     if [ -n "$personal_layer" ]; then
-        personal_refusal="an earlier venv-pip made it without the links to the install's files it was made on:"
-        personal_refusal+=" venv-pip sync --user makes it again"
+        # (the commands use it: they take the install's files themselves)
+        echo "$module: singularity exec and run in this shell leave out your own packages in $pdir (an earlier" \
+            "venv-pip made your layer without the links to the install's files it was made on; the module's commands" \
+            "use it): venv-pip sync --user makes it again" >&2
+        return 0
     fi
     [ -z "$personal_refusal" ] || echo "$module: not using your own packages in $pdir: $personal_refusal" >&2
 }
@@ -3402,7 +3405,9 @@ record_personal_packages() {
             -path 'user-software/venv/*/lib/python*/site-packages/*.dist-info' -printf 'd %p\0')
         { LC_ALL=C grep -z '^user-software/venv/[^/]*/lib/python[^/]*/site-packages/[^/]*\.dist-info$' -- "$2" ||
             true; } | LC_ALL=C sed -z 's/^/c /'
-    } | personal_packages >"$1/$yours_name" && chmod 644 -- "$1/$yours_name"
+    } | personal_packages >"$1/$yours_name" && chmod 644 -- "$1/$yours_name" && return 0
+    echo "venv-pip: cannot write $1/$yours_name" >&2
+    return 1
 }
 # venv-pip list --user: the packages of the caller's layer (personal_packages, from its entries: no container), then
 # whether the layer is used now
@@ -6816,8 +6821,8 @@ fi
 lists_all_as_table() {
     while [ "$#" -gt 0 ]; do
         case "$1" in
-            -h | --he | --hel | --help | -o | --o* | -u | --up* | --user | -e | --edi* | --not* | --exc* | --pat*)
-                return 1 ;;
+            -h | --h* | -V | --vers* | -o | --o* | -u | --up* | --user | -e | --ed* | --not* | --exc* | --pa* | \
+                -[!-]*[houeV]*) return 1 ;;
             --fo=* | --for=* | --form=* | --forma=* | --format=*) [ "${1#*=}" = columns ] || return 1 ;;
             --fo | --for | --form | --forma | --format) [ "${2:-}" = columns ] || return 1 ;;
         esac

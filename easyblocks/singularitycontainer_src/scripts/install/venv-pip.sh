@@ -35,8 +35,8 @@ fi
 lists_all_as_table() {
     while [ "$#" -gt 0 ]; do
         case "$1" in
-            -h | --he | --hel | --help | -o | --o* | -u | --up* | --user | -e | --edi* | --not* | --exc* | --pat*)
-                return 1 ;;
+            -h | --h* | -V | --vers* | -o | --o* | -u | --up* | --user | -e | --ed* | --not* | --exc* | --pa* | \
+                -[!-]*[houeV]*) return 1 ;;
             --fo=* | --for=* | --form=* | --forma=* | --format=*) [ "${1#*=}" = columns ] || return 1 ;;
             --fo | --for | --form | --forma | --format) [ "${2:-}" = columns ] || return 1 ;;
         esac
