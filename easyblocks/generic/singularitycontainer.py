@@ -3201,10 +3201,11 @@ check_personal_layer() {
     personal_layer='' personal_generation='' personal_refusal='' personal_moved=''
     personal_dir "$module"
     if [ ! -L "$pdir/$packed_name" ]; then
-        # (the module found it at load: a job's node that does not see the personal dir, or one removed since)
-        [ -z "$module_named_personal" ] || personal_refusal="there is no $pdir/$packed_name on ${HOSTNAME:-this node}"
-        [ -z "$module_named_personal" ] || personal_refusal+=" (a job's nodes must see it: set $personal_layers_var to"
-        [ -z "$module_named_personal" ] || personal_refusal+=" a directory they all see)"
+        if [ -n "$module_named_personal" ]; then
+            # (the module found it at load: a job's node that does not see the personal dir, or one removed since)
+            personal_refusal="there is no $pdir/$packed_name on ${HOSTNAME:-this node} (a job's nodes must see it:"
+            personal_refusal+=" set $personal_layers_var to a directory they all see)"
+        fi
         return 0
     fi
     personal_generation=$(current_generation "$pdir")
@@ -3401,10 +3402,10 @@ personal_packages() {
 # the container
 record_personal_packages() {
     {
+        # (personal_packages takes the dist-info directories of the venv's site-packages from these)
         [ ! -d "$1/user-software/venv" ] || (cd -- "$1" && find user-software/venv -mindepth 5 -maxdepth 5 -type d \
-            -path 'user-software/venv/*/lib/python*/site-packages/*.dist-info' -printf 'd %p\0')
-        { LC_ALL=C grep -z '^user-software/venv/[^/]*/lib/python[^/]*/site-packages/[^/]*\.dist-info$' -- "$2" ||
-            true; } | LC_ALL=C sed -z 's/^/c /'
+            -name '*.dist-info' -printf 'd %p\0')
+        LC_ALL=C sed -z 's/^/c /' -- "$2"
     } | personal_packages >"$1/$yours_name" && chmod 644 -- "$1/$yours_name" && return 0
     echo "venv-pip: cannot write $1/$yours_name" >&2
     return 1
@@ -6829,9 +6830,10 @@ lists_all_as_table() {
         shift
     done
 }
+python="$(dirname "$0")/python"
 # shellcheck disable=SC2154  # pip_changes_venv_subcommand: pip_changes_venv's (pip-changes-venv.sh)
 if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_all_as_table "$@"; then
-    "$(dirname "$0")/python" -m pip "$@" || exit
+    "$python" -m pip "$@" || exit
     {
         echo
         echo "Yours alone, in your layer (venv-pip install --user; outside the container: venv-pip list --user):"
@@ -6839,7 +6841,7 @@ if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_all_as_t
     } >&2
     exit 0
 fi
-exec "$(dirname "$0")/python" -m pip "$@"
+exec "$python" -m pip "$@"
 '''
 
 # Run by the sanity check in the container, with the checks as JSON on stdin. No single quotes in it, so that it

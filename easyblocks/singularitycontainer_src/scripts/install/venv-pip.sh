@@ -43,9 +43,10 @@ lists_all_as_table() {
         shift
     done
 }
+python="$(dirname "$0")/python"
 # shellcheck disable=SC2154  # pip_changes_venv_subcommand: pip_changes_venv's (pip-changes-venv.sh)
 if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_all_as_table "$@"; then
-    "$(dirname "$0")/python" -m pip "$@" || exit
+    "$python" -m pip "$@" || exit
     {
         echo
         echo "Yours alone, in your layer (venv-pip install --user; outside the container: venv-pip list --user):"
@@ -53,4 +54,4 @@ if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_all_as_t
     } >&2
     exit 0
 fi
-exec "$(dirname "$0")/python" -m pip "$@"
+exec "$python" -m pip "$@"
