@@ -43,10 +43,9 @@ lists_all_as_table() {
         shift
     done
 }
-python="$(dirname "$0")/python"
 # shellcheck disable=SC2154  # pip_changes_venv_subcommand: pip_changes_venv's (pip-changes-venv.sh)
 if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_all_as_table "$@"; then
-    "$python" -m pip "$@" || exit
+    "$(dirname "$0")/python" -m pip "$@" || exit
     {
         echo
         echo "Yours alone, in your layer (venv-pip install --user; outside the container: venv-pip list --user):"
@@ -54,4 +53,4 @@ if [ "$pip_changes_venv_subcommand" = list ] && [ -s @yours@ ] && lists_all_as_t
     } >&2
     exit 0
 fi
-exec "$python" -m pip "$@"
+exec "$(dirname "$0")/python" -m pip "$@"
