@@ -582,7 +582,7 @@ def test_a_layer_that_removes_thousands_of_paths_unpacks_without_them(install_di
 
 @pytest.mark.parametrize('caller_umask', ['000', '002', '022', '077'])
 def test_what_a_change_writes_takes_the_installs_umask_not_the_callers(install_dir, tmp_path, caller_umask):
-    """One rule for the modes, whatever the caller's umask: the library's shared_umask (venv-pip, make-squashfs,
+    """One rule for the modes, whatever the caller's umask: the library's use_shared_umask (venv-pip, make-squashfs,
     unmake-squashfs) is the easyblock's install_umask of the install's row: group-writable only in a group install
     (a group-writable install dir), never writable by others; and share_modes gives a tree's files those modes."""
     for group_install in (False, True):
@@ -594,8 +594,8 @@ def test_what_a_change_writes_takes_the_installs_umask_not_the_callers(install_d
         os.chmod(tree / 'sub' / 'file', 0o666)
         os.chmod(tree / 'tool', 0o777)
         os.chmod(tree / 'sub', 0o700)
-        proc = bash(install_dir, 'umask %s\nshared_umask "$root"\nshare_modes "$root" "$tree"' % caller_umask,
-                    env=dict(root=str(install_dir), tree=str(tree)))
+        program = 'umask %s\nuse_shared_umask "$root"\numask\nshare_modes "$root" "$tree"' % caller_umask
+        proc = bash(install_dir, program, env=dict(root=str(install_dir), tree=str(tree)))
         assert proc.returncode == 0 and not proc.stderr, proc.stderr
         assert proc.stdout == '%04o\n' % install_umask(group_install)
         group = 0o020 if group_install else 0
@@ -870,3 +870,42 @@ def test_in_container_and_its_python_twin_start_the_same_command(tmp_path):
         expected = container_command(str(runtime), 'exec' if probe else entry, '/images/x.sif', command_words, own,
                                      env)
         assert started == expected, (case, own, user)
+
+
+def test_what_bash_reads_itself_equals_the_process_it_replaces(install_dir, tmp_path):
+    """The library reads small records and lists without a process: read_start is head -c (records of runs, the
+    venv's form), holds_a_newline is a search of a NUL-terminated list for a newline (tr | head), and know_who_runs
+    gives the names id gives. Each against the tool it replaced, on generated cases."""
+    rng = random.Random(56)
+    alphabet = ['a', 'Z', '0', ' ', '\t', '\n', '\\', '"', "'", '$', '*', '-', '.', '/']
+    files, lists = [], []
+    for index in range(60):
+        text = ''.join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
+        if index % 5 == 0:
+            text += '\n' * rng.randrange(1, 3)
+        path = tmp_path / ('record-%d' % index)
+        path.write_text(text)
+        files.append((str(path), rng.choice([1, 4, 16, 64, 256])))
+        names = [''.join(rng.choice(alphabet[:5] + ['/']) for _ in range(rng.randrange(0, 9)))
+                 for _ in range(rng.randrange(0, 6))]
+        listed = tmp_path / ('list-%d' % index)
+        listed.write_bytes(b''.join(name.encode() + b'\0' for name in names))
+        lists.append(str(listed))
+    program = []
+    for path, size in files:
+        quoted = shlex.quote(path)
+        program.append('read_start text %s %d; mine=$text; theirs=$(head -c %d -- %s)' % (quoted, size, size, quoted))
+        program.append('[ "$mine" = "$theirs" ] && echo same || echo "differs: %s"' % path)
+    for listed in lists:
+        quoted = shlex.quote(listed)
+        program.append('holds_a_newline %s && mine=yes || mine=no' % quoted)
+        program.append('[ -n "$(tr -cd \'\\n\' <%s | head -c 1)" ] && theirs=yes || theirs=no' % quoted)
+        program.append('[ "$mine" = "$theirs" ] && echo same || echo "differs: %s"' % listed)
+    program.append('know_who_runs; [ "$run_user:$run_group" = "$(id -un):$(id -g)" ] && echo same || echo differs')
+    proc = bash(install_dir, '\n'.join(program), env=dict(root=str(install_dir)))
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert proc.stdout.split('\n')[:-1] == ['same'] * (len(files) + len(lists) + 1), proc.stdout
+    fifo = tmp_path / 'fifo'
+    os.mkfifo(fifo)
+    proc = bash(install_dir, 'read_start text %s 16; echo "[$text]"' % shlex.quote(str(fifo)))
+    assert proc.stdout == '[]\n', 'a FIFO is not opened (it would wait for a writer)'

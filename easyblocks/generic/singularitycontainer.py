@@ -2317,6 +2317,24 @@ LIBRARY_TEMPLATE = r'''# shellcheck shell=bash
 # functions, then the pieces of scripts.LIBRARY_PIECES. bash reads a sourced file whole, at once: a command that runs
 # has all of it, whatever a reinstall does to this file meanwhile.)
 @values@
+# The start of the regular file $2, at most $3 characters, into the variable named $1, less the newlines at its end (as
+# $(head -c) gives it): read by bash itself, no process. Empty where $2 is not a regular file (a FIFO would wait).
+read_start() {
+    local __start=''  # (a name no caller's variable has: printf -v sets the innermost of that name)
+    if [ -f "$2" ]; then
+        { IFS= read -r -N "$3" __start <"$2"; } 2>/dev/null || true
+    fi
+    while [ "${__start%$'\n'}" != "$__start" ]; do
+        __start=${__start%$'\n'}
+    done
+    printf -v "$1" %s "$__start"
+}
+# Whether a name of the NUL-terminated list in the file $1 holds a newline (read by bash: no process)
+holds_a_newline() {
+    local names=()
+    mapfile -d '' -t names <"$1" || return 1
+    [[ "${names[*]}" == *$'\n'* ]]
+}
 # What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
 # and return a status, and the command decides whether to stop (die: say it, and stop)
 error() {
@@ -2331,24 +2349,38 @@ die() {
 [ "${command_stamp:-}" = "$install_stamp" ] ||
     die "the module was reinstalled while $command_name started: run it again"
 # Who runs this command, and where, for the records of runs and the checks of ownership, and the install dir's mode:
-# found once, by know_who_runs (each answer is a process), by the commands that change the venv; read as
+# found once, by know_who_runs (bash itself, but for the mode), by the commands that change the venv; read as
 # ${run_user:-$(id -un)} and the like, so that a function also answers where they are not known. (Set empty here: not
 # taken from the environment.)
-run_user='' run_group='' run_host='' root_mode=''
+run_user='' run_group='' run_host='' run_start='' root_mode=''
 know_who_runs() {
-    run_user=$(id -un) && run_group=$(id -g) || return 0
+    [ -z "$root_mode" ] || return 0  # (known)
+    local prompt='\u' field real
+    # (bash knows both without a process: the user's name as a prompt's \u, which says "I have no name!" where the
+    # user database does not know it; the effective group in /proc's Gid line)
+    run_user=${prompt@P}
+    while read -r field real run_group _; do
+        [ "$field" != Gid: ] || break
+    done </proc/self/status
+    if [ "$field" != Gid: ] || [ "$run_user" = 'I have no name!' ]; then
+        run_user='' run_group=''
+        return 0
+    fi
     { read -r run_host </proc/sys/kernel/hostname; } 2>/dev/null || run_host=$(hostname)
+    run_start=$(process_start $$)
     root_mode=$(stat -c %a "$root") || root_mode=''
 }
 # The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
-# loaded: Lmod refuses this module after one of them, but not one of them after this module
+# loaded: Lmod refuses this module after one of them, but not one of them after this module. In conflicting (no
+# process: a wrapper asks at every start).
+conflicting=''
 conflicting_module_loaded() {
     local name conflict loaded=()
     IFS=: read -ra loaded <<<"${LOADEDMODULES:-}"
     for name in "${loaded[@]}"; do
         for conflict in "${conflicting_modules[@]}"; do
             if [ "$name" = "$conflict" ] || [ "${name#"$conflict"/}" != "$name" ]; then
-                echo "$name"
+                conflicting=$name
                 return 0
             fi
         done
@@ -2401,7 +2433,7 @@ prepare_launch() {
     [ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
     [ -f "$sif" ] ||
         die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
-    if conflicting=$(conflicting_module_loaded); then
+    if conflicting_module_loaded; then
         die "module $conflicting, loaded after $module, conflicts with it (their binds collide): module unload" \
             "$conflicting"
     fi
@@ -2425,7 +2457,7 @@ prepare_launch() {
     # makes current while the runtime opens them one by one
     local name
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
-        [ -z "${!name:-}" ] || export "$name=$(pinned_entries "$root" "$generation" "${!name}")"
+        [ -z "${!name:-}" ] || { pinned_entries "$root" "$generation" "${!name}" && export "$name=$pinned"; }
     done
     use_personal_layer "${launch_with_personal_layer-yes}"
     set_up_caches "$cache_parent" "$module" "${cache_dirs[@]}"
@@ -2746,15 +2778,21 @@ CONTAINER = r'''# The one place the commands start a container.
 runtime='' runtime_kind=''  # (found by find_runtime, never taken from the environment)
 find_runtime() {
     [ -z "${runtime_kind:-}" ] || return 0
-    runtime=$(command -v singularity || command -v apptainer) || {
+    # (bash's own search of PATH, whose answer is in BASH_CMDS: no process, at every start)
+    if hash singularity 2>/dev/null; then
+        runtime=${BASH_CMDS[singularity]}
+    elif hash apptainer 2>/dev/null; then
+        runtime=${BASH_CMDS[apptainer]}
+    else
         error "neither singularity nor apptainer is on PATH: load the module of a container runtime"
         return 1
-    }
+    fi
     set_runtime_kind
 }
 set_runtime_kind() {  # of the runtime $runtime
     local real=$runtime
-    [ "${real##*/}" = apptainer ] || real=$(readlink -f -- "$runtime")
+    # (a link is followed: Apptainer's singularity is one)
+    [ "${real##*/}" = apptainer ] || [ ! -L "$real" ] || real=$(readlink -f -- "$runtime")
     runtime_kind=singularity
     [ "${real##*/}" != apptainer ] || runtime_kind=apptainer
 }
@@ -2824,7 +2862,10 @@ replace_why='' replace_dir=''
 replace_check() {
     local dir me dirs=() uid mode gid group i=0 why
     replace_why='' replace_dir=''
-    dir=$(realpath -e -- "$1" 2>/dev/null) || { replace_why="$1 (which cannot be resolved)"; return 0; }
+    dir=$1
+    if ! resolves_to_itself "$dir"; then
+        dir=$(realpath -e -- "$1" 2>/dev/null) || { replace_why="$1 (which cannot be resolved)"; return 0; }
+    fi
     replace_dir=$dir
     me=$EUID
     while dirs+=("$dir") && [ "$dir" != / ]; do
@@ -2851,6 +2892,20 @@ replace_check() {
         return 0
     done < <(stat -c '%u %a %g %G' -- "${dirs[@]}")
     return 1
+}
+# Whether the path $1 is what realpath -e makes of it, as bash's tests tell (no process): absolute, there, and no ., ..,
+# // or link in it
+resolves_to_itself() {
+    local part=$1
+    case "$1/" in
+        //* | *//* | */./* | */../*) return 1 ;;
+        /*) [ -e "$1" ] || return 1 ;;
+        *) return 1 ;;
+    esac
+    while [ -n "$part" ]; do
+        [ ! -L "$part" ] || return 1
+        part=${part%/*}
+    done
 }
 # Whether the group class of the directory $1 (the group $2, named $3; $4 as others_can_replace_in's $2), which its
 # mode lets write, lets others than you and root write: its group, where that is not group_is_only_yours, or, where
@@ -2936,14 +2991,16 @@ process_start() {  # the start of process $1 (clock ticks since boot); nothing i
     echo "${fields[19]}"
 }
 run_record() {  # this run, as a record says it: "user host pid start"
-    echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ $(process_start $$)"
+    echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ ${run_start:-$(process_start $$)}"
 }
 # The record $2 that a run wrote in the directory $1 it made: printed only if both are yours and real (a directory, a
 # regular file, not links)
 own_record() {
+    local record
     [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
     [ ! -L "$1/$2" ] && [ -f "$1/$2" ] && [ -O "$1/$2" ] || return 1
-    head -c 256 -- "$1/$2"
+    read_start record "$1/$2" 256
+    echo "$record"
 }
 # Whether the directory $1 is one that an ended run of yours on this host made, by its own_record $2. (Earlier
 # versions wrote "host pid start".)
@@ -3000,7 +3057,7 @@ venv_form() {  # layers, file, directory or missing: the venv of the install dir
     local form='' squashfs=no changes=no directory=no
     if [ -n "$2" ]; then
         if [ -f "$2/$form_record" ] && [ ! -L "$2/$form_record" ]; then
-            form=$(head -c 16 -- "$2/$form_record")
+            read_start form "$2/$form_record" 16
         fi
         [ ! -f "$2/$squashfs_name" ] || squashfs=yes
         [ ! -f "$2/$changes_name" ] || changes=yes
@@ -3053,14 +3110,22 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
 # What an earlier change left in the install dir $1 that no link names any more: generations superseded more than
 # $keep_minutes minutes ago, a new one whose run was killed, and that run's link. Only real directories made as
 # generations (with their record) and links of the link's pattern; nothing is followed. Say what cannot be removed.
+# $2: the current generation, where the caller read it under the install's lock.
 remove_superseded() {
-    local current entry
-    current=$(current_generation "$1")
+    local current entry whole=''
+    if [ "$#" -ge 2 ]; then
+        current=$2
+    else
+        current=$(current_generation "$1")
+    fi
     # (the old ones in one look: a find for each would cost a process each)
     while IFS= read -r -d '' entry; do
         [ "$entry" != "$current" ] || continue
         # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
-        generation_whole "$current" || return 0
+        if [ -z "$whole" ]; then
+            generation_whole "$current" || return 0
+            whole=yes
+        fi
         case "$entry" in
             "$1/$link_prefix"*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
@@ -3128,10 +3193,15 @@ through_the_link() {
         { [ "${2%/*/*}" = "$1" ] || [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]; }
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
+    ! through_the_link "$1" "$2" || return 0  # (the module's own entries, and as a command pinned them: no process)
+    case "$2/" in
+        */./* | */../* | *//*) ;;
+        "$1/$generation_prefix"*/*/) return 0 ;;
+    esac
     case "$(readlink -f -- "$2" 2>/dev/null)" in
         "$1/$generation_prefix"*/*) return 0 ;;
     esac
-    through_the_link "$1" "$2"
+    return 1
 }
 # How venv-pip's change gets the writable layer on top of the layers of the generation $1, as make-squashfs decided it
 # by what the runtime allows: a directory (an overlay in a user namespace), or an EXT3 image (a setuid runtime lets
@@ -3139,7 +3209,7 @@ of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of th
 writable_layer_kind() {
     local kind=
     if [ -f "$1/$writable_record" ] && [ ! -L "$1/$writable_record" ]; then
-        kind=$(head -c 64 -- "$1/$writable_record")
+        read_start kind "$1/$writable_record" 64
     fi
     [ "$kind" = image ] && echo image || echo directory
 }
@@ -3151,10 +3221,12 @@ mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a co
 }
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
 # $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
-# get every change without a reload, and a container started by a command of the module gets one state whole.
-# shellcheck disable=SC2154  # bind_source: bind_fields' (bind-user-software.sh)
+# get every change without a reload, and a container started by a command of the module gets one state whole. In
+# pinned (no process: a wrapper pins at every start).
+pinned=''
+# shellcheck disable=SC2154,SC2034  # bind_source: bind_fields' (bind-user-software.sh); pinned: the callers'
 pinned_entries() {
-    local IFS=, entry entries pinned=() path
+    local IFS=, entry entries kept=() path
     read -ra entries <<<"$3"
     for entry in "${entries[@]}"; do
         bind_fields "$entry"
@@ -3164,9 +3236,9 @@ pinned_entries() {
             # (an empty layer: one mount less at each start)
             [ "${path##*/}" != "$changes_name" ] || [ ! -e "$2/$empty_mark" ] || continue
         fi
-        pinned+=("$entry")
+        kept+=("$entry")
     done
-    echo "${pinned[*]}"
+    pinned="${kept[*]}"
 }
 '''
 
@@ -3266,8 +3338,8 @@ use_personal_layer() {
     # (the module named the install's layers through the links of the personal generation: here they are the install's
     # own, of the generation this start is pinned to, as for a user with no layer; none where no generation is)
     if [ -n "$module_named_personal" ] && [ -n "$generation" ]; then
-        install_entries=$(pinned_entries "$root" "$generation" \
-            "$root/$packed_name/$squashfs_name:ro,$root/$packed_name/$changes_name:ro")
+        pinned_entries "$root" "$generation" "$root/$packed_name/$squashfs_name:ro,$root/$packed_name/$changes_name:ro"
+        install_entries=$pinned
     fi
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY; do
         value=$(without_personal_entries "${!name:-}" "$pdir")
@@ -3430,7 +3502,9 @@ list_personal_layer() {
 # Where venv-pip, make-squashfs and unmake-squashfs find the venv (USER_SOFTWARE_PATHS).
 USER_SOFTWARE_PATHS = r'''# The install dir this script lives in (module loaded or not), and its venv (STATE):
 # the script's own constants
-root=$(readlink -f "${BASH_SOURCE[0]}")
+root=${BASH_SOURCE[0]}
+# (a command's header resolved the path it sources this by: one readlink -f a start)
+[ "$root" = "${__library:-}" ] || root=$(readlink -f "$root")
 root=${root%/*/*}
 dir="$root/$us_dir_name"
 packed="$root/$packed_name"  # (the link, see STATE)
@@ -3445,16 +3519,21 @@ LOCK_INSTALL_DIR = r'''
 # Nobody but the install's members may open the lock: flock works on a descriptor opened read-only, so a lock that
 # others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
 # install), else 0600; in the install dir's group.
-lock_mode() {  # of the install dir $1
+lock_mode() {  # of the install dir $1, in mode
     if install_is_group_writable "$1"; then  # (readable-by-all.sh)
-        echo 660
+        mode=660
     else
-        echo 600
+        mode=600
     fi
 }
-# The new file $2 (this run's) of the install dir $1 gets the lock's mode $3 and the install dir's group
+# The new file $2 (this run's) of the install dir $1 gets the lock's mode $3 and the install dir's group; $4 "new": $2
+# is as mktemp made it (0600, the group a setgid install dir gives), where nothing may need doing
 make_private() {
+    if [ "${4:-}" = new ] && [ "$3" = 600 ]; then
+        return 0  # (nobody but its owner opens it: its group does not matter)
+    fi
     chmod "$3" "$2" || return 1
+    [ "${4:-}" != new ] || [ ! -g "$1" ] || return 0
     chgrp --reference="$1" "$2" 2>/dev/null || [ "$3" = 600 ]
 }
 # The lock file of the install dir $1, made with its mode $2 from the start: linked into place, so that it never
@@ -3462,7 +3541,7 @@ make_private() {
 make_lock() {
     local new
     new=$(new_private_file "$1" "$lock_name.new.") || { error "cannot write in $1"; return 1; }
-    make_private "$1" "$new" "$2" || { rm -f -- "$new"; error "cannot give $new the mode $2"; return 1; }
+    make_private "$1" "$new" "$2" new || { rm -f -- "$new"; error "cannot give $new the mode $2"; return 1; }
     ln -T -- "$new" "$1/$lock_name" 2>/dev/null || true  # (-T: never into a directory put there)
     rm -f -- "$new"
 }
@@ -3519,19 +3598,17 @@ stop_watchdog() {  # the watchdog $1 (lock_open_watchdog), with its sleep; befor
 }
 # The lock (descriptor 9) of the install dir $1 gets its mode $2 and group from its owner. One that others could open
 # (earlier versions made it 0644) may be open for one of them already: whoever holds it puts a new one of their own in
-# its place, holding both.
+# its place, holding both. $3: the lock's mode and group now, $4 the install dir's group (take_lock's one stat).
 keep_lock_private() {
-    local mode=$2 now new
-    now=$(stat -L -c %a /dev/fd/9)
-    if [ "$now" = "$mode" ] &&
-        { [ "$mode" = 600 ] || [ "$(stat -L -c %g /dev/fd/9)" = "$(stat -L -c %g "$1")" ]; }; then
+    local mode=$2 now=${3% *} new
+    if [ "$now" = "$mode" ] && { [ "$mode" = 600 ] || [ "${3#* }" = "$4" ]; }; then
         return 0
     fi
     if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
         make_private "$1" /dev/fd/9 "$mode" && return 0
     fi
     new=$(new_private_file "$1" "$lock_name.new.") || { error "cannot write in $1"; return 1; }
-    if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 &&
+    if ! { make_private "$1" "$new" "$mode" new && exec 8<>"$new" && flock -n 8 &&
         rename_into_place "$new" "$1/$lock_name"; }
     then
         rm -f -- "$new"
@@ -3546,7 +3623,7 @@ note_lock_holder() {
     local new
     new=$(new_private_file "$1" "$lock_record_name.new.") || return 0
     if echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ ${0##*/}" >"$new" &&
-        make_private "$1" "$new" "$2"; then
+        make_private "$1" "$new" "$2" new; then
         rename_into_place "$new" "$1/$lock_record_name" && return 0
     fi
     rm -f -- "$new"
@@ -3596,7 +3673,7 @@ lock_hint() {
 # It counts when it is the file that is there now, not a link to one (a reinstall replaces it with the install dir).
 # Status 2 (and why) where it cannot be taken.
 take_lock() {
-    local root=$1 mode
+    local root=$1 mode held
     shift
     if [ ! -w "$root" ]; then
         # shellcheck disable=SC2154  # command_name: the command's, set before it sources the library
@@ -3605,7 +3682,7 @@ take_lock() {
         return 2
     fi
     command -v flock >/dev/null || { error "flock not found on PATH (it comes with util-linux)"; return 2; }
-    mode=$(lock_mode "$root")
+    lock_mode "$root"
     while :; do
         open_lock "$root" "$mode" || return 2
         if [ ! -f /dev/fd/9 ]; then
@@ -3613,9 +3690,12 @@ take_lock() {
             return 2
         fi
         flock "$@" 9 || return 1
-        # (the name's own inode, in one lstat: a link there, or swapped in and out between two checks, is not it)
-        if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/$lock_name" 2>/dev/null)" ]; then
-            keep_lock_private "$root" "$mode" || return 2
+        # (in one process: the descriptor's file (stat's - is its standard input), the name's own inode in one lstat
+        # (a link there, or swapped in and out between two checks, is not it), and the install dir's group)
+        held=()
+        mapfile -t held < <(stat -c '%d:%i %a %g' -- - "$root/$lock_name" "$root/." <&9 2>/dev/null)
+        if [ "${#held[@]}" -eq 3 ] && [ "${held[0]%% *}" = "${held[1]%% *}" ]; then
+            keep_lock_private "$root" "$mode" "${held[0]#* }" "${held[2]##* }" || return 2
             note_lock_holder "$root" "$mode"
             remove_lock_leftovers "$root"
             return 0
@@ -3683,11 +3763,11 @@ install_is_group_writable() {  # whether the install dir $1 is (a project's shar
     [ "$1" = "$root" ] && [ -n "$mode" ] || mode=$(stat -c %a "$1")
     (( 8#$mode & 8#020 ))
 }
-shared_umask() {  # the umask to write in the install dir $1 with
+use_shared_umask() {  # the umask to write in the install dir $1 with, set
     if install_is_group_writable "$1"; then
-        echo "$group_install_umask"
+        umask "$group_install_umask"
     else
-        echo "$install_umask"
+        umask "$install_umask"
     fi
 }
 # The same modes for the files of yours in the tree $2 that were written with another umask (pip in start-shell under
@@ -4030,17 +4110,15 @@ patterns_of() {
 # a path after the root it is given (a random one here, which no name holds), a name with a newline over several
 # lines (only the first has the root), and a link as "path -> target", with the target's length as its size: taken
 # apart by these, never by blanks, any name comes back as it is.
-listing_root=''  # (squashfs_entries': made once a run by know_listing_root, else at each listing)
-random_root() {
-    echo "/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-}
-know_listing_root() {
-    listing_root=$(random_root) || listing_root=''
+listing_root=''  # (squashfs_entries': made once a run, by know_listing_root)
+know_listing_root() {  # (128 random bits: bash 4.4, LUMI's, has no SRANDOM)
+    listing_root=$(od -An -N16 -tx1 /dev/urandom) || return 1
+    listing_root="/.squashfs-root-${listing_root//[!0-9a-f]/}"
 }
 listing_modes=''
 squashfs_entries() {
+    [ -n "$listing_root" ] || know_listing_root || return 1
     local root=$listing_root
-    [ -n "$root" ] || root=$(random_root) || return 1
     unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" -v width="${listing_modes:+10}" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")
@@ -4114,7 +4192,7 @@ remove_other_types() {
 apply_layer() {
     local excluded="$2.excluded" status=0
     layer_whiteouts "$1" >"$excluded" && remove_paths "$2" <"$excluded" || return 1
-    if [ -n "$(tr -cd '\n' <"$excluded" | head -c 1)" ]; then
+    if holds_a_newline "$excluded"; then
         rm -f -- "$excluded"
         return 1  # (an exclude file's lines cannot hold a newline: venv-pip makes no such layer, it repacks)
     fi
@@ -4151,7 +4229,7 @@ apply_upper() {
         done <"$1$emptied_record"
         rm -f "$1$emptied_record"
     fi
-    remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && cat -- "$4" >>"$3" || return 1
+    remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && { [ ! -s "$4" ] || cat -- "$4" >>"$3"; } || return 1
     while IFS= read -r -d '' path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then
@@ -4493,14 +4571,16 @@ change_new=
 child=
 begin_change() {
     know_who_runs
-    umask "$(shared_umask "$1")"
+    use_shared_umask "$1"
     if [ "$2" = wait ]; then
         wait_for_lock "$1" || return
     else
         take_lock_now "$1" || return
     fi
+    local quoted
+    printf -v quoted %q "$1"
     # shellcheck disable=SC2064  # (the install dir as it is now)
-    trap "abort_change $(printf %q "$1")" EXIT
+    trap "abort_change $quoted" EXIT
     stop_on_signals
 }
 new_change_generation() {
@@ -5035,7 +5115,7 @@ read_upper() {
     (cd -- "$dump" && PATH=$PATH:$e2fs_dirs exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
         debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
     find "$2" -type d -printf '%P\0' >"$dirs" || return 1
-    [ -z "$(tr -cd '\n' <"$dirs" | head -c 1)" ] || return 1
+    ! holds_a_newline "$dirs" || return 1
     # (a name in double quotes, a double quote in it doubled: debugfs' own quoting)
     LC_ALL=C awk 'BEGIN { RS = "\0" } { gsub(/"/, "\"\""); printf "ls -p \"/upper%s\"\n", ($0 == "" ? "" : "/" $0) }' \
         "$dirs" >"$dirs.commands" || return 1
@@ -5320,9 +5400,21 @@ pip_on_layers() {
 # What the writable layer $1 and its whiteouts (the list $2) hold outside /user-software is not the venv's (the mount
 # points the runtime made there for its binds): it goes
 only_the_venvs_part() {
-    find "$1" -mindepth 1 -maxdepth 1 ! -name user-software -exec rm -rf -- {} + &&
-        LC_ALL=C awk 'BEGIN { RS = "\0" } /^user-software\// { printf "%s%c", $0, 0 }' "$2" >"$2.venv" &&
-        mv -f -- "$2.venv" "$2"
+    local entry others=() whiteouts=() venvs=()
+    # (bash's globs and lists, no process where there is nothing to remove: the runtime's few mount points)
+    for entry in "$1"/* "$1"/.*; do
+        case "${entry##*/}" in
+            . | .. | user-software) ;;
+            *) [ ! -e "$entry" ] && [ ! -L "$entry" ] || others+=("$entry") ;;
+        esac
+    done
+    [ "${#others[@]}" -eq 0 ] || rm -rf -- "${others[@]}" || return 1
+    [ -s "$2" ] || return 0
+    mapfile -d '' -t whiteouts <"$2" || return 1
+    for entry in "${whiteouts[@]}"; do
+        [ "${entry#user-software/}" = "$entry" ] || venvs+=("$entry")
+    done
+    { [ "${#venvs[@]}" -eq 0 ] || printf '%s\0' "${venvs[@]}"; } >"$2"
 }
 unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
     echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
@@ -5381,8 +5473,7 @@ change_in_layers() {
     fi
     if [ "$status" -eq 0 ]; then
         ! venv_python_changed "$upper/$venv_bin" || python=yes
-        if [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
-        then
+        if [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || holds_a_newline "$whiteouts"; then
             newline=yes
         fi
         [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ] || changed=yes
@@ -5414,7 +5505,7 @@ change_in_layers() {
         again_where_there_is_room "cannot put the change together in $work; nothing was changed" "$new" "$@"
         return
     fi
-    if [ -n "$(tr -cd '\n' <"$work/removed" | head -c 1)" ]; then
+    if holds_a_newline "$work/removed"; then
         # (what the layer must hide below a new directory: a name of the SquashFS file's)
         repack_instead "$newline_in_a_name" "$new" "$@"
         return
@@ -5527,7 +5618,7 @@ read_state_under_lock() {
     lower_layers=("$squashfs")  # (what a layer of the change goes on: the SquashFS files below it)
     base_layer_overlay=''  # (the install's layer, below a personal change's: read_personal_state)
     layers_dir=$root changed_what=$packed  # (where the change's generation goes, and what it changes)
-    [ -n "$personal" ] || remove_superseded "$root"  # (a personal change leaves the install alone)
+    [ -n "$personal" ] || remove_superseded "$root" "$generation"  # (a personal change leaves the install alone)
 }
 # A personal change (personal_change) goes into the personal dir $1: on the install's venv as read_state_under_lock
 # read it, below the caller's layer so far (if any, made on that state) as the layer the change is put together on
@@ -5723,12 +5814,14 @@ commit_personal_layer() {
 # the generation $2 it was made on (none: a layer made again), then this change's (change_request), or those of the
 # requests it replayed (venv-pip sync) that pip carried out, saying which it did not
 write_requests() {
-    local word words=() quote="'"
+    local word words=() quote="'" line
     {
         echo "# What venv-pip was asked for, for ${requests_of:-the venv of $module}, in order: pip's arguments as" \
             "shell words (venv-pip sync --from replays them on another module)"
         if [ -n "$2" ] && [ -f "$2/$requests_name" ]; then
-            grep -v '^#' -- "$2/$requests_name" || true
+            while IFS= read -r line || [ -n "$line" ]; do  # (all but the comments, by bash: no process)
+                [ "${line#\#}" != "$line" ] || printf '%s\n' "$line"
+            done <"$2/$requests_name"
         fi
         if [ -n "$replaying" ]; then
             replayed_requests
@@ -5778,7 +5871,8 @@ venv_pip() {
     python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
     python_changed+=" Python"
     [ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
-    umask "$(shared_umask "$root")"
+    know_who_runs
+    use_shared_umask "$root"
     # (a change of the install's venv, unless it is the caller's own: personal_change; replaying: venv-pip sync, the
     # requests it replays, of another module's: replay_from)
     personal='' replaying='' replay_from='' requests_of='' requests_base='' change_request=("$@")

@@ -11,7 +11,7 @@ prepare_launch() {
     [ -n "$sif" ] || die "module $module is not loaded; run 'module load $module' first"
     [ -f "$sif" ] ||
         die "container image $sif not found; reload the module (module load $module) or reinstall it with eb"
-    if conflicting=$(conflicting_module_loaded); then
+    if conflicting_module_loaded; then
         die "module $conflicting, loaded after $module, conflicts with it (their binds collide): module unload" \
             "$conflicting"
     fi
@@ -35,7 +35,7 @@ prepare_launch() {
     # makes current while the runtime opens them one by one
     local name
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY SINGULARITY_BINDPATH APPTAINER_BINDPATH; do
-        [ -z "${!name:-}" ] || export "$name=$(pinned_entries "$root" "$generation" "${!name}")"
+        [ -z "${!name:-}" ] || { pinned_entries "$root" "$generation" "${!name}" && export "$name=$pinned"; }
     done
     use_personal_layer "${launch_with_personal_layer-yes}"
     set_up_caches "$cache_parent" "$module" "${cache_dirs[@]}"

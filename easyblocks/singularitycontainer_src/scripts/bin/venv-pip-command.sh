@@ -56,7 +56,7 @@ read_upper() {
     (cd -- "$dump" && PATH=$PATH:$e2fs_dirs exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
         debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
     find "$2" -type d -printf '%P\0' >"$dirs" || return 1
-    [ -z "$(tr -cd '\n' <"$dirs" | head -c 1)" ] || return 1
+    ! holds_a_newline "$dirs" || return 1
     # (a name in double quotes, a double quote in it doubled: debugfs' own quoting)
     LC_ALL=C awk 'BEGIN { RS = "\0" } { gsub(/"/, "\"\""); printf "ls -p \"/upper%s\"\n", ($0 == "" ? "" : "/" $0) }' \
         "$dirs" >"$dirs.commands" || return 1
@@ -341,9 +341,21 @@ pip_on_layers() {
 # What the writable layer $1 and its whiteouts (the list $2) hold outside /user-software is not the venv's (the mount
 # points the runtime made there for its binds): it goes
 only_the_venvs_part() {
-    find "$1" -mindepth 1 -maxdepth 1 ! -name user-software -exec rm -rf -- {} + &&
-        LC_ALL=C awk 'BEGIN { RS = "\0" } /^user-software\// { printf "%s%c", $0, 0 }' "$2" >"$2.venv" &&
-        mv -f -- "$2.venv" "$2"
+    local entry others=() whiteouts=() venvs=()
+    # (bash's globs and lists, no process where there is nothing to remove: the runtime's few mount points)
+    for entry in "$1"/* "$1"/.*; do
+        case "${entry##*/}" in
+            . | .. | user-software) ;;
+            *) [ ! -e "$entry" ] && [ ! -L "$entry" ] || others+=("$entry") ;;
+        esac
+    done
+    [ "${#others[@]}" -eq 0 ] || rm -rf -- "${others[@]}" || return 1
+    [ -s "$2" ] || return 0
+    mapfile -d '' -t whiteouts <"$2" || return 1
+    for entry in "${whiteouts[@]}"; do
+        [ "${entry#user-software/}" = "$entry" ] || venvs+=("$entry")
+    done
+    { [ "${#venvs[@]}" -eq 0 ] || printf '%s\0' "${venvs[@]}"; } >"$2"
 }
 unpacked_need() {  # the bytes a work dir needs for the SquashFS files $@ unpacked
     echo $(( $(unpacked_bytes "$@") * 11 / 10 + (64 << 20) ))
@@ -402,8 +414,7 @@ change_in_layers() {
     fi
     if [ "$status" -eq 0 ]; then
         ! venv_python_changed "$upper/$venv_bin" || python=yes
-        if [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || [ -n "$(tr -cd '\n' <"$whiteouts" | head -c 1)" ]
-        then
+        if [ -n "$(find "$upper" -name $'*\n*' -print -quit)" ] || holds_a_newline "$whiteouts"; then
             newline=yes
         fi
         [ -z "$(find "$upper" ! -type d ! -type c -print -quit)" ] && [ ! -s "$whiteouts" ] || changed=yes
@@ -435,7 +446,7 @@ change_in_layers() {
         again_where_there_is_room "cannot put the change together in $work; nothing was changed" "$new" "$@"
         return
     fi
-    if [ -n "$(tr -cd '\n' <"$work/removed" | head -c 1)" ]; then
+    if holds_a_newline "$work/removed"; then
         # (what the layer must hide below a new directory: a name of the SquashFS file's)
         repack_instead "$newline_in_a_name" "$new" "$@"
         return
@@ -548,7 +559,7 @@ read_state_under_lock() {
     lower_layers=("$squashfs")  # (what a layer of the change goes on: the SquashFS files below it)
     base_layer_overlay=''  # (the install's layer, below a personal change's: read_personal_state)
     layers_dir=$root changed_what=$packed  # (where the change's generation goes, and what it changes)
-    [ -n "$personal" ] || remove_superseded "$root"  # (a personal change leaves the install alone)
+    [ -n "$personal" ] || remove_superseded "$root" "$generation"  # (a personal change leaves the install alone)
 }
 # A personal change (personal_change) goes into the personal dir $1: on the install's venv as read_state_under_lock
 # read it, below the caller's layer so far (if any, made on that state) as the layer the change is put together on
@@ -744,12 +755,14 @@ commit_personal_layer() {
 # the generation $2 it was made on (none: a layer made again), then this change's (change_request), or those of the
 # requests it replayed (venv-pip sync) that pip carried out, saying which it did not
 write_requests() {
-    local word words=() quote="'"
+    local word words=() quote="'" line
     {
         echo "# What venv-pip was asked for, for ${requests_of:-the venv of $module}, in order: pip's arguments as" \
             "shell words (venv-pip sync --from replays them on another module)"
         if [ -n "$2" ] && [ -f "$2/$requests_name" ]; then
-            grep -v '^#' -- "$2/$requests_name" || true
+            while IFS= read -r line || [ -n "$line" ]; do  # (all but the comments, by bash: no process)
+                [ "${line#\#}" != "$line" ] || printf '%s\n' "$line"
+            done <"$2/$requests_name"
         fi
         if [ -n "$replaying" ]; then
             replayed_requests
@@ -799,7 +812,8 @@ venv_pip() {
     python_changed="a package changed $venv/bin/python, python3 or python3.N: repacking the whole venv to keep its own"
     python_changed+=" Python"
     [ "$#" -gt 0 ] || die "no pip command given (usage: venv-pip <pip command> [pip's options]; venv-pip -h says more)"
-    umask "$(shared_umask "$root")"
+    know_who_runs
+    use_shared_umask "$root"
     # (a change of the install's venv, unless it is the caller's own: personal_change; replaying: venv-pip sync, the
     # requests it replays, of another module's: replay_from)
     personal='' replaying='' replay_from='' requests_of='' requests_base='' change_request=("$@")

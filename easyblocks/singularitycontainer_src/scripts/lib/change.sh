@@ -16,14 +16,16 @@ change_new=
 child=
 begin_change() {
     know_who_runs
-    umask "$(shared_umask "$1")"
+    use_shared_umask "$1"
     if [ "$2" = wait ]; then
         wait_for_lock "$1" || return
     else
         take_lock_now "$1" || return
     fi
+    local quoted
+    printf -v quoted %q "$1"
     # shellcheck disable=SC2064  # (the install dir as it is now)
-    trap "abort_change $(printf %q "$1")" EXIT
+    trap "abort_change $quoted" EXIT
     stop_on_signals
 }
 new_change_generation() {

@@ -5,15 +5,21 @@
 runtime='' runtime_kind=''  # (found by find_runtime, never taken from the environment)
 find_runtime() {
     [ -z "${runtime_kind:-}" ] || return 0
-    runtime=$(command -v singularity || command -v apptainer) || {
+    # (bash's own search of PATH, whose answer is in BASH_CMDS: no process, at every start)
+    if hash singularity 2>/dev/null; then
+        runtime=${BASH_CMDS[singularity]}
+    elif hash apptainer 2>/dev/null; then
+        runtime=${BASH_CMDS[apptainer]}
+    else
         error "neither singularity nor apptainer is on PATH: load the module of a container runtime"
         return 1
-    }
+    fi
     set_runtime_kind
 }
 set_runtime_kind() {  # of the runtime $runtime
     local real=$runtime
-    [ "${real##*/}" = apptainer ] || real=$(readlink -f -- "$runtime")
+    # (a link is followed: Apptainer's singularity is one)
+    [ "${real##*/}" = apptainer ] || [ ! -L "$real" ] || real=$(readlink -f -- "$runtime")
     runtime_kind=singularity
     [ "${real##*/}" != apptainer ] || runtime_kind=apptainer
 }

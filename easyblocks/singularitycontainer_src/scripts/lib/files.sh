@@ -38,7 +38,10 @@ replace_why='' replace_dir=''
 replace_check() {
     local dir me dirs=() uid mode gid group i=0 why
     replace_why='' replace_dir=''
-    dir=$(realpath -e -- "$1" 2>/dev/null) || { replace_why="$1 (which cannot be resolved)"; return 0; }
+    dir=$1
+    if ! resolves_to_itself "$dir"; then
+        dir=$(realpath -e -- "$1" 2>/dev/null) || { replace_why="$1 (which cannot be resolved)"; return 0; }
+    fi
     replace_dir=$dir
     me=$EUID
     while dirs+=("$dir") && [ "$dir" != / ]; do
@@ -65,6 +68,20 @@ replace_check() {
         return 0
     done < <(stat -c '%u %a %g %G' -- "${dirs[@]}")
     return 1
+}
+# Whether the path $1 is what realpath -e makes of it, as bash's tests tell (no process): absolute, there, and no ., ..,
+# // or link in it
+resolves_to_itself() {
+    local part=$1
+    case "$1/" in
+        //* | *//* | */./* | */../*) return 1 ;;
+        /*) [ -e "$1" ] || return 1 ;;
+        *) return 1 ;;
+    esac
+    while [ -n "$part" ]; do
+        [ ! -L "$part" ] || return 1
+        part=${part%/*}
+    done
 }
 # Whether the group class of the directory $1 (the group $2, named $3; $4 as others_can_replace_in's $2), which its
 # mode lets write, lets others than you and root write: its group, where that is not group_is_only_yours, or, where
@@ -150,14 +167,16 @@ process_start() {  # the start of process $1 (clock ticks since boot); nothing i
     echo "${fields[19]}"
 }
 run_record() {  # this run, as a record says it: "user host pid start"
-    echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ $(process_start $$)"
+    echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ ${run_start:-$(process_start $$)}"
 }
 # The record $2 that a run wrote in the directory $1 it made: printed only if both are yours and real (a directory, a
 # regular file, not links)
 own_record() {
+    local record
     [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
     [ ! -L "$1/$2" ] && [ -f "$1/$2" ] && [ -O "$1/$2" ] || return 1
-    head -c 256 -- "$1/$2"
+    read_start record "$1/$2" 256
+    echo "$record"
 }
 # Whether the directory $1 is one that an ended run of yours on this host made, by its own_record $2. (Earlier
 # versions wrote "host pid start".)

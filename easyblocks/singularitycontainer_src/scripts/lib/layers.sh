@@ -29,17 +29,15 @@ patterns_of() {
 # a path after the root it is given (a random one here, which no name holds), a name with a newline over several
 # lines (only the first has the root), and a link as "path -> target", with the target's length as its size: taken
 # apart by these, never by blanks, any name comes back as it is.
-listing_root=''  # (squashfs_entries': made once a run by know_listing_root, else at each listing)
-random_root() {
-    echo "/.squashfs-root-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-}
-know_listing_root() {
-    listing_root=$(random_root) || listing_root=''
+listing_root=''  # (squashfs_entries': made once a run, by know_listing_root)
+know_listing_root() {  # (128 random bits: bash 4.4, LUMI's, has no SRANDOM)
+    listing_root=$(od -An -N16 -tx1 /dev/urandom) || return 1
+    listing_root="/.squashfs-root-${listing_root//[!0-9a-f]/}"
 }
 listing_modes=''
 squashfs_entries() {
+    [ -n "$listing_root" ] || know_listing_root || return 1
     local root=$listing_root
-    [ -n "$root" ] || root=$(random_root) || return 1
     unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" -v width="${listing_modes:+10}" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")
@@ -113,7 +111,7 @@ remove_other_types() {
 apply_layer() {
     local excluded="$2.excluded" status=0
     layer_whiteouts "$1" >"$excluded" && remove_paths "$2" <"$excluded" || return 1
-    if [ -n "$(tr -cd '\n' <"$excluded" | head -c 1)" ]; then
+    if holds_a_newline "$excluded"; then
         rm -f -- "$excluded"
         return 1  # (an exclude file's lines cannot hold a newline: venv-pip makes no such layer, it repacks)
     fi
@@ -150,7 +148,7 @@ apply_upper() {
         done <"$1$emptied_record"
         rm -f "$1$emptied_record"
     fi
-    remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && cat -- "$4" >>"$3" || return 1
+    remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && { [ ! -s "$4" ] || cat -- "$4" >>"$3"; } || return 1
     while IFS= read -r -d '' path; do
         if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
             if [ -L "$2/$path" ] || { [ -e "$2/$path" ] && [ ! -d "$2/$path" ]; }; then

@@ -3,6 +3,24 @@
 # functions, then the pieces of scripts.LIBRARY_PIECES. bash reads a sourced file whole, at once: a command that runs
 # has all of it, whatever a reinstall does to this file meanwhile.)
 @values@
+# The start of the regular file $2, at most $3 characters, into the variable named $1, less the newlines at its end (as
+# $(head -c) gives it): read by bash itself, no process. Empty where $2 is not a regular file (a FIFO would wait).
+read_start() {
+    local __start=''  # (a name no caller's variable has: printf -v sets the innermost of that name)
+    if [ -f "$2" ]; then
+        { IFS= read -r -N "$3" __start <"$2"; } 2>/dev/null || true
+    fi
+    while [ "${__start%$'\n'}" != "$__start" ]; do
+        __start=${__start%$'\n'}
+    done
+    printf -v "$1" %s "$__start"
+}
+# Whether a name of the NUL-terminated list in the file $1 holds a newline (read by bash: no process)
+holds_a_newline() {
+    local names=()
+    mapfile -d '' -t names <"$1" || return 1
+    [[ "${names[*]}" == *$'\n'* ]]
+}
 # What went wrong, with the command's name ($command_name, set before this is sourced): the library's functions say it
 # and return a status, and the command decides whether to stop (die: say it, and stop)
 error() {
@@ -17,24 +35,38 @@ die() {
 [ "${command_stamp:-}" = "$install_stamp" ] ||
     die "the module was reinstalled while $command_name started: run it again"
 # Who runs this command, and where, for the records of runs and the checks of ownership, and the install dir's mode:
-# found once, by know_who_runs (each answer is a process), by the commands that change the venv; read as
+# found once, by know_who_runs (bash itself, but for the mode), by the commands that change the venv; read as
 # ${run_user:-$(id -un)} and the like, so that a function also answers where they are not known. (Set empty here: not
 # taken from the environment.)
-run_user='' run_group='' run_host='' root_mode=''
+run_user='' run_group='' run_host='' run_start='' root_mode=''
 know_who_runs() {
-    run_user=$(id -un) && run_group=$(id -g) || return 0
+    [ -z "$root_mode" ] || return 0  # (known)
+    local prompt='\u' field real
+    # (bash knows both without a process: the user's name as a prompt's \u, which says "I have no name!" where the
+    # user database does not know it; the effective group in /proc's Gid line)
+    run_user=${prompt@P}
+    while read -r field real run_group _; do
+        [ "$field" != Gid: ] || break
+    done </proc/self/status
+    if [ "$field" != Gid: ] || [ "$run_user" = 'I have no name!' ]; then
+        run_user='' run_group=''
+        return 0
+    fi
     { read -r run_host </proc/sys/kernel/hostname; } 2>/dev/null || run_host=$(hostname)
+    run_start=$(process_start $$)
     root_mode=$(stat -c %a "$root") || root_mode=''
 }
 # The first of the modules this one conflicts with (container_conflicts: their binds collide with its own) that is
-# loaded: Lmod refuses this module after one of them, but not one of them after this module
+# loaded: Lmod refuses this module after one of them, but not one of them after this module. In conflicting (no
+# process: a wrapper asks at every start).
+conflicting=''
 conflicting_module_loaded() {
     local name conflict loaded=()
     IFS=: read -ra loaded <<<"${LOADEDMODULES:-}"
     for name in "${loaded[@]}"; do
         for conflict in "${conflicting_modules[@]}"; do
             if [ "$name" = "$conflict" ] || [ "${name#"$conflict"/}" != "$name" ]; then
-                echo "$name"
+                conflicting=$name
                 return 0
             fi
         done

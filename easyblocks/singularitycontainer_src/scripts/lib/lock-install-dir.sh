@@ -3,16 +3,21 @@
 # Nobody but the install's members may open the lock: flock works on a descriptor opened read-only, so a lock that
 # others can read is one that others can hold. 0660 where the install dir is the group's (a project's shared
 # install), else 0600; in the install dir's group.
-lock_mode() {  # of the install dir $1
+lock_mode() {  # of the install dir $1, in mode
     if install_is_group_writable "$1"; then  # (readable-by-all.sh)
-        echo 660
+        mode=660
     else
-        echo 600
+        mode=600
     fi
 }
-# The new file $2 (this run's) of the install dir $1 gets the lock's mode $3 and the install dir's group
+# The new file $2 (this run's) of the install dir $1 gets the lock's mode $3 and the install dir's group; $4 "new": $2
+# is as mktemp made it (0600, the group a setgid install dir gives), where nothing may need doing
 make_private() {
+    if [ "${4:-}" = new ] && [ "$3" = 600 ]; then
+        return 0  # (nobody but its owner opens it: its group does not matter)
+    fi
     chmod "$3" "$2" || return 1
+    [ "${4:-}" != new ] || [ ! -g "$1" ] || return 0
     chgrp --reference="$1" "$2" 2>/dev/null || [ "$3" = 600 ]
 }
 # The lock file of the install dir $1, made with its mode $2 from the start: linked into place, so that it never
@@ -20,7 +25,7 @@ make_private() {
 make_lock() {
     local new
     new=$(new_private_file "$1" "$lock_name.new.") || { error "cannot write in $1"; return 1; }
-    make_private "$1" "$new" "$2" || { rm -f -- "$new"; error "cannot give $new the mode $2"; return 1; }
+    make_private "$1" "$new" "$2" new || { rm -f -- "$new"; error "cannot give $new the mode $2"; return 1; }
     ln -T -- "$new" "$1/$lock_name" 2>/dev/null || true  # (-T: never into a directory put there)
     rm -f -- "$new"
 }
@@ -77,19 +82,17 @@ stop_watchdog() {  # the watchdog $1 (lock_open_watchdog), with its sleep; befor
 }
 # The lock (descriptor 9) of the install dir $1 gets its mode $2 and group from its owner. One that others could open
 # (earlier versions made it 0644) may be open for one of them already: whoever holds it puts a new one of their own in
-# its place, holding both.
+# its place, holding both. $3: the lock's mode and group now, $4 the install dir's group (take_lock's one stat).
 keep_lock_private() {
-    local mode=$2 now new
-    now=$(stat -L -c %a /dev/fd/9)
-    if [ "$now" = "$mode" ] &&
-        { [ "$mode" = 600 ] || [ "$(stat -L -c %g /dev/fd/9)" = "$(stat -L -c %g "$1")" ]; }; then
+    local mode=$2 now=${3% *} new
+    if [ "$now" = "$mode" ] && { [ "$mode" = 600 ] || [ "${3#* }" = "$4" ]; }; then
         return 0
     fi
     if [ -O /dev/fd/9 ] && (( (8#$now & 8#007) == 0 )); then
         make_private "$1" /dev/fd/9 "$mode" && return 0
     fi
     new=$(new_private_file "$1" "$lock_name.new.") || { error "cannot write in $1"; return 1; }
-    if ! { make_private "$1" "$new" "$mode" && exec 8<>"$new" && flock -n 8 &&
+    if ! { make_private "$1" "$new" "$mode" new && exec 8<>"$new" && flock -n 8 &&
         rename_into_place "$new" "$1/$lock_name"; }
     then
         rm -f -- "$new"
@@ -104,7 +107,7 @@ note_lock_holder() {
     local new
     new=$(new_private_file "$1" "$lock_record_name.new.") || return 0
     if echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ ${0##*/}" >"$new" &&
-        make_private "$1" "$new" "$2"; then
+        make_private "$1" "$new" "$2" new; then
         rename_into_place "$new" "$1/$lock_record_name" && return 0
     fi
     rm -f -- "$new"
@@ -154,7 +157,7 @@ lock_hint() {
 # It counts when it is the file that is there now, not a link to one (a reinstall replaces it with the install dir).
 # Status 2 (and why) where it cannot be taken.
 take_lock() {
-    local root=$1 mode
+    local root=$1 mode held
     shift
     if [ ! -w "$root" ]; then
         # shellcheck disable=SC2154  # command_name: the command's, set before it sources the library
@@ -163,7 +166,7 @@ take_lock() {
         return 2
     fi
     command -v flock >/dev/null || { error "flock not found on PATH (it comes with util-linux)"; return 2; }
-    mode=$(lock_mode "$root")
+    lock_mode "$root"
     while :; do
         open_lock "$root" "$mode" || return 2
         if [ ! -f /dev/fd/9 ]; then
@@ -171,9 +174,12 @@ take_lock() {
             return 2
         fi
         flock "$@" 9 || return 1
-        # (the name's own inode, in one lstat: a link there, or swapped in and out between two checks, is not it)
-        if [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i -- "$root/$lock_name" 2>/dev/null)" ]; then
-            keep_lock_private "$root" "$mode" || return 2
+        # (in one process: the descriptor's file (stat's - is its standard input), the name's own inode in one lstat
+        # (a link there, or swapped in and out between two checks, is not it), and the install dir's group)
+        held=()
+        mapfile -t held < <(stat -c '%d:%i %a %g' -- - "$root/$lock_name" "$root/." <&9 2>/dev/null)
+        if [ "${#held[@]}" -eq 3 ] && [ "${held[0]%% *}" = "${held[1]%% *}" ]; then
+            keep_lock_private "$root" "$mode" "${held[0]#* }" "${held[2]##* }" || return 2
             note_lock_holder "$root" "$mode"
             remove_lock_leftovers "$root"
             return 0

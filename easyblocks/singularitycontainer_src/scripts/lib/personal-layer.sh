@@ -92,8 +92,8 @@ use_personal_layer() {
     # (the module named the install's layers through the links of the personal generation: here they are the install's
     # own, of the generation this start is pinned to, as for a user with no layer; none where no generation is)
     if [ -n "$module_named_personal" ] && [ -n "$generation" ]; then
-        install_entries=$(pinned_entries "$root" "$generation" \
-            "$root/$packed_name/$squashfs_name:ro,$root/$packed_name/$changes_name:ro")
+        pinned_entries "$root" "$generation" "$root/$packed_name/$squashfs_name:ro,$root/$packed_name/$changes_name:ro"
+        install_entries=$pinned
     fi
     for name in SINGULARITY_OVERLAY APPTAINER_OVERLAY; do
         value=$(without_personal_entries "${!name:-}" "$pdir")

@@ -8,11 +8,11 @@ install_is_group_writable() {  # whether the install dir $1 is (a project's shar
     [ "$1" = "$root" ] && [ -n "$mode" ] || mode=$(stat -c %a "$1")
     (( 8#$mode & 8#020 ))
 }
-shared_umask() {  # the umask to write in the install dir $1 with
+use_shared_umask() {  # the umask to write in the install dir $1 with, set
     if install_is_group_writable "$1"; then
-        echo "$group_install_umask"
+        umask "$group_install_umask"
     else
-        echo "$install_umask"
+        umask "$install_umask"
     fi
 }
 # The same modes for the files of yours in the tree $2 that were written with another umask (pip in start-shell under

@@ -26,7 +26,7 @@ venv_form() {  # layers, file, directory or missing: the venv of the install dir
     local form='' squashfs=no changes=no directory=no
     if [ -n "$2" ]; then
         if [ -f "$2/$form_record" ] && [ ! -L "$2/$form_record" ]; then
-            form=$(head -c 16 -- "$2/$form_record")
+            read_start form "$2/$form_record" 16
         fi
         [ ! -f "$2/$squashfs_name" ] || squashfs=yes
         [ ! -f "$2/$changes_name" ] || changes=yes
@@ -79,14 +79,22 @@ make_current() {  # the generation $2 becomes the state of the install dir $1: o
 # What an earlier change left in the install dir $1 that no link names any more: generations superseded more than
 # $keep_minutes minutes ago, a new one whose run was killed, and that run's link. Only real directories made as
 # generations (with their record) and links of the link's pattern; nothing is followed. Say what cannot be removed.
+# $2: the current generation, where the caller read it under the install's lock.
 remove_superseded() {
-    local current entry
-    current=$(current_generation "$1")
+    local current entry whole=''
+    if [ "$#" -ge 2 ]; then
+        current=$2
+    else
+        current=$(current_generation "$1")
+    fi
     # (the old ones in one look: a find for each would cost a process each)
     while IFS= read -r -d '' entry; do
         [ "$entry" != "$current" ] || continue
         # (what a crash left unwritten in the current state: the earlier ones stay, the way back to a whole one)
-        generation_whole "$current" || return 0
+        if [ -z "$whole" ]; then
+            generation_whole "$current" || return 0
+            whole=yes
+        fi
         case "$entry" in
             "$1/$link_prefix"*) [ ! -L "$entry" ] || [ ! -O "$entry" ] || rm -f -- "$entry" ;;
             *)
@@ -154,10 +162,15 @@ through_the_link() {
         { [ "${2%/*/*}" = "$1" ] || [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]; }
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
+    ! through_the_link "$1" "$2" || return 0  # (the module's own entries, and as a command pinned them: no process)
+    case "$2/" in
+        */./* | */../* | *//*) ;;
+        "$1/$generation_prefix"*/*/) return 0 ;;
+    esac
     case "$(readlink -f -- "$2" 2>/dev/null)" in
         "$1/$generation_prefix"*/*) return 0 ;;
     esac
-    through_the_link "$1" "$2"
+    return 1
 }
 # How venv-pip's change gets the writable layer on top of the layers of the generation $1, as make-squashfs decided it
 # by what the runtime allows: a directory (an overlay in a user namespace), or an EXT3 image (a setuid runtime lets
@@ -165,7 +178,7 @@ of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of th
 writable_layer_kind() {
     local kind=
     if [ -f "$1/$writable_record" ] && [ ! -L "$1/$writable_record" ]; then
-        kind=$(head -c 64 -- "$1/$writable_record")
+        read_start kind "$1/$writable_record" 64
     fi
     [ "$kind" = image ] && echo image || echo directory
 }
@@ -177,10 +190,12 @@ mark_empty_layer() {  # the layer of the new generation $1 changes nothing: a co
 }
 # The list $3 (SINGULARITY_BINDPATH or _OVERLAY's form) with the entries that go through the link of the install dir
 # $1 pointed at its generation $2 (without an empty layer): the module names them through the link, so that new jobs
-# get every change without a reload, and a container started by a command of the module gets one state whole.
-# shellcheck disable=SC2154  # bind_source: bind_fields' (bind-user-software.sh)
+# get every change without a reload, and a container started by a command of the module gets one state whole. In
+# pinned (no process: a wrapper pins at every start).
+pinned=''
+# shellcheck disable=SC2154,SC2034  # bind_source: bind_fields' (bind-user-software.sh); pinned: the callers'
 pinned_entries() {
-    local IFS=, entry entries pinned=() path
+    local IFS=, entry entries kept=() path
     read -ra entries <<<"$3"
     for entry in "${entries[@]}"; do
         bind_fields "$entry"
@@ -190,7 +205,7 @@ pinned_entries() {
             # (an empty layer: one mount less at each start)
             [ "${path##*/}" != "$changes_name" ] || [ ! -e "$2/$empty_mark" ] || continue
         fi
-        pinned+=("$entry")
+        kept+=("$entry")
     done
-    echo "${pinned[*]}"
+    pinned="${kept[*]}"
 }
