@@ -2993,21 +2993,21 @@ process_start() {  # the start of process $1 (clock ticks since boot); nothing i
 run_record() {  # this run, as a record says it: "user host pid start"
     echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ ${run_start:-$(process_start $$)}"
 }
-# The record $2 that a run wrote in the directory $1 it made: printed only if both are yours and real (a directory, a
-# regular file, not links)
+# The record $2 that a run wrote in the directory $1 it made, in own: only if both are yours and real (a directory, a
+# regular file, not links). (No process: it is asked of every work dir in /dev/shm and /tmp, other users' too.)
+own=''
 own_record() {
-    local record
+    own=''
     [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
     [ ! -L "$1/$2" ] && [ -f "$1/$2" ] && [ -O "$1/$2" ] || return 1
-    read_start record "$1/$2" 256
-    echo "$record"
+    read_start own "$1/$2" 256
 }
 # Whether the directory $1 is one that an ended run of yours on this host made, by its own_record $2. (Earlier
 # versions wrote "host pid start".)
 left_by_an_ended_run() {
-    local record user host pid start
-    record=$(own_record "$1" "$2") || return 1
-    read -r user host pid start <<<"$record" || return 1
+    local user host pid start
+    own_record "$1" "$2" || return 1
+    read -r user host pid start <<<"$own" || return 1
     if [ -z "$start" ]; then
         start=$pid pid=$host host=$user user=${run_user:-$(id -un)}
     fi
@@ -4412,12 +4412,13 @@ remove_ended_runs() {  # in the place $1
 }
 # The work dirs of this run in the places and beside the install dir $1: as it ends, also one that a signal left
 # between its making and its name reaching the script
+# shellcheck disable=SC2154  # own: own_record's (files.sh)
 remove_workdirs_of_this_run() {
     local place old this
     this=$(run_record)
     while read -r place; do
         for old in "$place/$workdir_prefix"*; do
-            if [ "$(own_record "$old" "$workdir_record")" = "$this" ]; then
+            if own_record "$old" "$workdir_record" && [ "$own" = "$this" ]; then
                 remove_own_tree "$old"
             fi
         done

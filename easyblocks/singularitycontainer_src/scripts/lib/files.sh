@@ -169,21 +169,21 @@ process_start() {  # the start of process $1 (clock ticks since boot); nothing i
 run_record() {  # this run, as a record says it: "user host pid start"
     echo "${run_user:-$(id -un)} ${run_host:-$(hostname)} $$ ${run_start:-$(process_start $$)}"
 }
-# The record $2 that a run wrote in the directory $1 it made: printed only if both are yours and real (a directory, a
-# regular file, not links)
+# The record $2 that a run wrote in the directory $1 it made, in own: only if both are yours and real (a directory, a
+# regular file, not links). (No process: it is asked of every work dir in /dev/shm and /tmp, other users' too.)
+own=''
 own_record() {
-    local record
+    own=''
     [ ! -L "$1" ] && [ -d "$1" ] && [ -O "$1" ] || return 1
     [ ! -L "$1/$2" ] && [ -f "$1/$2" ] && [ -O "$1/$2" ] || return 1
-    read_start record "$1/$2" 256
-    echo "$record"
+    read_start own "$1/$2" 256
 }
 # Whether the directory $1 is one that an ended run of yours on this host made, by its own_record $2. (Earlier
 # versions wrote "host pid start".)
 left_by_an_ended_run() {
-    local record user host pid start
-    record=$(own_record "$1" "$2") || return 1
-    read -r user host pid start <<<"$record" || return 1
+    local user host pid start
+    own_record "$1" "$2" || return 1
+    read -r user host pid start <<<"$own" || return 1
     if [ -z "$start" ]; then
         start=$pid pid=$host host=$user user=${run_user:-$(id -un)}
     fi

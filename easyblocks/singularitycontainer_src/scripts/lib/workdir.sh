@@ -18,12 +18,13 @@ remove_ended_runs() {  # in the place $1
 }
 # The work dirs of this run in the places and beside the install dir $1: as it ends, also one that a signal left
 # between its making and its name reaching the script
+# shellcheck disable=SC2154  # own: own_record's (files.sh)
 remove_workdirs_of_this_run() {
     local place old this
     this=$(run_record)
     while read -r place; do
         for old in "$place/$workdir_prefix"*; do
-            if [ "$(own_record "$old" "$workdir_record")" = "$this" ]; then
+            if own_record "$old" "$workdir_record" && [ "$own" = "$this" ]; then
                 remove_own_tree "$old"
             fi
         done
