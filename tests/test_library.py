@@ -872,10 +872,27 @@ def test_in_container_and_its_python_twin_start_the_same_command(tmp_path):
         assert started == expected, (case, own, user)
 
 
+def resolvable_paths(tmp_path, rng):
+    """Paths under tmp_path of every kind realpath tells apart: plain, through links to directories and to files (at
+    the end and in the middle), dangling, missing, relative, with ., .., // and a trailing /."""
+    base = tmp_path / 'paths'
+    (base / 'real' / 'sub').mkdir(parents=True)
+    (base / 'real' / 'file').write_text('')
+    (base / 'to-real').symlink_to('real')
+    (base / 'to-file').symlink_to('real/file')
+    (base / 'dangling').symlink_to('nowhere')
+    parts = ['real', 'to-real', 'sub', 'file', 'to-file', 'dangling', 'missing', '.', '..', '']
+    paths = [str(base), str(base) + '/', '/', 'relative/path', str(base / 'real' / 'sub')]
+    for _ in range(80):
+        paths.append(str(base) + '/' + '/'.join(rng.choice(parts) for _ in range(rng.randrange(1, 4))))
+    return paths
+
+
 def test_what_bash_reads_itself_equals_the_process_it_replaces(install_dir, tmp_path):
-    """The library reads small records and lists without a process: read_start is head -c (records of runs, the
-    venv's form), holds_a_newline is a search of a NUL-terminated list for a newline (tr | head), and know_who_runs
-    gives the names id gives. Each against the tool it replaced, on generated cases."""
+    """The library tells without a process what a tool told it: read_start is head -c (records of runs, the venv's
+    form), holds_a_newline is a search of a NUL-terminated list for a newline (tr | head), know_who_runs gives the
+    names id gives, and resolves_to_itself says where realpath -e would give the path back as it is (then the checks
+    of a work place need no realpath). Each against the tool it replaced, on generated cases."""
     rng = random.Random(56)
     alphabet = ['a', 'Z', '0', ' ', '\t', '\n', '\\', '"', "'", '$', '*', '-', '.', '/']
     files, lists = [], []
@@ -902,9 +919,15 @@ def test_what_bash_reads_itself_equals_the_process_it_replaces(install_dir, tmp_
         program.append('[ -n "$(tr -cd \'\\n\' <%s | head -c 1)" ] && theirs=yes || theirs=no' % quoted)
         program.append('[ "$mine" = "$theirs" ] && echo same || echo "differs: %s"' % listed)
     program.append('know_who_runs; [ "$run_user:$run_group" = "$(id -un):$(id -g)" ] && echo same || echo differs')
+    paths = resolvable_paths(tmp_path, rng)
+    for path in paths:
+        quoted = shlex.quote(path)
+        program.append('resolves_to_itself %s && mine=yes || mine=no' % quoted)
+        program.append('[ "$(realpath -e -- %s 2>/dev/null)" = %s ] && theirs=yes || theirs=no' % (quoted, quoted))
+        program.append('[ "$mine" = "$theirs" ] && echo same || echo "differs: %s $mine"' % quoted)
     proc = bash(install_dir, '\n'.join(program), env=dict(root=str(install_dir)))
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
-    assert proc.stdout.split('\n')[:-1] == ['same'] * (len(files) + len(lists) + 1), proc.stdout
+    assert proc.stdout.split('\n')[:-1] == ['same'] * (len(files) + len(lists) + 1 + len(paths)), proc.stdout
     fifo = tmp_path / 'fifo'
     os.mkfifo(fifo)
     proc = bash(install_dir, 'read_start text %s 16; echo "[$text]"' % shlex.quote(str(fifo)))

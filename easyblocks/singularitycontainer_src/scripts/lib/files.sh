@@ -74,6 +74,7 @@ replace_check() {
 resolves_to_itself() {
     local part=$1
     case "$1/" in
+        //) return 0 ;;
         //* | *//* | */./* | */../*) return 1 ;;
         /*) [ -e "$1" ] || return 1 ;;
         *) return 1 ;;
