@@ -5,6 +5,7 @@ which must keep the old state or have the new one, and nothing of a stopped run'
 the generation, read alike by the scripts, the module (Lua and Tcl) and the easyblock on every case."""
 import itertools
 import os
+import pwd
 import random
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from singularitycontainer_src.layout import (CHANGES_NAME, EMPTIED_RECORD, FORM_
 from singularitycontainer_src.module_plan import SetRestorable, Var, VenvForm, emit_module_logic
 from singularitycontainer_src.render import Install, library_text
 from singularitycontainer_src.scripts import EXPORT_UPPER
-from support import require
+from support import require, require_tools
 from testkit.install import LMOD_CMD, LMOD_INIT, base_env, run
 
 MIB = 1 << 20
@@ -932,3 +933,33 @@ def test_what_bash_reads_itself_equals_the_process_it_replaces(install_dir, tmp_
     os.mkfifo(fifo)
     proc = bash(install_dir, 'read_start text %s 16; echo "[$text]"' % shlex.quote(str(fifo)))
     assert proc.stdout == '[]\n', 'a FIFO is not opened (it would wait for a writer)'
+
+
+def test_who_runs_and_the_runtime_as_before_where_bash_has_no_answer(install_dir, tmp_path):
+    """Where bash itself has no answer, the library answers as the tools did: a user the user database does not know
+    (bash's \\u then says "I have no name!", translated in other languages) has no name, as id -un fails; and a
+    runtime that is a shell function of that name, which bash's hash does not look up, is found by command -v."""
+    require(os.geteuid() == 0, 'root, to run the library as a user the user database does not know')
+    require_tools('setpriv')
+    unknown = 4242
+    while True:
+        try:
+            pwd.getpwuid(unknown)
+            unknown += 1
+        except KeyError:
+            break
+    program = 'know_who_runs; echo "[$run_user][$run_group]"; id -un >/dev/null 2>&1 || echo "id fails"'
+    proc = subprocess.run(['setpriv', '--reuid=%d' % unknown, '--regid=%d' % unknown, '--clear-groups']
+                          + command(install_dir, program), capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, root=str(install_dir)), cwd='/')
+    assert proc.stdout == '[][]\nid fails\n', proc.stderr
+    runtime = tmp_path / 'bin' / 'singularity'
+    runtime.parent.mkdir()
+    runtime.write_text('#!/bin/sh\n')
+    runtime.chmod(0o755)
+    program = 'singularity() { :; }\nexport -f singularity\nfind_runtime; echo "[$runtime][$runtime_kind]"'
+    proc = bash(install_dir, program, env=dict(PATH='%s:%s' % (runtime.parent, os.environ['PATH'])))
+    assert proc.returncode == 0 and proc.stdout == '[singularity][singularity]\n', proc.stderr
+    proc = bash(install_dir, 'find_runtime; echo "[$runtime][$runtime_kind]"',
+                env=dict(PATH='%s:%s' % (runtime.parent, os.environ['PATH'])))
+    assert proc.returncode == 0 and proc.stdout == '[%s][singularity]\n' % runtime, proc.stderr

@@ -2320,7 +2320,7 @@ LIBRARY_TEMPLATE = r'''# shellcheck shell=bash
 # The start of the regular file $2, at most $3 characters, into the variable named $1, less the newlines at its end (as
 # $(head -c) gives it): read by bash itself, no process. Empty where $2 is not a regular file (a FIFO would wait).
 read_start() {
-    local __start=''  # (a name no caller's variable has: printf -v sets the innermost of that name)
+    local __start='' LC_ALL=C  # (a name no caller's variable has: printf -v sets the innermost of that name; bytes)
     if [ -f "$2" ]; then
         { IFS= read -r -N "$3" __start <"$2"; } 2>/dev/null || true
     fi
@@ -2331,7 +2331,7 @@ read_start() {
 }
 # Whether a name of the NUL-terminated list in the file $1 holds a newline (read by bash: no process)
 holds_a_newline() {
-    local names=()
+    local names=() IFS=''  # (joined with nothing between them)
     mapfile -d '' -t names <"$1" || return 1
     [[ "${names[*]}" == *$'\n'* ]]
 }
@@ -2357,12 +2357,13 @@ know_who_runs() {
     [ -z "$root_mode" ] || return 0  # (known)
     local prompt='\u' field real
     # (bash knows both without a process: the user's name as a prompt's \u, which says "I have no name!" where the
-    # user database does not know it; the effective group in /proc's Gid line)
+    # user database does not know it, as id then fails; the effective group in /proc's Gid line)
     run_user=${prompt@P}
     while read -r field real run_group _; do
         [ "$field" != Gid: ] || break
     done </proc/self/status
-    if [ "$field" != Gid: ] || [ "$run_user" = 'I have no name!' ]; then
+    # (that sentence is translated: a name with a blank or a '!' is no user's)
+    if [ "$field" != Gid: ] || [ -z "$run_user" ] || [[ "$run_user" == *[[:space:]!]* ]]; then
         run_user='' run_group=''
         return 0
     fi
@@ -2778,14 +2779,19 @@ CONTAINER = r'''# The one place the commands start a container.
 runtime='' runtime_kind=''  # (found by find_runtime, never taken from the environment)
 find_runtime() {
     [ -z "${runtime_kind:-}" ] || return 0
-    # (bash's own search of PATH, whose answer is in BASH_CMDS: no process, at every start)
+    # (bash's own search of PATH, whose answer is in BASH_CMDS: no process, at every start; where it has none, a
+    # function of that name, say, command -v as before)
+    runtime=''
     if hash singularity 2>/dev/null; then
-        runtime=${BASH_CMDS[singularity]}
+        runtime=${BASH_CMDS[singularity]-}
     elif hash apptainer 2>/dev/null; then
-        runtime=${BASH_CMDS[apptainer]}
-    else
-        error "neither singularity nor apptainer is on PATH: load the module of a container runtime"
-        return 1
+        runtime=${BASH_CMDS[apptainer]-}
+    fi
+    if [ -z "$runtime" ]; then
+        runtime=$(command -v singularity || command -v apptainer) || {
+            error "neither singularity nor apptainer is on PATH: load the module of a container runtime"
+            return 1
+        }
     fi
     set_runtime_kind
 }
@@ -3195,9 +3201,8 @@ through_the_link() {
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
     ! through_the_link "$1" "$2" || return 0  # (the module's own entries, and as a command pinned them: no process)
-    case "$2/" in
-        */./* | */../* | *//*) ;;
-        "$1/$generation_prefix"*/*/) return 0 ;;
+    case "$2" in
+        "$1/$generation_prefix"*/*) ! resolves_to_itself "$2" || return 0 ;;  # (there, and as it is)
     esac
     case "$(readlink -f -- "$2" 2>/dev/null)" in
         "$1/$generation_prefix"*/*) return 0 ;;
@@ -4112,14 +4117,16 @@ patterns_of() {
 # lines (only the first has the root), and a link as "path -> target", with the target's length as its size: taken
 # apart by these, never by blanks, any name comes back as it is.
 listing_root=''  # (squashfs_entries': made once a run, by know_listing_root)
-know_listing_root() {  # (128 random bits: bash 4.4, LUMI's, has no SRANDOM)
-    listing_root=$(od -An -N16 -tx1 /dev/urandom) || return 1
-    listing_root="/.squashfs-root-${listing_root//[!0-9a-f]/}"
+know_listing_root() {  # (128 random bits: bash 4.4, LUMI's, has no SRANDOM); none where od fails
+    local random
+    random=$(od -An -N16 -tx1 /dev/urandom) || { listing_root=''; return 0; }
+    listing_root="/.squashfs-root-${random//[!0-9a-f]/}"
 }
 listing_modes=''
 squashfs_entries() {
-    [ -n "$listing_root" ] || know_listing_root || return 1
+    [ -n "$listing_root" ] || know_listing_root
     local root=$listing_root
+    [ -n "$root" ] || return 1
     unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" -v width="${listing_modes:+10}" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")

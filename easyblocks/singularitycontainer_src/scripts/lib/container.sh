@@ -5,14 +5,19 @@
 runtime='' runtime_kind=''  # (found by find_runtime, never taken from the environment)
 find_runtime() {
     [ -z "${runtime_kind:-}" ] || return 0
-    # (bash's own search of PATH, whose answer is in BASH_CMDS: no process, at every start)
+    # (bash's own search of PATH, whose answer is in BASH_CMDS: no process, at every start; where it has none, a
+    # function of that name, say, command -v as before)
+    runtime=''
     if hash singularity 2>/dev/null; then
-        runtime=${BASH_CMDS[singularity]}
+        runtime=${BASH_CMDS[singularity]-}
     elif hash apptainer 2>/dev/null; then
-        runtime=${BASH_CMDS[apptainer]}
-    else
-        error "neither singularity nor apptainer is on PATH: load the module of a container runtime"
-        return 1
+        runtime=${BASH_CMDS[apptainer]-}
+    fi
+    if [ -z "$runtime" ]; then
+        runtime=$(command -v singularity || command -v apptainer) || {
+            error "neither singularity nor apptainer is on PATH: load the module of a container runtime"
+            return 1
+        }
     fi
     set_runtime_kind
 }

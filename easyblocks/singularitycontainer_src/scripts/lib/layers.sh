@@ -30,14 +30,16 @@ patterns_of() {
 # lines (only the first has the root), and a link as "path -> target", with the target's length as its size: taken
 # apart by these, never by blanks, any name comes back as it is.
 listing_root=''  # (squashfs_entries': made once a run, by know_listing_root)
-know_listing_root() {  # (128 random bits: bash 4.4, LUMI's, has no SRANDOM)
-    listing_root=$(od -An -N16 -tx1 /dev/urandom) || return 1
-    listing_root="/.squashfs-root-${listing_root//[!0-9a-f]/}"
+know_listing_root() {  # (128 random bits: bash 4.4, LUMI's, has no SRANDOM); none where od fails
+    local random
+    random=$(od -An -N16 -tx1 /dev/urandom) || { listing_root=''; return 0; }
+    listing_root="/.squashfs-root-${random//[!0-9a-f]/}"
 }
 listing_modes=''
 squashfs_entries() {
-    [ -n "$listing_root" ] || know_listing_root || return 1
+    [ -n "$listing_root" ] || know_listing_root
     local root=$listing_root
+    [ -n "$root" ] || return 1
     unsquashfs -lln -d "$root" "$1" "${@:2}" | LC_ALL=C awk -v root="$root" -v width="${listing_modes:+10}" '
         function flush(   at, fields, path) {
             at = index(entry, " " root "/")

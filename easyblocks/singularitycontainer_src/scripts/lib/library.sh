@@ -6,7 +6,7 @@
 # The start of the regular file $2, at most $3 characters, into the variable named $1, less the newlines at its end (as
 # $(head -c) gives it): read by bash itself, no process. Empty where $2 is not a regular file (a FIFO would wait).
 read_start() {
-    local __start=''  # (a name no caller's variable has: printf -v sets the innermost of that name)
+    local __start='' LC_ALL=C  # (a name no caller's variable has: printf -v sets the innermost of that name; bytes)
     if [ -f "$2" ]; then
         { IFS= read -r -N "$3" __start <"$2"; } 2>/dev/null || true
     fi
@@ -17,7 +17,7 @@ read_start() {
 }
 # Whether a name of the NUL-terminated list in the file $1 holds a newline (read by bash: no process)
 holds_a_newline() {
-    local names=()
+    local names=() IFS=''  # (joined with nothing between them)
     mapfile -d '' -t names <"$1" || return 1
     [[ "${names[*]}" == *$'\n'* ]]
 }
@@ -43,12 +43,13 @@ know_who_runs() {
     [ -z "$root_mode" ] || return 0  # (known)
     local prompt='\u' field real
     # (bash knows both without a process: the user's name as a prompt's \u, which says "I have no name!" where the
-    # user database does not know it; the effective group in /proc's Gid line)
+    # user database does not know it, as id then fails; the effective group in /proc's Gid line)
     run_user=${prompt@P}
     while read -r field real run_group _; do
         [ "$field" != Gid: ] || break
     done </proc/self/status
-    if [ "$field" != Gid: ] || [ "$run_user" = 'I have no name!' ]; then
+    # (that sentence is translated: a name with a blank or a '!' is no user's)
+    if [ "$field" != Gid: ] || [ -z "$run_user" ] || [[ "$run_user" == *[[:space:]!]* ]]; then
         run_user='' run_group=''
         return 0
     fi

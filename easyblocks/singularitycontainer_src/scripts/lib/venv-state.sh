@@ -163,9 +163,8 @@ through_the_link() {
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
     ! through_the_link "$1" "$2" || return 0  # (the module's own entries, and as a command pinned them: no process)
-    case "$2/" in
-        */./* | */../* | *//*) ;;
-        "$1/$generation_prefix"*/*/) return 0 ;;
+    case "$2" in
+        "$1/$generation_prefix"*/*) ! resolves_to_itself "$2" || return 0 ;;  # (there, and as it is)
     esac
     case "$(readlink -f -- "$2" 2>/dev/null)" in
         "$1/$generation_prefix"*/*) return 0 ;;
