@@ -3200,14 +3200,14 @@ through_the_link() {
         { [ "${2%/*/*}" = "$1" ] || [ "$(readlink -f -- "${2%/*/*}")" = "$1" ]; }
 }
 of_the_packed_venv() {  # whether the path $2 is a file of the packed venv of the install dir $1, of any generation
-    ! through_the_link "$1" "$2" || return 0  # (the module's own entries, and as a command pinned them: no process)
-    case "$2" in
-        "$1/$generation_prefix"*/*) ! resolves_to_itself "$2" || return 0 ;;  # (there, and as it is)
-    esac
-    case "$(readlink -f -- "$2" 2>/dev/null)" in
+    local real=$2
+    ! through_the_link "$1" "$2" || return 0  # (the module's own entries: no process)
+    # (one a command pinned is there as it is: no process either)
+    resolves_to_itself "$2" || real=$(readlink -f -- "$2" 2>/dev/null) || return 1
+    case "$real" in
         "$1/$generation_prefix"*/*) return 0 ;;
+        *) return 1 ;;
     esac
-    return 1
 }
 # How venv-pip's change gets the writable layer on top of the layers of the generation $1, as make-squashfs decided it
 # by what the runtime allows: a directory (an overlay in a user namespace), or an EXT3 image (a setuid runtime lets
