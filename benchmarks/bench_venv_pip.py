@@ -444,6 +444,24 @@ def profile_figures(venv, profiles):
                     continue
                 figures.append(figure('%d_%s_profile_%s' % (venv.entries, mode, kind), '%s entries, %s: of a change, %s'
                                       % (format(venv.entries, ','), name, label), 'ms', [spent[kind] * 1000]))
+    figures += budget_figures(venv, profiles)
+    return figures
+
+
+def budget_figures(venv, profiles):
+    """Of a change under each runtime mode: venv-pip's own work (all but its container), against what at most
+    GOAL_FLOOR of its floor's change leaves it once its container took its time (the runtime's mounts are in that)."""
+    figures = []
+    for mode, floor, name in (('layers', 'floor', 'user namespace'), ('setuid', 'setuid_floor', 'setuid runtime')):
+        spent, floor_spent = (profiles.get('%d_%s' % (venv.entries, key)) for key in (mode, floor))
+        if spent and floor_spent:
+            own = sum(spent.values()) - spent['container']
+            left = GOAL_FLOOR * sum(floor_spent.values()) - spent['container']
+            where = '%s entries, %s: of a change' % (format(venv.entries, ','), name)
+            figures += [figure('%d_%s_profile_own' % (venv.entries, mode), where + ", venv-pip's own work (all but "
+                               'its container)', 'ms', [own * 1000]),
+                        figure('%d_%s_profile_left' % (venv.entries, mode), where + ', what at most %.2fx its floor '
+                               'leaves that work, its container taken' % GOAL_FLOOR, 'ms', [left * 1000])]
     return figures
 
 

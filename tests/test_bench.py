@@ -55,6 +55,10 @@ def test_quick_benchmarks_report_all_figures(tmp_path):
     assert any(key.endswith('_setuid_install') for key in venv_pip) == SETUID_RUNTIME.exists()
     assert any(key.endswith('_personal_install') for key in venv_pip)
     assert any(key.endswith('_setuid_personal_install') for key in venv_pip) == SETUID_RUNTIME.exists()
+    # A start's price of a second file on its own (the floor of two layers against one file), under each runtime mode
+    starts = {fig['key'] for fig in result['benchmarks'][BENCHMARKS.index('container_start')]['figures']}
+    assert 'userns_exec_second_ratio' in starts
+    assert ('setuid_exec_second_ratio' in starts) == SETUID_RUNTIME.exists()
     # The options benchmark (a tiny tree here, no PyPI wheels): each variant's size, and the read through squashfuse
     options = {fig['key'] for fig in result['benchmarks'][-1]['figures']}
     assert {'gzip', 'gzip_bytes', 'gzip_unsquash_shm', 'gzip_unsquash_disk', 'gzip_read', 'zstd_1_read'} <= options
