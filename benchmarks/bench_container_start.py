@@ -103,6 +103,20 @@ def name_state(idir, generation):
     os.replace(new, idir / USER_SOFTWARE_PACKED)
 
 
+def loaded_envs(ctx, inst, idir, states, modes, personal):
+    """{(mode, state): the environment of a shell that loaded the module in that state, with that mode's runtime}."""
+    envs = {}
+    for state, generation in states.items():
+        name_state(idir, generation)
+        loaded = ctx.env(shell_env(inst, personal_setting(personal if state == 'personal' else None) +
+                                   'module load Bench/1.0'))
+        for mode in modes:
+            envs[mode, state] = dict(loaded)
+            if mode == 'setuid':
+                envs[mode, state]['PATH'] = os.pathsep.join([str(SETUID_RUNTIME.parent), loaded['PATH']])
+    return envs
+
+
 def bench_container_start(ctx):
     s = ctx.settings
     inst, idir = ctx.squashed_install()
@@ -118,15 +132,7 @@ def bench_container_start(ctx):
     states = {'layers': layered, 'one_file': one_file, 'personal': layered,
               'second_file': second_file_generation(idir, one_file, layered)}
     modes = ['userns'] + (['setuid'] if SETUID_RUNTIME.exists() else [])
-    envs = {}
-    for state, generation in states.items():
-        name_state(idir, generation)
-        loaded = ctx.env(shell_env(inst, personal_setting(personal if state == 'personal' else None) +
-                                   'module load Bench/1.0'))
-        for mode in modes:
-            envs[mode, state] = dict(loaded)
-            if mode == 'setuid':
-                envs[mode, state]['PATH'] = os.pathsep.join([str(SETUID_RUNTIME.parent), loaded['PATH']])
+    envs = loaded_envs(ctx, inst, idir, states, modes, personal)
     runtime = {mode: shutil.which('singularity', path=envs[mode, 'layers']['PATH']) for mode in modes}
     venv_python = '/user-software/venv/bench/bin/python'
 
