@@ -366,14 +366,15 @@ def random_tree(rng):
     return tree
 
 
-def changed_tree(rng, old):
+def changed_tree(rng, old, retype=True):
     """The tree after a change of pip's: entries removed (a file, a link, a whole directory), added (in new
-    directories too), rewritten, and a file made a directory or a directory a file; and, last, maybe a directory of
-    the tree before removed and made again with a new file in it. Returns (tree, that directory or None)."""
+    directories too), rewritten, and (with retype) a file made a directory or a directory a file; and, last, maybe a
+    directory of the tree before removed and made again with a new file in it. Returns (tree, that directory or
+    None)."""
     new = dict(old)
     for number in range(rng.randint(1, 5)):
         paths = sorted(path for path in new if path.count('/') > 1)
-        op = rng.choice(['remove', 'add', 'add', 'rewrite', 'retype'] if paths else ['add'])
+        op = rng.choice(['remove', 'add', 'add', 'rewrite'] + ['retype'] * retype if paths else ['add'])
         if op == 'remove' or op == 'retype':
             path = rng.choice(paths)
             was_directory = new[path] == ('d',)
@@ -428,6 +429,45 @@ def upper_and_whiteouts(old, new, again=None):
     return upper, whiteouts, record
 
 
+def userns_upper_and_whiteouts(old, new, again=None):
+    """What the writable overlay holds after the change in a user namespace, where the overlay removes no directory of
+    the layers below (rmdir says EIO): pip empties it, and it stays, with a whiteout for each of its files and links
+    and each of its directories emptied in turn, listed in OVERLAY_PYTHON's record; one made again holds its new
+    entries beside those whiteouts. The whiteouts as venv-pip's find lists them: each file and link of the layers
+    below that went, however deep (an uninstall leaves thousands). (Such an overlay turns no file into a directory,
+    nor the other way round: venv-pip repacks there.)"""
+    upper, below_again = {}, (again + '/') if again else None
+    for path, entry in new.items():
+        if (old.get(path) != entry or (again and path.startswith(below_again))) and path != 'user-software':
+            upper[path] = entry
+    gone = [path for path in old if path not in new or (again and path.startswith(below_again))]
+    emptied = sorted({path for path in gone if old[path] == ('d',)} | ({again} if again else set()))
+    whiteouts = sorted(path for path in gone if old[path] != ('d',) and path not in new)  # (one made again: a file)
+    for path in list(upper) + emptied + whiteouts:
+        above = path if path in emptied else parent(path)
+        while '/' in above:
+            upper.setdefault(above, ('d',))
+            above = parent(above)
+    record = ''.join('/%s\0' % path for path in emptied) or None
+    return upper, whiteouts, record
+
+
+def write_whiteouts(root, whiteouts):
+    """The whiteouts in the upper directory root as the overlay makes them (character devices 0,0), where this may
+    make them (root's tests): what venv-pip reads out of it must leave them out."""
+    if os.geteuid() == 0:
+        for path in whiteouts:
+            os.mknod(root / path, stat.S_IFCHR | 0o600, os.makedev(0, 0))
+
+
+def entries_of(install_dir, squashfs, kind=None):
+    """The paths in the SquashFS file, of one kind if given (as ls -l writes it: c for the whiteouts), as the library
+    lists them."""
+    proc = bash(install_dir, 'squashfs_entries "$squashfs"', env=dict(squashfs=str(squashfs)))
+    assert proc.returncode == 0, proc.stderr
+    return [entry[2:] for entry in proc.stdout.split('\0') if entry and kind in (None, entry[0])]
+
+
 def write_tree(root, tree):
     root.mkdir(parents=True)
     for path in sorted(tree):
@@ -471,13 +511,16 @@ unpack_venv "$work/unpacked" "$squashfs" "$new_layer"
 '''
 
 
-def test_changes_as_layers_unpack_to_the_changed_venv(install_dir, tmp_path):
+@pytest.mark.parametrize('overlay', ['privileged', 'user namespace'])
+def test_changes_as_layers_unpack_to_the_changed_venv(install_dir, tmp_path, overlay):
     """On generated trees with odd names: a SquashFS file, then two changes, each a new layer made by the library's
     functions from what the overlay would hold (as venv-pip makes it, without the container; a directory made again
-    as OVERLAY_PYTHON records it): the SquashFS file with each layer on top unpacks to the tree as changed, every
-    entry with its type, content and link target."""
+    as OVERLAY_PYTHON records it), as a privileged overlay (a setuid runtime's) leaves it and as one in a user
+    namespace does (directories emptied, whiteouts of all they held): the SquashFS file with each layer on top unpacks
+    to the tree as changed, every entry with its type, content and link target."""
     require(all(shutil.which(tool) for tool in ('mksquashfs', 'unsquashfs')), 'mksquashfs and unsquashfs')
-    rng = random.Random(41)
+    userns = overlay == 'user namespace'
+    rng = random.Random(41 + userns)
     for case in range(LAYER_CASES):
         root = tmp_path / str(case)
         trees = [random_tree(rng)]
@@ -487,11 +530,14 @@ def test_changes_as_layers_unpack_to_the_changed_venv(install_dir, tmp_path):
             base=str(root / 'base'), squashfs=str(root / 'base.squashfs'), layer=str(layer)))
         assert proc.returncode == 0, proc.stderr
         for step in (1, 2):
-            tree, again = changed_tree(rng, trees[-1])
+            tree, again = changed_tree(rng, trees[-1], retype=not userns)
             trees.append(tree)
-            upper, whiteouts, record = upper_and_whiteouts(trees[-2], trees[-1], again)
+            upper, whiteouts, record = (userns_upper_and_whiteouts if userns else upper_and_whiteouts)(
+                trees[-2], trees[-1], again)
             work = root / ('work%d' % step)
             write_tree(work / 'upper', upper)
+            if userns:
+                write_whiteouts(work / 'upper', whiteouts)
             if record:
                 (work / 'upper' / EMPTIED_RECORD.lstrip('/')).write_text(record)
             (work / 'whiteouts').write_bytes(b''.join(path.encode() + b'\0' for path in whiteouts))
@@ -500,6 +546,10 @@ def test_changes_as_layers_unpack_to_the_changed_venv(install_dir, tmp_path):
                 new_layer), squashfs=str(root / 'base.squashfs')))
             assert proc.returncode == 0 and proc.stderr == '', proc.stderr
             assert read_tree(work / 'unpacked') == trees[-1], 'case %d, change %d' % (case, step)
+            # (each whiteout hides something of the SquashFS file: one that hides nothing the overlay lists as an entry
+            # that cannot be opened)
+            assert set(entries_of(install_dir, new_layer, 'c')) <= set(entries_of(install_dir, root / 'base.squashfs')
+                                                                       ), 'case %d, change %d' % (case, step)
             layer = new_layer
 
 

@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -151,6 +152,44 @@ def test_an_upgrade_is_a_layer_that_singularity_exec_sees_without_reload(packed,
     assert sorted(p.name for p in (site / 'lumi_upgraded').iterdir()) == ['__init__.py', '__pycache__', 'new.py']
     assert [p.name for p in site.glob('lumi_upgraded-*')] == ['lumi_upgraded-2.0.dist-info']
     assert sorted(p.name for p in (site / 'lumi_base').iterdir()) == ['__init__.py']  # none of 1.0's __pycache__
+
+
+def written_by(call):
+    """call() and the bytes the processes it ran (and waited for) wrote to storage, as the kernel counts them when
+    they dirty the pages (a file removed before it reaches the disk counts too)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock
+    result = call()
+    return result, (resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock - before) * 512
+
+
+@pytest.mark.needs('image-src')
+def test_an_uninstall_moves_nothing_aside(packed, tmp_path):
+    """pip's uninstall moves what it removes aside first, to put it back if the change fails; in the overlay, a move
+    of what the SquashFS file holds is a copy of it. venv-pip's pip removes it in place (a failed change is thrown
+    away whole): an uninstall of a package of 48 MiB in the SquashFS file writes less than a third of that, with the
+    work dir on a disk, and the package is gone."""
+    inst, idir = packed
+    wheels, work = tmp_path / 'wheels', tmp_path / 'work'
+    wheels.mkdir()
+    work.mkdir()
+    give(work, inst.user)
+    size = 48 << 20
+    write_wheel(wheels, 'lumi-large', modules={'data.py': 'DATA = %r\n' % os.urandom(size // 2).hex()})
+    # (into the SquashFS file itself, as LUMI's user guide packs a venv: unpacked, changed, packed again)
+    inst.module_shell('Demo/1.0', 'venv-pip install -q --no-compile %s lumi-large\n'
+                                  'unmake-squashfs >/dev/null\nrm "$CONTAINERROOT/%s"\nmake-squashfs >/dev/null\n'
+                                  'rm -rf "$CONTAINERROOT/user-software"\n' % (' '.join(local_wheels(wheels)), PACKED))
+    listed = run(['unsquashfs', '-l', str(idir / SQUASHFS)], user=None).stdout
+    assert re.search(r'/site-packages/lumi_large/data\.py$', listed, re.M)
+    # (the place counts what is written there)
+    _, probe = written_by(lambda: inst.shell('dd if=/dev/zero of=%s/probe bs=1M count=8 conv=fsync status=none\n'
+                                             'rm %s/probe' % (work, work)))
+    assert probe >= 8 << 20, 'the file system of %s does not count what is written to it' % work
+    proc, written = written_by(lambda: inst.module_shell('Demo/1.0', (
+        'export TMPDIR=%s\nvenv-pip uninstall -q -y lumi-large\n'
+        'python -c "import lumi_large" 2>&1 | tail -n 1\n') % work))
+    assert proc.stdout.splitlines()[-1] == "ModuleNotFoundError: No module named 'lumi_large'"
+    assert written < size // 3, '%d MiB written for an uninstall of %d MiB' % (written >> 20, size >> 20)
 
 
 WRITABLE_LAYER = WRITABLE_LAYER_RECORD

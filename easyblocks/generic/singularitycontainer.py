@@ -4163,6 +4163,12 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
     done
     return 1
 }
+not_below_any() {  # the paths on stdin (NUL-terminated) that are not below one of the list $1 (NUL-terminated)
+    LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { top[$0] = 1; next }
+                  { n = split($0, part, "/"); above = ""
+                    for (i = 1; i < n; i++) { above = above part[i]; if (above in top) next; above = above "/" }
+                    printf "%s%c", $0, 0 }' "$1" -
+}
 # The paths on stdin (NUL-terminated) removed from the tree $1 where they are there: not below a file or a link of the
 # tree, below which nothing is the tree's (a link's target is not). One rm for all: a change may remove thousands.
 remove_paths() {
@@ -4221,21 +4227,29 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
 # else is removed too; one made again hides what the layers below held in it (as an opaque directory does), and so
 # does a directory where the tree has a file or a link, and the other way round.
 apply_upper() {
-    local path top=
+    local path top='' tops="$4.tops"
     if [ -f "$1$emptied_record" ]; then
+        : >"$tops" || return 1
         while IFS= read -r -d '' path; do  # (sorted: a directory before what is in it)
             path=${path#/}
             if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
                 [ -n "$(find "$1/$path" ! -type d ! -type c -print -quit)" ] || rm -rf -- "${1:?}/$path"
                 under_non_directory "$2" "$path" || rm -rf -- "${2:?}/$path"
-                # (what is below a listed directory is hidden with it)
+                # (what is below a listed directory is hidden with it: its whiteouts too, where it was made again)
                 if [ -z "$top" ] || [ "${path#"$top"/}" = "$path" ]; then
                     top=$path
                     printf '%s\0' "$path" >>"$3"
+                    printf '%s\0' "$path" >>"$tops"
+                    [ ! -d "$1/$path" ] || find "$1/$path" -mindepth 1 -type c -delete || return 1
                 fi
             fi
         done <"$1$emptied_record"
         rm -f "$1$emptied_record"
+        # (so they leave the list, in one pass: an uninstall in a user namespace leaves one for each file it removed)
+        if [ -s "$tops" ]; then
+            not_below_any "$tops" <"$4" >"$4.kept" && mv -f -- "$4.kept" "$4" || return 1
+        fi
+        rm -f -- "$tops"
     fi
     remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && { [ ! -s "$4" ] || cat -- "$4" >>"$3"; } || return 1
     while IFS= read -r -d '' path; do
@@ -4712,6 +4726,11 @@ mounts it, removes it and marks a directory made again at its name opaque, which
 are written to RECORD (NUL-terminated: a name may hold any other byte): venv-pip reads it, and hides whatever the
 layers below held in them when it packs the change; a later run in the same overlay reads it back.
 
+pip's uninstall (an upgrade's too) first moves what it removes aside, to put it back if the change fails. In the
+overlay a move of what the layers below hold is a copy (the kernel's rename says EXDEV): a package of 1 GB would be
+written whole before it is removed. Here it is removed where it is: venv-pip throws a failed change away whole, which
+puts it back.
+
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
 with the status REFUSED_STATUS, on which venv-pip repacks the whole venv instead. So it does where the kernel
@@ -4727,6 +4746,7 @@ import os
 import re
 import runpy
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -4874,6 +4894,33 @@ class Scandir:
         self.entries.close()
 
 
+def remove_in_place(stashed, path):
+    """pip's StashedUninstallPathSet.stash: path removed where it is, nothing moved aside."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+    stashed._moves.append((path, path))  # (what pip says it removed, and that a rollback has work)
+    return path
+
+
+def put_back_nothing(stashed):
+    """pip's StashedUninstallPathSet.rollback: nothing to put back (venv-pip throws the overlay away)."""
+    stashed._moves = []
+
+
+def uninstall_in_place():
+    """pip's uninstalls in this process remove in place (remove_in_place); a pip without that class keeps its own
+    way."""
+    try:
+        from pip._internal.req.req_uninstall import StashedUninstallPathSet
+    except ImportError:
+        return
+    if all(callable(getattr(StashedUninstallPathSet, name, None)) for name in ("stash", "rollback", "commit")):
+        StashedUninstallPathSet.stash = remove_in_place
+        StashedUninstallPathSet.rollback = put_back_nothing
+
+
 def run_module(args):
     """Run the module args[0] as __main__ with the arguments args[1:]; its exit status."""
     sys.argv = list(args)
@@ -4980,6 +5027,8 @@ def main(argv):
     real = {name: getattr(os, name) for name in replaced}
     for name, function in replaced.items():
         setattr(os, name, function)
+    if args[0] == "pip":
+        uninstall_in_place()
     try:
         status = run_module(args)
         if then and not status and not refused:
@@ -5420,6 +5469,9 @@ only_the_venvs_part() {
     [ "${#others[@]}" -eq 0 ] || rm -rf -- "${others[@]}" || return 1
     [ -s "$2" ] || return 0
     mapfile -d '' -t whiteouts <"$2" || return 1
+    others=("${whiteouts[@]/#user-software\/*/}")  # (the venv's each an empty word: where all are, nothing to do)
+    printf -v entry '%s' "${others[@]}"
+    [ -n "$entry" ] || return 0
     for entry in "${whiteouts[@]}"; do
         [ "${entry#user-software/}" = "$entry" ] || venvs+=("$entry")
     done

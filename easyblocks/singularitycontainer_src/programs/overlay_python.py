@@ -11,6 +11,11 @@ mounts it, removes it and marks a directory made again at its name opaque, which
 are written to RECORD (NUL-terminated: a name may hold any other byte): venv-pip reads it, and hides whatever the
 layers below held in them when it packs the change; a later run in the same overlay reads it back.
 
+pip's uninstall (an upgrade's too) first moves what it removes aside, to put it back if the change fails. In the
+overlay a move of what the layers below hold is a copy (the kernel's rename says EXDEV): a package of 1 GB would be
+written whole before it is removed. Here it is removed where it is: venv-pip throws a failed change away whole, which
+puts it back.
+
 For the same reason the overlay cannot turn a file or a link of the layers below into a directory (EIO), nor such a
 directory into a file: where pip tries, this Python stops it (its output ends there), says so in one line, and exits
 with the status REFUSED_STATUS, on which venv-pip repacks the whole venv instead. So it does where the kernel
@@ -26,6 +31,7 @@ import os
 import re
 import runpy
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -173,6 +179,33 @@ class Scandir:
         self.entries.close()
 
 
+def remove_in_place(stashed, path):
+    """pip's StashedUninstallPathSet.stash: path removed where it is, nothing moved aside."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+    stashed._moves.append((path, path))  # (what pip says it removed, and that a rollback has work)
+    return path
+
+
+def put_back_nothing(stashed):
+    """pip's StashedUninstallPathSet.rollback: nothing to put back (venv-pip throws the overlay away)."""
+    stashed._moves = []
+
+
+def uninstall_in_place():
+    """pip's uninstalls in this process remove in place (remove_in_place); a pip without that class keeps its own
+    way."""
+    try:
+        from pip._internal.req.req_uninstall import StashedUninstallPathSet
+    except ImportError:
+        return
+    if all(callable(getattr(StashedUninstallPathSet, name, None)) for name in ("stash", "rollback", "commit")):
+        StashedUninstallPathSet.stash = remove_in_place
+        StashedUninstallPathSet.rollback = put_back_nothing
+
+
 def run_module(args):
     """Run the module args[0] as __main__ with the arguments args[1:]; its exit status."""
     sys.argv = list(args)
@@ -279,6 +312,8 @@ def main(argv):
     real = {name: getattr(os, name) for name in replaced}
     for name, function in replaced.items():
         setattr(os, name, function)
+    if args[0] == "pip":
+        uninstall_in_place()
     try:
         status = run_module(args)
         if then and not status and not refused:

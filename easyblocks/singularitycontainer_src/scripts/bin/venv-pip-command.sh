@@ -352,6 +352,9 @@ only_the_venvs_part() {
     [ "${#others[@]}" -eq 0 ] || rm -rf -- "${others[@]}" || return 1
     [ -s "$2" ] || return 0
     mapfile -d '' -t whiteouts <"$2" || return 1
+    others=("${whiteouts[@]/#user-software\/*/}")  # (the venv's each an empty word: where all are, nothing to do)
+    printf -v entry '%s' "${others[@]}"
+    [ -n "$entry" ] || return 0
     for entry in "${whiteouts[@]}"; do
         [ "${entry#user-software/}" = "$entry" ] || venvs+=("$entry")
     done

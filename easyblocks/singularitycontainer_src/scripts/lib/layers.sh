@@ -76,6 +76,12 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
     done
     return 1
 }
+not_below_any() {  # the paths on stdin (NUL-terminated) that are not below one of the list $1 (NUL-terminated)
+    LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { top[$0] = 1; next }
+                  { n = split($0, part, "/"); above = ""
+                    for (i = 1; i < n; i++) { above = above part[i]; if (above in top) next; above = above "/" }
+                    printf "%s%c", $0, 0 }' "$1" -
+}
 # The paths on stdin (NUL-terminated) removed from the tree $1 where they are there: not below a file or a link of the
 # tree, below which nothing is the tree's (a link's target is not). One rm for all: a change may remove thousands.
 remove_paths() {
@@ -134,21 +140,29 @@ unpack_venv() {  # the SquashFS file $2, with the layer $3 on top if there is on
 # else is removed too; one made again hides what the layers below held in it (as an opaque directory does), and so
 # does a directory where the tree has a file or a link, and the other way round.
 apply_upper() {
-    local path top=
+    local path top='' tops="$4.tops"
     if [ -f "$1$emptied_record" ]; then
+        : >"$tops" || return 1
         while IFS= read -r -d '' path; do  # (sorted: a directory before what is in it)
             path=${path#/}
             if [ -d "$1/$path" ] && [ ! -L "$1/$path" ]; then
                 [ -n "$(find "$1/$path" ! -type d ! -type c -print -quit)" ] || rm -rf -- "${1:?}/$path"
                 under_non_directory "$2" "$path" || rm -rf -- "${2:?}/$path"
-                # (what is below a listed directory is hidden with it)
+                # (what is below a listed directory is hidden with it: its whiteouts too, where it was made again)
                 if [ -z "$top" ] || [ "${path#"$top"/}" = "$path" ]; then
                     top=$path
                     printf '%s\0' "$path" >>"$3"
+                    printf '%s\0' "$path" >>"$tops"
+                    [ ! -d "$1/$path" ] || find "$1/$path" -mindepth 1 -type c -delete || return 1
                 fi
             fi
         done <"$1$emptied_record"
         rm -f "$1$emptied_record"
+        # (so they leave the list, in one pass: an uninstall in a user namespace leaves one for each file it removed)
+        if [ -s "$tops" ]; then
+            not_below_any "$tops" <"$4" >"$4.kept" && mv -f -- "$4.kept" "$4" || return 1
+        fi
+        rm -f -- "$tops"
     fi
     remove_paths "$1" <"$4" && remove_paths "$2" <"$4" && { [ ! -s "$4" ] || cat -- "$4" >>"$3"; } || return 1
     while IFS= read -r -d '' path; do
