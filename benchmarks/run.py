@@ -8,8 +8,9 @@ and max over the runs, after a warm-up run (--quick: tiny sizes, 1 run, no warm-
 is computed per run from two things measured in that run, with the variants interleaved.
 
 This file is the entry and the order of the benchmarks; harness.py runs and measures, report.py prints the tables,
-and each benchmark is a module of its own: bench_install.py, bench_squash.py, bench_venv_pip.py, bench_wrapper.py,
-bench_container_start.py, bench_module_load.py, bench_generator.py and bench_squash_options.py.
+and each benchmark is a module of its own: bench_install.py, bench_squash.py, bench_venv_pip.py,
+bench_large_package.py, bench_wrapper.py, bench_container_start.py, bench_module_load.py, bench_generator.py and
+bench_squash_options.py.
 """
 import argparse
 import datetime
@@ -23,6 +24,7 @@ from pathlib import Path
 from bench_container_start import bench_container_start
 from bench_generator import bench_generator
 from bench_install import bench_install
+from bench_large_package import bench_large_package
 from bench_module_load import bench_module_load
 from bench_squash import bench_squash
 from bench_squash_options import bench_squash_options
@@ -34,9 +36,9 @@ from testkit.install import EB_VENVS, LMOD_CMD, RUNTIME
 from testkit.users import give
 
 # The benchmarks in the order they run (the squash benchmark before those that need the venv squashed)
-BENCHMARKS = {'install': bench_install, 'squash': bench_squash, 'venv_pip': bench_venv_pip, 'wrapper': bench_wrapper,
-              'container_start': bench_container_start, 'module_load': bench_module_load, 'generator': bench_generator,
-              'options': bench_squash_options}
+BENCHMARKS = {'install': bench_install, 'squash': bench_squash, 'venv_pip': bench_venv_pip,
+              'large_package': bench_large_package, 'wrapper': bench_wrapper, 'container_start': bench_container_start,
+              'module_load': bench_module_load, 'generator': bench_generator, 'options': bench_squash_options}
 
 
 def missing_tools():

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.system,  # the system tier: the benchmarks
                                     'whichever runtime runs the tests')]
 
 RUNNER = REPO / 'benchmarks' / 'run.py'
-BENCHMARKS = ['install', 'squash', 'venv_pip', 'wrapper', 'container_start', 'module_load',
+BENCHMARKS = ['install', 'squash', 'venv_pip', 'large_package', 'wrapper', 'container_start', 'module_load',
               'generator', 'squash_options']
 
 
