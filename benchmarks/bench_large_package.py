@@ -6,10 +6,10 @@ import random
 import shutil
 from pathlib import Path
 
-from bench_venv_pip import FLOOR, Venv, count_listed
+from bench_venv_pip import FLOOR, Venv, change_envs, count_listed
 from harness import BenchError, checked, figure, measure_io, progress, repeat, rotated
 from singularitycontainer_src.install_dir import current_generation
-from singularitycontainer_src.layout import SQUASHFS_NAME, USER_SOFTWARE_PACKED, WRITABLE_LAYER_RECORD
+from singularitycontainer_src.layout import SQUASHFS_NAME
 from testkit.install import SETUID_RUNTIME, write_wheel
 
 LARGE = 'bench-large'
@@ -25,14 +25,6 @@ def large_wheel(wheels, modules):
     rng = random.Random(56)
     write_wheel(wheels, LARGE, code='', modules={'m%04d.py' % number: 'DATA = %r\n' % rng.randbytes(
         MODULE_BYTES // 2 - 8).hex() for number in range(modules)})
-
-
-def fresh_copy(venv, scratch):
-    """The floor's writable copy of the venv, unpacked again from the SquashFS file as installed."""
-    if venv.copy:
-        shutil.rmtree(venv.copy.parent)
-        venv.copy = None
-    return venv.writable_copy(scratch)
 
 
 def uninstall_seconds(ctx, venv, script, env, what, floor=False):
@@ -55,20 +47,18 @@ def bench_large_package(ctx):
     generation = Path(current_generation(str(idir)))
     venv = Venv('PipLarge/1.0', inst, idir, count_listed(generation / SQUASHFS_NAME))
     venv.original = Path(shutil.copytree(generation, ctx.scratch / 'PipLarge.generation'))
-    env = ctx.env()
-    del env['TMPDIR']  # venv-pip chooses its node-local place itself
-    envs = {'layers': env, 'setuid': dict(env, PATH='%s:%s' % (SETUID_RUNTIME.parent, env['PATH']))}
+    envs = dict(zip(('layers', 'setuid'), change_envs(ctx)))
     modes = ['layers'] + (['setuid'] if SETUID_RUNTIME.exists() else [])
 
     def one_run(index):
         values = {}
         for mode in rotated(modes, index):
             floor = MODES[mode][1]
-            if mode == 'setuid':  # (as make-squashfs records it under a setuid runtime)
-                (idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
+            if mode == 'setuid':
+                venv.as_setuid_made()
             values[mode] = uninstall_seconds(ctx, venv, UNINSTALL, envs[mode], 'venv-pip uninstall (%s)' % mode)
             venv.restore()
-            copy = fresh_copy(venv, ctx.scratch)
+            copy = venv.writable_copy(ctx.scratch, fresh=True)
             values[floor] = uninstall_seconds(ctx, venv, FLOOR_UNINSTALL.format(copy=copy, venv=venv.venv_name),
                                               envs[mode], 'the floor (%s)' % floor, floor=True)
             values[mode + '_ratio'] = values[mode] / values[floor]

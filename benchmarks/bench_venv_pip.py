@@ -63,13 +63,21 @@ class Venv:
     original: Path = None  # the copy of the generation
     copy: Path = None      # the floor's writable copy of the venv (its /user-software), made by writable_copy
 
-    def writable_copy(self, scratch):
-        """The venv as installed, unpacked into a directory of the user's: the floor's venv."""
+    def writable_copy(self, scratch, fresh=False):
+        """The venv as installed, unpacked into a directory of the user's: the floor's venv (fresh: unpacked again)."""
+        if fresh and self.copy:
+            shutil.rmtree(self.copy.parent)
+            self.copy = None
         if not self.copy:
             tree = scratch / ('%s.floor' % self.module.split('/')[0])
             checked(['unsquashfs', '-q', '-n', '-d', tree, self.original / SQUASHFS_NAME], what='unsquashfs (floor)')
             self.copy = tree / USER_SOFTWARE
         return self.copy
+
+    def as_setuid_made(self):
+        """The install's record of the writable layer as make-squashfs writes it under a setuid runtime (LUMI's): a
+        change's writable layer is an EXT3 image (such a runtime lets only root use a directory)."""
+        (self.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
 
     @property
     def venv_name(self):
@@ -219,14 +227,19 @@ def venv_pip_runs(pid):
         return False
 
 
+def change_envs(ctx):
+    """The environments of venv-pip's changes: with the runtime on PATH, and with the setuid runtime first."""
+    env = ctx.env()
+    del env['TMPDIR']  # venv-pip chooses its node-local place itself
+    return env, dict(env, PATH=os.pathsep.join([str(SETUID_RUNTIME.parent), env['PATH']]))
+
+
 class Runner:
     """Runs the changes on the venvs, checks each, and collects what venv-pip printed besides its result."""
 
     def __init__(self, ctx, find):
         self.ctx, self.find = ctx, find
-        self.env = ctx.env()
-        del self.env['TMPDIR']  # venv-pip chooses its node-local place itself
-        self.setuid_env = dict(self.env, PATH=os.pathsep.join([str(SETUID_RUNTIME.parent), self.env['PATH']]))
+        self.env, self.setuid_env = change_envs(ctx)
         self.said = {}          # {line venv-pip printed on stderr, or its last stdout line: times}
         self.temporary = set()  # what it left in TEMPORARY_PLACES
 
@@ -258,7 +271,7 @@ class Runner:
         shims = make_shims(self.ctx.scratch / ('shims-%s' % mode), env['PATH'])
         env['PATH'] = os.pathsep.join([str(shims), env['PATH']])
         if mode == 'setuid':
-            (venv.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
+            venv.as_setuid_made()
         spent = []
         floor = mode.endswith('floor')
         if floor:
@@ -284,9 +297,7 @@ class Runner:
         if variant == 'manual':
             self.step(venv, 'manual', values, 'manual')
         elif variant == 'setuid':
-            # LUMI's runtime: as make-squashfs records it under a setuid runtime, a change's writable layer is an
-            # EXT3 image (such a runtime lets only root use a directory)
-            (venv.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
+            venv.as_setuid_made()
             for name in ('install', 'uninstall'):
                 self.step(venv, name, values, 'setuid_%s' % name, self.setuid_env)
         elif variant in ('personal', 'setuid_personal'):
@@ -296,7 +307,7 @@ class Runner:
             env = dict(self.setuid_env if variant == 'setuid_personal' else self.env,
                        **{PERSONAL_LAYERS_VAR: str(layers)})
             if variant == 'setuid_personal':
-                (venv.idir / USER_SOFTWARE_PACKED / WRITABLE_LAYER_RECORD).write_text('image\n')
+                venv.as_setuid_made()
             for name in ('install', 'uninstall'):
                 self.step(venv, 'personal_' + name, values, '%s_%s' % (variant, name), env)
             shutil.rmtree(layers)

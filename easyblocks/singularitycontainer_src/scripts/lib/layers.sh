@@ -76,11 +76,16 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
     done
     return 1
 }
-not_below_any() {  # the paths on stdin (NUL-terminated) that are not below one of the list $1 (NUL-terminated)
-    LC_ALL=C awk 'BEGIN { RS = "\0" } NR == FNR { top[$0] = 1; next }
-                  { n = split($0, part, "/"); above = ""
-                    for (i = 1; i < n; i++) { above = above part[i]; if (above in top) next; above = above "/" }
-                    printf "%s%c", $0, 0 }' "$1" -
+# The paths on stdin (NUL-terminated) that are below none of the list $1 (NUL-terminated); without $1, below none of
+# the paths before them (sorted: a directory before what is in it)
+not_below_any() {
+    LC_ALL=C awk -v list="${1:-}" 'BEGIN { RS = "\0"; while (list != "" && (getline path < list) > 0) top[path] = 1 }
+                                   { n = split($0, part, "/"); above = ""
+                                     for (i = 1; i < n; i++) {
+                                         above = above part[i]; if (above in top) next; above = above "/"
+                                     }
+                                     if (list == "") top[$0] = 1
+                                     printf "%s%c", $0, 0 }'
 }
 # The paths on stdin (NUL-terminated) removed from the tree $1 where they are there: not below a file or a link of the
 # tree, below which nothing is the tree's (a link's target is not). One rm for all: a change may remove thousands.
@@ -233,9 +238,7 @@ pack_layer() {
     fi
     LC_ALL=C sort -zu "$2" | while IFS= read -r -d '' path; do
         [ -e "$1/$path" ] || [ -L "$1/$path" ] || under_non_directory "$1" "$path" || printf '%s\0' "$path"
-    done | in_squashfs "${@:4}" | LC_ALL=C awk 'BEGIN { RS = "\0" } { n = split($0, part, "/"); above = ""
-                 for (i = 1; i < n; i++) { above = above part[i]; if (above in gone) next; above = above "/" }
-                 gone[$0] = 1; printf "%s%c", $0, 0 }' >"$whiteouts" || return 1
+    done | in_squashfs "${@:4}" | not_below_any >"$whiteouts" || return 1
     # (the directories above them, in the tree: none is below a file or a link of it)
     LC_ALL=C sed -z -n 's|/[^/]*$||p' "$whiteouts" | LC_ALL=C sort -zu | (cd -- "$1" && xargs -0r mkdir -p --) ||
         return 1
