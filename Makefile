@@ -137,8 +137,8 @@ test: $(EB5) $(EB49) $(TOOLS)/venv/setup.stamp
 endif
 
 # The unit tier, for the developer loop: the tests that start neither a container (not marked runtime, needing no
-# feature of a runtime) nor EasyBuild (not marked eb), nor are of the system tier (tests/conftest.py's tier_of): under
-# a minute here, with the tools made
+# feature of a runtime) nor EasyBuild (not marked eb), nor are of the system tier (tests/conftest.py's tier_of): about
+# 1.5 minutes here, with the tools made
 check: setup
 	$(INSTALL_THIS)
 	$(RUN_TESTS) $(TOOLS)/apptainer/bin/singularity -- --tier unit
@@ -148,8 +148,8 @@ demo: setup
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) demo/demo.py
 
 # Benchmarks (not part of make test, which runs them once in a quick mode): a table, and JSON with
-# make bench BENCH_ARGS="--json bench.json --markdown".
-bench: setup $(BENCH_WHEELS)/fetched.stamp
+# make bench BENCH_ARGS="--json bench.json --markdown". With the setuid runtime too (its rows: LUMI's mode).
+bench: setup $(APPTAINER_SUID_STAMP) $(BENCH_WHEELS)/fetched.stamp
 	$(INSTALL_THIS)
 	LUMI_CT_TOOLS=$(TOOLS) $(PY) benchmarks/run.py $(BENCH_ARGS)
 

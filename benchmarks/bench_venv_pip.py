@@ -5,6 +5,8 @@ import ast
 import hashlib
 import os
 import shutil
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -315,9 +317,16 @@ class Runner:
             return values  # (the install stays as it is)
         elif variant in ('floor', 'setuid_floor'):
             venv.writable_copy(self.ctx.scratch)
+            if variant == 'floor':  # (what a node's first change on an unpacked copy, not an overlay, would pay)
+                values['floor_unpack'], values['floor_unpack_bytes'] = unpack_in_memory(venv.original / SQUASHFS_NAME)
             env = self.setuid_env if variant == 'setuid_floor' else self.env
+            stamp = self.ctx.scratch / 'floor-stamp'
+            stamp.touch()
             for name in ('install', 'uninstall'):
                 self.step(venv, 'floor_' + name, values, '%s_%s' % (variant, name), env)
+            if variant == 'floor':  # (a host-side walk: the same under either runtime)
+                values['floor_walk'] = walk_for_change(venv.copy, stamp)
+            stamp.unlink()
             return values  # (the floor leaves the install alone)
         else:
             if variant == 'repack':  # venv-pip repacks the whole venv where there is no layer
@@ -328,6 +337,33 @@ class Runner:
         values[variant + '_old_generations'] = len(venv.old_generations())
         venv.restore()
         return values
+
+
+def unpack_in_memory(squashfs):
+    """Seconds and bytes of the SquashFS file unpacked into a new directory in /dev/shm, as a node-local copy of the
+    venv would be (/tmp on LUMI's compute nodes is memory too); removed again."""
+    place = Path(tempfile.mkdtemp(prefix='bench-unpack.', dir='/dev/shm'))
+    give(place, bench_user())
+    try:
+        start = time.perf_counter()
+        checked(['unsquashfs', '-q', '-n', '-d', place / 'tree', squashfs], what='unsquashfs (into /dev/shm)')
+        seconds = time.perf_counter() - start
+        size = sum(entry.lstat().st_size for entry in (place / 'tree').rglob('*')
+                   if entry.is_file() and not entry.is_symlink())
+    finally:
+        shutil.rmtree(place)
+    return seconds, size
+
+
+def walk_for_change(tree, stamp):
+    """Seconds of one walk of the unpacked tree for what was written in it since the file stamp was (find -newer):
+    the least a change made on an unpacked copy of the venv, without an overlay, pays to know its layer."""
+    start = time.perf_counter()
+    found = checked(['find', tree, '-newer', stamp], what='find -newer (the walk for a change)')
+    seconds = time.perf_counter() - start
+    if not found.stdout.strip():
+        raise BenchError('find -newer %s found nothing in %s after pip install and uninstall' % (stamp, tree))
+    return seconds
 
 
 def variants(ctx, venv):
@@ -422,6 +458,9 @@ LABELS = [
     ('floor_install', 'the floor: pip install in a container, on a writable copy of the venv', 's'),
     ('floor_uninstall', 'the floor: pip uninstall in a container, on a writable copy of the venv', 's'),
     ('layers_floor_ratio', 'venv-pip / the floor, install + uninstall, user namespace', 'x'),
+    ('floor_unpack', 'the SquashFS file unpacked into /dev/shm (a node-local copy of the venv)', 's'),
+    ('floor_unpack_bytes', 'bytes of that copy in memory (its files)', 'bytes'),
+    ('floor_walk', "one walk of the floor's unpacked copy for what its change wrote (find -newer)", 's'),
     ('setuid_floor_install', 'the floor, setuid runtime: pip install', 's'),
     ('setuid_floor_uninstall', 'the floor, setuid runtime: pip uninstall', 's'),
     ('setuid_floor_ratio', 'venv-pip / the floor, install + uninstall, setuid runtime', 'x'),
