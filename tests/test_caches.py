@@ -233,6 +233,38 @@ def test_the_rule_is_plain_sh(tmp_path):
         assert proc.returncode == 0, proc.stdout
 
 
+def test_a_root_swapped_for_a_link_to_the_users_own_while_it_is_checked_is_refused(tmp_path):
+    """Another user's directory at the root's name, swapped for a link to a directory of the user's own right after
+    the rule looked at it (as they can in a parent without the sticky bit, or with their own entry anywhere): the rule
+    decides on that one look (owner and mode of the entry, no link followed), so it refuses the root, changes nothing
+    of the user's, and takes a fresh private one. Each tool the rule starts does the swap once, after it ran."""
+    parent = tmp_path / 'node-tmp'
+    parent.mkdir()
+    parent.chmod(0o777)  # (no sticky bit: anyone can rename what is in it)
+    mine = parent / 'mine'
+    run(['mkdir', '-m', '0755', str(mine)])
+    planted = parent / ('%s-caches-4343-0' % OWNER)
+    run(['mkdir', '-m', '0700', str(planted)], user=OUTSIDER)
+    shims = tmp_path / 'shims'
+    shims.mkdir()
+    swap = ('#!/bin/sh\nreal=$(PATH=/usr/bin:/bin command -v "${0##*/}")\n"$real" "$@"\nstatus=$?\n'
+            'if mkdir %s 2>/dev/null; then mv %s %s.gone && ln -s %s %s; fi\nexit $status\n'
+            % tuple(shlex.quote(str(path)) for path in (parent / 'swapped', planted, planted, mine, planted)))
+    for tool in ('stat', 'ls'):  # (the looks at the entry, the old one's and this one's)
+        (shims / tool).write_text(swap)
+        (shims / tool).chmod(0o755)
+    call = 'singularitycontainer_cache_root -q %s Demo/1.0 triton' % shlex.quote(str(parent))
+    (tmp_path / 'rule.sh').write_text(CACHE_ROOT_RULE + '\n' + call + '\n')
+    env = dict(base_env(), SLURM_JOB_ID='4343', SLURM_NODEID='0')
+    env['PATH'] = '%s:%s' % (shims, env['PATH'])
+    proc = run(['sh', str(tmp_path / 'rule.sh')], env=env)
+    assert (parent / 'swapped').is_dir(), 'no tool of the rule did the swap'
+    root = proc.stdout.strip()
+    assert root.startswith(str(planted) + '.') and 'is owned by %s' % OUTSIDER in proc.stderr, proc.stderr
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o755 and not list(mine.iterdir())
+    assert_private(root)
+
+
 def test_wrappers_and_ranks_say_it_once(tmp_path):
     """Where the module's load did not choose the root (another node, another job), the wrappers and run scripts
     refuse a planted one and make a fresh one, saying so once: a later command (the next rank, the next wrapper)

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -638,6 +639,32 @@ def test_container_init_text_is_never_run_by_its_error_message(tmp_path, conda_s
     assert proc.returncode == 1
     assert proc.stderr == 'init-conda-venv: error: the container initialisation failed: %s\n' % init
     assert not marker.exists()
+
+
+def test_the_install_dir_is_a_name_never_a_pattern(tmp_path, monkeypatch):
+    """What reinstalls kept for running jobs is found beside the install dir by its path as it is: under a path with
+    glob's own characters (a project's directory named proj[1]) the clean-up removes the install's old one, and never
+    another install's that the path would match as a pattern (proj1's)."""
+    import logging
+    from singularitycontainer_src import easyblock
+    from singularitycontainer_src.easyblock import SingularityContainer
+    from singularitycontainer_src.layout import KEEP_PREVIOUS_DAYS, PREVIOUS_INSTALLATION, PREVIOUS_INSTALLATION_MARKER
+
+    class Installing:
+        installdir = str(tmp_path / 'proj[1]' / 'Demo' / '1.0')
+        log = logging.getLogger('test')
+
+    kept = []
+    for project in ('proj[1]', 'proj1'):
+        old = tmp_path / project / 'Demo' / ('1.0.%s-20200101-000000' % PREVIOUS_INSTALLATION)
+        old.mkdir(parents=True)
+        (old / PREVIOUS_INSTALLATION_MARKER).write_text('kept\n')
+        then = time.time() - (KEEP_PREVIOUS_DAYS + 1) * 86400
+        os.utime(old / PREVIOUS_INSTALLATION_MARKER, (then, then))
+        kept.append(old)
+    monkeypatch.setattr(easyblock, 'remove_dir', shutil.rmtree)  # (EasyBuild's needs its configuration)
+    SingularityContainer.remove_old_previous_installations(Installing())
+    assert [old.exists() for old in kept] == [False, True]
 
 
 def test_thousands_of_requirements_reach_the_check_on_stdin(monkeypatch):

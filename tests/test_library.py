@@ -36,7 +36,11 @@ REFUSED = 75  # (OVERLAY_REFUSED_STATUS, as the template passes it)
 def install_dir(tmp_path):
     """A tiny install dir with the library of a module Test/1.0 (its caches' set-up left out): the library finds the
     install dir from where it is, as in a real install."""
-    root = tmp_path / 'install'
+    return tiny_install_dir(tmp_path / 'install')
+
+
+def tiny_install_dir(root):
+    """install_dir's at the path root."""
     (root / 'libexec').mkdir(parents=True)
     (root / LIBRARY).write_text(library_text(Install('Test/1.0')))
     return root
@@ -328,13 +332,16 @@ def test_a_lock_that_cannot_be_taken_is_status_2_and_the_command_goes_on(install
     assert proc.stderr.startswith('test: error: ') and 'not the lock file' in proc.stderr
 
 
-def test_a_damaged_state_is_said_by_the_command(install_dir):
+@pytest.mark.parametrize('place', ['install', 'proj[1]/in*stall'])
+def test_a_damaged_state_is_said_by_the_command(tmp_path, place):
     """generation_whole is a test; damaged_state what to say about one that is not whole (and which earlier state
-    the link can name instead): the command decides to stop."""
+    the link can name instead): the command decides to stop. The install dir's path is a name, never a pattern."""
+    install_dir = tiny_install_dir(tmp_path / place)
     assert change(install_dir, 'old').returncode == 0
     assert change(install_dir, 'new').returncode == 0
     current = (install_dir / USER_SOFTWARE_PACKED).resolve()
     (current / SQUASHFS_NAME).write_text('')  # (as a node that crashed before it wrote the file)
+    os.utime(current, (time.time() + 60, time.time() + 60))  # (the latest: never the state to go back to)
     proc = bash(install_dir, 'generation=$(current_generation "$root")\ngeneration_whole "$generation" && echo whole\n'
                 'damaged_state "$root" "$generation"')
     assert proc.returncode == 0 and proc.stderr == ''
@@ -352,7 +359,8 @@ def test_a_damaged_state_is_said_by_the_command(install_dir):
 # ' -> ' (a link in unsquashfs's listing), a leading dash, blank or '#' (an exclude file's line), a non-ASCII letter.
 # (A name with a newline is not made a layer: venv-pip repacks.)
 ODD_NAMES = ['plain', 'a b', 'st*r', 'q?', '[x]', 'semi;colon', 'back\\slash', 'to -> there', '-dash', 'ü', 'm.py',
-             '@(m.py)', '+(plain)', '!(y)', '*(x)', '?(q)', 'a|b', '#hash', ' lead']
+             '@(m.py)', '+(plain)', '!(y)', '*(x)', '?(q)', 'a|b', '#hash', ' lead', 'Icon\r', 'v\vt\ff', 'tab\tx',
+             '"quoted"']
 LAYER_CASES = 24
 
 
@@ -534,7 +542,7 @@ def test_changes_as_layers_unpack_to_the_changed_venv(install_dir, tmp_path, ove
             trees.append(tree)
             upper, whiteouts, record = (userns_upper_and_whiteouts if userns else upper_and_whiteouts)(
                 trees[-2], trees[-1], again)
-            work = root / ('work%d' % step)
+            work = root / ('wo\\rk%d' % step)  # (a backslash in the work dir's path: awk -v would take it as an escape)
             write_tree(work / 'upper', upper)
             if userns:
                 write_whiteouts(work / 'upper', whiteouts)
@@ -785,8 +793,8 @@ def test_the_change_is_read_out_of_an_ext3_image_as_a_container_reads_it(install
     (read_upper), without a second container. On generated upper directories (odd names, quotes, debugfs' own words,
     modes, links, whiteouts at every depth), made into an image by mkfs.ext3 as the change's image is laid out, it
     copies out the same tree and lists the same whiteouts as EXPORT_UPPER (what the container runs) reading the
-    directory itself; a name with a newline, which debugfs' listing cannot hold, or a FIFO makes it fail (venv-pip
-    then starts the container)."""
+    directory itself; a name with a newline, which debugfs' listing cannot hold, a directory's name with a carriage
+    return, where debugfs ends a command, or a FIFO makes it fail (venv-pip then starts the container)."""
     require(os.geteuid() == 0, 'root, to make whiteouts (character devices) as an overlay does')
     require(shutil.which('mkfs.ext3', path=os.environ['PATH'] + ':/usr/sbin:/sbin') and
             shutil.which('debugfs', path=os.environ['PATH'] + ':/usr/sbin:/sbin'), 'e2fsprogs (mkfs.ext3, debugfs)')
@@ -808,20 +816,20 @@ def test_the_change_is_read_out_of_an_ext3_image_as_a_container_reads_it(install
                                'mkfs.ext3 -q -F -J size=4 -d "$2" "$1"', 'mkfs', str(base / 'image'),
                                str(base / 'layout')], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
-        (base / 'work').mkdir()
-        proc = bash(install_dir, 'work=$case/work\nread_upper "$case/image" "$case/work/copy" "$case/work/whiteouts"',
+        (base / 'wo\\rk').mkdir()  # (a backslash in the work dir's path: awk -v would take it as an escape)
+        proc = bash(install_dir, 'work=$case/wo\\\\rk\nread_upper "$case/image" "$work/copy" "$work/whiteouts"',
                     env=dict(case=str(base)))
-        if case in (22, 23):
-            assert proc.returncode != 0, 'a name with a newline, or a FIFO, was read out of the image'
+        if case in (22, 23) or any('\r' in path for path, entry in tree.items() if entry[0] == 'd'):
+            assert proc.returncode != 0, 'a name with a newline or a carriage return, or a FIFO, was read out'
             continue
         assert (proc.returncode, proc.stderr) == (0, ''), (case, proc.stderr)
         proc = subprocess.run([sys.executable, '-I', '-c', EXPORT_UPPER, str(base / 'layout' / 'upper'),
                                str(base / 'container-copy'), str(base / 'container-whiteouts')],
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
-        assert exported(base / 'work' / 'copy', base / 'work' / 'whiteouts') == exported(
+        assert exported(base / 'wo\\rk' / 'copy', base / 'wo\\rk' / 'whiteouts') == exported(
             base / 'container-copy', base / 'container-whiteouts'), case
-        assert exported(base / 'work' / 'copy', base / 'work' / 'whiteouts')[1] == sorted(
+        assert exported(base / 'wo\\rk' / 'copy', base / 'wo\\rk' / 'whiteouts')[1] == sorted(
             path.encode() for path, entry in tree.items() if entry == ('w',))
     # an image that a kernel still mounts (not clean, or a journal to replay) is not read: debugfs could read less
     # than the kernel holds (venv-pip then starts the container, which reads it through the kernel)

@@ -5,8 +5,10 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -219,6 +221,49 @@ def test_image_commands_takes_only_file_names():
     command_name = program('image_commands').command_name
     assert command_name('torchrun') and command_name('accelerate-launch')
     assert not any(command_name(name) for name in ('', 'a/b', '.', '..', 'two\nlines'))
+
+
+def test_image_commands_write_through_no_name_of_someone_elses(tmp_path, monkeypatch):
+    """In a venv's bin/ that others can write in (a project's unpacked venv): a link planted as the manifest, or as a
+    command the manifest lists, is never written through; a FIFO there is never waited for. The manifest is
+    replaced by a file of the run's own; a command that is there already stays as it is."""
+    commands = program('image_commands')
+    bindir = tmp_path / 'venv' / 'bin'
+    bindir.mkdir(parents=True)
+    victim = tmp_path / 'victim'
+    victim.write_text('theirs\n')
+    texts = {'torchrun': b'from torch import run\n', 'accelerate': b'from accelerate import go\n',
+             'fifo-command': b'pass\n'}
+    monkeypatch.setattr(commands, 'MANIFEST', str(bindir / '.image-commands'))
+    monkeypatch.setattr(commands, 'image_commands', lambda: texts)
+    monkeypatch.setattr(commands.sys, 'prefix', str(tmp_path / 'venv'))
+    for manifest in ('link', 'fifo'):
+        for entry in bindir.iterdir():
+            entry.unlink()
+        if manifest == 'link':
+            (bindir / '.image-commands').symlink_to(victim)
+        else:
+            os.mkfifo(bindir / '.image-commands')
+        (bindir / 'accelerate').symlink_to(victim)  # (as if a package had it: left alone)
+        os.mkfifo(bindir / 'fifo-command')
+        done = threading.Thread(target=commands.main, daemon=True)
+        done.start()
+        done.join(timeout=30)
+        assert not done.is_alive(), 'image_commands waited on a FIFO'
+        assert victim.read_text() == 'theirs\n'
+        assert (bindir / '.image-commands').is_file() and not (bindir / '.image-commands').is_symlink()
+        assert (bindir / '.image-commands').read_text() == 'torchrun\n'
+        assert (bindir / 'torchrun').read_bytes() == ('#!%s/python\n' % bindir).encode() + texts['torchrun']
+        assert stat.S_IMODE((bindir / 'torchrun').stat().st_mode) == 0o755
+    # listed in the manifest now, and replaced by a link or a FIFO: read without following it or waiting
+    (bindir / '.image-commands').write_text('torchrun\nfifo-command\n')
+    (bindir / 'torchrun').unlink()
+    (bindir / 'torchrun').symlink_to(victim)
+    done = threading.Thread(target=commands.main, daemon=True)
+    done.start()
+    done.join(timeout=30)
+    assert not done.is_alive(), 'image_commands waited on a FIFO'
+    assert victim.read_text() == 'theirs\n' and (bindir / '.image-commands').read_text() == ''
 
 
 def test_the_module_commands_are_the_scripts_in_bin():

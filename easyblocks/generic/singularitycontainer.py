@@ -1025,7 +1025,7 @@ class SingularityContainer(EasyBlock):
         if self.dry_run or not os.path.isdir(self.installdir):
             return
         # EasyBuild copies the easyconfig into easybuild/ when an installation has finished
-        finished = glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb'))
+        finished = glob.glob(os.path.join(glob.escape(self.installdir), 'easybuild', '*.eb'))
         installed = self.read_user_software_fingerprints()
         stamp = time.strftime('%Y%m%d-%H%M%S')
         for entry in USER_SOFTWARE_ENTRIES:
@@ -1076,7 +1076,7 @@ class SingularityContainer(EasyBlock):
         image or a SquashFS file stay readable to it when they are deleted, directories do not). What earlier
         reinstalls moved there goes once no job can run from it any more. EasyBuild has removed the module file
         already: what goes wrong here is a warning, and the reinstall goes on."""
-        if self.dry_run or not glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb')):
+        if self.dry_run or not glob.glob(os.path.join(glob.escape(self.installdir), 'easybuild', '*.eb')):
             return
         self.remove_old_previous_installations()
         in_use = [entry for entry in ('runscripts', USER_SOFTWARE)
@@ -1102,7 +1102,7 @@ class SingularityContainer(EasyBlock):
     def remove_old_previous_installations(self):
         """Remove what earlier reinstalls kept for running jobs once no job can run from it any more: a directory
         with the marker in it; anything else of that name (a link, a directory someone else made) is left alone."""
-        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
+        for old in glob.glob('%s.%s-*' % (glob.escape(self.installdir), PREVIOUS_INSTALLATION)):
             marker = os.path.join(old, PREVIOUS_INSTALLATION_MARKER)
             try:
                 if os.path.islink(old) or not os.path.isdir(old) or os.path.islink(marker) or \
@@ -1243,7 +1243,8 @@ class SingularityContainer(EasyBlock):
         make_squashfs = os.path.join(self.installdir, 'bin', 'make-squashfs')
         # the install holds the lock: make-squashfs must not wait for it
         env = {INSTALL_HOLDS_LOCK: os.path.realpath(self.installdir), LAYERS_IMAGE: self.installed_sif()}
-        cmd = ' '.join([sh_str('%s=%s' % item) for item in sorted(env.items())] + [sh_str(make_squashfs)])
+        # (env takes each quoted NAME=VALUE word as a setting: a shell would take one for a command's name)
+        cmd = ' '.join(['env'] + [sh_str('%s=%s' % item) for item in sorted(env.items())] + [sh_str(make_squashfs)])
         output = self.run_checked(cmd, "Packing user-software with make-squashfs")
         if self.dry_run:
             return
@@ -3180,10 +3181,11 @@ generation_whole() {
 # What to say when the packed venv's current state, the generation $2 of the install dir $1, is not whole
 # (generation_whole): which earlier state the link can name instead
 damaged_state() {
-    local earlier way=
-    # (the latest superseded one: make_current touched it)
-    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name "$generation_prefix*" ! -path "$2" -printf '%T@ %f\0' |
-        sort -zrn | head -z -n 1 | tr -d '\0')
+    local earlier='' way='' entry
+    # (the latest superseded one: make_current touched it; the damaged one's name compared as it is, never a pattern)
+    while IFS= read -r -d '' entry; do
+        [ "${entry#* }" = "${2##*/}" ] || { earlier=$entry; break; }
+    done < <(find "$1" -mindepth 1 -maxdepth 1 -type d -name "$generation_prefix*" -printf '%T@ %f\0' | sort -zrn)
     if [ -n "$earlier" ]; then
         # (a name that another member may have chosen: quoted for the shell, and printable)
         way="make the link name the state before it (ln -sfnT $(printable "$(printf %q "${earlier#* }")")"
@@ -3407,8 +3409,8 @@ venv_directories() {
     for file; do
         listing_modes=yes squashfs_entries "$file" || return 1
         printf '%s\0' '-'  # (the next layer)
-    done | LC_ALL=C awk -v modes="$work/venv-dirs.mode." '
-        BEGIN { RS = "\0" }
+    done | modes=$work/venv-dirs.mode. LC_ALL=C awk '
+        BEGIN { RS = "\0"; modes = ENVIRON["modes"] }  # (not -v: a name, its backslashes kept)
         $0 == "-" { next }
         {   type = substr($0, 1, 1); path = substr($0, 12)
             if (kind[path] == "d" && type != "d")  # (what was in a directory it hides goes with it)
@@ -3444,7 +3446,7 @@ prune_venv_directories() {
     local emptied="$1$emptied_record"
     [ -f "$emptied" ] || emptied=/dev/null
     # (a directory pip removed is a whiteout now, or gone: rmdir fails there, as on one that is not empty)
-    LC_ALL=C awk -v emptied="$emptied" 'BEGIN { RS = "\0"; while ((getline path < emptied) > 0) kept[path] = 1 }
+    emptied=$emptied LC_ALL=C awk 'BEGIN { RS = "\0"; while ((getline path < ENVIRON["emptied"]) > 0) kept[path] = 1 }
                                         !(("/" $0) in kept) { printf "%s%c", $0, 0 }' "$work/venv-dirs" |
         LC_ALL=C sort -zr | (cd -- "$1" && xargs -0r rmdir --ignore-fail-on-non-empty -- 2>/dev/null) || true
 }
@@ -3835,7 +3837,8 @@ singularitycontainer_cache_root() {
             if ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
                 echo "$__sc_module: caches: not using $__sc_root, which $__sc_why, and no private directory can" \
                     "be made beside it: the caches are left where the tools put them" >&2
-                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet __sc_parent __sc_module
+                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet __sc_parent __sc_module \
+                    __sc_me
                 return 1
             fi
             __sc_made=yes
@@ -3854,7 +3857,8 @@ singularitycontainer_cache_root() {
         mkdir -m 0700 -- "$@" 2>/dev/null || :  # ranks starting together make them at once
     fi
     echo "$__sc_root"
-    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet __sc_parent __sc_module
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet __sc_parent __sc_module \
+        __sc_me
 }
 # Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
 # (then made 0700, if an earlier version left it readable by others)
@@ -3866,11 +3870,14 @@ singularitycontainer_cache_refusal() {
     elif [ ! -d "$1" ]; then
         echo "is not a directory"
     else
-        # shellcheck disable=SC2012  # the mode and the owner's name, in any sh
-        ls -ld -- "$1" 2>/dev/null | {
-            if ! read -r __sc_mode _ __sc_owner _; then
+        # (the entry's owner and mode in one look that follows no link: someone else's entry may be swapped for a link
+        # to one of the user's own directories between two looks; one of the user's own nobody else can swap in /tmp)
+        # shellcheck disable=SC3028  # (bash's EUID: no process; another sh asks id)
+        __sc_me=${EUID:-$(id -u)}
+        stat -c '%u %A %U' -- "$1" 2>/dev/null | {
+            if ! read -r __sc_uid __sc_mode __sc_owner; then
                 echo "cannot be read"
-            elif [ ! -O "$1" ]; then
+            elif [ "$__sc_uid" != "$__sc_me" ]; then
                 echo "is owned by $__sc_owner"
             else
                 case $__sc_mode in
@@ -4166,7 +4173,8 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
 # The paths on stdin (NUL-terminated) that are below none of the list $1 (NUL-terminated); without $1, below none of
 # the paths before them (sorted: a directory before what is in it)
 not_below_any() {
-    LC_ALL=C awk -v list="${1:-}" 'BEGIN { RS = "\0"; while (list != "" && (getline path < list) > 0) top[path] = 1 }
+    list=${1:-} LC_ALL=C awk 'BEGIN { RS = "\0"; list = ENVIRON["list"]  # (not -v: a name, its backslashes kept)
+                                     while (list != "" && (getline path < list) > 0) top[path] = 1 }
                                    { n = split($0, part, "/"); above = ""
                                      for (i = 1; i < n; i++) {
                                          above = above part[i]; if (above in top) next; above = above "/"
@@ -4302,10 +4310,11 @@ in_squashfs() {
                                                 $0 in held { printf "%s%c", $0, 0 }' \
         <(for file in "$@"; do squashfs_entries "$file" "${patterns[@]}"; done) -
 }
-# The paths on stdin (NUL-terminated) as pseudo file definitions name them, NUL-terminated: a blank, a tab, a quote and
-# a backslash escaped (a path cannot hold a newline there: venv-pip repacks where a whiteout would need one)
+# The paths on stdin (NUL-terminated) as pseudo file definitions name them, NUL-terminated: each byte that mksquashfs
+# takes for the end of a name (C's isspace: a blank, a tab, a carriage return, a vertical tab, a form feed), a quote
+# and a backslash escaped (a path cannot hold a newline there: venv-pip repacks where a whiteout would need one)
 pseudo_names() {
-    LC_ALL=C sed -z -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/ /\\ /g' -e 's/\t/\\\t/g'
+    LC_ALL=C sed -z 's/[[:space:]\\"]/\\&/g'
 }
 # Pack the tree $1 as the layer $3 on the SquashFS files $4... (the venv's, and the install's layer below a personal
 # one), with a whiteout for each path of the list $2 that the tree lacks and they hold (and that is not below another
@@ -5168,20 +5177,22 @@ export_upper() {
 # and links with their permissions and times (whiteouts, character devices 0,0, it leaves out, and the setuid, setgid
 # and sticky bits), and one more run lists each directory it copied (ls -p: /inode/mode/uid/gid/name/size/ a line),
 # where the whiteouts are the character devices, and the entries with those bits get them. Not where a name holds a
-# newline (a line of the listing, or of its commands, could not hold it) or a debugfs says more than its version: then
-# it fails, having written only in the work dir.
+# newline (a line of the listing, or of its commands, could not hold it), a directory's name a carriage return (where
+# debugfs ends a command) or a debugfs says more than its version: then it fails, having written only in the work dir.
 read_upper() {
     local dump="$work/upper-dump" dirs="$work/upper-dirs" said="$work/upper-debugfs.err" record
     ext3_put_away "$1" && mkdir -- "$dump" || return 1
     (cd -- "$dump" && PATH=$PATH:$e2fs_dirs exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
         debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
     find "$2" -type d -printf '%P\0' >"$dirs" || return 1
-    ! holds_a_newline "$dirs" || return 1
+    ! holds_a_newline "$dirs" && ! LC_ALL=C grep -qz $'\r' -- "$dirs" || return 1
     # (a name in double quotes, a double quote in it doubled: debugfs' own quoting)
     LC_ALL=C awk 'BEGIN { RS = "\0" } { gsub(/"/, "\"\""); printf "ls -p \"/upper%s\"\n", ($0 == "" ? "" : "/" $0) }' \
         "$dirs" >"$dirs.commands" || return 1
-    e2fs_tool debugfs -f "$dirs.commands" "$1" 2>"$said" | LC_ALL=C awk -v list="$dirs" -v whiteouts="$3" '
-        BEGIN { RS = "\0"; while ((getline dir < list) > 0) dirs[++count] = dir; RS = "\n"; printf "" > whiteouts }
+    # (the names by the environment, not -v: their backslashes kept)
+    e2fs_tool debugfs -f "$dirs.commands" "$1" 2>"$said" | list=$dirs whiteouts=$3 LC_ALL=C awk '
+        BEGIN { RS = "\0"; list = ENVIRON["list"]; whiteouts = ENVIRON["whiteouts"]
+                while ((getline dir < list) > 0) dirs[++count] = dir; RS = "\n"; printf "" > whiteouts }
         /^debugfs: ls -p / { listed++; next }
         /^$/ { next }
         {   # /inode/mode/uid/gid/name/size/: a name holds no /
@@ -6783,6 +6794,7 @@ import importlib.metadata
 import json
 import os
 import pathlib
+import stat
 import sys
 import sysconfig
 import tempfile
@@ -6892,47 +6904,63 @@ def image_commands():
 
 
 def keep_table(key, commands):
-    """TABLE with the key and the commands, in one rename of a new file of this run's (the venv may be a project's
-    directory, where others can write), with the mode that the umask gives a new file."""
-    handle, new = tempfile.mkstemp(prefix=os.path.basename(TABLE) + ".", dir=os.path.dirname(TABLE))
+    """TABLE with the key and the commands (the venv may be a project's directory, where others can write)."""
+    text = json.dumps({"key": key, "commands": {name: text.decode("latin-1") for name, text in commands.items()}})
+    replace_file(TABLE, text.encode("utf-8"))
+
+
+def replace_file(path, data):
+    """path with data, in one rename of a new file of this run's (never written through a name that someone else
+    may have put there), with the mode that the umask gives a new file."""
+    handle, new = tempfile.mkstemp(prefix=os.path.basename(path) + ".", dir=os.path.dirname(path))
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as table:
-            json.dump({"key": key, "commands": {name: text.decode("latin-1") for name, text in commands.items()}},
-                      table)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(new, 0o666 & ~umask)
-        os.replace(new, TABLE)
+        os.fchmod(handle, 0o666 & ~umask)
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(new, path)
     except BaseException:
         os.unlink(new)
         raise
 
 
+def read_own_file(path):
+    """The bytes of the regular file path, None if it is not one: a link, a FIFO (never waited for), gone. (A venv's
+    bin/ in a project's directory is one that others can write in.)"""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(handle, "rb") as file:
+        return file.read() if stat.S_ISREG(os.fstat(handle).st_mode) else None
+
+
+def write_new_script(path, data):
+    """A new file path, made here (not there before, not through a link), mode 0755."""
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755)
+    with os.fdopen(handle, "wb") as script:
+        os.fchmod(handle, 0o755)
+        script.write(data)
+
+
 def main():
     bindir = os.path.join(sys.prefix, "bin")
     shebang = ("#!%s\n" % os.path.join(bindir, "python")).encode()
-    try:
-        with open(MANIFEST) as manifest:
-            written_before = set(manifest.read().splitlines())
-    except OSError:
-        written_before = set()
+    manifest = read_own_file(MANIFEST)
+    written_before = set(manifest.decode("utf-8", "surrogateescape").splitlines()) if manifest is not None else set()
     written = []
     for name, text in sorted(image_commands().items()):
         path = os.path.join(bindir, name)
         if os.path.lexists(path):
-            if name not in written_before:
-                continue  # a package of this environment has it
-            with open(path, "rb") as old:
-                if old.read() != shebang + text:
-                    continue  # pip replaced it: a package of this environment has it now
+            # (a package of this environment has it, or pip replaced it: one has it now)
+            if name not in written_before or read_own_file(path) != shebang + text:
+                continue
         else:  # nothing is rewritten as it was: venv-pip tells a change by what changed
-            with open(path, "wb") as script:
-                script.write(shebang + text)
-            os.chmod(path, 0o755)
+            write_new_script(path, shebang + text)
         written.append(name)
-    if set(written) != written_before or not os.path.exists(MANIFEST):
-        with open(MANIFEST, "w") as manifest:
-            manifest.write("".join(name + "\n" for name in written))
+    if set(written) != written_before or manifest is None:
+        replace_file(MANIFEST, "".join(name + "\n" for name in written).encode("utf-8", "surrogateescape"))
 
 
 if __name__ == "__main__":

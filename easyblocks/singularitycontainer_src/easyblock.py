@@ -317,7 +317,7 @@ class SingularityContainer(EasyBlock):
         if self.dry_run or not os.path.isdir(self.installdir):
             return
         # EasyBuild copies the easyconfig into easybuild/ when an installation has finished
-        finished = glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb'))
+        finished = glob.glob(os.path.join(glob.escape(self.installdir), 'easybuild', '*.eb'))
         installed = self.read_user_software_fingerprints()
         stamp = time.strftime('%Y%m%d-%H%M%S')
         for entry in USER_SOFTWARE_ENTRIES:
@@ -368,7 +368,7 @@ class SingularityContainer(EasyBlock):
         image or a SquashFS file stay readable to it when they are deleted, directories do not). What earlier
         reinstalls moved there goes once no job can run from it any more. EasyBuild has removed the module file
         already: what goes wrong here is a warning, and the reinstall goes on."""
-        if self.dry_run or not glob.glob(os.path.join(self.installdir, 'easybuild', '*.eb')):
+        if self.dry_run or not glob.glob(os.path.join(glob.escape(self.installdir), 'easybuild', '*.eb')):
             return
         self.remove_old_previous_installations()
         in_use = [entry for entry in ('runscripts', USER_SOFTWARE)
@@ -394,7 +394,7 @@ class SingularityContainer(EasyBlock):
     def remove_old_previous_installations(self):
         """Remove what earlier reinstalls kept for running jobs once no job can run from it any more: a directory
         with the marker in it; anything else of that name (a link, a directory someone else made) is left alone."""
-        for old in glob.glob('%s.%s-*' % (self.installdir, PREVIOUS_INSTALLATION)):
+        for old in glob.glob('%s.%s-*' % (glob.escape(self.installdir), PREVIOUS_INSTALLATION)):
             marker = os.path.join(old, PREVIOUS_INSTALLATION_MARKER)
             try:
                 if os.path.islink(old) or not os.path.isdir(old) or os.path.islink(marker) or \
@@ -535,7 +535,8 @@ class SingularityContainer(EasyBlock):
         make_squashfs = os.path.join(self.installdir, 'bin', 'make-squashfs')
         # the install holds the lock: make-squashfs must not wait for it
         env = {INSTALL_HOLDS_LOCK: os.path.realpath(self.installdir), LAYERS_IMAGE: self.installed_sif()}
-        cmd = ' '.join([sh_str('%s=%s' % item) for item in sorted(env.items())] + [sh_str(make_squashfs)])
+        # (env takes each quoted NAME=VALUE word as a setting: a shell would take one for a command's name)
+        cmd = ' '.join(['env'] + [sh_str('%s=%s' % item) for item in sorted(env.items())] + [sh_str(make_squashfs)])
         output = self.run_checked(cmd, "Packing user-software with make-squashfs")
         if self.dry_run:
             return

@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import os
 import pathlib
+import stat
 import sys
 import sysconfig
 import tempfile
@@ -125,47 +126,63 @@ def image_commands():
 
 
 def keep_table(key, commands):
-    """TABLE with the key and the commands, in one rename of a new file of this run's (the venv may be a project's
-    directory, where others can write), with the mode that the umask gives a new file."""
-    handle, new = tempfile.mkstemp(prefix=os.path.basename(TABLE) + ".", dir=os.path.dirname(TABLE))
+    """TABLE with the key and the commands (the venv may be a project's directory, where others can write)."""
+    text = json.dumps({"key": key, "commands": {name: text.decode("latin-1") for name, text in commands.items()}})
+    replace_file(TABLE, text.encode("utf-8"))
+
+
+def replace_file(path, data):
+    """path with data, in one rename of a new file of this run's (never written through a name that someone else
+    may have put there), with the mode that the umask gives a new file."""
+    handle, new = tempfile.mkstemp(prefix=os.path.basename(path) + ".", dir=os.path.dirname(path))
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as table:
-            json.dump({"key": key, "commands": {name: text.decode("latin-1") for name, text in commands.items()}},
-                      table)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(new, 0o666 & ~umask)
-        os.replace(new, TABLE)
+        os.fchmod(handle, 0o666 & ~umask)
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(new, path)
     except BaseException:
         os.unlink(new)
         raise
 
 
+def read_own_file(path):
+    """The bytes of the regular file path, None if it is not one: a link, a FIFO (never waited for), gone. (A venv's
+    bin/ in a project's directory is one that others can write in.)"""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(handle, "rb") as file:
+        return file.read() if stat.S_ISREG(os.fstat(handle).st_mode) else None
+
+
+def write_new_script(path, data):
+    """A new file path, made here (not there before, not through a link), mode 0755."""
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755)
+    with os.fdopen(handle, "wb") as script:
+        os.fchmod(handle, 0o755)
+        script.write(data)
+
+
 def main():
     bindir = os.path.join(sys.prefix, "bin")
     shebang = ("#!%s\n" % os.path.join(bindir, "python")).encode()
-    try:
-        with open(MANIFEST) as manifest:
-            written_before = set(manifest.read().splitlines())
-    except OSError:
-        written_before = set()
+    manifest = read_own_file(MANIFEST)
+    written_before = set(manifest.decode("utf-8", "surrogateescape").splitlines()) if manifest is not None else set()
     written = []
     for name, text in sorted(image_commands().items()):
         path = os.path.join(bindir, name)
         if os.path.lexists(path):
-            if name not in written_before:
-                continue  # a package of this environment has it
-            with open(path, "rb") as old:
-                if old.read() != shebang + text:
-                    continue  # pip replaced it: a package of this environment has it now
+            # (a package of this environment has it, or pip replaced it: one has it now)
+            if name not in written_before or read_own_file(path) != shebang + text:
+                continue
         else:  # nothing is rewritten as it was: venv-pip tells a change by what changed
-            with open(path, "wb") as script:
-                script.write(shebang + text)
-            os.chmod(path, 0o755)
+            write_new_script(path, shebang + text)
         written.append(name)
-    if set(written) != written_before or not os.path.exists(MANIFEST):
-        with open(MANIFEST, "w") as manifest:
-            manifest.write("".join(name + "\n" for name in written))
+    if set(written) != written_before or manifest is None:
+        replace_file(MANIFEST, "".join(name + "\n" for name in written).encode("utf-8", "surrogateescape"))
 
 
 if __name__ == "__main__":

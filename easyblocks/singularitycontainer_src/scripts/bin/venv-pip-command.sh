@@ -48,20 +48,22 @@ export_upper() {
 # and links with their permissions and times (whiteouts, character devices 0,0, it leaves out, and the setuid, setgid
 # and sticky bits), and one more run lists each directory it copied (ls -p: /inode/mode/uid/gid/name/size/ a line),
 # where the whiteouts are the character devices, and the entries with those bits get them. Not where a name holds a
-# newline (a line of the listing, or of its commands, could not hold it) or a debugfs says more than its version: then
-# it fails, having written only in the work dir.
+# newline (a line of the listing, or of its commands, could not hold it), a directory's name a carriage return (where
+# debugfs ends a command) or a debugfs says more than its version: then it fails, having written only in the work dir.
 read_upper() {
     local dump="$work/upper-dump" dirs="$work/upper-dirs" said="$work/upper-debugfs.err" record
     ext3_put_away "$1" && mkdir -- "$dump" || return 1
     (cd -- "$dump" && PATH=$PATH:$e2fs_dirs exec debugfs -R 'rdump /upper .' "$1") >/dev/null 2>"$said" &&
         debugfs_said_nothing "$said" && mv -T -- "$dump/upper" "$2" && rmdir -- "$dump" || return 1
     find "$2" -type d -printf '%P\0' >"$dirs" || return 1
-    ! holds_a_newline "$dirs" || return 1
+    ! holds_a_newline "$dirs" && ! LC_ALL=C grep -qz $'\r' -- "$dirs" || return 1
     # (a name in double quotes, a double quote in it doubled: debugfs' own quoting)
     LC_ALL=C awk 'BEGIN { RS = "\0" } { gsub(/"/, "\"\""); printf "ls -p \"/upper%s\"\n", ($0 == "" ? "" : "/" $0) }' \
         "$dirs" >"$dirs.commands" || return 1
-    e2fs_tool debugfs -f "$dirs.commands" "$1" 2>"$said" | LC_ALL=C awk -v list="$dirs" -v whiteouts="$3" '
-        BEGIN { RS = "\0"; while ((getline dir < list) > 0) dirs[++count] = dir; RS = "\n"; printf "" > whiteouts }
+    # (the names by the environment, not -v: their backslashes kept)
+    e2fs_tool debugfs -f "$dirs.commands" "$1" 2>"$said" | list=$dirs whiteouts=$3 LC_ALL=C awk '
+        BEGIN { RS = "\0"; list = ENVIRON["list"]; whiteouts = ENVIRON["whiteouts"]
+                while ((getline dir < list) > 0) dirs[++count] = dir; RS = "\n"; printf "" > whiteouts }
         /^debugfs: ls -p / { listed++; next }
         /^$/ { next }
         {   # /inode/mode/uid/gid/name/size/: a name holds no /

@@ -33,7 +33,8 @@ singularitycontainer_cache_root() {
             if ! __sc_fresh=$(mktemp -d "$__sc_named.XXXXXX" 2>/dev/null); then
                 echo "$__sc_module: caches: not using $__sc_root, which $__sc_why, and no private directory can" \
                     "be made beside it: the caches are left where the tools put them" >&2
-                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet __sc_parent __sc_module
+                unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_made __sc_quiet __sc_parent __sc_module \
+                    __sc_me
                 return 1
             fi
             __sc_made=yes
@@ -52,7 +53,8 @@ singularitycontainer_cache_root() {
         mkdir -m 0700 -- "$@" 2>/dev/null || :  # ranks starting together make them at once
     fi
     echo "$__sc_root"
-    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet __sc_parent __sc_module
+    unset __sc_user __sc_named __sc_root __sc_why __sc_fresh __sc_sub __sc_made __sc_quiet __sc_parent __sc_module \
+        __sc_me
 }
 # Why $1 cannot be the cache root; nothing if it is a real directory of the user's that nobody else can write
 # (then made 0700, if an earlier version left it readable by others)
@@ -64,11 +66,14 @@ singularitycontainer_cache_refusal() {
     elif [ ! -d "$1" ]; then
         echo "is not a directory"
     else
-        # shellcheck disable=SC2012  # the mode and the owner's name, in any sh
-        ls -ld -- "$1" 2>/dev/null | {
-            if ! read -r __sc_mode _ __sc_owner _; then
+        # (the entry's owner and mode in one look that follows no link: someone else's entry may be swapped for a link
+        # to one of the user's own directories between two looks; one of the user's own nobody else can swap in /tmp)
+        # shellcheck disable=SC3028  # (bash's EUID: no process; another sh asks id)
+        __sc_me=${EUID:-$(id -u)}
+        stat -c '%u %A %U' -- "$1" 2>/dev/null | {
+            if ! read -r __sc_uid __sc_mode __sc_owner; then
                 echo "cannot be read"
-            elif [ ! -O "$1" ]; then
+            elif [ "$__sc_uid" != "$__sc_me" ]; then
                 echo "is owned by $__sc_owner"
             else
                 case $__sc_mode in

@@ -79,7 +79,8 @@ under_non_directory() {  # whether the path $2 of the tree $1 is below a file or
 # The paths on stdin (NUL-terminated) that are below none of the list $1 (NUL-terminated); without $1, below none of
 # the paths before them (sorted: a directory before what is in it)
 not_below_any() {
-    LC_ALL=C awk -v list="${1:-}" 'BEGIN { RS = "\0"; while (list != "" && (getline path < list) > 0) top[path] = 1 }
+    list=${1:-} LC_ALL=C awk 'BEGIN { RS = "\0"; list = ENVIRON["list"]  # (not -v: a name, its backslashes kept)
+                                     while (list != "" && (getline path < list) > 0) top[path] = 1 }
                                    { n = split($0, part, "/"); above = ""
                                      for (i = 1; i < n; i++) {
                                          above = above part[i]; if (above in top) next; above = above "/"
@@ -215,10 +216,11 @@ in_squashfs() {
                                                 $0 in held { printf "%s%c", $0, 0 }' \
         <(for file in "$@"; do squashfs_entries "$file" "${patterns[@]}"; done) -
 }
-# The paths on stdin (NUL-terminated) as pseudo file definitions name them, NUL-terminated: a blank, a tab, a quote and
-# a backslash escaped (a path cannot hold a newline there: venv-pip repacks where a whiteout would need one)
+# The paths on stdin (NUL-terminated) as pseudo file definitions name them, NUL-terminated: each byte that mksquashfs
+# takes for the end of a name (C's isspace: a blank, a tab, a carriage return, a vertical tab, a form feed), a quote
+# and a backslash escaped (a path cannot hold a newline there: venv-pip repacks where a whiteout would need one)
 pseudo_names() {
-    LC_ALL=C sed -z -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/ /\\ /g' -e 's/\t/\\\t/g'
+    LC_ALL=C sed -z 's/[[:space:]\\"]/\\&/g'
 }
 # Pack the tree $1 as the layer $3 on the SquashFS files $4... (the venv's, and the install's layer below a personal
 # one), with a whiteout for each path of the list $2 that the tree lacks and they hold (and that is not below another

@@ -155,8 +155,8 @@ venv_directories() {
     for file; do
         listing_modes=yes squashfs_entries "$file" || return 1
         printf '%s\0' '-'  # (the next layer)
-    done | LC_ALL=C awk -v modes="$work/venv-dirs.mode." '
-        BEGIN { RS = "\0" }
+    done | modes=$work/venv-dirs.mode. LC_ALL=C awk '
+        BEGIN { RS = "\0"; modes = ENVIRON["modes"] }  # (not -v: a name, its backslashes kept)
         $0 == "-" { next }
         {   type = substr($0, 1, 1); path = substr($0, 12)
             if (kind[path] == "d" && type != "d")  # (what was in a directory it hides goes with it)
@@ -192,7 +192,7 @@ prune_venv_directories() {
     local emptied="$1$emptied_record"
     [ -f "$emptied" ] || emptied=/dev/null
     # (a directory pip removed is a whiteout now, or gone: rmdir fails there, as on one that is not empty)
-    LC_ALL=C awk -v emptied="$emptied" 'BEGIN { RS = "\0"; while ((getline path < emptied) > 0) kept[path] = 1 }
+    emptied=$emptied LC_ALL=C awk 'BEGIN { RS = "\0"; while ((getline path < ENVIRON["emptied"]) > 0) kept[path] = 1 }
                                         !(("/" $0) in kept) { printf "%s%c", $0, 0 }' "$work/venv-dirs" |
         LC_ALL=C sort -zr | (cd -- "$1" && xargs -0r rmdir --ignore-fail-on-non-empty -- 2>/dev/null) || true
 }

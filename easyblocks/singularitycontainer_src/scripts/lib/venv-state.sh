@@ -142,10 +142,11 @@ generation_whole() {
 # What to say when the packed venv's current state, the generation $2 of the install dir $1, is not whole
 # (generation_whole): which earlier state the link can name instead
 damaged_state() {
-    local earlier way=
-    # (the latest superseded one: make_current touched it)
-    earlier=$(find "$1" -mindepth 1 -maxdepth 1 -type d -name "$generation_prefix*" ! -path "$2" -printf '%T@ %f\0' |
-        sort -zrn | head -z -n 1 | tr -d '\0')
+    local earlier='' way='' entry
+    # (the latest superseded one: make_current touched it; the damaged one's name compared as it is, never a pattern)
+    while IFS= read -r -d '' entry; do
+        [ "${entry#* }" = "${2##*/}" ] || { earlier=$entry; break; }
+    done < <(find "$1" -mindepth 1 -maxdepth 1 -type d -name "$generation_prefix*" -printf '%T@ %f\0' | sort -zrn)
     if [ -n "$earlier" ]; then
         # (a name that another member may have chosen: quoted for the shell, and printable)
         way="make the link name the state before it (ln -sfnT $(printable "$(printf %q "${earlier#* }")")"
