@@ -266,6 +266,28 @@ def test_image_commands_write_through_no_name_of_someone_elses(tmp_path, monkeyp
     assert victim.read_text() == 'theirs\n' and (bindir / '.image-commands').read_text() == ''
 
 
+def test_an_uninstall_in_place_never_removes_a_directory_named_by_a_dot(tmp_path):
+    """overlay_python's stand-in for pip's stash removes what pip names, where it is; a path ending in '.' or '..'
+    (pip makes one of a RECORD whose file names hold a carriage return or a vertical tab: Python splits its lines
+    there) fails as pip's own move does, before anything is removed, and the rest of the uninstall is refused."""
+    overlay = program('overlay_python')
+
+    class Stashed:
+        _moves = []
+
+    site = tmp_path / 'site-packages'
+    (site / 'package').mkdir(parents=True)
+    (site / 'package' / 'module.py').write_text('')
+    (site / 'other.py').write_text('')
+    for path in (str(site) + '/.', str(site) + '/./', str(site / 'package') + '/..'):
+        with pytest.raises(OSError):
+            overlay.remove_in_place(Stashed(), path)
+        assert sorted(p.name for p in site.rglob('*')) == ['module.py', 'other.py', 'package'], path
+    overlay.remove_in_place(Stashed(), str(site / 'package') + os.sep)
+    overlay.remove_in_place(Stashed(), str(site / 'other.py'))
+    assert not list(site.iterdir())
+
+
 def test_the_module_commands_are_the_scripts_in_bin():
     """MODULE_COMMANDS (what wrapped_commands may not replace) is a literal: it names the scripts table's rows in bin/,
     each once."""

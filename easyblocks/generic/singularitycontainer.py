@@ -4907,7 +4907,11 @@ class Scandir:
 
 
 def remove_in_place(stashed, path):
-    """pip's StashedUninstallPathSet.stash: path removed where it is, nothing moved aside."""
+    """pip's StashedUninstallPathSet.stash: path removed where it is, nothing moved aside. A path that names a
+    directory by '.' or '..' (a RECORD line that Python split at a carriage return, a vertical tab or a form feed in
+    a file's name gives '.') fails before anything is removed, as pip's move of it does."""
+    if os.path.basename(path.rstrip(os.sep)) in (os.curdir, os.pardir):
+        raise OSError(errno.EINVAL, "not removing %s: a path that ends in . or .. is no file pip installed" % path)
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path)
     else:
