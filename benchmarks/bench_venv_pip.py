@@ -317,16 +317,17 @@ class Runner:
             return values  # (the install stays as it is)
         elif variant in ('floor', 'setuid_floor'):
             venv.writable_copy(self.ctx.scratch)
-            if variant == 'floor':  # (what a node's first change on an unpacked copy, not an overlay, would pay)
-                values['floor_unpack'], values['floor_unpack_bytes'] = unpack_in_memory(venv.original / SQUASHFS_NAME)
-            env = self.setuid_env if variant == 'setuid_floor' else self.env
             stamp = self.ctx.scratch / 'floor-stamp'
-            stamp.touch()
+            if variant == 'floor':  # (what a change on an unpacked copy, not an overlay, would add: host side, the
+                # same under either runtime)
+                values['floor_unpack'], values['floor_unpack_bytes'] = unpack_in_memory(venv.original / SQUASHFS_NAME)
+                stamp.touch()
+            env = self.setuid_env if variant == 'setuid_floor' else self.env
             for name in ('install', 'uninstall'):
                 self.step(venv, 'floor_' + name, values, '%s_%s' % (variant, name), env)
-            if variant == 'floor':  # (a host-side walk: the same under either runtime)
+            if variant == 'floor':
                 values['floor_walk'] = walk_for_change(venv.copy, stamp)
-            stamp.unlink()
+                stamp.unlink()
             return values  # (the floor leaves the install alone)
         else:
             if variant == 'repack':  # venv-pip repacks the whole venv where there is no layer

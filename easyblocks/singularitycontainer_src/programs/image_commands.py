@@ -111,11 +111,10 @@ def image_commands():
     image_dirs = importlib.import_module(PACKAGES_MODULE).IMAGE_PACKAGE_DIRS
     key = image_key(image_dirs)
     try:
-        with open(TABLE, encoding="utf-8") as table:
-            kept = json.load(table)
+        kept = json.loads(read_own_file(TABLE).decode("utf-8"))
         if kept["key"] == key:
             return {name: text.encode("latin-1") for name, text in kept["commands"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, UnicodeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UnicodeError):  # (None: no file of its own)
         pass
     commands = read_image_commands(image_dirs)
     try:
